@@ -1,0 +1,119 @@
+"""Atomic file replacement: the only way this project writes a file another process reads.
+
+A reader never sees a partial file under its final name: the bytes go to a temporary
+file in the same directory, are flushed and fsynced, the temporary is renamed over the
+final name with ``os.replace`` and the directory is fsynced so that the rename itself
+survives a power cut.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import orjson
+
+TMP_PREFIX = ".tmp-"
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Flush a directory entry (a rename or a new file) to stable storage."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_path_for(path: Path) -> Path:
+    """The temporary name used while ``path`` is being written (same directory)."""
+    return path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}")
+
+
+def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | memoryview],
+                        on_chunk: Callable[[bytes | memoryview], None] | None = None) -> int:
+    """Write ``chunks`` to ``path`` atomically and return the number of bytes written.
+
+    ``on_chunk`` sees every chunk as it is written (used to checksum while writing,
+    never by a second read). On any error the temporary file is removed and the
+    previous file under ``path``, if any, is left as it was.
+    """
+    path = Path(path)
+    tmp = temp_path_for(path)
+    total = 0
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            if on_chunk is not None:
+                on_chunk(view)
+            while view:
+                written = os.write(fd, view)
+                total += written
+                view = view[written:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(tmp)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    fsync_dir(path.parent)
+    return total
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically."""
+    atomic_write_chunks(path, iter((data,)))
+
+
+def dumps_json(obj: Any, *, indent: bool = True) -> bytes:
+    """Serialise plain data to JSON bytes (numpy scalars and arrays allowed)."""
+    option = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    if indent:
+        option |= orjson.OPT_INDENT_2
+    return orjson.dumps(obj, option=option) + b"\n"
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Replace ``path`` with ``obj`` as JSON, atomically."""
+    atomic_write_bytes(path, dumps_json(obj))
+
+
+def remove_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:
+    """Delete temporary files left by writers that died mid-write; return what was removed.
+
+    Only files whose embedded pid no longer runs are removed, so a live writer's
+    temporary is never pulled from under it.
+    """
+    removed = []
+    for entry in Path(directory).glob(f"{TMP_PREFIX}*"):
+        pid_text = entry.name.rsplit(".", 1)[-1]
+        if pid_text.isdigit() and _pid_alive(int(pid_text)):
+            continue
+        if _unlink_quietly(entry):
+            removed.append(entry)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _unlink_quietly(path: Path) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False

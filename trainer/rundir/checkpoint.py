@@ -1,0 +1,260 @@
+"""Checkpoints: ``step_NNNNNN.bin`` in seed 000's fixed format and its ``step_NNNNNN.json``.
+
+Binary layout, little-endian, five contiguous fields::
+
+    [int32 step] [int32 n_params] [n_params x f32 weights] [n_params x f32 m] [n_params x f32 v]
+
+The ``.bin`` is written atomically with a CRC-32 computed while its bytes are written;
+the ``.json`` (the rest of the resume contract, DESIGN.md section 3) is written after
+it, also atomically, and carries that checksum. A ``.bin`` without a ``.json`` is a
+*foreign* checkpoint: weights, m and v only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import numpy as np
+import orjson
+
+from .atomic import atomic_write_chunks, atomic_write_json
+
+HEADER = struct.Struct("<ii")
+HEADER_SIZE = HEADER.size
+FORMAT_VERSION = 1
+CHECKPOINT_NAME = re.compile(r"^step_(\d{6,})\.bin$")
+INT32_MAX = 2**31 - 1
+WRITE_CHUNK_BYTES = 16 << 20
+# Test-only: seconds to sleep between chunks, so that a fault-injection test can land
+# a SIGKILL inside a checkpoint write. Never set in normal use.
+SLOW_WRITE_ENV = "ANDREA_TEST_SLOW_WRITE"
+
+Status = Literal["complete", "foreign", "invalid"]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message says which file and why."""
+
+
+def checkpoint_name(step: int) -> str:
+    """``step_NNNNNN.bin``: the step zero-padded to 6 digits (wider past 999,999)."""
+    return f"step_{step:06d}.bin"
+
+
+def checkpoint_path(run_dir: str | os.PathLike[str], step: int) -> Path:
+    return Path(run_dir) / checkpoint_name(step)
+
+
+def sidecar_path(bin_path: str | os.PathLike[str]) -> Path:
+    """The resume contract beside a ``.bin``: same name, ``.json``."""
+    return Path(bin_path).with_suffix(".json")
+
+
+def expected_size(n_params: int) -> int:
+    return HEADER_SIZE + 12 * n_params
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a quick look (stat, 8-byte header, sidecar) says about one ``.bin``."""
+
+    path: Path
+    step: int                   # from the file name
+    size: int
+    mtime: float
+    status: Status
+    reason: str = ""            # why invalid, or what a foreign checkpoint lacks
+    n_params: int | None = None
+    sidecar: dict[str, Any] | None = None
+
+    @property
+    def resumable(self) -> bool:
+        return self.status != "invalid"
+
+
+def inspect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
+    """Quick validity (DESIGN.md section 2) without reading the arrays; never raises."""
+    path = Path(path)
+    match = CHECKPOINT_NAME.match(path.name)
+    name_step = int(match.group(1)) if match else -1
+    try:
+        st = path.stat()
+        with open(path, "rb") as fh:
+            header = fh.read(HEADER_SIZE)
+    except OSError as err:
+        return CheckpointInfo(path, name_step, 0, 0.0, "invalid", f"cannot read: {err.strerror}")
+
+    def invalid(reason: str, n_params: int | None = None) -> CheckpointInfo:
+        return CheckpointInfo(path, name_step, st.st_size, st.st_mtime, "invalid", reason, n_params)
+
+    if not match:
+        return invalid("file name is not step_NNNNNN.bin")
+    if len(header) < HEADER_SIZE:
+        return invalid(f"truncated: {st.st_size} bytes, shorter than the 8-byte header")
+    step, n_params = HEADER.unpack(header)
+    if n_params <= 0:
+        return invalid(f"header n_params = {n_params}, must be > 0")
+    if step != name_step:
+        return invalid(f"header step {step} differs from the file name's step {name_step}", n_params)
+    want = expected_size(n_params)
+    if st.st_size != want:
+        kind = "truncated" if st.st_size < want else "too long"
+        return invalid(f"{kind}: {st.st_size} bytes, expected 8 + 12 x {n_params} = {want}", n_params)
+
+    sidecar, problem = read_sidecar(sidecar_path(path))
+    if sidecar is None:
+        reason = "weights, m and v only: " + (problem or "no resume .json")
+        return CheckpointInfo(path, step, st.st_size, st.st_mtime, "foreign", reason, n_params)
+    for key, value in (("step", step), ("n_params", n_params)):
+        if sidecar.get(key) != value:
+            reason = f"weights, m and v only: {sidecar_path(path).name} says {key} = {sidecar.get(key)!r}, the .bin {value}"
+            return CheckpointInfo(path, step, st.st_size, st.st_mtime, "foreign", reason, n_params)
+    return CheckpointInfo(path, step, st.st_size, st.st_mtime, "complete", "", n_params, sidecar)
+
+
+def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[CheckpointInfo]:
+    """Every ``step_*.bin`` in ``run_dir`` (valid or not), oldest step first."""
+    try:
+        entries = [e for e in os.scandir(run_dir) if e.name.startswith("step_") and e.name.endswith(".bin")]
+    except OSError:
+        return []
+    infos = [inspect_checkpoint(e.path) for e in entries]
+    return sorted(infos, key=lambda i: (i.step, i.path.name))
+
+
+def latest_resumable(run_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
+    """The newest complete checkpoint; failing any, the newest foreign one; else None.
+
+    A complete checkpoint wins over a newer foreign one because only it resumes
+    bit-exactly (a bare ``.bin`` newer than it is a write that died before its ``.json``).
+    """
+    infos = list_checkpoints(run_dir)
+    for status in ("complete", "foreign"):
+        for info in reversed(infos):
+            if info.status == status:
+                return info
+    return None
+
+
+def read_sidecar(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str | None]:
+    """Read a ``step_NNNNNN.json``: ``(data, None)`` or ``(None, reason)``; never raises."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, f"no {path.name}"
+    except OSError as err:
+        return None, f"cannot read {path.name}: {err.strerror}"
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        return None, f"{path.name} is not valid JSON: {err}"
+    if not isinstance(data, dict):
+        return None, f"{path.name} is not a JSON object"
+    for key, kind in (("format_version", int), ("step", int), ("n_params", int), ("checksum", str)):
+        if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
+            return None, f"{path.name} lacks a valid {key!r}"
+    if data["format_version"] > FORMAT_VERSION:
+        return None, f"{path.name} has format_version {data['format_version']}, newer than {FORMAT_VERSION}"
+    return data, None
+
+
+@dataclass(frozen=True)
+class CheckpointArrays:
+    """The three arrays of a checkpoint, memory-mapped read-only (float32, length n_params)."""
+
+    step: int
+    n_params: int
+    weights: np.ndarray
+    m: np.ndarray
+    v: np.ndarray
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointArrays:
+    """Validate quickly, then memory-map weights, m and v; raises :class:`CheckpointError`."""
+    info = inspect_checkpoint(path)
+    if info.status == "invalid":
+        raise CheckpointError(f"{Path(path).name}: {info.reason}")
+    assert info.n_params is not None
+    n = info.n_params
+    arrays = np.memmap(path, dtype="<f4", mode="r", offset=HEADER_SIZE, shape=(3, n))
+    return CheckpointArrays(info.step, n, arrays[0], arrays[1], arrays[2])
+
+
+def file_checksum(path: str | os.PathLike[str]) -> str:
+    """CRC-32 of a whole file, in the sidecar's ``crc32:xxxxxxxx`` form (reads every byte)."""
+    crc = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(WRITE_CHUNK_BYTES):
+            crc = zlib.crc32(chunk, crc)
+    return f"crc32:{crc:08x}"
+
+
+def verify_checksum(info: CheckpointInfo) -> str | None:
+    """Full read: None when the ``.bin`` matches its sidecar's checksum, else the reason."""
+    if info.sidecar is None:
+        return "no sidecar checksum to compare with"
+    actual = file_checksum(info.path)
+    expected = info.sidecar.get("checksum")
+    return None if actual == expected else f"checksum {actual} differs from the sidecar's {expected}"
+
+
+def _as_f32(name: str, array: Any, n_params: int) -> memoryview:
+    arr = np.asarray(array)
+    if arr.dtype != np.float32:
+        raise CheckpointError(f"{name} must be float32, got {arr.dtype}")
+    if arr.size != n_params:
+        raise CheckpointError(f"{name} has {arr.size} values, weights have {n_params}")
+    arr = np.ascontiguousarray(arr.reshape(-1))
+    if arr.dtype.byteorder == ">":
+        arr = arr.byteswap().view(arr.dtype.newbyteorder("<"))
+    return memoryview(arr).cast("B")
+
+
+def _chunks(header: bytes, views: list[memoryview]) -> Iterator[bytes | memoryview]:
+    delay = float(os.environ.get(SLOW_WRITE_ENV, "0") or 0)
+    yield header
+    for view in views:
+        for start in range(0, len(view), WRITE_CHUNK_BYTES):
+            if delay:
+                time.sleep(delay)
+            yield view[start:start + WRITE_CHUNK_BYTES]
+
+
+def write_checkpoint(run_dir: str | os.PathLike[str], step: int, weights: Any, m: Any, v: Any,
+                     resume: dict[str, Any] | None = None) -> CheckpointInfo:
+    """Write ``step_NNNNNN.bin`` then ``step_NNNNNN.json``, each atomically.
+
+    ``weights``, ``m`` and ``v`` are flat float32 arrays (anything numpy can view
+    without a copy, such as a CPU tensor's ``.numpy()``). ``resume`` is the rest of the
+    resume contract; ``format_version``, ``step``, ``n_params``, ``checksum`` and
+    ``bin_size`` are filled in here. Returns the quick look at the finished checkpoint.
+    """
+    if not 0 <= step <= INT32_MAX:
+        raise CheckpointError(f"step {step} does not fit the int32 header")
+    n_params = int(np.asarray(weights).size)
+    if not 0 < n_params <= INT32_MAX:
+        raise CheckpointError(f"n_params {n_params} does not fit the int32 header")
+    views = [_as_f32("weights", weights, n_params), _as_f32("m", m, n_params), _as_f32("v", v, n_params)]
+    crc = 0
+
+    def update(chunk: bytes | memoryview) -> None:
+        nonlocal crc
+        crc = zlib.crc32(chunk, crc)
+
+    path = checkpoint_path(run_dir, step)
+    # A sidecar from an earlier write of this step must not vouch for the new bytes.
+    sidecar_path(path).unlink(missing_ok=True)
+    size = atomic_write_chunks(path, _chunks(HEADER.pack(step, n_params), views), on_chunk=update)
+    sidecar = dict(resume or {})
+    sidecar.update(format_version=FORMAT_VERSION, step=step, n_params=n_params,
+                   checksum=f"crc32:{crc:08x}", bin_size=size)
+    atomic_write_json(sidecar_path(path), sidecar)
+    return inspect_checkpoint(path)

@@ -1,0 +1,333 @@
+"""``run.toml``: the run's configuration, loaded and validated without torch.
+
+Every section is a dataclass validated in ``__post_init__``; an error names the key,
+the value and what is allowed. The trainer builds its model, optimizer, data arms and
+bandit from a :class:`RunConfig`; the console and the pivot read and rewrite the arms'
+caps and floors through the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from .atomic import atomic_write_bytes
+
+RUN_TOML = "run.toml"
+
+
+class ConfigError(ValueError):
+    """A ``run.toml`` (or flag) value that is not allowed; the message names key, value and rule."""
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"run.toml: {key} = {value!r} is not allowed: {allowed}")
+
+
+def _check_int(key: str, value: Any, *, minimum: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(key, value, "expected an integer")
+    if minimum is not None and value < minimum:
+        _fail(key, value, f"expected an integer >= {minimum}")
+
+
+def _check_float(key: str, value: Any, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(key, value, "expected a finite number")
+    if low is not None and (value <= low if low_open else value < low):
+        _fail(key, value, f"expected a number {'>' if low_open else '>='} {low}"
+              + (f" and <= {high}" if high is not None else ""))
+    if high is not None and value > high:
+        _fail(key, value, f"expected a number <= {high}")
+
+
+@dataclass
+class ModelConfig:
+    """Shape of the decoder-only transformer (nanoGPT style, byte-level vocabulary)."""
+
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 128
+    vocab_size: int = 256
+    dropout: float = 0.0
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            _check_int(f"model.{name}", getattr(self, name), minimum=1)
+        if self.n_embd % self.n_head:
+            _fail("model.n_head", self.n_head, f"must divide model.n_embd = {self.n_embd}")
+        if self.vocab_size != 256:
+            _fail("model.vocab_size", self.vocab_size, "256 (the tokenizer is byte-level)")
+        _check_float("model.dropout", self.dropout, low=0.0, high=0.0)
+        if not isinstance(self.bias, bool):
+            _fail("model.bias", self.bias, "true or false")
+
+    def n_params(self) -> int:
+        """Parameters of the model this config builds (the head is tied to the token embedding)."""
+        e, b = self.n_embd, int(self.bias)
+        ln = e * (1 + b)
+        per_layer = ln + (3 * e * e + 3 * e * b) + (e * e + e * b) + ln + (4 * e * e + 4 * e * b) + (4 * e * e + e * b)
+        return self.vocab_size * e + self.block_size * e + self.n_layer * per_layer + ln
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW exactly as seed 003 fixes it, plus batch size and gradient clipping."""
+
+    lr: float = 3e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        _check_float("optimizer.lr", self.lr, low=0.0, low_open=True)
+        _check_float("optimizer.beta1", self.beta1, low=0.0, high=1.0)
+        _check_float("optimizer.beta2", self.beta2, low=0.0, high=1.0)
+        _check_float("optimizer.eps", self.eps, low=0.0, low_open=True)
+        _check_float("optimizer.weight_decay", self.weight_decay, low=0.0)
+        _check_float("optimizer.grad_clip", self.grad_clip, low=0.0, low_open=True)
+        _check_int("optimizer.batch_size", self.batch_size, minimum=1)
+
+
+@dataclass
+class BanditConfig:
+    """Online data mixing (EXP3 with EMA-smoothed loss rewards and decaying exploration)."""
+
+    ema: float = 0.9
+    explore_start: float = 0.5
+    explore_min: float = 0.05
+    explore_decay_steps: int = 1000
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        _check_float("bandit.ema", self.ema, low=0.0, high=1.0)
+        _check_float("bandit.explore_start", self.explore_start, low=0.0, high=1.0)
+        _check_float("bandit.explore_min", self.explore_min, low=0.0, high=1.0)
+        if self.explore_min > self.explore_start:
+            _fail("bandit.explore_min", self.explore_min, f"<= bandit.explore_start = {self.explore_start}")
+        _check_int("bandit.explore_decay_steps", self.explore_decay_steps, minimum=1)
+        _check_int("bandit.seed", self.seed, minimum=0)
+
+
+@dataclass
+class SamplesConfig:
+    """The sample audit written to ``.samples.json``."""
+
+    max_new_tokens: int = 64
+    temperature: float = 0.8
+    keep: int = 200
+    prompt_bytes: int = 32
+
+    def __post_init__(self) -> None:
+        _check_int("samples.max_new_tokens", self.max_new_tokens, minimum=1)
+        _check_float("samples.temperature", self.temperature, low=0.0)
+        _check_int("samples.keep", self.keep, minimum=1)
+        _check_int("samples.prompt_bytes", self.prompt_bytes, minimum=1)
+
+
+@dataclass
+class ArmConfig:
+    """One data arm: a named source with a sampling-probability cap and floor."""
+
+    source: str
+    cap: float = 1.0
+    floor: float = 0.0
+
+    def __post_init__(self) -> None:
+        # The arm's name is prefixed by the loader when it re-raises.
+        if not isinstance(self.source, str) or not self.source.strip():
+            _fail("source", self.source, "a non-empty string: a file, directory, glob or builtin:NAME")
+        _check_float("cap", self.cap, low=0.0, high=1.0)
+        _check_float("floor", self.floor, low=0.0, high=1.0)
+        if self.floor > self.cap:
+            _fail("floor", self.floor, f"<= cap = {self.cap}")
+
+
+@dataclass
+class RunSection:
+    """Cadences, seed, device and the command that launches the trainer."""
+
+    name: str = ""
+    preset: str = "tiny"
+    seed: int = 7
+    device: str = "auto"
+    max_steps: int = 0
+    checkpoint_every: int = 100
+    sample_every: int = 100
+    state_every: int = 1
+    log_every: int = 10
+    launch: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            _fail("run.name", self.name, "a string")
+        if self.preset not in PRESETS and self.preset != "custom":
+            _fail("run.preset", self.preset, f"one of {', '.join(PRESETS)} or custom")
+        _check_int("run.seed", self.seed, minimum=0)
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            _fail("run.device", self.device, "auto, cpu, cuda or cuda:N")
+        _check_int("run.max_steps", self.max_steps, minimum=0)
+        _check_int("run.checkpoint_every", self.checkpoint_every, minimum=1)
+        _check_int("run.sample_every", self.sample_every, minimum=1)
+        _check_int("run.state_every", self.state_every, minimum=1)
+        _check_int("run.log_every", self.log_every, minimum=1)
+        if not isinstance(self.launch, list) or not all(isinstance(a, str) for a in self.launch):
+            _fail("run.launch", self.launch, "a list of strings (the command that starts the trainer)")
+
+
+def validate_policy(arms: dict[str, ArmConfig], where: str = "arms") -> None:
+    """Caps and floors together: sum of floors <= 1 <= sum of caps (else no distribution fits)."""
+    if not arms:
+        raise ConfigError(f"run.toml: [{where}] is empty: at least one data arm is needed")
+    floors = sum(a.floor for a in arms.values())
+    caps = sum(a.cap for a in arms.values())
+    if floors > 1.0 + 1e-9:
+        raise ConfigError(f"run.toml: the floors of [{where}] sum to {floors:.6g}: they must sum to <= 1")
+    if caps < 1.0 - 1e-9:
+        raise ConfigError(f"run.toml: the caps of [{where}] sum to {caps:.6g}: they must sum to >= 1")
+
+
+DEFAULT_ARMS: dict[str, dict[str, Any]] = {
+    "stdlib-code": {"source": "builtin:stdlib-code", "cap": 0.8, "floor": 0.1},
+    "stdlib-docstrings": {"source": "builtin:stdlib-docstrings", "cap": 0.8, "floor": 0.1},
+    "pydoc-topics": {"source": "builtin:pydoc-topics", "cap": 0.8, "floor": 0.1},
+}
+
+# name -> (model, optimizer overrides). Parameter counts are checked by tests.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "micro": {"model": dict(n_layer=2, n_head=4, n_embd=40, block_size=64), "optimizer": dict(batch_size=8)},
+    "tiny": {"model": dict(n_layer=4, n_head=4, n_embd=128, block_size=128), "optimizer": dict(batch_size=16)},
+    "andrea-12m": {"model": dict(n_layer=7, n_head=6, n_embd=384, block_size=512), "optimizer": dict(batch_size=16)},
+    "andrea-120m": {"model": dict(n_layer=17, n_head=12, n_embd=768, block_size=1024), "optimizer": dict(batch_size=8)},
+}
+
+
+@dataclass
+class RunConfig:
+    """The whole ``run.toml``."""
+
+    run: RunSection = field(default_factory=RunSection)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+    samples: SamplesConfig = field(default_factory=SamplesConfig)
+    arms: dict[str, ArmConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_policy(self.arms)
+
+    @classmethod
+    def from_preset(cls, preset: str, **run_overrides: Any) -> "RunConfig":
+        """A default configuration for ``preset`` with the built-in data arms."""
+        if preset not in PRESETS:
+            _fail("run.preset", preset, f"one of {', '.join(PRESETS)}")
+        spec = PRESETS[preset]
+        return cls(
+            run=RunSection(preset=preset, **run_overrides),
+            model=ModelConfig(**spec["model"]),
+            optimizer=OptimizerConfig(**spec["optimizer"]),
+            arms={name: ArmConfig(**arm) for name, arm in DEFAULT_ARMS.items()},
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        """Build from parsed TOML, naming any unknown section or key."""
+        if not isinstance(data, dict):
+            raise ConfigError("run.toml: expected a table at the top level")
+        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms"}
+        for key in data:
+            if key not in allowed:
+                raise ConfigError(f"run.toml: unknown section [{key}]; allowed: {', '.join(sorted(allowed))}")
+        kwargs: dict[str, Any] = {}
+        sections = {"run": RunSection, "model": ModelConfig, "optimizer": OptimizerConfig,
+                    "bandit": BanditConfig, "samples": SamplesConfig}
+        for name, klass in sections.items():
+            if name in data:
+                kwargs[name] = _build(klass, data[name], name)
+        arms_data = data.get("arms", {})
+        if not isinstance(arms_data, dict):
+            raise ConfigError("run.toml: [arms] must be a table of [arms.NAME] tables")
+        arms = {}
+        for arm_name, arm in arms_data.items():
+            if not _valid_arm_name(arm_name):
+                raise ConfigError(f"run.toml: arm name {arm_name!r} is not allowed: letters, digits, '-', '_' and '.'")
+            try:
+                arms[arm_name] = _build(ArmConfig, arm, f"arms.{arm_name}")
+            except ConfigError as err:
+                raise ConfigError(str(err).replace("run.toml: ", f"run.toml: arms.{arm_name}.", 1)) from None
+        kwargs["arms"] = arms
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, as written to ``run.toml`` and recorded in checkpoints."""
+        return dataclasses.asdict(self)
+
+    def policy(self) -> dict[str, dict[str, float]]:
+        """The bandit policy: caps and floors per arm."""
+        return {"caps": {n: a.cap for n, a in self.arms.items()},
+                "floors": {n: a.floor for n, a in self.arms.items()}}
+
+
+def _valid_arm_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(name) and all(c.isalnum() or c in "-_." for c in name)
+
+
+def _build(klass: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"run.toml: [{where}] must be a table, not {type(data).__name__}")
+    names = {f.name for f in fields(klass)}
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"run.toml: unknown key {where}.{key}; allowed: {', '.join(sorted(names))}")
+    try:
+        return klass(**data)
+    except TypeError as err:  # a required key is missing
+        raise ConfigError(f"run.toml: [{where}] {err}") from None
+
+
+def load_run_config(run_dir: str | os.PathLike[str]) -> RunConfig:
+    """Load and validate ``RUN_DIR/run.toml``; raises :class:`ConfigError` naming the problem."""
+    path = Path(run_dir) / RUN_TOML
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return RunConfig.from_dict(data)
+
+
+def dump_run_config(config: RunConfig) -> str:
+    """The TOML text of ``config``."""
+    return tomli_w.dumps(config.to_dict())
+
+
+def write_run_config(run_dir: str | os.PathLike[str], config: RunConfig) -> Path:
+    """Write ``RUN_DIR/run.toml`` atomically."""
+    path = Path(run_dir) / RUN_TOML
+    atomic_write_bytes(path, dump_run_config(config).encode("utf-8"))
+    return path

@@ -1,0 +1,224 @@
+"""``.trainer.json`` and ``.lock``: who trains a run directory, and whether it may be signalled.
+
+The trainer holds an exclusive ``flock`` on ``.lock`` for its lifetime (a second
+trainer refuses to start) and writes ``.trainer.json`` naming itself. Before anyone
+signals that process, :func:`verify_trainer` checks that the pid is alive, that its
+``create_time`` is the recorded one (so a reused pid is refused) and that its command
+line names this run directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import psutil
+
+from .atomic import atomic_write_json
+
+TRAINER_JSON = ".trainer.json"
+LOCK_FILE = ".lock"
+CREATE_TIME_TOLERANCE = 0.01
+
+
+class RunLockedError(RuntimeError):
+    """Another trainer holds the run directory's lock."""
+
+
+@dataclass(frozen=True)
+class TrainerRecord:
+    """The content of ``.trainer.json``."""
+
+    pid: int
+    create_time: float
+    host: str
+    argv: list[str]
+    started: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_this_process(cls, **extra: Any) -> "TrainerRecord":
+        proc = psutil.Process()
+        return cls(pid=proc.pid, create_time=proc.create_time(), host=socket.gethostname(),
+                   argv=proc.cmdline(), started=time.time(), extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(data.pop("extra"))
+        return data
+
+
+def write_trainer_record(run_dir: str | os.PathLike[str], record: TrainerRecord) -> None:
+    atomic_write_json(Path(run_dir) / TRAINER_JSON, record.to_dict())
+
+
+def remove_trainer_record(run_dir: str | os.PathLike[str], pid: int | None = None) -> bool:
+    """Remove ``.trainer.json`` (only if it names ``pid``, when given); True if removed."""
+    path = Path(run_dir) / TRAINER_JSON
+    if pid is not None:
+        record, _ = read_trainer_record(run_dir)
+        if record is None or record.pid != pid:
+            return False
+    try:
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def read_trainer_record(run_dir: str | os.PathLike[str]) -> tuple[TrainerRecord | None, str | None]:
+    """``(record, None)``, ``(None, None)`` when there is none, or ``(None, reason)``; never raises."""
+    path = Path(run_dir) / TRAINER_JSON
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as err:
+        return None, f"{TRAINER_JSON}: cannot read: {err.strerror}"
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        return None, f"{TRAINER_JSON}: not valid JSON ({err})"
+    if not isinstance(data, dict):
+        return None, f"{TRAINER_JSON}: not a JSON object"
+    pid, ctime, argv = data.get("pid"), data.get("create_time"), data.get("argv")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None, f"{TRAINER_JSON}: pid {pid!r} is not a positive integer"
+    if not isinstance(ctime, (int, float)) or isinstance(ctime, bool):
+        return None, f"{TRAINER_JSON}: create_time {ctime!r} is not a number"
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return None, f"{TRAINER_JSON}: argv is not a list of strings"
+    started = data.get("started")
+    known = {"pid", "create_time", "host", "argv", "started"}
+    return TrainerRecord(pid=pid, create_time=float(ctime), host=str(data.get("host") or ""), argv=argv,
+                         started=float(started) if isinstance(started, (int, float)) else 0.0,
+                         extra={k: v for k, v in data.items() if k not in known}), None
+
+
+class RunLock:
+    """The exclusive ``flock`` on ``RUN_DIR/.lock``, held for a trainer's lifetime."""
+
+    def __init__(self, run_dir: str | os.PathLike[str]):
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            record, _ = read_trainer_record(self.path.parent)
+            holder = f" (pid {record.pid} on {record.host})" if record else ""
+            raise RunLockedError(f"{self.path.parent}: another trainer is training this run directory{holder}") from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)     # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+TrainerState = Literal["running", "stopped", "stale", "unverified", "unreadable"]
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What :func:`verify_trainer` found. Only ``state == "running"`` may be signalled."""
+
+    state: TrainerState
+    reason: str
+    record: TrainerRecord | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "running"
+
+
+def _names_run_dir(proc: psutil.Process, argv: list[str], run_dir: Path) -> bool:
+    try:
+        cwd = Path(proc.cwd())
+    except (psutil.Error, OSError):
+        cwd = None
+    target = run_dir.resolve()
+    for arg in argv[1:]:
+        if arg.startswith("-"):
+            arg = arg.split("=", 1)[1] if "=" in arg else ""
+            if not arg:
+                continue
+        candidate = Path(arg)
+        if not candidate.is_absolute():
+            if cwd is None:
+                continue
+            candidate = cwd / candidate
+        try:
+            if candidate.resolve() == target:
+                return True
+        except (OSError, RuntimeError):
+            continue
+    return False
+
+
+def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
+    """Check ``.trainer.json`` against the live process table; never raises."""
+    run_dir = Path(run_dir)
+    record, error = read_trainer_record(run_dir)
+    if error:
+        return Verification("unreadable", error)
+    if record is None:
+        return Verification("stopped", "no trainer is recorded (no .trainer.json)")
+    if record.host and record.host != socket.gethostname():
+        return Verification("unverified", f"the trainer runs on host {record.host!r}, not this one", record)
+    if record.pid == 1:
+        return Verification("unverified", "the record names pid 1 (init), which is never a trainer", record)
+    if record.pid == os.getpid():
+        return Verification("unverified", "the record names this console's own pid", record)
+    try:
+        proc = psutil.Process(record.pid)
+        create_time = proc.create_time()
+        cmdline = proc.cmdline()
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return Verification("stale", f"pid {record.pid} has exited (zombie)", record)
+    except psutil.NoSuchProcess:
+        return Verification("stale", f"pid {record.pid} is not running: the record is stale", record)
+    except psutil.AccessDenied:
+        return Verification("unverified", f"pid {record.pid} cannot be inspected (access denied)", record)
+    if abs(create_time - record.create_time) > CREATE_TIME_TOLERANCE:
+        return Verification("stale", f"pid {record.pid} was reused by another process (its start time differs)", record)
+    if not _names_run_dir(proc, cmdline, run_dir):
+        return Verification("unverified", f"pid {record.pid} ({' '.join(cmdline)[:80]}) does not name this run directory", record)
+    return Verification("running", f"pid {record.pid} verified", record)
+
+
+def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Verification:
+    """Send ``sig`` to the verified trainer of ``run_dir``; a process that fails verification
+    is never signalled. Returns the verification (``ok`` False: nothing was sent)."""
+    verification = verify_trainer(run_dir)
+    if not verification.ok:
+        return verification
+    assert verification.record is not None
+    try:
+        # psutil re-checks the create time, closing the window in which the pid could be reused.
+        proc = psutil.Process(verification.record.pid)
+        if abs(proc.create_time() - verification.record.create_time) > CREATE_TIME_TOLERANCE:
+            return Verification("stale", "the trainer exited and its pid was reused", verification.record)
+        proc.send_signal(sig)
+    except psutil.NoSuchProcess:
+        return Verification("stale", f"pid {verification.record.pid} exited before the signal", verification.record)
+    except psutil.AccessDenied:
+        return Verification("unverified", f"not allowed to signal pid {verification.record.pid}", verification.record)
+    return verification

@@ -1,0 +1,176 @@
+"""``.state.json`` (live bandit state) and ``.samples.json`` (the sample audit).
+
+Both are rewritten atomically by the trainer. Readers are tolerant: a missing,
+malformed or half-understood file gives a :class:`SidecarRead` whose ``error`` says what
+is wrong, never an exception in the caller.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from .atomic import atomic_write_json
+
+STATE_JSON = ".state.json"
+SAMPLES_JSON = ".samples.json"
+STATE_VERSION = 1
+SAMPLES_VERSION = 1
+MAX_SIDECAR_BYTES = 64 << 20
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SidecarRead(Generic[T]):
+    """A reader's answer: ``value`` when usable, ``error`` naming the problem otherwise."""
+
+    value: T | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.value is not None
+
+
+@dataclass(frozen=True)
+class ArmState:
+    """One arm as ``.state.json`` carries it."""
+
+    name: str
+    pulls: int = 0
+    ema_reward: float = math.nan
+    prob: float = math.nan
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BanditState:
+    """The live bandit state: policy, arms and phase counters."""
+
+    version: int
+    step: int
+    caps: dict[str, float]
+    floors: dict[str, float]
+    arms: dict[str, ArmState]
+    phase: dict[str, Any]
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated completion for the audit."""
+
+    step: int
+    arm: str
+    prompt: str
+    completion: str
+    temperature: float = math.nan
+    time: float = math.nan
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_SIDECAR_BYTES + 1)
+    except FileNotFoundError:
+        return None, f"{path.name}: not written yet"
+    except OSError as err:
+        return None, f"{path.name}: cannot read: {err.strerror}"
+    if len(raw) > MAX_SIDECAR_BYTES:
+        return None, f"{path.name}: larger than {MAX_SIDECAR_BYTES >> 20} MiB, not read"
+    if not raw.strip():
+        return None, f"{path.name}: empty file"
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as err:
+        return None, f"{path.name}: not valid JSON ({err})"
+
+
+def _number(value: Any, default: float = math.nan) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return default
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _probabilities(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): _number(v) for k, v in value.items()}
+
+
+def write_state(run_dir: str | os.PathLike[str], state: dict[str, Any]) -> None:
+    """Rewrite ``.state.json`` atomically."""
+    atomic_write_json(Path(run_dir) / STATE_JSON, state)
+
+
+def read_state(run_dir: str | os.PathLike[str]) -> SidecarRead[BanditState]:
+    """Read ``.state.json``; never raises."""
+    path = Path(run_dir) / STATE_JSON
+    data, error = _read_json(path)
+    if error:
+        return SidecarRead(None, error)
+    if not isinstance(data, dict):
+        return SidecarRead(None, f"{path.name}: top level is {type(data).__name__}, expected an object")
+    arms_data = data.get("arms")
+    if not isinstance(arms_data, dict):
+        return SidecarRead(None, f"{path.name}: no \"arms\" object")
+    arms = {}
+    for name, arm in arms_data.items():
+        if not isinstance(arm, dict):
+            return SidecarRead(None, f"{path.name}: arm {name!r} is not an object")
+        known = {"pulls", "ema_reward", "prob", "source"}
+        arms[str(name)] = ArmState(
+            name=str(name), pulls=_count(arm.get("pulls")), ema_reward=_number(arm.get("ema_reward")),
+            prob=_number(arm.get("prob")), source=str(arm.get("source") or ""),
+            extra={k: v for k, v in arm.items() if k not in known})
+    policy = data.get("policy") if isinstance(data.get("policy"), dict) else {}
+    phase = data.get("phase") if isinstance(data.get("phase"), dict) else {}
+    state = BanditState(version=_count(data.get("version")), step=_count(data.get("step")),
+                        caps=_probabilities(policy.get("caps")), floors=_probabilities(policy.get("floors")),
+                        arms=arms, phase=phase, raw=data)
+    return SidecarRead(state)
+
+
+def write_samples(run_dir: str | os.PathLike[str], samples: list[dict[str, Any]]) -> None:
+    """Rewrite ``.samples.json`` atomically: ``{"version", "samples": [...]}``, newest last."""
+    atomic_write_json(Path(run_dir) / SAMPLES_JSON, {"version": SAMPLES_VERSION, "samples": samples})
+
+
+def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
+    """Read ``.samples.json`` (an object with ``samples``, or a bare list); never raises."""
+    path = Path(run_dir) / SAMPLES_JSON
+    data, error = _read_json(path)
+    if error:
+        return SidecarRead(None, error)
+    items = data.get("samples") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        return SidecarRead(None, f"{path.name}: expected a list of samples")
+    samples, skipped = [], 0
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("completion"), str):
+            skipped += 1
+            continue
+        samples.append(Sample(step=_count(item.get("step")), arm=str(item.get("arm") or ""),
+                              prompt=str(item.get("prompt") or ""), completion=item["completion"],
+                              temperature=_number(item.get("temperature")), time=_number(item.get("time"))))
+    error = f"{path.name}: {skipped} malformed sample(s) skipped" if skipped else None
+    return SidecarRead(samples, error)
+
+
+def newest_per_arm(samples: list[Sample]) -> dict[str, Sample]:
+    """The newest sample of each arm (samples are stored newest last)."""
+    newest: dict[str, Sample] = {}
+    for sample in samples:
+        newest[sample.arm] = sample
+    return newest
