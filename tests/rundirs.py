@@ -1,0 +1,108 @@
+"""The one place tests generate run directories: deterministic by construction.
+
+Every value comes from a seeded generator and a fixed clock (``EPOCH``), so two calls
+with the same arguments write byte-identical files, and a screen rendered from them
+holds no wall-clock time, pid or host.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from trainer.rundir import (LossHistoryWriter, RunConfig, write_checkpoint, write_run_config,
+                            write_samples, write_state)
+
+EPOCH = 1_764_403_200.0          # 2025-11-29 08:00:00 UTC: the fixed clock of generated runs
+DEFAULT_ARMS = ("stdlib-code", "stdlib-docstrings", "pydoc-topics")
+
+
+@dataclass
+class RunSpec:
+    """What to put in a generated run directory."""
+
+    steps: int = 300                       # history lines 1..steps
+    checkpoints: tuple[int, ...] = (100, 200, 300)
+    n_params: int = 1000                   # size of generated checkpoints (not a real model)
+    preset: str = "micro"
+    arms: tuple[str, ...] = DEFAULT_ARMS
+    history_format: str = "jsonl"          # or "array"
+    spikes: dict[int, float] = field(default_factory=dict)   # step -> loss
+    nonfinite: tuple[int, ...] = ()
+    state_arms: tuple[str, ...] | None = None  # arms in .state.json (default: arms)
+    with_run_toml: bool = True
+    with_state: bool = True
+    with_samples: bool = True
+    seed: int = 0
+    step_seconds: float = 0.5
+
+
+def loss_curve(steps: int, seed: int = 0) -> np.ndarray:
+    """A plausible falling loss with noise, deterministic in ``seed``."""
+    rng = np.random.default_rng(seed)
+    s = np.arange(1, steps + 1)
+    return 5.5 * np.exp(-s / 400) + 1.6 + rng.normal(0, 0.05, steps)
+
+
+def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overrides: Any) -> Path:
+    """Create (or fill) a run directory at ``root`` as ``spec`` says; returns its path."""
+    spec = spec or RunSpec(**overrides)
+    run = Path(root)
+    run.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(spec.seed)
+    if spec.with_run_toml:
+        config = RunConfig.from_preset(spec.preset)
+        config.run.name = run.name
+        write_run_config(run, config)
+    losses = loss_curve(spec.steps, spec.seed)
+    records: list[dict[str, Any]] = [{"event": "start", "step": 0, "time": EPOCH}]
+    for i in range(1, spec.steps + 1):
+        loss = float(spec.spikes.get(i, losses[i - 1]))
+        if i in spec.nonfinite:
+            loss = math.nan
+        records.append({"step": i, "loss": loss, "lr": 3e-3, "grad_norm": float(0.5 + rng.random()),
+                        "arm": spec.arms[i % len(spec.arms)], "tokens": i * 512,
+                        "time": EPOCH + i * spec.step_seconds})
+        if i in spec.checkpoints:
+            records.append({"event": "checkpoint", "step": i, "path": f"step_{i:06d}.bin",
+                            "time": EPOCH + i * spec.step_seconds})
+    _write_history(run, records, spec.history_format)
+    for step in spec.checkpoints:
+        weights = rng.standard_normal(spec.n_params).astype(np.float32)
+        write_checkpoint(run, step, weights, weights * 0.1, np.abs(weights) * 0.01,
+                         resume={"config": {"preset": spec.preset}, "tokens_seen": step * 512,
+                                 "adam_step": step, "time": EPOCH + step * spec.step_seconds})
+        os.utime(run / f"step_{step:06d}.bin", (EPOCH + step * spec.step_seconds,) * 2)
+    if spec.with_state:
+        arms = spec.state_arms if spec.state_arms is not None else spec.arms
+        share = 1.0 / max(len(arms), 1)
+        write_state(run, {
+            "version": 1, "step": spec.steps,
+            "policy": {"caps": {a: 0.8 for a in arms}, "floors": {a: 0.1 for a in arms}},
+            "arms": {a: {"pulls": spec.steps // max(len(arms), 1), "ema_reward": round(0.01 * (k + 1), 4),
+                         "prob": share, "source": f"builtin:{a}" if a in DEFAULT_ARMS else f"data/{a}.txt"}
+                     for k, a in enumerate(arms)},
+            "phase": {"step": spec.steps, "explore": 0.2},
+        })
+    if spec.with_samples:
+        write_samples(run, [{"step": step, "arm": arm, "prompt": f"def {arm.replace('-', '_')}(",
+                             "completion": f"self):\n    return {k}  # sample at step {step}",
+                             "temperature": 0.8, "time": EPOCH + step * spec.step_seconds}
+                            for step in spec.checkpoints for k, arm in enumerate(spec.arms)])
+    return run
+
+
+def _write_history(run: Path, records: list[dict[str, Any]], fmt: str) -> None:
+    path = run / ".loss.json"
+    if fmt == "array":
+        path.write_bytes(orjson.dumps(records))
+        return
+    with LossHistoryWriter(path) as writer:
+        for record in records:
+            writer.append(record)
