@@ -46,8 +46,7 @@ class _Line(msgspec.Struct, gc=False):
 
 
 _decode_block = msgspec.json.Decoder(list[_Line]).decode
-_get_row = attrgetter("step", "tokens", "arm", *_FLOAT_COLUMNS)
-_get_event = attrgetter("event")
+_get_row = attrgetter("step", "tokens", "arm", *_FLOAT_COLUMNS, "event")
 
 
 def _nonfinite_label(value: float) -> str | None:
@@ -311,7 +310,7 @@ class LossHistory:
             update.reset = True
         with _gc_paused():
             try:
-                elements = _decode_raw_array(data)
+                decoded = _decode_block(data)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 records = _parse_array(data)
                 if isinstance(records, str):
@@ -319,11 +318,18 @@ class LossHistory:
                 else:
                     self._add_block(self._slow_columns(records, 1, update), update)
                 return
-            # Decoded in blocks, as lines are: a cache-sized batch of records at a time.
-            for first in range(0, len(elements), BLOCK_LINES):
-                chunk = elements[first:first + BLOCK_LINES]
-                self._ingest(b"[" + b",".join(chunk) + b"]", len(chunk), lambda i, c=chunk: bytes(c[i]), update)
-                self._lines += len(chunk)
+            elements: list[msgspec.Raw] = []
+
+            def element(i: int) -> bytes:    # split the array only when an event needs reading whole
+                if not elements:
+                    elements.extend(_decode_raw_array(data))
+                return bytes(elements[i])
+
+            # Columns are taken a cache-sized batch of records at a time, as for lines.
+            for first in range(0, len(decoded), BLOCK_LINES):
+                block = self._typed_columns(decoded[first:first + BLOCK_LINES], lambda i, f=first: element(f + i),
+                                            first + 1, update)
+                self._add_block(block if block is not None else _columns_from_rows([]), update)
 
     def _ingest(self, text: memoryview, n: int, line_at: Callable[[int], bytes], update: HistoryUpdate) -> None:
         """Add a block of ``n`` lines, ``text`` being them as one JSON array and
@@ -343,11 +349,24 @@ class LossHistory:
             return None
         if len(decoded) != n:
             return None
-        block = _columns([ln for ln in decoded if ln.event is None])
+        return self._typed_columns(decoded, line_at, first_line, update)
+
+    def _typed_columns(self, decoded: list[_Line], line_at: Callable[[int], bytes], first_line: int,
+                       update: HistoryUpdate) -> dict[str, Any] | None:
+        """Columns of decoded records; their events are added (read whole by ``line_at``)."""
+        if not decoded:
+            return _columns_from_rows([])
+        step, tokens, arms, *floats, events = zip(*map(_get_row, decoded))
+        block = {"step": np.array(step, np.int64), "tokens": np.array(tokens, np.int64), "arm_names": arms,
+                 **{name: np.array(col, np.float64) for name, col in zip(_FLOAT_COLUMNS, floats)}}
+        if events.count(None) != len(decoded):
+            is_step = np.equal(np.array(events, object), None)
+            for i in np.flatnonzero(~is_step):     # events are rare: read them whole
+                self._add_event(orjson.loads(line_at(int(i))), first_line + int(i), update)
+            block = {name: (col[is_step] if name != "arm_names" else np.array(col, object)[is_step].tolist())
+                     for name, col in block.items()}
         if len(block["step"]) and block["step"].min() < 0:
             return None
-        for i in [i for i, ev in enumerate(map(_get_event, decoded)) if ev is not None]:
-            self._add_event(orjson.loads(line_at(i)), first_line + i, update)   # events are rare: read whole
         return block
 
     def _add_block(self, block: dict[str, Any], update: HistoryUpdate) -> None:
@@ -410,10 +429,6 @@ def _as_float(value: Any) -> float:
         except OverflowError:
             return math.inf
     return math.nan
-
-
-def _columns(lines: list[_Line]) -> dict[str, Any]:
-    return _columns_from_rows(list(map(_get_row, lines)))
 
 
 def _columns_from_rows(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
