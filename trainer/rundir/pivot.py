@@ -1,0 +1,229 @@
+"""The polish pivot's files (DESIGN.md section 7): the new policy, the archive, the journal.
+
+A pivot is a policy change, not a run reset. This module holds the parts that touch
+files and need no trainer: planning the new ``run.toml`` (caps, floors, dropped arms),
+archiving ``.samples.json`` and ``.state.json`` with the previous ``run.toml`` and a
+``pivot.json``, and the journal (``.pivot.json``) that records how far a pivot got, so
+that an interrupted one is completed or rolled back by the next. ``.loss.json`` is never
+moved, copied or rewritten here.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import os
+import stat
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .atomic import atomic_write_bytes, atomic_write_json, fsync_dir
+from .config import RUN_TOML, ArmConfig, ConfigError, RunConfig, dump_run_config, validate_policy
+from .sidecars import SAMPLES_JSON, STATE_JSON
+
+PIVOT_JOURNAL = ".pivot.json"
+ARCHIVE_DIR = "archive"
+ARCHIVED_FILES = (SAMPLES_JSON, STATE_JSON)
+# The stages in order; a journal's ``stage`` is the last one completed.
+STAGES = ("planned", "audit_checkpoint", "stopped", "archived", "config_written", "resumed")
+
+
+class PivotError(RuntimeError):
+    """A pivot step that cannot go ahead; the message says why and what is unchanged."""
+
+
+@dataclass
+class PivotJournal:
+    """How far a pivot got. Written atomically after every stage."""
+
+    stage: str
+    started: float
+    old_policy: dict[str, Any]
+    new_policy: dict[str, Any]
+    dropped: list[str] = field(default_factory=list)
+    audit_step: int | None = None
+    final_step: int | None = None
+    archive: str | None = None          # relative to the run directory
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def advance(self, stage: str, note: str = "", now: float | None = None) -> None:
+        if stage not in STAGES:
+            raise ValueError(f"unknown pivot stage {stage!r}")
+        self.stage = stage
+        self.log.append({"stage": stage, "time": time.time() if now is None else now, "note": note})
+
+    def done(self, stage: str) -> bool:
+        """Whether ``stage`` has been completed."""
+        return STAGES.index(self.stage) >= STAGES.index(stage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_journal(run_dir: str | os.PathLike[str]) -> tuple[PivotJournal | None, str | None]:
+    """``(journal, None)``, ``(None, None)`` when no pivot is under way, or ``(None, reason)``."""
+    path = Path(run_dir) / PIVOT_JOURNAL
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, orjson.JSONDecodeError) as err:
+        return None, f"{PIVOT_JOURNAL}: unreadable ({err})"
+    try:
+        journal = PivotJournal(**data)
+        if journal.stage not in STAGES:
+            raise ValueError(f"unknown stage {journal.stage!r}")
+    except (TypeError, ValueError) as err:
+        return None, f"{PIVOT_JOURNAL}: malformed ({err})"
+    return journal, None
+
+
+def write_journal(run_dir: str | os.PathLike[str], journal: PivotJournal) -> None:
+    atomic_write_json(Path(run_dir) / PIVOT_JOURNAL, journal.to_dict())
+
+
+def remove_journal(run_dir: str | os.PathLike[str]) -> None:
+    (Path(run_dir) / PIVOT_JOURNAL).unlink(missing_ok=True)
+
+
+def plan_policy(config: RunConfig, caps: dict[str, float] | None = None, floors: dict[str, float] | None = None,
+                drop: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """The configuration after the pivot: ``config`` with new caps and floors, dropped arms removed.
+
+    Raises :class:`ConfigError` naming the arm and the rule when the policy is not allowed.
+    """
+    caps, floors = dict(caps or {}), dict(floors or {})
+    for name in [*caps, *floors, *drop]:
+        if name not in config.arms and name not in drop:
+            raise ConfigError(f"pivot: no arm named {name!r} in run.toml; arms: {', '.join(config.arms)}")
+    new = copy.deepcopy(config)
+    arms = {}
+    for name, arm in config.arms.items():
+        if name in drop:
+            continue
+        try:
+            arms[name] = ArmConfig(source=arm.source, cap=caps.get(name, arm.cap), floor=floors.get(name, arm.floor))
+        except ConfigError as err:
+            raise ConfigError(str(err).replace("run.toml: ", f"pivot: arms.{name}.", 1)) from None
+    validate_policy(arms)
+    new.arms = arms
+    return new
+
+
+def _utc_stamp(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _regular_file_or_none(path: Path) -> Path | None:
+    """``path`` if it is a regular file (not a symlink), None if absent; refuses anything else."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise PivotError(f"{path.name} is a symbolic link: a pivot never follows links out of the run directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise PivotError(f"{path.name} is not a regular file")
+    return path
+
+
+def _archive_root(run_dir: Path) -> Path:
+    root = run_dir / ARCHIVE_DIR
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        root.mkdir()
+        return root
+    if not stat.S_ISDIR(st.st_mode):      # a symlink (even to a directory) or a file
+        raise PivotError(f"{root} is not a plain directory: refusing to archive into it")
+    return root
+
+
+def archive_sidecars(run_dir: str | os.PathLike[str], journal: PivotJournal, now: float | None = None) -> Path:
+    """Steps 3-4: move ``.samples.json`` and ``.state.json``, copy ``run.toml`` and write
+    ``pivot.json`` into ``archive/pivot_P_<UTC>/``. Idempotent: a second call after an
+    interruption finishes the same archive. ``.loss.json`` is not touched."""
+    run_dir = Path(run_dir)
+    if journal.final_step is None:
+        raise PivotError("the final checkpoint step P is not known yet: the trainer has not stopped")
+    now = time.time() if now is None else now
+    sources = {name: _regular_file_or_none(run_dir / name) for name in (*ARCHIVED_FILES, RUN_TOML)}
+    if journal.archive is None:
+        journal.archive = f"{ARCHIVE_DIR}/pivot_{journal.final_step:06d}_{_utc_stamp(now)}"
+        write_journal(run_dir, journal)       # record the name before anything moves
+    root = _archive_root(run_dir)
+    dest = run_dir / journal.archive
+    if dest.parent != root or ".." in Path(journal.archive).parts:
+        raise PivotError(f"archive path {journal.archive!r} is not under {ARCHIVE_DIR}/")
+    if dest.is_symlink():
+        raise PivotError(f"{dest} is a symbolic link: refusing to archive into it")
+    dest.mkdir(exist_ok=True)
+    archived = []
+    for name in ARCHIVED_FILES:
+        if sources[name] is not None:
+            os.replace(sources[name], dest / name)      # same file system: an atomic move
+        if (dest / name).exists():
+            archived.append(name)
+    if not (dest / RUN_TOML).exists() and sources[RUN_TOML] is not None:
+        atomic_write_bytes(dest / RUN_TOML, sources[RUN_TOML].read_bytes())
+    atomic_write_json(dest / "pivot.json", {**journal.to_dict(), "archived": archived,
+                                            "previous_run_toml": (dest / RUN_TOML).exists()})
+    fsync_dir(run_dir)
+    fsync_dir(dest)
+    return dest
+
+
+def write_new_policy(run_dir: str | os.PathLike[str], new_config: RunConfig) -> None:
+    """Step 5: the new caps and floors into ``run.toml`` (atomic)."""
+    atomic_write_bytes(Path(run_dir) / RUN_TOML, dump_run_config(new_config).encode("utf-8"))
+
+
+def rollback_archive(run_dir: str | os.PathLike[str], journal: PivotJournal) -> list[str]:
+    """Undo steps 3-5 of an unfinished pivot: the archived sidecars and the previous
+    ``run.toml`` go back in place. Returns what was restored."""
+    run_dir = Path(run_dir)
+    restored: list[str] = []
+    if journal.archive is None:
+        return restored
+    src_dir = run_dir / journal.archive
+    if not src_dir.is_dir() or src_dir.is_symlink():
+        return restored
+    for name in ARCHIVED_FILES:
+        src = _regular_file_or_none(src_dir / name)
+        if src is not None and not (run_dir / name).exists():
+            os.replace(src, run_dir / name)
+            restored.append(name)
+    previous = _regular_file_or_none(src_dir / RUN_TOML)
+    if previous is not None:
+        atomic_write_bytes(run_dir / RUN_TOML, previous.read_bytes())
+        restored.append(RUN_TOML)
+    for leftover in (src_dir / RUN_TOML, src_dir / "pivot.json"):
+        leftover.unlink(missing_ok=True)
+    try:
+        src_dir.rmdir()
+    except OSError:
+        pass
+    fsync_dir(run_dir)
+    return restored
+
+
+def list_pivots(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every finished or archived pivot: ``pivot.json`` of each ``archive/pivot_*`` (oldest first)."""
+    root = Path(run_dir) / ARCHIVE_DIR
+    out = []
+    try:
+        entries = sorted(p for p in root.iterdir() if p.name.startswith("pivot_") and p.is_dir())
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            data = orjson.loads((entry / "pivot.json").read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            data = {"error": "pivot.json missing or unreadable"}
+        if isinstance(data, dict):
+            out.append({**data, "path": str(entry.relative_to(run_dir))})
+    return out
