@@ -41,6 +41,22 @@ class RunSpec:
     with_samples: bool = True
     seed: int = 0
     step_seconds: float = 0.5
+    # Damage and odd cases, for the console's bad-input tests:
+    empty: bool = False                    # only create the directory
+    truncated: tuple[int, ...] = ()        # these checkpoints' .bin lose their last bytes (invalid)
+    foreign: tuple[int, ...] = ()          # these checkpoints lose their .json (weights, m, v only)
+    trainer_record: str | dict[str, Any] | None = None  # "stale", "spoofed", "garbage" or a raw record
+    state_text: str | None = None          # raw .state.json content (malformed sidecars)
+    samples_text: str | None = None        # raw .samples.json content
+    torn_tail: str = ""                    # appended to .loss.json without a newline
+    bad_lines: tuple[str, ...] = ()        # garbage lines appended to .loss.json (before torn_tail)
+    events: tuple[dict[str, Any], ...] = ()  # extra event lines, placed after their "step"
+    log_lines: tuple[str, ...] = ()        # trainer.log content
+    garbage_files: tuple[str, ...] = ()    # unrelated files written with a little junk
+
+
+# A pid above Linux's largest pid_max (2**22): never a live process.
+DEAD_PID = 4_194_304
 
 
 def loss_curve(steps: int, seed: int = 0) -> np.ndarray:
@@ -55,6 +71,8 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
     spec = spec or RunSpec(**overrides)
     run = Path(root)
     run.mkdir(parents=True, exist_ok=True)
+    if spec.empty:
+        return run
     rng = np.random.default_rng(spec.seed)
     if spec.with_run_toml:
         config = RunConfig.from_preset(spec.preset)
@@ -72,13 +90,26 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
         if i in spec.checkpoints:
             records.append({"event": "checkpoint", "step": i, "path": f"step_{i:06d}.bin",
                             "time": EPOCH + i * spec.step_seconds})
+        for event in spec.events:
+            if event.get("step") == i:
+                records.append({"time": EPOCH + i * spec.step_seconds, **event})
     _write_history(run, records, spec.history_format)
+    if spec.bad_lines or spec.torn_tail:
+        with open(run / ".loss.json", "ab") as fh:
+            fh.write("".join(line + "\n" for line in spec.bad_lines).encode())
+            fh.write(spec.torn_tail.encode())
     for step in spec.checkpoints:
         weights = rng.standard_normal(spec.n_params).astype(np.float32)
         write_checkpoint(run, step, weights, weights * 0.1, np.abs(weights) * 0.01,
                          resume={"config": {"preset": spec.preset}, "tokens_seen": step * 512,
                                  "adam_step": step, "time": EPOCH + step * spec.step_seconds})
         os.utime(run / f"step_{step:06d}.bin", (EPOCH + step * spec.step_seconds,) * 2)
+    for step in spec.truncated:
+        path = run / f"step_{step:06d}.bin"
+        os.truncate(path, path.stat().st_size - 100)
+        os.utime(path, (EPOCH + step * spec.step_seconds,) * 2)
+    for step in spec.foreign:
+        (run / f"step_{step:06d}.json").unlink()
     if spec.with_state:
         arms = spec.state_arms if spec.state_arms is not None else spec.arms
         share = 1.0 / max(len(arms), 1)
@@ -95,7 +126,33 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
                              "completion": f"self):\n    return {k}  # sample at step {step}",
                              "temperature": 0.8, "time": EPOCH + step * spec.step_seconds}
                             for step in spec.checkpoints for k, arm in enumerate(spec.arms)])
+    if spec.state_text is not None:
+        (run / ".state.json").write_text(spec.state_text)
+    if spec.samples_text is not None:
+        (run / ".samples.json").write_text(spec.samples_text)
+    if spec.trainer_record is not None:
+        _write_trainer_record(run, spec.trainer_record)
+    if spec.log_lines:
+        (run / "trainer.log").write_text("".join(line + "\n" for line in spec.log_lines))
+    for name in spec.garbage_files:
+        (run / name).write_bytes(b"\x00\xffnot a run file\n")
     return run
+
+
+def _write_trainer_record(run: Path, record: str | dict[str, Any]) -> None:
+    """A ``.trainer.json`` that must never be signalled: a dead pid, pid 1, or not JSON."""
+    path = run / ".trainer.json"
+    if record == "garbage":
+        path.write_text("{not json")
+        return
+    if record == "stale":
+        record = {"pid": DEAD_PID, "create_time": EPOCH, "host": "", "argv": ["andrea-train", str(run)],
+                  "started": EPOCH}
+    elif record == "spoofed":
+        record = {"pid": 1, "create_time": EPOCH, "host": "", "argv": ["andrea-train", str(run)],
+                  "started": EPOCH}
+    assert isinstance(record, dict), record
+    path.write_bytes(orjson.dumps(record))
 
 
 def _write_history(run: Path, records: list[dict[str, Any]], fmt: str) -> None:

@@ -1,0 +1,148 @@
+"""``andrea-console RUN_DIR``: the dashboard, and its scriptable twins.
+
+    andrea-console RUN_DIR                 open the dashboard
+    andrea-console RUN_DIR --start         launch the trainer detached, then open the dashboard
+    andrea-console RUN_DIR --once          the dashboard as plain text, then exit
+    andrea-console RUN_DIR --json          the same as JSON
+    andrea-console RUN_DIR --checkpoint    SIGUSR1, wait for the checkpoint, print its path
+    andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
+
+Exit status: 0 done; 1 nothing verified to signal, or the trainer did not do it;
+2 bad usage or a missing run directory; 3 timed out waiting.
+
+Textual is imported only when the dashboard opens, so the twins start fast; torch is
+never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from .plot import PlotOptions
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="andrea-console",
+                                description="Operator console for a live training run directory.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (runs/<name>)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="print the dashboard as plain text and exit")
+    mode.add_argument("--json", action="store_true", help="print the dashboard as JSON and exit")
+    mode.add_argument("--checkpoint", action="store_true",
+                      help="SIGUSR1 the verified trainer, wait for the new checkpoint, print its path")
+    mode.add_argument("--stop", action="store_true",
+                      help="SIGTERM the verified trainer (it checkpoints and exits), wait for the exit")
+    p.add_argument("--start", action="store_true",
+                   help="launch andrea-train RUN_DIR (or run.toml's run.launch) detached, output to "
+                        "RUN_DIR/trainer.log, then open the dashboard")
+    p.add_argument("--preset", metavar="NAME", help="with --start: passed to the trainer as --preset NAME")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="seconds to wait for a checkpoint or an exit (default 300)")
+    p.add_argument("--width", type=int, default=100, metavar="N", help="--once: width of the text (default 100)")
+    p.add_argument("--smooth", type=float, default=0.98, metavar="BETA",
+                   help="EMA weight of the smoothed loss line, 0 to 0.9999 (default 0.98)")
+    p.add_argument("--window", type=int, default=2000, metavar="N",
+                   help="steps shown when the plot's window is toggled to 'last N' (default 2000)")
+    return p
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"andrea-console: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run_dir = Path(args.run_dir)
+    if args.preset and not args.start:
+        return _fail("--preset goes with --start", EXIT_USAGE)
+    if not 0.0 <= args.smooth < 1.0:
+        return _fail(f"--smooth {args.smooth}: expected 0 <= BETA < 1", EXIT_USAGE)
+    if args.start and (args.once or args.json or args.checkpoint or args.stop):
+        return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
+                     EXIT_USAGE)
+    if args.once or args.json:
+        return _report(run_dir, args)
+    if args.checkpoint or args.stop:
+        return _signal(run_dir, args)
+    child = None
+    if args.start:
+        child, code = _start(run_dir, args.preset)
+        if code:
+            return code
+    elif run_dir.exists() and not run_dir.is_dir():
+        return _fail(f"{run_dir} is not a directory", EXIT_USAGE)
+    from .app import ConsoleApp          # Textual only for the dashboard
+
+    app = ConsoleApp(run_dir, child=child, options=PlotOptions(smoothing=args.smooth), window=args.window)
+    app.run()
+    if child is not None and child.poll() is None:
+        print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
+              f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
+    return EXIT_OK
+
+
+def _report(run_dir: Path, args: argparse.Namespace) -> int:
+    from .report import render_text, to_json
+    from .snapshot import RunReader
+
+    now = time.time()
+    snap, _ = RunReader(run_dir, now=lambda: now).read()
+    if args.json:
+        sys.stdout.write(json.dumps(to_json(snap, now), indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write(render_text(snap, now, width=max(40, args.width),
+                                     options=PlotOptions(smoothing=args.smooth)))
+    if snap.dir_state in ("missing", "not a directory"):
+        return _fail(f"{run_dir}: {snap.dir_state}", EXIT_USAGE)
+    return EXIT_OK
+
+
+def _signal(run_dir: Path, args: argparse.Namespace) -> int:
+    from .supervise import send, wait_for_checkpoint, wait_for_exit
+
+    if not run_dir.is_dir():
+        return _fail(f"{run_dir}: no such run directory; nothing to signal", EXIT_REFUSED)
+    sig = signal.SIGUSR1 if args.checkpoint else signal.SIGTERM
+    result = send(run_dir, sig)
+    if not result.ok:
+        return _fail(result.message, EXIT_REFUSED)
+    print(result.message, file=sys.stderr)
+    if args.checkpoint:
+        info, why = wait_for_checkpoint(run_dir, result, args.timeout)
+        if info is None:
+            return _fail(why, EXIT_TIMEOUT if "within" in why else EXIT_REFUSED)
+        print(info.path)
+        return EXIT_OK
+    exited, text = wait_for_exit(run_dir, result, args.timeout)
+    print(text)
+    return EXIT_OK if exited else EXIT_TIMEOUT
+
+
+def _start(run_dir: Path, preset: str | None):
+    from trainer.rundir import verify_trainer
+
+    from .supervise import launch_command, start_trainer
+
+    if run_dir.exists() and not run_dir.is_dir():
+        return None, _fail(f"{run_dir} is not a directory", EXIT_USAGE)
+    v = verify_trainer(run_dir)
+    if v.ok:
+        print(f"andrea-console: a trainer already runs {run_dir} (pid {v.record.pid}); attaching", file=sys.stderr)
+        return None, 0
+    try:
+        child = start_trainer(run_dir, preset)
+    except OSError as err:
+        return None, _fail(f"cannot start {' '.join(launch_command(run_dir, preset))}: {err}", EXIT_REFUSED)
+    return child, 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

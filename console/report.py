@@ -1,0 +1,154 @@
+"""``--once`` and ``--json``: the dashboard as plain text and as JSON, from a :class:`RunSnapshot`.
+
+The panes of the TUI format their cells with the same helpers, so the three views agree.
+Every checkpoint file and every arm gets its own line with its status.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from typing import Any
+
+from rich.console import Console
+
+from .plot import Marker, PlotOptions, plot_text
+from .snapshot import (RunSnapshot, format_age, format_float, format_pct, format_rate, format_size,
+                       plot_markers)
+
+
+def _num(x: Any) -> Any:
+    """JSON-safe number: NaN and infinities become null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def trainer_line(snap: RunSnapshot, now: float) -> str:
+    t = snap.trainer
+    parts = [t.label]
+    if t.pid is not None:
+        parts.append(f"pid {t.pid}")
+    if t.state == "running":
+        if t.started:
+            parts.append(f"up {format_age(now - t.started)}")
+        parts.append(f"cpu {t.cpu_percent:.0f}%" if t.cpu_percent is not None else "cpu -")
+        parts.append(f"rss {format_size(t.rss)}")
+        parts.append(f"gpu {format_size(t.gpu_memory)}" if t.gpu_memory is not None else "gpu n/a")
+    line = " · ".join(parts)
+    if t.state != "running":
+        line += f" ({t.reason})"
+    return line
+
+
+def checkpoint_lines(snap: RunSnapshot, now: float) -> list[str]:
+    out = []
+    for c in snap.checkpoints:
+        status = c.status + (f": {c.reason}" if c.reason else "")
+        out.append(f"  {c.path.name:<18} step {c.step:>9,}  age {format_age(now - c.mtime) if c.mtime else '-':>8}"
+                   f"  {format_size(c.size):>10}  {status}")
+    return out
+
+
+def arm_lines(snap: RunSnapshot) -> list[str]:
+    out = []
+    for a in snap.arms.rows:
+        status = a.status.upper() if a.status == "zombie" else a.status
+        if a.reason:
+            status += f": {a.reason}"
+        out.append(f"  {a.name:<20} pulls {('-' if a.pulls is None else f'{a.pulls:,}'):>8}  share {format_pct(a.share):>6}"
+                   f"  prob {format_float(a.prob, '.3f'):>5}  ema {format_float(a.ema_reward, '.4f'):>7}"
+                   f"  cap {format_float(a.cap, '.2f'):>4}  floor {format_float(a.floor, '.2f'):>4}"
+                   f"  source {a.source or '-'}  {status}")
+    return out
+
+
+def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, plot_height: int = 8,
+                options: PlotOptions | None = None) -> str:
+    """The whole dashboard as plain text (no colour)."""
+    now = time.time() if now is None else now
+    h = snap.history
+    lines = [f"andrea-console · run {snap.name} · {snap.run_dir}", ""]
+    lines.append(f"directory    {snap.dir_state}")
+    lines.append(f"trainer      {trainer_line(snap, now)}")
+    step = f"{h.last_step:,}" if h.last_step is not None else "-"
+    lines.append(f"step         {step} · loss {format_float(h.last_loss)} · "
+                 f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
+    newest = snap.newest_checkpoint
+    lines.append("checkpoint   " + (f"{newest.path.name} (step {newest.step:,}, {format_age(now - newest.mtime)} ago, {newest.status})"
+                                    if newest else "none usable"))
+    lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
+                 f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
+    lines.append("config       " + ("run.toml ok" if snap.config is not None else (snap.config_error or "-")))
+    lines.append("")
+    if h.n_steps:
+        opts = options or PlotOptions()
+        buf = io.StringIO()
+        Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
+            plot_text(h.step, h.loss, width, plot_height, opts,
+                      [Marker(s, k) for s, k in plot_markers(snap)]))
+        lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot)")
+        lines.extend(buf.getvalue().rstrip("\n").splitlines())
+        lines.append("")
+    lines.append(f"checkpoints ({len(snap.checkpoints)})")
+    lines.extend(checkpoint_lines(snap, now) or ["  none"])
+    lines.append("")
+    phase = ", ".join(f"{k}={v}" for k, v in snap.arms.phase.items())
+    lines.append(f"arms ({len(snap.arms.rows)}; policy from {snap.arms.policy_from}"
+                 + (f"; phase {phase}" if phase else "") + ")")
+    lines.extend(arm_lines(snap) or ["  none"])
+    if snap.arms.error:
+        lines.append(f"  ! {snap.arms.error}")
+    lines.append("")
+    lines.append("samples (newest per arm)")
+    for s in snap.samples:
+        text = (s.prompt + s.completion).replace("\n", "⏎")
+        lines.append(f"  {s.arm:<20} step {s.step:>9,}  {text[:max(20, width - 40)]}")
+    if not snap.samples:
+        lines.append("  none")
+    if snap.samples_error:
+        lines.append(f"  ! {snap.samples_error}")
+    if snap.other_files:
+        lines.append("")
+        lines.append("other files: " + ", ".join(snap.other_files[:20]) + (" ..." if len(snap.other_files) > 20 else ""))
+    problems = snap.problems()
+    lines.append("")
+    lines.append(f"problems ({len(problems)})")
+    lines.extend(f"  ! {p}" for p in problems) if problems else lines.append("  none")
+    if snap.log_tail:
+        lines.append("")
+        lines.append("trainer.log (last 10 lines)")
+        lines.extend(f"  {ln}" for ln in snap.log_tail[-10:])
+    return "\n".join(lines) + "\n"
+
+
+def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
+    """The same content as :func:`render_text`, as plain data."""
+    now = time.time() if now is None else now
+    h, t = snap.history, snap.trainer
+    return {
+        "run": snap.name, "run_dir": str(snap.run_dir), "directory": snap.dir_state, "time": now,
+        "trainer": {"state": t.state, "label": t.label, "reason": t.reason, "pid": t.pid, "started": t.started,
+                    "uptime": (now - t.started) if t.started and t.state == "running" else None,
+                    "cpu_percent": t.cpu_percent, "rss": t.rss, "gpu_memory": t.gpu_memory, "argv": list(t.argv)},
+        "history": {"format": h.format, "steps": h.n_steps, "last_step": h.last_step, "last_loss": _num(h.last_loss),
+                    "tokens": h.tokens, "steps_per_s": _num(h.steps_per_s), "tokens_per_s": _num(h.tokens_per_s),
+                    "events": len(h.events), "bad_lines": h.bad_lines, "problems": list(h.problems),
+                    "nonfinite": h.nonfinite, "torn_tail": h.torn_tail, "error": h.error},
+        "config": {"ok": snap.config is not None, "error": snap.config_error},
+        "checkpoints": [{"path": str(c.path), "name": c.path.name, "step": c.step, "size": c.size, "mtime": c.mtime,
+                         "age": now - c.mtime if c.mtime else None, "status": c.status, "reason": c.reason,
+                         "n_params": c.n_params} for c in snap.checkpoints],
+        "newest_checkpoint": str(snap.newest_checkpoint.path) if snap.newest_checkpoint else None,
+        "arms": [{"name": a.name, "pulls": a.pulls, "share": _num(a.share), "prob": _num(a.prob),
+                  "ema_reward": _num(a.ema_reward), "cap": _num(a.cap), "floor": _num(a.floor), "source": a.source,
+                  "status": a.status, "reason": a.reason} for a in snap.arms.rows],
+        "policy_from": snap.arms.policy_from, "phase": snap.arms.phase, "state_error": snap.arms.error,
+        "samples": [{"arm": s.arm, "step": s.step, "prompt": s.prompt, "completion": s.completion}
+                    for s in snap.samples],
+        "samples_error": snap.samples_error,
+        "other_files": list(snap.other_files),
+        "problems": snap.problems(),
+        "log_tail": list(snap.log_tail[-20:]),
+    }

@@ -1,0 +1,173 @@
+"""Operating the trainer: launch it detached, signal it (verified only), wait for the effect.
+
+Shared by the CLI (``--start``, ``--checkpoint``, ``--stop``) and the dashboard's keys.
+Nothing here ever signals a process that :func:`trainer.rundir.verify_trainer` did not
+verify: :func:`trainer.rundir.signal_trainer` checks again right before sending.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from trainer.rundir import (CheckpointInfo, ConfigError, Verification, list_checkpoints, load_run_config,
+                            signal_trainer, verify_trainer)
+
+from .snapshot import TRAINER_LOG
+
+POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class SignalResult:
+    """What sending a signal did: ``ok`` False means nothing was sent, ``message`` says why."""
+
+    ok: bool
+    message: str
+    verification: Verification
+    sent_at: float
+    baseline: frozenset[tuple[str, int]] = frozenset()   # checkpoints (name, mtime_ns) before the signal
+
+
+def trainer_executable() -> list[str]:
+    """``andrea-train`` beside this interpreter, else on PATH, else ``python -m trainer.cli``."""
+    sibling = Path(sys.executable).with_name("andrea-train")
+    if sibling.exists():
+        return [str(sibling)]
+    found = shutil.which("andrea-train")
+    return [found] if found else [sys.executable, "-m", "trainer.cli"]
+
+
+def launch_command(run_dir: str | os.PathLike[str], preset: str | None = None) -> list[str]:
+    """run.toml's ``run.launch`` when set (``{run_dir}`` is substituted), else ``andrea-train RUN_DIR``;
+    ``--preset`` is passed through when given."""
+    run_dir = str(run_dir)
+    launch: list[str] = []
+    try:
+        launch = list(load_run_config(run_dir).run.launch)
+    except ConfigError:
+        pass
+    cmd = [a.replace("{run_dir}", run_dir) for a in launch] if launch else [*trainer_executable(), run_dir]
+    if preset:
+        cmd += ["--preset", preset]
+    return cmd
+
+
+def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None) -> subprocess.Popen:
+    """Launch the trainer detached in its own session, stdout and stderr appended to
+    ``RUN_DIR/trainer.log``, so that the console quitting never stops training."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = launch_command(run_dir, preset)
+    with open(run_dir / TRAINER_LOG, "ab") as log:
+        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} andrea-console --start: {' '.join(cmd)}\n".encode())
+        log.flush()
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+
+
+def _checkpoint_keys(run_dir: Path) -> frozenset[tuple[str, int]]:
+    keys = set()
+    for info in list_checkpoints(run_dir):
+        try:
+            keys.add((info.path.name, info.path.stat().st_mtime_ns))
+        except OSError:
+            pass
+    return frozenset(keys)
+
+
+def send(run_dir: str | os.PathLike[str], sig: signal.Signals) -> SignalResult:
+    """Verify, then signal. Never signals an unverified process."""
+    run_dir = Path(run_dir)
+    baseline = _checkpoint_keys(run_dir)
+    sent_at = time.time()
+    v = signal_trainer(run_dir, sig)
+    name = signal.Signals(sig).name
+    if not v.ok:
+        return SignalResult(False, f"{name} not sent: {refusal(v)}", v, sent_at, baseline)
+    assert v.record is not None
+    return SignalResult(True, f"{name} sent to trainer pid {v.record.pid}", v, sent_at, baseline)
+
+
+def refusal(v: Verification) -> str:
+    """Why there is nothing verified to signal, in words an operator can act on."""
+    if v.state == "stopped":
+        return "no trainer is running for this run directory (no .trainer.json)"
+    return {"stale": "the .trainer.json record is stale: ", "unverified": "the recorded process failed verification: ",
+            "unreadable": "the .trainer.json record is unreadable: "}.get(v.state, "") + v.reason
+
+
+def new_checkpoint(run_dir: Path, baseline: frozenset[tuple[str, int]]) -> CheckpointInfo | None:
+    """The newest complete checkpoint written since ``baseline`` was taken, if any."""
+    for info in reversed(list_checkpoints(run_dir)):
+        if info.status != "complete":
+            continue
+        try:
+            key = (info.path.name, info.path.stat().st_mtime_ns)
+        except OSError:
+            continue
+        if key not in baseline:
+            return info
+    return None
+
+
+def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,
+                        cancelled: Callable[[], bool] = lambda: False) -> tuple[CheckpointInfo | None, str]:
+    """After a SIGUSR1: wait for the new complete checkpoint; ``(info, "")`` or ``(None, why not)``."""
+    run_dir = Path(run_dir)
+    deadline = time.monotonic() + timeout
+    record = result.verification.record
+    while time.monotonic() < deadline and not cancelled():
+        info = new_checkpoint(run_dir, result.baseline)
+        if info is not None:
+            return info, ""
+        if record is not None and not _alive(record.pid, record.create_time):
+            info = new_checkpoint(run_dir, result.baseline)
+            return (info, "") if info else (None, f"trainer pid {record.pid} exited without a new checkpoint")
+        time.sleep(POLL_S)
+    return None, f"no new checkpoint within {timeout:g} s"
+
+
+def _alive(pid: int, create_time: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - create_time) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,
+                  child: subprocess.Popen | None = None,
+                  cancelled: Callable[[], bool] = lambda: False) -> tuple[bool, str]:
+    """After a SIGTERM: wait until the trainer's process is gone. ``(exited, description)``:
+    the exit code when the trainer is our child, whether it removed its record, and the
+    final checkpoint."""
+    run_dir = Path(run_dir)
+    record = result.verification.record
+    assert record is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not cancelled():
+        if child is not None and child.poll() is not None:
+            break
+        if child is None and not _alive(record.pid, record.create_time):
+            break
+        time.sleep(POLL_S)
+    else:
+        return False, f"trainer pid {record.pid} still running after {timeout:g} s"
+    parts = [f"trainer pid {record.pid} exited"]
+    if child is not None:
+        parts[0] += f" with code {child.returncode}"
+    after = verify_trainer(run_dir)
+    parts.append("cleanly (it removed .trainer.json)" if after.state == "stopped" else f"leaving a {after.state} record")
+    final = new_checkpoint(run_dir, result.baseline)
+    parts.append(f"final checkpoint {final.path}" if final else "no new checkpoint was written")
+    return True, "; ".join(parts)

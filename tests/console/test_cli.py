@@ -1,0 +1,109 @@
+"""The scriptable twins, run as the operator runs them: a subprocess each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.rundirs import DEAD_PID, EPOCH
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def console(*args, timeout=60):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "console", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def test_once_prints_the_dashboard_as_text(make_run_dir):
+    run = make_run_dir(truncated=(200,), state_arms=("stdlib-code", "repo-docstrings"), trainer_record="stale")
+    r = console(run, "--once")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "trainer      stale pid record" in out
+    assert "step_000200.bin    step       200" in out and "invalid: truncated" in out
+    assert "repo-docstrings" in out and "ZOMBIE: not in run.toml" in out
+    assert "loss (raw + EMA" in out and "⣀" in out or "⠉" in out
+
+
+def test_json_is_the_same_content(make_run_dir):
+    run = make_run_dir(foreign=(100,), trainer_record="spoofed")
+    r = console(run, "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["trainer"]["label"] == "not supervised" and data["trainer"]["pid"] == 1
+    assert [(c["name"], c["status"]) for c in data["checkpoints"]] == [
+        ("step_000100.bin", "foreign"), ("step_000200.bin", "complete"), ("step_000300.bin", "complete")]
+    assert data["history"]["steps"] == 300 and len(data["arms"]) == 3
+
+
+def test_once_on_a_missing_directory_says_so_and_exits_2(tmp_path):
+    r = console(tmp_path / "nope", "--once")
+    assert r.returncode == 2
+    assert "does not exist" in r.stdout and "missing" in r.stderr
+
+
+def test_once_on_an_empty_directory(make_run_dir):
+    r = console(make_run_dir(empty=True), "--once")
+    assert r.returncode == 0 and "the run directory is empty" in r.stdout
+
+
+def test_once_on_garbage_everywhere(make_run_dir):
+    run = make_run_dir(state_text="\x00\x01", samples_text="{}", bad_lines=("{", "[]", '{"step": -4}'),
+                       torn_tail="{\"st", trainer_record="garbage", garbage_files=("junk.bin", "step_12.bin"))
+    r = console(run, "--once")
+    assert r.returncode == 0, r.stderr
+    assert ".state.json: not valid JSON" in r.stdout and "3 unreadable line(s)" in r.stdout
+    assert "step_12.bin" in r.stdout and "file name is not step_NNNNNN.bin" in r.stdout
+    assert ".trainer.json: not valid JSON" in r.stdout
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint", "--stop"])
+@pytest.mark.parametrize("record, why", [
+    (None, "no trainer is running"),
+    ("stale", f"pid {DEAD_PID} is not running"),
+    ("spoofed", "pid 1 (init)"),
+    ("garbage", "not valid JSON"),
+])
+def test_signals_are_refused_without_a_verified_trainer(make_run_dir, flag, record, why):
+    run = make_run_dir(trainer_record=record)
+    r = console(run, flag, "--timeout", "2")
+    assert r.returncode == 1
+    assert "not sent" in r.stderr and why in r.stderr
+
+
+def test_a_live_process_that_does_not_name_the_run_is_never_signalled(make_run_dir, tmp_path):
+    # A real, live process with the right pid and create_time, whose command line names another
+    # directory: verification fails and it must survive.
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path / "elsewhere")])
+    try:
+        proc = psutil.Process(sleeper.pid)
+        run = make_run_dir(trainer_record={"pid": sleeper.pid, "create_time": proc.create_time(), "host": "",
+                                           "argv": proc.cmdline(), "started": EPOCH})
+        for flag in ("--stop", "--checkpoint"):
+            r = console(run, flag, "--timeout", "2")
+            assert r.returncode == 1 and "does not name this run directory" in r.stderr
+        time.sleep(0.2)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_missing_run_dir_refuses_signals(tmp_path):
+    r = console(tmp_path / "nope", "--stop")
+    assert r.returncode == 1 and "nothing to signal" in r.stderr
+
+
+def test_usage_errors(run_dir):
+    assert console(run_dir, "--once", "--json").returncode == 2
+    assert console(run_dir, "--once", "--preset", "tiny").returncode == 2
+    assert console(run_dir, "--start", "--once").returncode == 2

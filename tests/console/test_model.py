@@ -1,0 +1,136 @@
+"""The snapshot model shared by the dashboard, --once and --json: bad input never crashes it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from console.report import render_text, to_json
+from console.snapshot import ALL_KINDS, CHECKPOINTS, HISTORY, LOG, STATE, RunReader, kind_of
+from tests.console.conftest import NOW, fixed_now
+from tests.rundirs import make_run
+from trainer.rundir import LossHistoryWriter, write_checkpoint, write_state
+
+import numpy as np
+
+
+def read(run_dir):
+    return RunReader(run_dir, now=fixed_now).read()
+
+
+def test_healthy_run(run_dir):
+    snap, notices = read(run_dir)
+    assert snap.dir_state == "ok" and snap.config is not None
+    assert [c.status for c in snap.checkpoints] == ["complete"] * 3
+    assert snap.history.n_steps == 300 and snap.history.steps_per_s == pytest.approx(2.0)
+    assert snap.history.tokens_per_s == pytest.approx(1024.0)
+    assert [a.status for a in snap.arms.rows] == ["ok"] * 3
+    assert len(snap.samples) == 3 and snap.problems() == []
+    assert snap.trainer.label == "stopped"
+    assert notices[0].text.startswith("watching run: trainer stopped, 300 steps, 3 checkpoint(s)")
+
+
+def test_every_kind_of_damage_is_reported(make_run_dir):
+    run = make_run_dir(truncated=(200,), foreign=(100,), state_arms=("stdlib-code", "repo-docstrings"),
+                       trainer_record="stale", torn_tail='{"step": 3', bad_lines=("garbage",), nonfinite=(50,),
+                       samples_text="[1, 2", garbage_files=("core",))
+    snap, notices = read(run)
+    problems = "\n".join(snap.problems())
+    for needle in ("stale", "step_000200.bin: invalid: truncated", "zombie arm repo-docstrings: not in run.toml",
+                   "1 unreadable line", "torn last line (10 bytes)", "1 non-finite", ".samples.json: not valid JSON"):
+        assert needle in problems
+    said = "\n".join(n.text for n in notices)
+    assert "non-finite loss at step 50" in said and "torn last line" in said and "zombie arm" in said
+    assert snap.other_files == ("core",)
+    assert {c.status for c in snap.checkpoints} == {"foreign", "invalid", "complete"}
+
+
+@pytest.mark.parametrize("record, state, label", [("stale", "stale", "stale pid record"),
+                                                  ("spoofed", "unverified", "not supervised"),
+                                                  ("garbage", "unreadable", "not supervised")])
+def test_trainer_records_that_fail_verification(make_run_dir, record, state, label):
+    snap, _ = read(make_run_dir(trainer_record=record))
+    assert (snap.trainer.state, snap.trainer.label) == (state, label)
+    assert not snap.trainer.signallable
+
+
+def test_missing_empty_and_file_instead_of_directory(tmp_path):
+    assert read(tmp_path / "nope")[0].dir_state == "missing"
+    (tmp_path / "empty").mkdir()
+    snap, _ = read(tmp_path / "empty")
+    assert snap.dir_state == "empty" and snap.problems() == ["the run directory is empty: nothing has been written yet"]
+    (tmp_path / "file").write_text("x")
+    assert read(tmp_path / "file")[0].dir_state == "not a directory"
+
+
+def test_other_engines_run_json_array_no_toml_bare_checkpoints(make_run_dir):
+    run = make_run_dir(history_format="array", with_run_toml=False, foreign=(100, 200, 300), with_state=False,
+                       with_samples=False)
+    snap, _ = read(run)
+    assert snap.history.format == "array" and snap.history.n_steps == 300
+    assert [c.status for c in snap.checkpoints] == ["foreign"] * 3
+    assert snap.newest_checkpoint.step == 300
+    assert snap.config is None and "no run.toml" in snap.config_error
+    assert snap.arms.rows == () and snap.arms.error is None
+
+
+def test_malformed_state_is_an_error_not_a_crash(make_run_dir):
+    snap, _ = read(make_run_dir(state_text='{"arms": 3}'))
+    assert '.state.json: no "arms" object' in snap.arms.error
+    # The configured arms still show.
+    assert [a.status for a in snap.arms.rows] == ["configured"] * 3
+
+
+def test_incremental_read_reuses_unchanged_parts_and_reports_what_landed(run_dir):
+    reader = RunReader(run_dir, now=fixed_now)
+    first, _ = reader.read()
+    with LossHistoryWriter(run_dir / ".loss.json") as w:
+        for step in range(301, 401):
+            w.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "arm": "stdlib-code",
+                      "tokens": step * 512, "time": NOW + step})
+    snap, notices = reader.read({HISTORY})
+    assert snap.history.n_steps == 400 and snap.history.version > first.history.version
+    assert snap.checkpoints is first.checkpoints and snap.arms is first.arms
+    w = np.ones(1000, np.float32)
+    write_checkpoint(run_dir, 400, w, w, w)
+    snap, notices = reader.read({CHECKPOINTS})
+    assert any("checkpoint landed: step_000400.bin (step 400" in n.text and n.level == "good" for n in notices)
+    assert snap.history is not first.history
+    write_state(run_dir, {"arms": {"ghost": {"pulls": 3, "source": "data/none.txt"}}})
+    snap, notices = reader.read({STATE})
+    assert [n.text for n in notices] == ["zombie arm ghost: not in run.toml"]
+    # Nothing changed: the same history object comes back.
+    again, notices = reader.read({HISTORY})
+    assert again.history is snap.history and notices == []
+
+
+def test_log_tail_is_incremental(make_run_dir):
+    run = make_run_dir(log_lines=("one", "two"))
+    reader = RunReader(run, now=fixed_now)
+    assert reader.read()[0].log_tail == ("one", "two")
+    with open(run / "trainer.log", "a") as fh:
+        fh.write("three\nfour-without-newline")
+    assert reader.read({LOG})[0].log_tail == ("one", "two", "three")
+
+
+def test_kind_of():
+    assert kind_of("step_000100.bin") == kind_of("step_000100.json") == CHECKPOINTS
+    assert kind_of(".tmp-.state.json.123") is None
+    assert kind_of(".state.json") == STATE and kind_of("notes.txt") == "directory"
+
+
+def test_once_text_lists_every_checkpoint_and_arm_with_status(make_run_dir):
+    run = make_run_dir(truncated=(200,), state_arms=("stdlib-code", "repo-docstrings"))
+    snap, _ = read(run)
+    text = render_text(snap, NOW)
+    assert "step_000100.bin" in text and "step_000300.bin" in text
+    assert "invalid: truncated" in text
+    assert "ZOMBIE: not in run.toml" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith("  step_")]
+    assert len(lines) == 3 and "age   59m10s" in lines[0]
+    data = to_json(snap, NOW)
+    json.dumps(data)
+    assert [c["status"] for c in data["checkpoints"]] == ["complete", "invalid", "complete"]
+    assert {a["name"]: a["status"] for a in data["arms"]}["repo-docstrings"] == "zombie"

@@ -1,0 +1,111 @@
+"""The loss plot's decimation: no spike is ever hidden, at any width."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from console.plot import (Marker, PlotOptions, build_canvas, ema_debiased, envelope, plot_text,
+                          render)
+
+N = 200_000
+
+
+def _history(n: int = N, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.arange(1, n + 1)
+    loss = 5.0 * np.exp(-steps / (n / 5)) + 1.6 + np.random.default_rng(seed).normal(0, 0.05, n)
+    return steps, loss
+
+
+@pytest.mark.parametrize("width", [20, 57, 80, 133])
+@pytest.mark.parametrize("spike_at", [1, 77_777, 123_457, N])
+def test_single_step_spike_in_200k_points_shows_in_the_rendered_plot(width, spike_at):
+    steps, loss = _history()
+    loss[spike_at - 1] = 40.0
+    height = 10
+    canvas = build_canvas(steps, loss, None, width, height, PlotOptions(smoothing=0.0))
+    # The y range reaches the spike, and the top dot row is lit exactly where the spike is.
+    assert canvas.y1 == pytest.approx(40.0)
+    lit = np.flatnonzero(canvas.raw[0])
+    expected_px = min(int((spike_at - 1) / (N - 1) * 2 * width), 2 * width - 1)
+    assert lit.tolist() == [expected_px]
+    # And in the text: the first plot row holds a braille cell with a top dot at that cell.
+    text = render(canvas, label_width=8).plain.splitlines()
+    top_row = text[0][8:]
+    cell = top_row[expected_px // 2]
+    assert 0x2800 < ord(cell) <= 0x28FF
+    assert (ord(cell) - 0x2800) & (0x01 if expected_px % 2 == 0 else 0x08)
+    assert sum(ch != " " for ch in top_row) == 1
+
+
+def test_a_downward_spike_shows_too_with_log_y():
+    steps, loss = _history()
+    loss[150_000] = 0.01
+    canvas = build_canvas(steps, loss, None, 60, 8, PlotOptions(log_y=True, smoothing=0.0))
+    assert canvas.y0 == pytest.approx(np.log10(0.01))
+    assert canvas.raw[-1].sum() == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 5000), columns=st.integers(1, 300), seed=st.integers(0, 2**16))
+def test_envelope_equals_the_min_and_max_of_each_column(n, columns, seed):
+    rng = np.random.default_rng(seed)
+    steps = np.sort(rng.choice(10 * n + 10, size=n, replace=False)) + 1
+    values = rng.normal(size=n)
+    x0, x1 = float(steps[0]), float(max(steps[-1], steps[0] + 1))
+    env = envelope(steps, values, x0, x1, columns)
+    col = np.clip(((steps - x0) / (x1 - x0) * columns).astype(int), 0, columns - 1)
+    for c in range(columns):
+        mine = values[col == c]
+        if len(mine):
+            assert env.lo[c] == mine.min() and env.hi[c] == mine.max()
+        else:
+            assert np.isnan(env.lo[c]) and np.isnan(env.hi[c])
+    # Every point lies inside the envelope of some column: nothing is dropped.
+    assert np.nanmax(env.hi) == values.max() and np.nanmin(env.lo) == values.min()
+
+
+def test_nonfinite_values_are_left_out_not_plotted():
+    steps = np.arange(1, 101)
+    loss = np.ones(100)
+    loss[[10, 20]] = [np.nan, np.inf]
+    env = envelope(steps, loss, 1, 100, 10)
+    assert np.all(env.hi == 1.0)
+
+
+def test_debiased_ema_matches_the_loop_and_extends_incrementally():
+    x = np.random.default_rng(1).normal(size=5000)
+    x[100] = np.nan
+    beta = 0.99
+    num = den = 0.0
+    expected = []
+    for v in x:
+        ok = np.isfinite(v)
+        num = beta * num + (1 - beta) * (v if ok else 0.0)
+        den = beta * den + (1 - beta) * ok
+        expected.append(num / den)
+    whole, _ = ema_debiased(x, beta)
+    head, carry = ema_debiased(x[:1234], beta)
+    tail, _ = ema_debiased(x[1234:], beta, carry)
+    np.testing.assert_allclose(whole, expected, rtol=1e-9)
+    np.testing.assert_allclose(np.concatenate([head, tail]), whole, rtol=1e-12)
+    assert whole[0] == pytest.approx(x[0], rel=1e-12)   # debiased: the first value is not pulled towards 0
+
+
+def test_window_shows_only_the_last_steps_and_markers_land_on_their_column():
+    steps, loss = _history(10_000)
+    canvas = build_canvas(steps, loss, None, 50, 6, PlotOptions(window=1000),
+                          [Marker(9_500, "checkpoint"), Marker(100, "resume"), Marker(10_000, "pivot")])
+    assert canvas.x0 == 9001 and canvas.x1 == 10_000
+    assert dict(canvas.markers) == {24: "checkpoint", 49: "pivot"}
+
+
+def test_empty_and_flat_histories_render():
+    empty = plot_text(np.empty(0, np.int64), np.empty(0), 40, 5, PlotOptions())
+    assert "no steps" in empty.plain
+    flat = plot_text(np.arange(1, 4), np.full(3, 2.0), 40, 5, PlotOptions())
+    assert "2" in flat.plain
+    nan = plot_text(np.arange(1, 4), np.full(3, np.nan), 40, 5, PlotOptions())
+    assert "no finite loss" in nan.plain
