@@ -25,7 +25,7 @@ import numpy as np
 import psutil
 
 from trainer.rundir import (LOSS_JSON, SAMPLES_JSON, STATE_JSON, CheckpointInfo, ConfigError, HistoryEvent,
-                            LossHistory, RunConfig, Sample, find_zombies, list_checkpoints, load_run_config,
+                            LossHistory, RunConfig, Sample, find_zombies, inspect_checkpoint, load_run_config,
                             newest_per_arm, read_samples, read_state, verify_trainer)
 from trainer.rundir.process import LOCK_FILE, TRAINER_JSON
 
@@ -155,6 +155,7 @@ class RunSnapshot:
     samples_error: str | None
     log_tail: tuple[str, ...]
     other_files: tuple[str, ...]
+    log_seen: int = 0                   # trainer.log lines read so far (new ones = the difference)
 
     @property
     def newest_checkpoint(self) -> CheckpointInfo | None:
@@ -290,8 +291,10 @@ class RunReader:
         self._log_identity: tuple[int, int] | None = None
         self._log_lines: deque[str] = deque(maxlen=LOG_TAIL_LINES)
         self._log_partial = b""
+        self._log_seen = 0
         self._torn_seen = 0
         self._torn_reported = 0
+        self._ckpt_cache: dict[str, tuple[tuple, CheckpointInfo]] = {}
 
     @property
     def snapshot(self) -> RunSnapshot | None:
@@ -311,7 +314,7 @@ class RunReader:
             notices.append(Notice(now, f"run directory is now {dir_state}", "warn" if dir_state != "ok" else "info"))
         config, config_error = (prev.config, prev.config_error) if prev and CONFIG not in kinds else self._config(dir_state)
         history = self._history(now, notices, first=prev is None) if HISTORY in kinds else prev.history
-        checkpoints = tuple(list_checkpoints(self.run_dir)) if CHECKPOINTS in kinds else prev.checkpoints
+        checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
         trainer = self.probe(self.run_dir) if TRAINER in kinds else prev.trainer
         if STATE in kinds or CONFIG in kinds or prev is None:
             arms = self._arms(config)
@@ -327,7 +330,8 @@ class RunReader:
         snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=now,
                            dir_state=dir_state, config=config, config_error=config_error, trainer=trainer,
                            history=history, checkpoints=checkpoints, arms=arms, samples=samples,
-                           samples_error=samples_error, log_tail=log_tail, other_files=other)
+                           samples_error=samples_error, log_tail=log_tail, other_files=other,
+                           log_seen=self._log_seen)
         if prev is None:
             notices[:0] = self._diff(prev, snap, now)        # the summary first
         else:
@@ -348,6 +352,44 @@ class RunReader:
         if not names:
             return "empty", ()
         return "ok", tuple(sorted(n for n in names if not is_known(n)))
+
+    def _checkpoints(self, prev: RunSnapshot | None) -> tuple[CheckpointInfo, ...]:
+        """Every ``step_*.bin``, as :func:`trainer.rundir.list_checkpoints` sees them, but
+        inspecting only files whose ``.bin`` or ``.json`` changed since the last read (a real
+        sidecar holds the samplers' state, about 1 MB of JSON each) and keeping no sidecar
+        contents, which the console never shows."""
+        try:
+            entries = {e.name: e for e in os.scandir(self.run_dir) if e.name.startswith("step_")}
+        except OSError:
+            self._ckpt_cache.clear()
+            return ()
+
+        def stamp(name: str) -> tuple[int, int] | None:
+            entry = entries.get(name)
+            try:
+                st = entry.stat() if entry is not None else None
+            except OSError:
+                return None
+            return (st.st_mtime_ns, st.st_size) if st else None
+
+        infos, cache = [], {}
+        for name in entries:
+            if not name.endswith(".bin"):
+                continue
+            key = (stamp(name), stamp(name[:-4] + ".json"))
+            hit = self._ckpt_cache.get(name)
+            if hit is not None and hit[0] == key:
+                info = hit[1]
+            else:
+                info = replace(inspect_checkpoint(entries[name].path), sidecar=None)
+            cache[name] = (key, info)
+            infos.append(info)
+        self._ckpt_cache = cache
+        infos.sort(key=lambda i: (i.step, i.path.name))
+        result = tuple(infos)
+        if prev is not None and result == prev.checkpoints:
+            return prev.checkpoints            # unchanged: same object, nothing repaints
+        return result
 
     def _config(self, dir_state: str) -> tuple[RunConfig | None, str | None]:
         if dir_state != "ok":
@@ -465,6 +507,7 @@ class RunReader:
                 self._log_partial = lines.pop()
                 if skip_first and lines:
                     lines = lines[1:]
+                self._log_seen += len(lines)
                 for raw in lines:
                     self._log_lines.append(raw.decode("utf-8", "replace").rstrip("\r").expandtabs(4))
         except OSError:

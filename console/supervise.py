@@ -19,7 +19,7 @@ from typing import Callable
 
 import psutil
 
-from trainer.rundir import (CheckpointInfo, ConfigError, Verification, list_checkpoints, load_run_config,
+from trainer.rundir import (CheckpointInfo, ConfigError, Verification, inspect_checkpoint, load_run_config,
                             signal_trainer, verify_trainer)
 
 from .snapshot import TRAINER_LOG
@@ -75,14 +75,23 @@ def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None) ->
                                 start_new_session=True, close_fds=True)
 
 
+def _checkpoint_stamps(run_dir: Path) -> dict[str, tuple[str, int]]:
+    """``{path: (name, mtime_ns)}`` of every ``step_*.bin``: a stat each, no file is read."""
+    stamps = {}
+    try:
+        for entry in os.scandir(run_dir):
+            if entry.name.startswith("step_") and entry.name.endswith(".bin"):
+                try:
+                    stamps[entry.path] = (entry.name, entry.stat().st_mtime_ns)
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    return stamps
+
+
 def _checkpoint_keys(run_dir: Path) -> frozenset[tuple[str, int]]:
-    keys = set()
-    for info in list_checkpoints(run_dir):
-        try:
-            keys.add((info.path.name, info.path.stat().st_mtime_ns))
-        except OSError:
-            pass
-    return frozenset(keys)
+    return frozenset(_checkpoint_stamps(run_dir).values())
 
 
 def send(run_dir: str | os.PathLike[str], sig: signal.Signals) -> SignalResult:
@@ -107,17 +116,11 @@ def refusal(v: Verification) -> str:
 
 
 def new_checkpoint(run_dir: Path, baseline: frozenset[tuple[str, int]]) -> CheckpointInfo | None:
-    """The newest complete checkpoint written since ``baseline`` was taken, if any."""
-    for info in reversed(list_checkpoints(run_dir)):
-        if info.status != "complete":
-            continue
-        try:
-            key = (info.path.name, info.path.stat().st_mtime_ns)
-        except OSError:
-            continue
-        if key not in baseline:
-            return info
-    return None
+    """The newest complete checkpoint written since ``baseline`` was taken, if any. Only
+    new or rewritten files are inspected (a real sidecar is about 1 MB of JSON)."""
+    fresh = [inspect_checkpoint(path) for path, key in _checkpoint_stamps(run_dir).items() if key not in baseline]
+    complete = [info for info in fresh if info.status == "complete"]
+    return max(complete, key=lambda i: i.step) if complete else None
 
 
 def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,

@@ -1,0 +1,225 @@
+"""The operator console: a thin Textual app that routes screens and keys.
+
+The work is elsewhere: :mod:`console.snapshot` reads the run directory (in a thread
+worker), :mod:`console.watcher` watches it (in another), :mod:`console.supervise`
+signals the verified trainer (in a third), and the panes in :mod:`console.widgets`
+paint what they are given. Threads only post messages; widgets change on the UI thread.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import get_current_worker
+
+from .messages import ConsoleNotice, FilesChanged, SnapshotReady
+from .plot import PlotOptions
+from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
+from .snapshot import ALL_KINDS, CHECKPOINTS, TRAINER, Notice, RunReader, RunSnapshot, TrainerView
+from .supervise import send, wait_for_checkpoint, wait_for_exit
+from .watcher import watch_run
+
+# Reads are coalesced: at most one every MIN_READ_INTERVAL_S, whatever the watcher says.
+MIN_READ_INTERVAL_S = 0.25
+# The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
+TICK_S = 2.0
+SIGNAL_TIMEOUT_S = 600.0
+
+
+class ConsoleApp(App[None]):
+    CSS_PATH = "console.tcss"
+    TITLE = "andrea-console"
+    ENABLE_COMMAND_PALETTE = False
+    SCREENS = {"help": HelpScreen, "pivot": PivotScreen}
+    BINDINGS = [
+        Binding("c", "checkpoint", "checkpoint"),
+        Binding("s", "stop", "stop"),
+        Binding("p", "pivot", "pivot"),
+        Binding("l", "log_y", "log-y"),
+        Binding("w", "window", "window"),
+        Binding("e", "smoothing", "smooth", show=False),
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help", key_display="?"),
+    ]
+
+    def __init__(self, run_dir: str | Path, *, now: Callable[[], float] = time.time,
+                 probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
+                 child: subprocess.Popen | None = None, options: PlotOptions | None = None,
+                 window: int = 2000, tick: float | None = TICK_S):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.now = now
+        self.reader = RunReader(self.run_dir, now=now, probe=probe)
+        self.watching = watch
+        self.child = child
+        self.tick_s = tick
+        self.options = options or PlotOptions()
+        self.window_steps = window
+        self.snapshot: RunSnapshot | None = None
+        self._pending: set[str] = set()
+        self._reading = False
+        self._lock = threading.Lock()
+        self._stop_watch = threading.Event()
+        self._child_reported = False
+        self.sub_title = self.run_dir.name
+
+    # -- lifecycle ---------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.dashboard = DashboardScreen(self.window_steps, self.options.smoothing)
+        self.push_screen(self.dashboard)
+        self.request_read(ALL_KINDS)
+        if self.watching:
+            self.watch_files()
+        if self.tick_s:
+            self.set_interval(self.tick_s, self.tick)
+
+    def on_unmount(self) -> None:
+        self._stop_watch.set()
+
+
+    def tick(self) -> None:
+        self.request_read({TRAINER})
+        if self.child is not None and not self._child_reported and self.child.poll() is not None:
+            self._child_reported = True
+            code = self.child.returncode
+            self.say(f"the trainer this console started exited with code {code}"
+                     + ("" if code == 0 else " (see trainer.log)"), "good" if code == 0 else "error")
+
+    # -- reading -----------------------------------------------------------------
+    @work(thread=True, group="watch", exit_on_error=False)
+    def watch_files(self) -> None:
+        watch_run(self.run_dir, lambda kinds: self.post_message(FilesChanged(kinds)), self._stop_watch)
+
+    def on_files_changed(self, message: FilesChanged) -> None:
+        self.request_read(message.kinds)
+
+    def request_read(self, kinds: set[str] | frozenset[str]) -> None:
+        """Queue kinds to re-read; one reader worker drains the queue, so reads never overlap
+        and a burst of changes becomes one read."""
+        with self._lock:
+            self._pending |= set(kinds)
+            if self._reading:
+                return
+            self._reading = True
+        self.read_loop()
+
+    @work(thread=True, group="read", exit_on_error=False)
+    def read_loop(self) -> None:
+        last = 0.0
+        while True:
+            wait = last + MIN_READ_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            with self._lock:
+                kinds = frozenset(self._pending)
+                self._pending.clear()
+                if not kinds or get_current_worker().is_cancelled:
+                    self._reading = False
+                    return
+            last = time.monotonic()
+            try:
+                snap, notices = self.reader.read(kinds)
+            except Exception as err:          # a reader bug must not take the dashboard down
+                self.post_message(ConsoleNotice(Notice(self.now(), f"read failed: {err!r}", "error")))
+                continue
+            self.post_message(SnapshotReady(snap, notices))
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.snapshot = message.snapshot
+        dashboard = self.dashboard
+        for notice in message.notices:
+            dashboard.notice(notice)
+        dashboard.snapshot = message.snapshot
+
+    def on_console_notice(self, message: ConsoleNotice) -> None:
+        self.dashboard.notice(message.notice)
+
+    def say(self, text: str, level: str = "action") -> None:
+        self.dashboard.notice(Notice(self.now(), text, level))
+
+    def notify_from_thread(self, text: str, level: str = "action") -> None:
+        self.post_message(ConsoleNotice(Notice(self.now(), text, level)))
+
+    # -- keys --------------------------------------------------------------------
+    def action_checkpoint(self) -> None:
+        self.say("c: checkpoint requested")
+        self.checkpoint_now()
+
+    @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
+    def checkpoint_now(self) -> None:
+        worker = get_current_worker()
+        result = send(self.run_dir, signal.SIGUSR1)
+        self.notify_from_thread(result.message, "action" if result.ok else "warn")
+        if not result.ok:
+            return
+        info, why = wait_for_checkpoint(self.run_dir, result, SIGNAL_TIMEOUT_S, lambda: worker.is_cancelled)
+        if worker.is_cancelled:
+            return
+        if info is None:
+            self.notify_from_thread(f"checkpoint request: {why}", "error")
+            return
+        self.notify_from_thread(f"requested checkpoint landed: {info.path.name} (step {info.step:,}, "
+                                f"{time.time() - result.sent_at:.1f} s after the signal)", "good")
+        self.post_message(FilesChanged(frozenset({CHECKPOINTS})))
+
+    def action_stop(self) -> None:
+        trainer = self.snapshot.trainer if self.snapshot else None
+        if trainer is None or not trainer.signallable:
+            why = f"the trainer is {trainer.label}: {trainer.reason}" if trainer else "the run is still being read"
+            self.say(f"s: nothing verified to stop ({why})", "warn")
+            return
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self.say(f"stop confirmed: sending SIGTERM to pid {trainer.pid}")
+                self.stop_trainer()
+            else:
+                self.say("stop cancelled: the trainer keeps training")
+
+        self.push_screen(ConfirmScreen(f"Stop the trainer (pid {trainer.pid}) cleanly?",
+                                       "It finishes its step, writes a final checkpoint and exits."), decided)
+
+    @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
+    def stop_trainer(self) -> None:
+        worker = get_current_worker()
+        result = send(self.run_dir, signal.SIGTERM)
+        self.notify_from_thread(result.message, "action" if result.ok else "warn")
+        if not result.ok:
+            return
+        child = self.child
+        if child is not None and result.verification.record and child.pid != result.verification.record.pid:
+            child = None
+        exited, text = wait_for_exit(self.run_dir, result, SIGNAL_TIMEOUT_S, child, lambda: worker.is_cancelled)
+        if child is not None:
+            self._child_reported = True
+        if not worker.is_cancelled:
+            self.notify_from_thread(text, "good" if exited else "error")
+            self.post_message(FilesChanged(ALL_KINDS))
+
+    def action_pivot(self) -> None:
+        self.push_screen("pivot")
+
+    def action_log_y(self) -> None:
+        plot = self.dashboard.plot
+        plot.log_y = not plot.log_y
+
+    def action_window(self) -> None:
+        self.dashboard.plot.toggle_window()
+
+    def action_smoothing(self) -> None:
+        self.dashboard.plot.cycle_smoothing()
+
+    def action_help(self) -> None:
+        self.push_screen("help")
+
+    async def action_quit(self) -> None:
+        self._stop_watch.set()
+        self.exit()

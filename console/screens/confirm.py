@@ -1,0 +1,36 @@
+"""A yes/no question: ``y`` or Enter confirms, any other key cancels."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+CONFIRM_KEYS = ("y", "Y", "enter")
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    def __init__(self, question: str, detail: str = "") -> None:
+        super().__init__()
+        self.question = question
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box"):
+            yield Static(Text(self.question, style="bold"), id="confirm-question")
+            if self.detail:
+                yield Static(Text(self.detail, style="grey70"), id="confirm-detail")
+            yield Static(Text.assemble(("y", "bold reverse"), " / ", ("Enter", "bold reverse"), " confirm    ",
+                                       ("any other key", "bold"), " cancels"), id="confirm-keys")
+
+    def on_key(self, event: events.Key) -> None:
+        event.stop()
+        event.prevent_default()
+        self.dismiss(event.key in CONFIRM_KEYS)
+
+    def on_click(self, event: events.Click) -> None:
+        event.stop()
+        self.dismiss(False)

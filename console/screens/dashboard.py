@@ -1,0 +1,55 @@
+"""The dashboard: six panes, each repainted only when its part of the snapshot changed."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from ..snapshot import Notice, RunSnapshot
+from ..widgets import ArmsPane, CheckpointsPane, EventLog, LossPlot, SamplesPane, StatusPane
+
+
+class DashboardScreen(Screen):
+    # Below 100 columns the rows stack and the body scrolls (still every pane, one key away).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+
+    snapshot: reactive[RunSnapshot | None] = reactive(None, always_update=True, init=False)
+
+    def __init__(self, window_steps: int, smoothing: float) -> None:
+        super().__init__(id="dashboard")
+        self.window_steps = window_steps
+        self.smoothing = smoothing
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="body"):
+            with Horizontal(id="row-top", classes="row"):
+                yield StatusPane(id="status", classes="pane")
+                yield LossPlot(self.window_steps, self.smoothing, id="plot", classes="pane")
+            with Horizontal(id="row-middle", classes="row"):
+                yield CheckpointsPane(id="checkpoints", classes="pane")
+                yield ArmsPane(id="arms", classes="pane")
+            with Horizontal(id="row-bottom", classes="row"):
+                yield EventLog(id="events", classes="pane")
+                yield SamplesPane(id="samples", classes="pane")
+        yield Footer()
+
+    def watch_snapshot(self, snap: RunSnapshot | None) -> None:
+        if snap is None:
+            return
+        now = self.app.now()
+        self.query_one(StatusPane).show(snap, now)
+        self.query_one(LossPlot).show(snap)
+        self.query_one(CheckpointsPane).show(snap, now)
+        self.query_one(ArmsPane).show(snap.arms)
+        self.query_one(SamplesPane).show(snap)
+        self.query_one(EventLog).log_lines(snap.log_tail, snap.log_seen)
+
+    def notice(self, notice: Notice) -> None:
+        self.query_one(EventLog).notice(notice)
+
+    @property
+    def plot(self) -> LossPlot:
+        return self.query_one(LossPlot)

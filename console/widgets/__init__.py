@@ -1,0 +1,11 @@
+"""One widget per dashboard pane; each takes a :class:`~console.snapshot.RunSnapshot` and
+repaints only when its own part of it changed."""
+
+from .arms import ArmsPane
+from .checkpoints import CheckpointsPane
+from .events import EventLog
+from .loss_plot import LossPlot
+from .samples import SamplesPane
+from .status import StatusPane
+
+__all__ = ["ArmsPane", "CheckpointsPane", "EventLog", "LossPlot", "SamplesPane", "StatusPane"]
