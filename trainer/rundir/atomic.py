@@ -32,12 +32,16 @@ def temp_path_for(path: Path) -> Path:
 
 
 def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | memoryview],
-                        on_chunk: Callable[[bytes | memoryview], None] | None = None) -> int:
+                        on_chunk: Callable[[bytes | memoryview], None] | None = None,
+                        durable: bool = True) -> int:
     """Write ``chunks`` to ``path`` atomically and return the number of bytes written.
 
     ``on_chunk`` sees every chunk as it is written (used to checksum while writing,
     never by a second read). On any error the temporary file is removed and the
-    previous file under ``path``, if any, is left as it was.
+    previous file under ``path``, if any, is left as it was. ``durable=False`` skips
+    both fsyncs: readers still see the old or the new file whole (the rename is
+    atomic), but a power cut may lose the update. Only for live files that are
+    rewritten every step and snapshotted durably elsewhere (``.state.json``).
     """
     path = Path(path)
     tmp = temp_path_for(path)
@@ -52,7 +56,8 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | m
                 written = os.write(fd, view)
                 total += written
                 view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         _unlink_quietly(tmp)
@@ -63,13 +68,14 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | m
     except BaseException:
         _unlink_quietly(tmp)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
     return total
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically."""
-    atomic_write_chunks(path, iter((data,)))
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically (see :func:`atomic_write_chunks` for ``durable``)."""
+    atomic_write_chunks(path, iter((data,)), durable=durable)
 
 
 def dumps_json(obj: Any, *, indent: bool = True) -> bytes:
@@ -80,9 +86,9 @@ def dumps_json(obj: Any, *, indent: bool = True) -> bytes:
     return orjson.dumps(obj, option=option) + b"\n"
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, durable: bool = True) -> None:
     """Replace ``path`` with ``obj`` as JSON, atomically."""
-    atomic_write_bytes(path, dumps_json(obj))
+    atomic_write_bytes(path, dumps_json(obj), durable=durable)
 
 
 def remove_stale_temps(directory: str | os.PathLike[str]) -> list[Path]:

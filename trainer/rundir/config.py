@@ -213,7 +213,9 @@ DEFAULT_ARMS: dict[str, dict[str, Any]] = {
 
 # name -> (model, optimizer overrides). Parameter counts are checked by tests.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    "micro": {"model": dict(n_layer=2, n_head=4, n_embd=40, block_size=64), "optimizer": dict(batch_size=8)},
+    # micro is for tests: small windows and batches so that one CPU core runs
+    # hundreds of steps a second (the per-step cost is mostly fixed overhead).
+    "micro": {"model": dict(n_layer=2, n_head=4, n_embd=40, block_size=32), "optimizer": dict(batch_size=4)},
     "tiny": {"model": dict(n_layer=4, n_head=4, n_embd=128, block_size=128), "optimizer": dict(batch_size=16)},
     "andrea-12m": {"model": dict(n_layer=7, n_head=6, n_embd=384, block_size=512), "optimizer": dict(batch_size=16)},
     "andrea-120m": {"model": dict(n_layer=17, n_head=12, n_embd=768, block_size=1024), "optimizer": dict(batch_size=8)},

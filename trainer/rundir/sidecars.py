@@ -109,9 +109,10 @@ def _probabilities(value: Any) -> dict[str, float]:
     return {str(k): _number(v) for k, v in value.items()}
 
 
-def write_state(run_dir: str | os.PathLike[str], state: dict[str, Any]) -> None:
-    """Rewrite ``.state.json`` atomically."""
-    atomic_write_json(Path(run_dir) / STATE_JSON, state)
+def write_state(run_dir: str | os.PathLike[str], state: dict[str, Any], durable: bool = True) -> None:
+    """Rewrite ``.state.json`` atomically. The trainer rewrites it every step with
+    ``durable=False`` (no fsync: still atomic for readers) and durably at checkpoints."""
+    atomic_write_json(Path(run_dir) / STATE_JSON, state, durable=durable)
 
 
 def read_state(run_dir: str | os.PathLike[str]) -> SidecarRead[BanditState]:

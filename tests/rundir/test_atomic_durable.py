@@ -1,0 +1,22 @@
+"""``durable=False``: the same atomic replacement, without the fsyncs (live files only)."""
+
+from __future__ import annotations
+
+import os
+
+from trainer.rundir import read_state, write_state
+from trainer.rundir.atomic import atomic_write_json
+
+
+def test_non_durable_write_is_still_a_whole_replacement(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    atomic_write_json(tmp_path / "x.json", {"a": 1}, durable=False)
+    assert synced == []
+    write_state(tmp_path, {"version": 1, "step": 3, "arms": {}}, durable=False)
+    assert synced == [] and read_state(tmp_path).value.step == 3
+    write_state(tmp_path, {"version": 1, "step": 4, "arms": {}})
+    assert len(synced) == 2                       # the file, then the directory
+    assert read_state(tmp_path).value.step == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".state.json", "x.json"]

@@ -1,0 +1,61 @@
+"""Black box: ``andrea-train`` stopped and re-run reaches the bytes of a run that never stopped."""
+
+from __future__ import annotations
+
+from tests.trainer.trainer_runs import events, run_trainer, step_lines, without_time
+from trainer.rundir import read_samples, read_state, verify_trainer
+
+
+def test_300_in_one_go_equals_200_then_300(trainer_run):
+    straight, stopped = trainer_run("straight"), trainer_run("stopped")
+    r = run_trainer(straight, "--max-steps", "300")
+    assert r.returncode == 0, r.stderr
+    r = run_trainer(stopped, "--max-steps", "200")
+    assert r.returncode == 0, r.stderr
+    assert not (stopped / "step_000300.bin").exists()
+    r = run_trainer(stopped, "--max-steps", "300")          # the same command again, further
+    assert r.returncode == 0, r.stderr
+
+    assert (straight / "step_000300.bin").read_bytes() == (stopped / "step_000300.bin").read_bytes()
+    lines_straight = [s for s in step_lines(straight) if s["step"] > 200]
+    lines_stopped = [s for s in step_lines(stopped) if s["step"] > 200]
+    assert len(lines_stopped) == 100
+    assert without_time(lines_straight) == without_time(lines_stopped)
+    # No gap: every step once, in order.
+    assert [s["step"] for s in step_lines(stopped)] == list(range(1, 301))
+
+    [resume] = events(stopped, "resume")
+    assert resume["from_step"] == 200 and resume["checkpoint"] == "step_000200.bin"
+    assert resume["exact"] is True and resume["fresh"] == [] and resume["rerun"] is None
+    assert resume["overrides"] == {"max_steps": 300}
+    assert [e["reason"] for e in events(stopped, "checkpoint")] == ["cadence", "final", "final"]
+    assert [e["reason"] for e in events(stopped, "stop")] == ["max_steps", "max_steps"]
+    assert len(events(stopped, "start")) == 1
+
+
+def test_sidecars_after_a_run(trainer_run):
+    run = trainer_run(sample_every=50)
+    r = run_trainer(run, "--max-steps", "150")
+    assert r.returncode == 0, r.stderr
+    assert verify_trainer(run).state == "stopped"          # .trainer.json removed on a clean exit
+    state = read_state(run)
+    assert state.ok and state.value.step == 150
+    assert set(state.value.arms) == {"prose", "code", "notes"}
+    assert sum(a.pulls for a in state.value.arms.values()) == 150
+    samples = read_samples(run).value
+    assert [(s.step, s.arm) for s in samples] == [(step, arm) for step in (50, 100, 150)
+                                                  for arm in ("prose", "code", "notes")]
+    assert all(s.temperature == 0.8 and s.completion for s in samples)
+    log = (run / "trainer.log").read_text()
+    assert "step 150 loss" in log and "checkpoint step_000150.bin (final)" in log
+    # Plain lines on a pipe.
+    assert "step 10 loss" in r.stdout
+
+
+def test_rerun_at_max_steps_is_nothing_to_do(trainer_run):
+    run = trainer_run()
+    assert run_trainer(run, "--max-steps", "20").returncode == 0
+    before = (run / ".loss.json").read_bytes()
+    r = run_trainer(run, "--max-steps", "20")
+    assert r.returncode == 0 and "nothing to do" in r.stderr
+    assert (run / ".loss.json").read_bytes() == before

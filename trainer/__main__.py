@@ -1,0 +1,7 @@
+"""``python -m trainer RUN_DIR ...``: the same as ``andrea-train``."""
+
+import sys
+
+from trainer.cli import main
+
+sys.exit(main())

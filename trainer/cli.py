@@ -1,0 +1,321 @@
+"""``andrea-train RUN_DIR``: train a run directory, resuming from its newest checkpoint.
+
+    andrea-train RUN_DIR [--preset NAME] [--max-steps N] [--checkpoint-every N]
+                 [--sample-every N] [--device auto|cpu|cuda] [--resume latest|PATH|none]
+                 [--fresh-bandit] [--seed N] [--threads N]
+
+Everything that could be wrong with the input (run.toml, the arms' data, the
+checkpoint, another trainer on the directory) is checked *before* anything in the run
+directory is touched: such a problem is one line on stderr and exit status 2.
+
+Exit status: 0 when stopped by ``--max-steps`` or a signal (after its checkpoint), or
+when there is nothing to do; 1 on an unexpected error; 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from trainer.data import ArmData, ArmDataError, ByteTokenizer
+from trainer.rundir import (CheckpointError, CheckpointInfo, ConfigError, LossHistory, RunConfig, RunLock,
+                            RunLockedError, TrainerRecord, inspect_checkpoint, latest_resumable, list_checkpoints,
+                            load_run_config, read_state, remove_trainer_record, verify_checksum,
+                            write_run_config, write_trainer_record)
+from trainer.rundir.config import RUN_TOML, PRESETS, validate_policy
+from trainer.rundir.process import LOCK_FILE
+from trainer.rundir.sidecars import ArmState, BanditState
+from trainer.rundir.zombies import find_zombies
+
+PROG = "andrea-train"
+DEFAULT_PRESET = "tiny"
+# Flags that override run.toml's [run] section for this process (recorded in the
+# start/resume event, never written back to an existing run.toml).
+RUN_FLAGS = ("max_steps", "checkpoint_every", "sample_every", "device", "seed")
+
+
+class InputError(ValueError):
+    """Bad input: reported as one line, exit status 2, run directory untouched."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:      # one line, not usage + message
+        self.exit(2, f"{PROG}: {message} (see --help)\n")
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not >= 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Train a small GPT on a run directory; resumes from its newest checkpoint.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (created with a run.toml if new)")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help=f"model preset for a new run.toml (default {DEFAULT_PRESET}); must match an existing one")
+    p.add_argument("--max-steps", type=_non_negative, metavar="N",
+                   help="the step to stop at, counted from the run's start (0: until stopped)")
+    p.add_argument("--checkpoint-every", type=_positive, metavar="N",
+                   help="checkpoint cadence in steps (also sets --sample-every unless given)")
+    p.add_argument("--sample-every", type=_positive, metavar="N", help="sample-audit cadence in steps")
+    p.add_argument("--device", metavar="auto|cpu|cuda", help="where to train (auto: cuda when available)")
+    p.add_argument("--resume", default="latest", metavar="latest|PATH|none",
+                   help="latest (default): the newest complete checkpoint; PATH: that step_NNNNNN.bin; "
+                        "none: start fresh (refused when checkpoints exist)")
+    p.add_argument("--fresh-bandit", action="store_true",
+                   help="resume everything but start the bandit fresh under run.toml's caps and floors")
+    p.add_argument("--seed", type=_non_negative, metavar="N", help="seed of a fresh run (default 7)")
+    p.add_argument("--threads", type=_positive, default=1, metavar="N",
+                   help="torch CPU threads (default 1; a resume is bit-exact with the same count)")
+    return p
+
+
+@dataclass
+class Plan:
+    """Everything decided before the run directory is touched."""
+
+    run_dir: Path
+    config: RunConfig
+    create_run_toml: bool
+    overrides: dict[str, Any]
+    device: str
+    checkpoint: CheckpointInfo | None
+    arms: dict[str, ArmData]
+    zombies: dict[str, str]
+    fresh_bandit: bool
+    threads: int
+    notes: list[str] = field(default_factory=list)
+    nothing_to_do: str = ""
+
+
+def _resolve_config(args: argparse.Namespace, run_dir: Path) -> tuple[RunConfig, bool, dict[str, Any]]:
+    if (run_dir / RUN_TOML).exists():
+        config = load_run_config(run_dir)
+        if args.preset and args.preset != config.run.preset:
+            raise InputError(f"{run_dir / RUN_TOML} says preset {config.run.preset!r}, --preset says {args.preset!r}: "
+                             "the model of an existing run is changed in run.toml, not by a flag")
+        create = False
+    else:
+        config = RunConfig.from_preset(args.preset or DEFAULT_PRESET, name=run_dir.resolve().name)
+        create = True
+    overrides = {name: getattr(args, name) for name in RUN_FLAGS if getattr(args, name) is not None}
+    if "checkpoint_every" in overrides and "sample_every" not in overrides:
+        overrides["sample_every"] = overrides["checkpoint_every"]      # keep the audit aligned
+    try:
+        config.run = dataclasses.replace(config.run, **overrides)
+    except ConfigError as err:
+        raise InputError(str(err).replace("run.toml: run.", "--").replace("_", "-")) from None
+    return config, create, overrides
+
+
+def _resolve_device(requested: str) -> str:
+    import torch
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device {requested!r}: CUDA is not available on this machine")
+    return requested
+
+
+def _choose_checkpoint(resume: str, run_dir: Path, config: RunConfig) -> CheckpointInfo | None:
+    from trainer.resume import ResumeError, check_compatible
+    infos = list_checkpoints(run_dir)
+    if resume == "none":
+        usable = [i for i in infos if i.resumable]
+        if usable:
+            raise InputError(f"{run_dir} already has checkpoints (newest {usable[-1].path.name}): --resume none would "
+                             "overwrite them; use a new run directory")
+        return None
+    if resume == "latest":
+        if infos and not infos[-1].resumable:
+            bad = infos[-1]
+            raise InputError(f"{bad.path}: {bad.reason}; refusing to resume past it: move it away or pass "
+                             "--resume PATH")
+        chosen = latest_resumable(run_dir)
+    else:
+        path = Path(resume)
+        if not path.exists() and (run_dir / resume).exists():
+            path = run_dir / resume
+        chosen = inspect_checkpoint(path)
+        if not chosen.resumable:
+            raise InputError(f"{path}: {chosen.reason}")
+    if chosen is None:
+        return None
+    if chosen.status == "complete" and (problem := verify_checksum(chosen)):
+        raise InputError(f"{chosen.path}: {problem}")
+    try:
+        check_compatible(chosen, config, ByteTokenizer())
+    except ResumeError as err:
+        raise InputError(str(err)) from None
+    return chosen
+
+
+def _carried_arms(run_dir: Path, checkpoint: CheckpointInfo | None) -> list[BanditState]:
+    """The bandit states that carry arms from earlier: ``.state.json`` and the checkpoint's."""
+    carried = []
+    live = read_state(run_dir)
+    if live.ok:
+        carried.append(live.value)
+    saved = (checkpoint.sidecar or {}).get("bandit") if checkpoint else None
+    if isinstance(saved, dict) and isinstance(saved.get("arms"), dict):
+        arms = {n: ArmState(n, source=str(a.get("source", ""))) for n, a in saved["arms"].items() if isinstance(a, dict)}
+        carried.append(BanditState(1, 0, {}, {}, arms, {}, saved))
+    return carried
+
+
+def plan_run(args: argparse.Namespace) -> Plan:
+    """Read and check everything (config, checkpoint, arms, zombies); write nothing."""
+    run_dir = Path(args.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError(f"{run_dir} exists and is not a directory")
+    config, create, overrides = _resolve_config(args, run_dir)
+    device = _resolve_device(config.run.device)
+    checkpoint = _choose_checkpoint(args.resume, run_dir, config)
+    if checkpoint and config.run.max_steps and checkpoint.step >= config.run.max_steps:
+        return Plan(run_dir, config, create, overrides, device, checkpoint, {}, {}, args.fresh_bandit, args.threads,
+                    nothing_to_do=f"{run_dir}: already at step {checkpoint.step} "
+                                  f"(max-steps {config.run.max_steps}): nothing to do")
+    if args.fresh_bandit and checkpoint is None:
+        raise InputError("--fresh-bandit needs a checkpoint to resume from")
+
+    zombies: dict[str, str] = {}
+    for carried in _carried_arms(run_dir, checkpoint):
+        for name, reason in find_zombies(carried, config, run_dir).items():
+            zombies.setdefault(name, reason)
+    arms = {}
+    for name, arm in config.arms.items():
+        if name in zombies:
+            continue
+        try:
+            arms[name] = ArmData.load(name, arm.source, run_dir, config.model.block_size)
+        except ArmDataError as err:
+            raise InputError(str(err)) from None
+    try:
+        validate_policy({n: config.arms[n] for n in arms}, where="arms without zombies")
+    except ConfigError as err:
+        raise InputError(str(err)) from None
+    return Plan(run_dir, config, create, overrides, device, checkpoint, arms, zombies, args.fresh_bandit, args.threads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run_dir = Path(args.run_dir)
+    lock = RunLock(run_dir)
+    try:
+        # A directory that has a lock file may have a live trainer: ask it first (taking
+        # the lock changes nothing there). A new directory is locked once it is created.
+        locked = (run_dir / LOCK_FILE).exists()
+        if locked:
+            lock.acquire()
+        plan = plan_run(args)
+        if plan.nothing_to_do:
+            lock.release()
+            print(plan.nothing_to_do, file=sys.stderr)
+            return 0
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not locked:
+            lock.acquire()
+    except (InputError, ConfigError, CheckpointError, RunLockedError) as err:
+        lock.release()
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    try:
+        return _run(plan, args)
+    finally:
+        lock.release()
+
+
+def _run(plan: Plan, args: argparse.Namespace) -> int:
+    """Under the lock: set up the outputs, build the state, train, clean up."""
+    from trainer.signals import SignalFlags
+    signals = SignalFlags().install()          # before .trainer.json: a recorded trainer handles signals
+    run_dir = plan.run_dir
+    pid = os.getpid()
+    progress = out = None
+    try:
+        if plan.create_run_toml:
+            write_run_config(run_dir, plan.config)
+        write_trainer_record(run_dir, TrainerRecord.for_this_process())
+        import torch
+
+        from trainer.outputs import RunOutputs
+        from trainer.progress import Progress
+        from trainer.resume import build_state
+        from trainer.train import train
+
+        if plan.device.startswith("cuda"):
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.set_num_threads(plan.threads)
+        torch.use_deterministic_algorithms(True, warn_only=plan.device.startswith("cuda"))
+        progress = Progress(run_dir, plan.config.run.log_every)
+        resume_step = plan.checkpoint.step if plan.checkpoint else 0
+        out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step)
+        if plan.overrides and not plan.create_run_toml:
+            progress.message(f"flags override run.toml for this process: {plan.overrides}")
+        for name, reason in plan.zombies.items():
+            out.event("zombie", resume_step, f"zombie arm {name!r} dropped ({reason}); it is never pulled",
+                      arm=name, reason=reason)
+        state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit)
+        _announce(plan, state, out)
+        reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
+        progress.message(f"stopped ({reason}) at step {state.step}")
+        return 0
+    except Exception:
+        text = traceback.format_exc()
+        if progress is not None:
+            progress.message(f"trainer failed:\n{text}")
+        print(text, file=sys.stderr)
+        return 1
+    finally:
+        if out is not None:
+            out.close()
+        if progress is not None:
+            progress.close()
+        remove_trainer_record(run_dir, pid)
+        signals.restore()
+
+
+def _announce(plan: Plan, state: Any, out: Any) -> None:
+    """The ``start`` or ``resume`` event: what this process runs, and what it could not restore."""
+    import torch
+    common = dict(preset=plan.config.run.preset, n_params=plan.config.model.n_params(), device=plan.device,
+                  threads=torch.get_num_threads(), arms=list(plan.arms), overrides=plan.overrides,
+                  max_steps=plan.config.run.max_steps, torch_version=torch.__version__, pid=os.getpid())
+    if plan.checkpoint is None:
+        out.event("start", 0, f"start: preset {plan.config.run.preset}, {common['n_params']:,} parameters, "
+                              f"arms {', '.join(plan.arms)}, device {plan.device}", seed=plan.config.run.seed, **common)
+        return
+    ckpt = plan.checkpoint
+    fresh = list(state.inexact)
+    if ckpt.status == "foreign":
+        fresh.insert(0, f"foreign checkpoint ({ckpt.reason}): samplers, RNG and bandit start fresh")
+    rerun = None
+    history = LossHistory(plan.run_dir / ".loss.json")
+    history.refresh()
+    if history.last_step is not None and history.last_step > ckpt.step:
+        rerun = {"from": ckpt.step + 1, "to": history.last_step}
+    exact = not fresh
+    summary = "exactly" if exact else "NOT exactly: " + "; ".join(fresh)
+    note = f"; steps {rerun['from']}..{rerun['to']} after it are run again" if rerun else ""
+    out.event("resume", ckpt.step, f"resume from {ckpt.path.name} {summary}{note}",
+              from_step=ckpt.step, checkpoint=ckpt.path.name, exact=exact, fresh=fresh, rerun=rerun,
+              fresh_bandit=plan.fresh_bandit, **common)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

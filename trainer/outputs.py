@@ -1,0 +1,61 @@
+"""The trainer's writes to its run directory, all through :mod:`trainer.rundir`.
+
+``.loss.json`` (a line per step and per event, fsynced at every checkpoint),
+``.state.json`` (the bandit, every ``state_every`` steps: atomically; durably at
+checkpoints), ``.samples.json`` (bounded, newest last) and ``trainer.log`` (via
+:class:`~trainer.progress.Progress`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.bandit import OnlineDataMixer
+from trainer.progress import Progress
+from trainer.rundir import LOSS_JSON, CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
+
+
+def _describe(fields: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, [], {}))
+
+
+class RunOutputs:
+    """Open for the trainer's lifetime (under the run's lock)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], progress: Progress, samples_keep: int, resume_step: int):
+        self.run_dir = Path(run_dir)
+        self.progress = progress
+        self.history = LossHistoryWriter(self.run_dir / LOSS_JSON)
+        self.samples_keep = samples_keep
+        # Samples from steps after the checkpoint we resume from belong to an abandoned
+        # stretch of the run; they are dropped (and will be regenerated identically).
+        previous = read_samples(self.run_dir).value or []
+        self.samples = [dataclasses.asdict(s) for s in previous if s.step <= resume_step][-samples_keep:]
+
+    def event(self, name: str, step: int, message: str | None = None, **fields: Any) -> None:
+        """An event line in ``.loss.json`` and a line in the log."""
+        self.history.event(name, step=step, time=time.time(), **fields)
+        self.progress.message(message or f"{name} at step {step}: {_describe(fields)}")
+
+    def step(self, step: int, loss: float, lr: float, grad_norm: float, arm: str, tokens: int, **extra: Any) -> None:
+        self.history.step(step, loss, lr, grad_norm, arm, tokens, time.time(), **extra)
+
+    def checkpoint_written(self, info: CheckpointInfo, reason: str) -> None:
+        self.event("checkpoint", info.step, f"checkpoint {info.path.name} ({reason})",
+                   path=info.path.name, reason=reason)
+        self.history.fsync()
+
+    def write_state(self, bandit: OnlineDataMixer, step: int, durable: bool = False) -> None:
+        write_state(self.run_dir, bandit.sidecar(step), durable=durable)
+
+    def add_samples(self, samples: list[dict[str, Any]]) -> None:
+        self.samples = (self.samples + samples)[-self.samples_keep:]
+        write_samples(self.run_dir, self.samples)
+
+    def close(self) -> None:
+        self.history.fsync()
+        self.history.close()

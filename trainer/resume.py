@@ -1,0 +1,185 @@
+"""Building the training state: fresh, or restored from a checkpoint (seed 003's contract).
+
+Restoring follows seed 003's order, because building a model consumes the global RNG:
+read the saved state; build the model and optimizer; load weights, m, v and Adam's
+step; rebuild and restore the samplers; restore the bandit; restore the global RNG
+last. A checkpoint whose model/optimizer config or tokenizer digest differs from the
+current ones is refused with a message naming every difference. A bare ``.bin`` from
+another engine restores weights, m and v exactly; the samplers, the bandit and the RNG
+start fresh, and the state says so in ``inexact``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.bandit import OnlineDataMixer
+from trainer.data import ArmData, ArmSampler, ByteTokenizer, SamplerStateError
+from trainer.model import GPT
+from trainer.rundir.checkpoint import CheckpointInfo, open_checkpoint, write_checkpoint
+from trainer.rundir.config import RunConfig
+from trainer.state import (TrainingState, decode_rng, encode_rng, flat_moments, flat_weights, load_flat,
+                           make_optimizer)
+
+TRAINER_FORMAT = "andrea-train/1"
+
+
+class ResumeError(ValueError):
+    """A checkpoint this configuration cannot resume from; the message says what differs."""
+
+
+def _config_sections(config: RunConfig) -> dict[str, dict[str, Any]]:
+    return {"model": dataclasses.asdict(config.model), "optimizer": dataclasses.asdict(config.optimizer)}
+
+
+def check_compatible(info: CheckpointInfo, config: RunConfig, tokenizer: ByteTokenizer) -> None:
+    """Refuse (:class:`ResumeError`) a checkpoint the model of ``config`` cannot continue."""
+    name = info.path.name
+    want = config.model.n_params()
+    if info.n_params != want:
+        raise ResumeError(f"{name} holds {info.n_params} parameters, the model of run.toml has {want} "
+                          f"(preset {config.run.preset}): refusing to resume")
+    if info.sidecar is None:
+        return                                   # foreign: weights, m, v only
+    saved = info.sidecar.get("config")
+    if not isinstance(saved, dict):
+        raise ResumeError(f"{info.path.with_suffix('.json').name} records no model/optimizer config: refusing to resume")
+    differences = []
+    for section, current in _config_sections(config).items():
+        old = saved.get(section, {})
+        for key in sorted(set(current) | set(old)):
+            if old.get(key) != current.get(key):
+                differences.append(f"{section}.{key} is {old.get(key)!r} in the checkpoint, {current.get(key)!r} now")
+    if differences:
+        raise ResumeError(f"{name}: config differs: {'; '.join(differences)}")
+    saved_digest = (info.sidecar.get("tokenizer") or {}).get("digest")
+    if saved_digest != tokenizer.digest:
+        raise ResumeError(f"{name}: tokenizer digest differs: {saved_digest!r} in the checkpoint, "
+                          f"{tokenizer.digest!r} now")
+
+
+def _build_model(config: RunConfig, device: torch.device) -> tuple[GPT, torch.optim.AdamW]:
+    torch.manual_seed(config.run.seed)          # the initial weights of a fresh run
+    model = GPT(config.model).to(device)
+    return model, make_optimizer(model, config.optimizer)
+
+
+def _build_samplers(config: RunConfig, arms: dict[str, ArmData]) -> dict[str, ArmSampler]:
+    return {name: ArmSampler(data, config.model.block_size, config.optimizer.batch_size, config.run.seed)
+            for name, data in arms.items()}
+
+
+def _build_bandit(config: RunConfig, arms: dict[str, ArmData], started_step: int) -> OnlineDataMixer:
+    policy = config.policy()
+    return OnlineDataMixer({n: a.source for n, a in arms.items()}, policy["caps"], policy["floors"],
+                           config.bandit, started_step=started_step)
+
+
+def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.device,
+                checkpoint: CheckpointInfo | None = None, fresh_bandit: bool = False) -> TrainingState:
+    """A fresh state (``checkpoint`` None) or one restored in seed 003's order.
+
+    ``arms`` are the live arms (zombies already dropped). ``fresh_bandit`` keeps
+    everything else but starts the bandit anew under ``config``'s caps and floors
+    (the polish pivot). Call :func:`check_compatible` first.
+    """
+    tokenizer = ByteTokenizer()
+    if checkpoint is None:
+        model, optimizer = _build_model(config, device)
+        return TrainingState(config, device, model, optimizer, tokenizer, _build_samplers(config, arms),
+                             _build_bandit(config, arms, 0))
+
+    # 1. Read the saved state.
+    saved = checkpoint.sidecar or {}
+    arrays = open_checkpoint(checkpoint.path)
+    step = arrays.step
+    inexact: list[str] = []
+    # 2. Build the model and optimizer (this consumes the global RNG; restored last).
+    model, optimizer = _build_model(config, device)
+    # 3. Weights, m, v and Adam's step count.
+    adam_step = int(saved.get("adam_step", step))
+    load_flat(model, optimizer, arrays.weights, arrays.m, arrays.v, adam_step)
+    del arrays                                   # drop the memory map
+    # 4. Samplers.
+    samplers = _build_samplers(config, arms)
+    saved_samplers = saved.get("samplers", {})
+    for name, sampler in samplers.items():
+        if name not in saved_samplers:
+            inexact.append(f"sampler {name} starts fresh (not in the checkpoint)")
+            continue
+        try:
+            sampler.load_state_dict(saved_samplers[name])
+        except SamplerStateError as err:
+            inexact.append(f"sampler {name} starts fresh ({err})")
+    # 5. The bandit.
+    bandit = _build_bandit(config, arms, step)
+    if fresh_bandit:
+        inexact.append("bandit starts fresh (--fresh-bandit)")
+    elif "bandit" in saved:
+        inexact += [f"bandit: {reason}" for reason in bandit.load_state_dict(saved["bandit"])]
+    else:
+        inexact.append("bandit starts fresh (not in the checkpoint)")
+    # 6. The global RNG, last.
+    rng = saved.get("rng", {})
+    if "torch_cpu" in rng:
+        torch.set_rng_state(decode_rng(rng["torch_cpu"]))
+    else:
+        inexact.append("global RNG starts fresh (not in the checkpoint)")
+    if device.type == "cuda":
+        if rng.get("torch_cuda"):
+            torch.cuda.set_rng_state_all([decode_rng(s) for s in rng["torch_cuda"]])
+        else:
+            inexact.append("CUDA RNG starts fresh (not in the checkpoint)")
+
+    tokens_seen = saved.get("tokens_seen")
+    if tokens_seen is None:
+        tokens_seen = step * config.optimizer.batch_size * config.model.block_size
+        inexact.append("tokens_seen estimated as step x batch x block")
+    if checkpoint.sidecar is not None:
+        if saved.get("torch_version") != torch.__version__:
+            inexact.append(f"torch {saved.get('torch_version')} wrote it, this is {torch.__version__}")
+        if saved.get("threads") != torch.get_num_threads():
+            inexact.append(f"{saved.get('threads')} thread(s) wrote it, {torch.get_num_threads()} now")
+        if saved.get("device") != device.type:
+            inexact.append(f"written on {saved.get('device')}, running on {device.type}")
+    return TrainingState(config, device, model, optimizer, tokenizer, samplers, bandit, step=step,
+                         tokens_seen=int(tokens_seen), ema_loss=saved.get("ema_loss"), inexact=inexact)
+
+
+def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
+    """The ``step_NNNNNN.json`` resume contract (the library adds version, step, n_params,
+    checksum and size). Plain JSON: RNG states as base64 text, never pickle."""
+    rng: dict[str, Any] = {"torch_cpu": encode_rng(torch.get_rng_state())}
+    if state.device.type == "cuda":
+        rng["torch_cuda"] = [encode_rng(s) for s in torch.cuda.get_rng_state_all()]
+    return {
+        "trainer": TRAINER_FORMAT,
+        "config": _config_sections(state.config),
+        "run_config": state.config.to_dict(),
+        "tokenizer": state.tokenizer.state_dict(),
+        "adam_step": state.adam_step,
+        "tokens_seen": state.tokens_seen,
+        "ema_loss": state.ema_loss,
+        "samplers": {name: s.state_dict() for name, s in state.samplers.items()},
+        "bandit": state.bandit.state_dict(),
+        "rng": rng,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "device": state.device.type,
+        "threads": torch.get_num_threads(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "time": time.time(),
+    }
+
+
+def save_checkpoint(state: TrainingState, run_dir: str | Path) -> CheckpointInfo:
+    """Write ``step_NNNNNN.bin`` and its ``.json`` for the current step boundary."""
+    weights = flat_weights(state.model)
+    m, v = flat_moments(state.model, state.optimizer)
+    return write_checkpoint(run_dir, state.step, weights, m, v, resume=checkpoint_payload(state))

@@ -1,0 +1,105 @@
+"""The training loop: one function, one update per iteration, in seed 003's order.
+
+One update: train mode; draw the batch (the bandit picks the arm, the arm's sampler the
+windows); ``zero_grad``; forward; backward; record the gradient norm; clip it to
+``grad_clip``; ``optimizer.step()``. Then the step boundary, where the state is whole
+and every write happens: the ``.loss.json`` line, the bandit update, the live state,
+the sample audit, checkpoints (cadence, signal, final) and the signal flags.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainer.outputs import RunOutputs
+from trainer.resume import save_checkpoint
+from trainer.samples import audit_samples
+from trainer.signals import SignalFlags
+from trainer.state import TrainingState
+
+EMA_LOSS = 0.98       # smoothing of the displayed EMA loss
+
+
+def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: int = 0,
+          saved_step: int | None = None) -> str:
+    """Train until step ``stop_at`` (0: until a stop signal). Returns why it stopped:
+    ``"max_steps"`` (a final checkpoint was written) or ``"signal"`` (SIGTERM/SIGINT:
+    a checkpoint at the last completed step was written). ``saved_step`` is the step of
+    the checkpoint the state was restored from (a signal before the first update needs
+    no new one)."""
+    run, opt_config = state.config.run, state.config.optimizer
+    model, optimizer = state.model, state.optimizer
+    params = list(model.parameters())
+
+    if signals.pending and _checkpoint_and_signals(state, out, signals, None, saved_step):
+        out.event("stop", state.step, "stopping on signal before the first update", reason="signal")
+        return "signal"
+    while True:
+        # ---- one update ----
+        model.train()
+        arm = state.bandit.choose()
+        prob = state.bandit.prob[arm]
+        x, y = state.samplers[arm].next_batch(state.device)
+        optimizer.zero_grad(set_to_none=True)
+        _, loss = model(x, y)
+        loss.backward()
+        # clip_grad_norm_ returns the global norm *before* clipping (recorded), then clips.
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt_config.grad_clip))
+        finite = math.isfinite(grad_norm)
+        if finite:
+            optimizer.step()
+        state.step += 1
+        state.tokens_seen += x.numel()
+
+        # ---- the step boundary ----
+        loss_value = float(loss.detach())
+        extra = {"p": prob} if finite else {"p": prob, "skipped": "nonfinite grad_norm"}
+        out.step(state.step, loss_value, opt_config.lr, grad_norm, arm, state.tokens_seen, **extra)
+        state.bandit.update(arm, loss_value)
+        if math.isfinite(loss_value):
+            state.ema_loss = loss_value if state.ema_loss is None else \
+                EMA_LOSS * state.ema_loss + (1 - EMA_LOSS) * loss_value
+        out.progress.step(state.step, loss_value, state.ema_loss, arm, state.tokens_seen)
+        if state.step % run.state_every == 0:
+            out.write_state(state.bandit, state.step)
+        if state.step % run.sample_every == 0:
+            out.add_samples(audit_samples(state, state.config.samples))
+
+        final = bool(stop_at) and state.step >= stop_at
+        cadence = state.step % run.checkpoint_every == 0
+        stop = _checkpoint_and_signals(state, out, signals, "final" if final else "cadence" if cadence else None)
+        if final:
+            out.event("stop", state.step, f"reached max-steps {stop_at}: stopping", reason="max_steps")
+            return "max_steps"
+        if stop:
+            out.event("stop", state.step, "stopping on signal", reason="signal")
+            return "signal"
+
+
+def _checkpoint_and_signals(state: TrainingState, out: RunOutputs, signals: SignalFlags, reason: str | None,
+                            saved_step: int | None = None) -> bool:
+    """At a step boundary: write at most one checkpoint (for the cadence, the final step or
+    any signal) and return whether a stop was requested. Signals that arrive while the
+    checkpoint is written are covered by it: it is at this very step."""
+    stop = False
+    written = saved_step == state.step
+    during_write = False
+    while True:
+        requests = signals.take()
+        for name in requests.names:
+            action = "stop" if name in ("SIGTERM", "SIGINT") else "checkpoint"
+            out.event("signal", state.step, f"{name} received: {action} at step {state.step}",
+                      signal=name, action=action, during_checkpoint=during_write)
+        stop = stop or requests.stop
+        if requests and reason is None:
+            reason = "signal"
+        if reason is not None and not written:
+            during_write = True
+            info = save_checkpoint(state, out.run_dir)
+            out.write_state(state.bandit, state.step, durable=True)
+            out.checkpoint_written(info, reason)
+            written = True
+        if not signals.pending:
+            return stop
