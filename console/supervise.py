@@ -170,7 +170,7 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
     if child is not None:
         parts[0] += f" with code {child.returncode}"
     after = verify_trainer(run_dir)
-    parts.append("cleanly (it removed .trainer.json)" if after.state == "stopped" else f"leaving a {after.state} record")
+    parts[0] += " cleanly (it removed .trainer.json)" if after.state == "stopped" else f", leaving a {after.state} record"
     final = new_checkpoint(run_dir, result.baseline)
     parts.append(f"final checkpoint {final.path}" if final else "no new checkpoint was written")
     return True, "; ".join(parts)

@@ -36,8 +36,21 @@ class DashboardScreen(Screen):
                 yield SamplesPane(id="samples", classes="pane")
         yield Footer()
 
+    _ready = False
+    _early_notices: list[Notice]
+
+    def on_mount(self) -> None:
+        # A read can finish before the panes exist (the reader is a thread): what came
+        # early is applied once they are mounted.
+        self._ready = True
+        for notice in getattr(self, "_early_notices", []):
+            self.notice(notice)
+        self._early_notices = []
+        if self.snapshot is not None:
+            self.watch_snapshot(self.snapshot)
+
     def watch_snapshot(self, snap: RunSnapshot | None) -> None:
-        if snap is None:
+        if snap is None or not self._ready:
             return
         now = self.app.now()
         self.query_one(StatusPane).show(snap, now)
@@ -48,6 +61,9 @@ class DashboardScreen(Screen):
         self.query_one(EventLog).log_lines(snap.log_tail, snap.log_seen)
 
     def notice(self, notice: Notice) -> None:
+        if not self._ready:
+            self._early_notices = [*getattr(self, "_early_notices", []), notice]
+            return
         self.query_one(EventLog).notice(notice)
 
     @property
