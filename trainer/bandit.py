@@ -14,8 +14,8 @@ exponentially from ``explore_start`` to ``explore_min`` with time constant
 ``explore_decay_steps`` so that run.toml states the schedule directly. ``t`` counts
 this bandit's own updates, so a fresh bandit (after a polish pivot) explores afresh.
 The caps and floors of run.toml bound every probability; the projection shifts all
-probabilities by one constant and clips, the Euclidean projection onto that box and
-simplex. Non-finite losses count as pulls but never as rewards.
+probabilities by one constant and clips (the Euclidean projection onto that box and
+simplex). Non-finite losses count as pulls but never as rewards.
 
 All arithmetic is on Python floats and the bandit has its own ``random.Random``, so
 its state is exact plain JSON.
@@ -34,29 +34,26 @@ STATE_VERSION = 1
 
 def project_to_bounds(p: dict[str, float], floors: dict[str, float], caps: dict[str, float]) -> dict[str, float]:
     """The closest distribution to ``p`` with ``floors <= q <= caps``: ``q_i = clip(p_i + lam)``
-    with ``lam`` found by bisection. Needs ``sum(floors) <= 1 <= sum(caps)``."""
+    for the one shift ``lam`` that makes the sum 1. Needs ``sum(floors) <= 1 <= sum(caps)``.
+
+    ``sum_i clip(p_i + lam)`` is piecewise linear and non-decreasing in ``lam`` with kinks
+    where an arm reaches its floor or cap, so ``lam`` is found exactly between two kinks.
+    """
     names = list(p)
+    if all(floors[n] <= p[n] <= caps[n] for n in names) and abs(sum(p.values()) - 1.0) <= 1e-12:
+        return dict(p)
 
     def total(lam: float) -> float:
         return sum(min(caps[n], max(floors[n], p[n] + lam)) for n in names)
 
-    lo = min(floors[n] - p[n] for n in names)
-    hi = max(caps[n] - p[n] for n in names)
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if total(mid) < 1.0:
-            lo = mid
-        else:
-            hi = mid
-    q = {n: min(caps[n], max(floors[n], p[n] + hi)) for n in names}
-    # Bisection leaves a residue ~1e-16; give it to an arm with room so the sum is 1.
-    residue = 1.0 - sum(q.values())
-    for n in names:
-        room = caps[n] - q[n] if residue > 0 else q[n] - floors[n]
-        if room >= abs(residue):
-            q[n] += residue
+    kinks = sorted({floors[n] - p[n] for n in names} | {caps[n] - p[n] for n in names})
+    lam = kinks[-1]
+    for lo, hi in zip(kinks, kinks[1:]):
+        t_lo, t_hi = total(lo), total(hi)
+        if t_lo <= 1.0 <= t_hi:
+            lam = lo if t_hi == t_lo else lo + (1.0 - t_lo) * (hi - lo) / (t_hi - t_lo)
             break
-    return q
+    return {n: min(caps[n], max(floors[n], p[n] + lam)) for n in names}
 
 
 class OnlineDataMixer:

@@ -253,15 +253,13 @@ def _run(plan: Plan, args: argparse.Namespace) -> int:
         write_trainer_record(run_dir, TrainerRecord.for_this_process())
         import torch
 
+        from trainer.determinism import configure
         from trainer.outputs import RunOutputs
         from trainer.progress import Progress
         from trainer.resume import build_state
         from trainer.train import train
 
-        if plan.device.startswith("cuda"):
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.set_num_threads(plan.threads)
-        torch.use_deterministic_algorithms(True, warn_only=plan.device.startswith("cuda"))
+        configure(plan.threads, plan.device)
         progress = Progress(run_dir, plan.config.run.log_every)
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
         out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step)

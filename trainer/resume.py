@@ -22,6 +22,7 @@ import torch
 from trainer.bandit import OnlineDataMixer
 from trainer.data import ArmData, ArmSampler, ByteTokenizer, SamplerStateError
 from trainer.model import GPT
+from trainer.optim import FlatAdamW
 from trainer.rundir.checkpoint import CheckpointInfo, open_checkpoint, write_checkpoint
 from trainer.rundir.config import RunConfig
 from trainer.state import (TrainingState, decode_rng, encode_rng, flat_moments, flat_weights, load_flat,
@@ -64,7 +65,7 @@ def check_compatible(info: CheckpointInfo, config: RunConfig, tokenizer: ByteTok
                           f"{tokenizer.digest!r} now")
 
 
-def _build_model(config: RunConfig, device: torch.device) -> tuple[GPT, torch.optim.AdamW]:
+def _build_model(config: RunConfig, device: torch.device) -> tuple[GPT, FlatAdamW]:
     torch.manual_seed(config.run.seed)          # the initial weights of a fresh run
     model = GPT(config.model).to(device)
     return model, make_optimizer(model, config.optimizer)
@@ -104,7 +105,7 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
     model, optimizer = _build_model(config, device)
     # 3. Weights, m, v and Adam's step count.
     adam_step = int(saved.get("adam_step", step))
-    load_flat(model, optimizer, arrays.weights, arrays.m, arrays.v, adam_step)
+    load_flat(optimizer, arrays.weights, arrays.m, arrays.v, adam_step)
     del arrays                                   # drop the memory map
     # 4. Samplers.
     samplers = _build_samplers(config, arms)
@@ -180,6 +181,6 @@ def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
 
 def save_checkpoint(state: TrainingState, run_dir: str | Path) -> CheckpointInfo:
     """Write ``step_NNNNNN.bin`` and its ``.json`` for the current step boundary."""
-    weights = flat_weights(state.model)
-    m, v = flat_moments(state.model, state.optimizer)
+    weights = flat_weights(state.optimizer)
+    m, v = flat_moments(state.optimizer)
     return write_checkpoint(run_dir, state.step, weights, m, v, resume=checkpoint_payload(state))

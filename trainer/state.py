@@ -9,6 +9,7 @@ state at a step boundary: weights, m and v in the ``.bin``, the rest in the ``.j
 from __future__ import annotations
 
 import base64
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from trainer.bandit import OnlineDataMixer
 from trainer.data import ArmSampler, ByteTokenizer
 from trainer.model import GPT
+from trainer.optim import FlatAdamW
 from trainer.rundir.config import OptimizerConfig, RunConfig
 
 
@@ -27,7 +29,7 @@ class TrainingState:
     config: RunConfig
     device: torch.device
     model: GPT
-    optimizer: torch.optim.AdamW
+    optimizer: FlatAdamW
     tokenizer: ByteTokenizer
     samplers: dict[str, ArmSampler]
     bandit: OnlineDataMixer
@@ -38,53 +40,32 @@ class TrainingState:
 
     @property
     def adam_step(self) -> int:
-        """AdamW's update count (the same for every parameter), 0 before the first update."""
-        first = next(iter(self.model.parameters()))
-        state = self.optimizer.state.get(first)
-        return int(state["step"].item()) if state else 0
+        """AdamW's update count, 0 before the first update (skipped updates do not count)."""
+        return self.optimizer.step_count
 
 
-def make_optimizer(model: GPT, config: OptimizerConfig) -> torch.optim.AdamW:
+def make_optimizer(model: GPT, config: OptimizerConfig) -> FlatAdamW:
     """AdamW per seed 003: decoupled weight decay on *all* parameters (biases and norms too),
-    no schedule. The fused kernel is the fastest on CPU and deterministic."""
-    return torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(config.beta1, config.beta2),
-                             eps=config.eps, weight_decay=config.weight_decay, fused=True)
+    no schedule, state in flat buffers."""
+    return FlatAdamW(model, config)
 
 
-def flat_weights(model: GPT) -> np.ndarray:
-    """Every parameter, flat, in ``parameters()`` order, as float32 (a CPU copy)."""
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).float().cpu().numpy()
+def flat_weights(optimizer: FlatAdamW) -> np.ndarray:
+    """Every parameter, flat, in ``parameters()`` order, float32 (no copy on CPU)."""
+    return optimizer.weights.detach().cpu().numpy()
 
 
-def flat_moments(model: GPT, optimizer: torch.optim.AdamW) -> tuple[np.ndarray, np.ndarray]:
-    """AdamW's ``exp_avg`` (m) and ``exp_avg_sq`` (v), flat in ``parameters()`` order
-    (zeros before the first update)."""
-    ms, vs = [], []
-    for p in model.parameters():
-        state = optimizer.state.get(p)
-        ms.append(state["exp_avg"].reshape(-1) if state else torch.zeros(p.numel(), device=p.device))
-        vs.append(state["exp_avg_sq"].reshape(-1) if state else torch.zeros(p.numel(), device=p.device))
-    return torch.cat(ms).float().cpu().numpy(), torch.cat(vs).float().cpu().numpy()
+def flat_moments(optimizer: FlatAdamW) -> tuple[np.ndarray, np.ndarray]:
+    """AdamW's m and v, flat in ``parameters()`` order (zeros before the first update)."""
+    return optimizer.m.cpu().numpy(), optimizer.v.cpu().numpy()
 
 
-def load_flat(model: GPT, optimizer: torch.optim.AdamW, weights: np.ndarray, m: np.ndarray, v: np.ndarray,
-              adam_step: int) -> None:
-    """Copy flat weights, m and v into the model and optimizer, and set Adam's step count."""
-    offset = 0
-    for p in model.parameters():
-        n = p.numel()
-
-        def chunk(flat: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(np.array(flat[offset:offset + n], dtype=np.float32)).view_as(p).to(p.device)
-
-        with torch.no_grad():
-            p.copy_(chunk(weights))
-        if adam_step > 0:
-            # The layout AdamW itself creates on its first step (fused: a float32 step tensor
-            # on the parameter's device).
-            optimizer.state[p] = {"step": torch.tensor(float(adam_step), dtype=torch.float32, device=p.device),
-                                  "exp_avg": chunk(m).contiguous(), "exp_avg_sq": chunk(v).contiguous()}
-        offset += n
+def load_flat(optimizer: FlatAdamW, weights: np.ndarray, m: np.ndarray, v: np.ndarray, adam_step: int) -> None:
+    """Copy flat weights, m and v (e.g. memory-mapped from a checkpoint) into the optimizer."""
+    with warnings.catch_warnings():
+        # A read-only memory map is only read from here (copied into the buffers).
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        optimizer.load(*(torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in (weights, m, v)), adam_step)
 
 
 def encode_rng(state: torch.Tensor) -> str:

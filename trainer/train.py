@@ -1,8 +1,9 @@
 """The training loop: one function, one update per iteration, in seed 003's order.
 
 One update: train mode; draw the batch (the bandit picks the arm, the arm's sampler the
-windows); ``zero_grad``; forward; backward; record the gradient norm; clip it to
-``grad_clip``; ``optimizer.step()``. Then the step boundary, where the state is whole
+windows); ``zero_grad``; forward; backward; record the global gradient norm; clip to
+``grad_clip``; the AdamW step. A non-finite gradient norm skips the step (the line
+says so) rather than poisoning the weights. Then the step boundary, where the state is whole
 and every write happens: the ``.loss.json`` line, the bandit update, the live state,
 the sample audit, checkpoints (cadence, signal, final) and the signal flags.
 """
@@ -31,7 +32,6 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
     no new one)."""
     run, opt_config = state.config.run, state.config.optimizer
     model, optimizer = state.model, state.optimizer
-    params = list(model.parameters())
 
     if signals.pending and _checkpoint_and_signals(state, out, signals, None, saved_step):
         out.event("stop", state.step, "stopping on signal before the first update", reason="signal")
@@ -42,14 +42,15 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
         arm = state.bandit.choose()
         prob = state.bandit.prob[arm]
         x, y = state.samplers[arm].next_batch(state.device)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         _, loss = model(x, y)
         loss.backward()
-        # clip_grad_norm_ returns the global norm *before* clipping (recorded), then clips.
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt_config.grad_clip))
+        grad = optimizer.gather_grad()
+        grad_norm = float(torch.linalg.vector_norm(grad))       # recorded before clipping
         finite = math.isfinite(grad_norm)
-        if finite:
-            optimizer.step()
+        if finite:                                              # a NaN/inf gradient is never applied
+            optimizer.clip_(grad, grad_norm, opt_config.grad_clip)
+            optimizer.step(grad)
         state.step += 1
         state.tokens_seen += x.numel()
 

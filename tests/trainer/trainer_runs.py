@@ -41,6 +41,7 @@ def arm_text(seed: int, size: int) -> str:
 def make_trainer_run(root: Path, arms: dict[str, int] | None = None, **run: Any) -> Path:
     """A micro run.toml whose arms are text files ``data/NAME.txt`` (name -> bytes)."""
     arms = arms or {"prose": 6000, "code": 5000, "notes": 4000}
+    run.setdefault("state_every", 5)        # a rename per step is a tenth of a micro step
     root.mkdir(parents=True, exist_ok=True)
     (root / "data").mkdir(exist_ok=True)
     for seed, (name, size) in enumerate(arms.items()):
