@@ -23,19 +23,23 @@ from textual.worker import get_current_worker
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .plot import PlotOptions
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
-from .snapshot import ALL_KINDS, CHECKPOINTS, TRAINER, Notice, RunReader, RunSnapshot, TrainerView
+from .snapshot import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER, Notice, RunReader, RunSnapshot, TrainerView
 from .supervise import send, wait_for_checkpoint, wait_for_exit
 from .watcher import watch_run
 
-# Reads are coalesced: at most one every MIN_READ_INTERVAL_S, whatever the watcher says.
+# Reads are coalesced: at most one every MIN_READ_INTERVAL_S when a checkpoint, the
+# trainer record, run.toml or the directory changed, and one every STEADY_READ_INTERVAL_S
+# when only the files a trainer rewrites at every step did (history, state, samples, log).
 MIN_READ_INTERVAL_S = 0.25
+STEADY_READ_INTERVAL_S = 1.0
+URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 # The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
 TICK_S = 2.0
 SIGNAL_TIMEOUT_S = 600.0
 
 
 class ConsoleApp(App[None]):
-    CSS_PATH = "console.tcss"
+    CSS_PATH = str(Path(__file__).with_name("console.tcss"))
     TITLE = "andrea-console"
     ENABLE_COMMAND_PALETTE = False
     SCREENS = {"help": HelpScreen, "pivot": PivotScreen}
@@ -53,11 +57,11 @@ class ConsoleApp(App[None]):
     def __init__(self, run_dir: str | Path, *, now: Callable[[], float] = time.time,
                  probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
                  child: subprocess.Popen | None = None, options: PlotOptions | None = None,
-                 window: int = 2000, tick: float | None = TICK_S):
+                 window: int = 2000, tick: float | None = TICK_S, reader: RunReader | None = None):
         super().__init__()
         self.run_dir = Path(run_dir)
         self.now = now
-        self.reader = RunReader(self.run_dir, now=now, probe=probe)
+        self.reader = reader or RunReader(self.run_dir, now=now, probe=probe)
         self.watching = watch
         self.child = child
         self.tick_s = tick
@@ -66,6 +70,7 @@ class ConsoleApp(App[None]):
         self.snapshot: RunSnapshot | None = None
         self._pending: set[str] = set()
         self._reading = False
+        self._last_read = 0.0
         self._lock = threading.Lock()
         self._stop_watch = threading.Event()
         self._child_reported = False
@@ -113,18 +118,24 @@ class ConsoleApp(App[None]):
 
     @work(thread=True, group="read", exit_on_error=False)
     def read_loop(self) -> None:
-        last = 0.0
         while True:
-            wait = last + MIN_READ_INTERVAL_S - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
+            last = self._last_read
+            with self._lock:
+                urgent = bool(self._pending & URGENT_KINDS)
+            wait = last + (MIN_READ_INTERVAL_S if urgent else STEADY_READ_INTERVAL_S) - time.monotonic()
+            while wait > 0:
+                time.sleep(min(wait, 0.05))
+                with self._lock:
+                    if self._pending & URGENT_KINDS and not urgent:
+                        urgent = True
+                wait = last + (MIN_READ_INTERVAL_S if urgent else STEADY_READ_INTERVAL_S) - time.monotonic()
             with self._lock:
                 kinds = frozenset(self._pending)
                 self._pending.clear()
                 if not kinds or get_current_worker().is_cancelled:
                     self._reading = False
                     return
-            last = time.monotonic()
+            self._last_read = time.monotonic()
             try:
                 snap, notices = self.reader.read(kinds)
             except Exception as err:          # a reader bug must not take the dashboard down

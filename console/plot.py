@@ -225,11 +225,12 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
         _draw(smooth_grid, env_smooth, y0, y1)
     canvas.y0, canvas.y1, canvas.x0, canvas.x1 = y0, y1, x0, x1
     placed: dict[int, str] = {}
-    for m in markers:
-        if x0 <= m.step <= x1:
-            col = int(column_of(np.array([m.step]), x0, x1, width)[0])
-            if MARKER_PRIORITY.get(m.kind, -1) >= MARKER_PRIORITY.get(placed.get(col, ""), -1):
-                placed[col] = m.kind
+    shown = [m for m in markers if x0 <= m.step <= x1]
+    cols = column_of(np.array([m.step for m in shown], dtype=np.float64), x0, x1, width) if shown else []
+    for m, col in zip(shown, cols):
+        col = int(col)
+        if MARKER_PRIORITY.get(m.kind, -1) >= MARKER_PRIORITY.get(placed.get(col, ""), -1):
+            placed[col] = m.kind
     canvas.markers = sorted(placed.items())
     return canvas
 
@@ -260,56 +261,68 @@ def format_step(step: float) -> str:
     return f"{step:,}"
 
 
-def render(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "bold green",
-           axis_style: str = "grey50", label_width: int = 8) -> Text:
-    """The canvas as Rich Text: y labels, braille rows, a marker row and the x labels."""
-    text = Text(no_wrap=True, overflow="crop")
+def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "bold green",
+                axis_style: str = "grey50", label_width: int = 8) -> list[list[tuple[str, str | None]]]:
+    """The canvas as lines of ``(text, style)`` runs: y labels, braille rows, a marker row
+    and the x labels. Both the Rich Text of ``--once`` and the dashboard's strips are
+    built from these."""
+    lines: list[list[tuple[str, str | None]]] = []
     w, h = canvas.width, canvas.height
     if canvas.empty_reason:
         for row in range(h + 2):
             line = canvas.empty_reason if row == h // 2 else ""
-            text.append(" " * label_width + line.center(w)[:w], style="italic grey50")
-            if row < h + 1:
-                text.append("\n")
-        return text
+            lines.append([(" " * label_width + line.center(w)[:w], "italic grey50")])
+        return lines
     raw = _braille(canvas.raw, w, h)
     smooth = _braille(canvas.smooth, w, h)
+    both = raw | smooth
+    kinds = np.where(smooth > 0, 2, np.where(raw > 0, 1, 0))
+    glyphs = np.where(both > 0, both + 0x2800, 0x20).astype(np.uint32)
+    styles = (None, raw_style, smooth_style)
     labels = {0: canvas.y1, h - 1: canvas.y0}
     if h >= 5:
         labels[(h - 1) // 2] = (canvas.y0 + canvas.y1) / 2
     for row in range(h):
         label = format_value(labels[row], canvas.log_y) if row in labels else ""
-        text.append(label.rjust(label_width - 2)[: label_width - 2] + " ┤", style=axis_style)
-        raw_row, smooth_row = raw[row], smooth[row]
-        # Runs of cells with the same style are appended as one segment.
+        runs: list[tuple[str, str | None]] = [(label.rjust(label_width - 2)[: label_width - 2] + " ┤", axis_style)]
+        chars = glyphs[row].tobytes().decode("utf-32-le")
+        k = kinds[row]
+        cuts = np.flatnonzero(k[1:] != k[:-1]) + 1        # runs of cells with the same style
         start = 0
-        while start < w:
-            kind = 2 if smooth_row[start] else (1 if raw_row[start] else 0)
-            end = start + 1
-            while end < w and (2 if smooth_row[end] else (1 if raw_row[end] else 0)) == kind:
-                end += 1
-            chars = "".join(chr(0x2800 + int(a | b)) if (a | b) else " "
-                            for a, b in zip(raw_row[start:end], smooth_row[start:end]))
-            text.append(chars, style=(None, raw_style, smooth_style)[kind])
+        for end in [*cuts.tolist(), w]:
+            runs.append((chars[start:end], styles[int(k[start])]))
             start = end
-        text.append("\n")
-    # Marker row.
-    text.append(" " * (label_width - 1) + "└", style=axis_style)
-    line = ["─"] * w
-    styles: list[str | None] = [axis_style] * w
+        lines.append(runs)
+    marker = ["─"] * w
+    marker_styles: list[str | None] = [axis_style] * w
     for col, kind in canvas.markers:
         glyph, style = MARKER_GLYPHS.get(kind, ("?", "red"))
-        line[col], styles[col] = glyph, style
-    for ch, st in zip(line, styles):
-        text.append(ch, style=st)
-    text.append("\n")
+        marker[col], marker_styles[col] = glyph, style
+    runs = [(" " * (label_width - 1) + "└", axis_style)]
+    for ch, st in zip(marker, marker_styles):
+        if runs and runs[-1][1] == st:
+            runs[-1] = (runs[-1][0] + ch, st)
+        else:
+            runs.append((ch, st))
+    lines.append(runs)
     left, right = format_step(canvas.x0), format_step(canvas.x1)
     mid = format_step((canvas.x0 + canvas.x1) / 2)
     axis = [" "] * w
     for pos, lab in ((0, left), (max(0, (w - len(mid)) // 2), mid), (max(0, w - len(right)), right)):
         if w >= len(left) + len(mid) + len(right) + 4 or lab is not mid:
             axis[pos:pos + len(lab)] = lab
-    text.append(" " * label_width + "".join(axis)[:w], style=axis_style)
+    lines.append([(" " * label_width + "".join(axis)[:w], axis_style)])
+    return lines
+
+
+def render(canvas: Canvas, label_width: int = 8, **styles: str) -> Text:
+    """The canvas as Rich Text (see :func:`render_runs`)."""
+    text = Text(no_wrap=True, overflow="crop")
+    for i, runs in enumerate(render_runs(canvas, label_width=label_width, **styles)):
+        if i:
+            text.append("\n")
+        for chunk, style in runs:
+            text.append(chunk, style=style)
     return text
 
 

@@ -260,6 +260,19 @@ class TrainerProbe:
         return table.get(pid)
 
 
+def _last_finite(x: np.ndarray) -> float | None:
+    """The last finite value, looking back in growing chunks (not a mask of the whole column)."""
+    end, chunk = len(x), 64
+    while end > 0:
+        part = x[max(0, end - chunk):end]
+        idx = np.flatnonzero(np.isfinite(part))
+        if len(idx):
+            return float(part[idx[-1]])
+        end -= chunk
+        chunk *= 4
+    return None
+
+
 def _rate(x: np.ndarray, t: np.ndarray) -> float | None:
     """Units per second over the last few hundred steps (None when time is unknown)."""
     ok = np.isfinite(t) & (x >= 0)
@@ -439,14 +452,16 @@ class RunReader:
         if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error:
             return prev
         loss = h.loss
-        finite = np.isfinite(loss)
-        last_loss = float(loss[finite][-1]) if finite.any() else None
+        last_loss = _last_finite(loss)
         tokens = h.tokens
+        # Rates from the tail only: the cost of a read must not grow with the history.
+        tail = slice(-2 * RATE_WINDOW_STEPS, None)
+        t_tail = h.time[tail]
         return HistoryView(
             version=self._history_version, format=h.format, n_steps=len(h), last_step=h.last_step,
             last_loss=last_loss, tokens=int(tokens[-1]) if len(tokens) and tokens[-1] >= 0 else None,
-            steps_per_s=_rate(h.step.astype(np.float64), h.time),
-            tokens_per_s=_rate(tokens.astype(np.float64), h.time) if len(tokens) and tokens[-1] >= 0 else None,
+            steps_per_s=_rate(h.step[tail].astype(np.float64), t_tail),
+            tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail) if len(tokens) and tokens[-1] >= 0 else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds)
 

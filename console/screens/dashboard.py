@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -16,7 +16,9 @@ class DashboardScreen(Screen):
     # Below 100 columns the rows stack and the body scrolls (still every pane, one key away).
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
 
-    snapshot: reactive[RunSnapshot | None] = reactive(None, always_update=True, init=False)
+    # A var, not a reactive: setting it must not repaint the whole screen, only the panes
+    # whose part changed (they refresh themselves).
+    snapshot: var[RunSnapshot | None] = var(None, always_update=True, init=False)
 
     def __init__(self, window_steps: int, smoothing: float) -> None:
         super().__init__(id="dashboard")

@@ -1,60 +1,71 @@
-"""The bandit arms: pulls, share, probability, EMA reward, cap, floor, source, status.
+"""The bandit arms: pulls, share, probability, EMA reward, cap/floor, status, source.
 
-Zombie arms (DESIGN.md section 5) are shown in red with the reason."""
+Zombie arms (DESIGN.md section 5) are shown in red, with the reason under the table.
+Drawn as aligned Text, not a DataTable: the trainer rewrites .state.json every step, and
+re-rendering table cells at that rate costs more CPU than the rest of the console."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from ..snapshot import ArmsView, format_float, format_pct
 
 STATUS_STYLES = {"ok": "green", "zombie": "bold red", "configured": "grey62"}
+# (header, width, right-aligned); the source column takes what is left.
+COLUMNS = (("arm", 18, False), ("pulls", 7, True), ("share", 6, True), ("prob", 5, True), ("ema", 7, True),
+           ("cap/floor", 9, True), ("status", 10, False))
 
 
-class ArmsPane(Vertical):
+class ArmsPane(Static):
     def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__("", **kwargs)
         self.border_title = "bandit arms"
         self._shown: ArmsView | None = None
-
-    def compose(self) -> ComposeResult:
-        table = DataTable(cursor_type="row", id="arms-table")
-        # Status before source: a zombie's reason must be visible even in a narrow pane.
-        table.add_columns("arm", "pulls", "share", "prob", "ema", "cap/floor", "status", "source")
-        yield table
-        yield Static("", id="arms-policy")
+        self._lines = -1
 
     def show(self, arms: ArmsView) -> None:
         if arms is self._shown:
             return
         self._shown = arms
-        table = self.query_one(DataTable)
-        table.clear()
+        text = Text(no_wrap=True, overflow="ellipsis")
+        header = Text(style="bold")
+        for name, width, right in COLUMNS:
+            header.append((name.rjust(width) if right else name.ljust(width)) + "  ")
+        header.append("source")
+        text.append_text(header)
         for a in arms.rows:
             zombie = a.status == "zombie"
             style = "red" if zombie else ""
-            status = Text(a.status.upper() if zombie else a.status, style=STATUS_STYLES.get(a.status, ""))
-            cells = [Text(a.name, style="bold red" if zombie else "bold"),
-                     *(Text(v, style=style, justify="right") for v in (
-                         "-" if a.pulls is None else f"{a.pulls:,}", format_pct(a.share),
-                         format_float(a.prob, ".3f"), format_float(a.ema_reward, ".4f"),
-                         f"{format_float(a.cap, '.2f')}/{format_float(a.floor, '.2f')}")),
-                     status, Text(a.source or "-", style=style or "grey62")]
-            table.add_row(*cells, key=a.name)
+            cells = ["-" if a.pulls is None else f"{a.pulls:,}", format_pct(a.share), format_float(a.prob, ".3f"),
+                     format_float(a.ema_reward, ".4f"),
+                     f"{format_float(a.cap, '.2f')}/{format_float(a.floor, '.2f')}"]
+            text.append("\n")
+            name = a.name if len(a.name) <= 18 else a.name[:17] + "…"
+            text.append(name.ljust(18) + "  ", style="bold red" if zombie else "bold")
+            for cell, (_, width, _) in zip(cells, COLUMNS[1:6]):
+                text.append(cell.rjust(width) + "  ", style=style)
+            text.append((a.status.upper() if zombie else a.status).ljust(10) + "  ",
+                        style=STATUS_STYLES.get(a.status, ""))
+            text.append(a.source or "-", style=style or "grey62")
+        if not arms.rows:
+            text.append("\nno arms: no .state.json and no run.toml" if not arms.error else "", style="grey62")
+        text.append("\n\n")
         phase = " ".join(f"{k}={_short(v)}" for k, v in arms.phase.items())
-        policy = Text.assemble(("policy ", "grey62"), arms.policy_from,
-                               *((("  phase ", "grey62"), phase) if phase else ()))
+        text.append("policy ", style="grey62")
+        text.append(arms.policy_from)
+        if phase:
+            text.append("  phase ", style="grey62")
+            text.append(phase)
         for a in arms.rows:
-            if a.status == "zombie":      # the reason, in full, under the table
-                policy.append(f"\nzombie {a.name}: {a.reason}", style="bold red")
+            if a.status == "zombie":      # the reason, in full
+                text.append(f"\nzombie {a.name}: {a.reason}", style="bold red")
         if arms.error:
-            policy.append(f"  {arms.error}", style="bold red")
-        elif not arms.rows:
-            policy.append("  no arms: no .state.json and no run.toml", style="grey62")
-        self.query_one("#arms-policy", Static).update(policy)
+            text.append(f"\n{arms.error}", style="bold red")
+        # The phase counters change at every step: relayout only when the line count changes.
+        lines = text.plain.count("\n")
+        self.update(text, layout=lines != self._lines)
+        self._lines = lines
         zombies = sum(a.status == "zombie" for a in arms.rows)
         self.border_subtitle = f"{zombies} zombie" + ("s" if zombies != 1 else "") if zombies else ""
 

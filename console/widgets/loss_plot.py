@@ -10,15 +10,23 @@ rendered text is cached until the data, the size or an option changes.
 from __future__ import annotations
 
 import numpy as np
+from rich.segment import Segment
 from rich.text import Text
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 
-from ..plot import MARKER_GLYPHS, Marker, PlotOptions, build_canvas, ema_debiased, render
+import time
+
+from rich.style import Style
+
+from ..plot import MARKER_GLYPHS, Marker, PlotOptions, build_canvas, ema_debiased, render_runs
 from ..snapshot import HistoryView, RunSnapshot, plot_markers
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
 LABEL_WIDTH = 8
+# New steps redraw the plot at most this often (a key, a resize or a rewind: at once).
+DATA_REPAINT_S = 1.0
 
 
 class LossPlot(Widget):
@@ -37,14 +45,27 @@ class LossPlot(Widget):
         self._ema_key: tuple | None = None
         self._ema_carry = (0.0, 0.0)
         self._cache_key: tuple | None = None
-        self._cache: Text | None = None
+        self._strips: list[Strip] = []
+        self._built_at = 0.0
+        self._repaint_timer = None
+        self._styles: dict[str | None, Style] = {}
 
     # -- data ------------------------------------------------------------------
     def show(self, snap: RunSnapshot) -> None:
         markers = [Marker(s, k) for s, k in plot_markers(snap)]
         if snap.history is self._history and markers == self._markers:
             return
+        grew_only = (self._history is not None and markers == self._markers
+                     and snap.history.rewinds == self._history.rewinds)
         self._history, self._markers = snap.history, markers
+        wait = self._built_at + DATA_REPAINT_S - time.monotonic()
+        if not grew_only or wait <= 0:
+            self.refresh()
+        elif self._repaint_timer is None:
+            self._repaint_timer = self.set_timer(wait, self._timed_refresh)
+
+    def _timed_refresh(self) -> None:
+        self._repaint_timer = None
         self.refresh()
 
     def _smooth(self, h: HistoryView) -> np.ndarray | None:
@@ -94,27 +115,46 @@ class LossPlot(Widget):
         return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y"
 
     # -- drawing -----------------------------------------------------------------
-    def render(self) -> Text:
+    # The Line API: the plot is rendered to strips once per change of data, size or
+    # option, and Textual asks for them line by line; no Visual conversion per frame.
+    def render_line(self, y: int) -> Strip:
+        self._build()
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, self.rich_style)
+
+    def _build(self) -> None:
         h = self._history
-        width, height = self.content_size.width, self.content_size.height
+        width, height = self.size.width, self.size.height
         key = (h.version if h else None, id(h), tuple((m.step, m.kind) for m in self._markers), width, height,
                self.log_y, self.window, self.smoothing)
-        if key == self._cache_key and self._cache is not None:
-            return self._cache
+        if key == self._cache_key:
+            return
+        self._cache_key = key
+        self._built_at = time.monotonic()
+        base = self.rich_style
+        strips = []
+        for runs in self.plot_runs(width, height)[:height]:
+            segments = [Segment(chunk, base + self._style(style)) for chunk, style in runs]
+            strips.append(Strip(segments).adjust_cell_length(width, base))
+        self._strips = strips
+
+    def _style(self, name: str | None) -> Style:
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = Style.parse(name) if name else Style()
+        return style
+
+    def plot_runs(self, width: int, height: int) -> list[list[tuple[str, str | None]]]:
+        """The pane's lines as ``(text, style)`` runs: a legend, then the plot."""
+        h = self._history
         if h is None:
-            text = Text("reading .loss.json…", style="grey50")
-        else:
-            options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
-            legend = Text.assemble(("raw", "grey62"), " ", ("smoothed", "bold green"), "  ",
-                                   *(part for kind, (glyph, style) in MARKER_GLYPHS.items()
-                                     for part in ((glyph, style), (f" {kind}  ", "grey62"))))
-            plot_h = max(1, height - 3)
-            canvas = build_canvas(h.step, h.loss, self._smooth(h), max(1, width - LABEL_WIDTH), plot_h,
-                                  options, self._markers)
-            text = Text(no_wrap=True, overflow="crop")
-            text.append(" " * LABEL_WIDTH)
-            text.append_text(legend)
-            text.append("\n")
-            text.append_text(render(canvas, label_width=LABEL_WIDTH))
-        self._cache_key, self._cache = key, text
-        return text
+            return [[("reading .loss.json…", "grey50")]]
+        options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
+        legend = [(" " * LABEL_WIDTH + "raw", "grey62"), (" ", None), ("smoothed", "bold green"), ("  ", None)]
+        for kind, (glyph, style) in MARKER_GLYPHS.items():
+            legend += [(glyph, style), (f" {kind}  ", "grey62")]
+        plot_h = max(1, height - 3)
+        canvas = build_canvas(h.step, h.loss, self._smooth(h), max(1, width - LABEL_WIDTH), plot_h,
+                              options, self._markers)
+        return [legend, *render_runs(canvas, label_width=LABEL_WIDTH)]

@@ -1,0 +1,182 @@
+"""The console on a big run: 200,000 history lines and 100 checkpoints.
+
+- first full frame of the dashboard, and ``--once``, each as a whole process, against a
+  bare ``python -c`` that imports orjson and parses the same history (target: <= 2x);
+- ingesting 100 new history lines and repainting (target: < 30 ms);
+- the console's CPU while a writer appends 10 steps a second for 10 s (target: < 5% of a core);
+- the console's peak RSS (target: < 200 MB).
+
+``python -m bench console``. The helper modes (``--first-frame``, ``--serve``) are what the
+benchmark runs in its subprocesses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.common import Result, paired_ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 200_000
+CHECKPOINTS = 100
+WRITE_S = 10.0
+WRITE_HZ = 10
+
+
+def make_big_run(root: Path) -> Path:
+    from tests.rundirs import make_run
+
+    every = STEPS // CHECKPOINTS
+    return make_run(root / "big", steps=STEPS, checkpoints=tuple(range(every, STEPS + 1, every)), n_params=64,
+                    spikes={123_457: 25.0}, log_lines=tuple(f"step {s} loss 2.0" for s in range(0, 2000, 10)))
+
+
+def _python(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, **kw)
+
+
+# -- helper modes (run in subprocesses) --------------------------------------------
+
+def first_frame(run_dir: str) -> None:
+    """Open the dashboard headless, as ``andrea-console RUN_DIR`` does, and exit once the
+    first full read has been painted."""
+    from console.app import ConsoleApp
+
+    class Once(ConsoleApp):
+        def on_snapshot_ready(self, message) -> None:
+            super().on_snapshot_ready(message)
+            self.call_after_refresh(self.exit)
+
+    Once(run_dir, watch=False, tick=None).run(headless=True, size=(140, 45))
+
+
+def serve(run_dir: str, seconds: float) -> None:
+    """The dashboard, headless, watching, for ``seconds``; prints the peak RSS in bytes."""
+    from console.app import ConsoleApp
+
+    app = ConsoleApp(run_dir)
+
+    async def main() -> None:
+        async with app.run_test(size=(140, 45), notifications=False) as pilot:
+            await asyncio.sleep(seconds)
+            await pilot.press("q")
+
+    asyncio.run(main())
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, flush=True)
+
+
+# -- measurements ------------------------------------------------------------------
+
+def _ingest_and_repaint(run_dir: Path, rounds: int = 20) -> float:
+    """Median CPU seconds to read 100 new lines and repaint the dashboard, in-process."""
+    from console.app import ConsoleApp
+    from console.messages import SnapshotReady
+    from console.snapshot import HISTORY
+    from trainer.rundir import LossHistoryWriter
+
+    from console.widgets import loss_plot
+
+    loss_plot.DATA_REPAINT_S = 0.0          # every ingest repaints the plot too: the worst case
+    times: list[float] = []
+
+    async def main() -> None:
+        app = ConsoleApp(run_dir, watch=False, tick=None)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            step = STEPS
+            with LossHistoryWriter(run_dir / ".loss.json") as writer:
+                for _ in range(rounds):
+                    for _ in range(100):
+                        step += 1
+                        writer.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0,
+                                       "arm": "stdlib-code", "tokens": step * 512, "time": 1.8e9 + step})
+                    # CPU time of this process: the read, the panes and the frame, not the
+                    # idle waits of the test pilot.
+                    t0 = time.process_time()
+                    snap, notices = app.reader.read({HISTORY})
+                    app.on_snapshot_ready(SnapshotReady(snap, notices))
+                    await pilot.pause()
+                    times.append(time.process_time() - t0)
+
+    asyncio.run(main())
+    return statistics.median(times)
+
+
+def _cpu_while_writing(run_dir: Path) -> tuple[float, int]:
+    """The console's CPU share of one core while 10 steps/s are appended, and its peak RSS."""
+    from trainer.rundir import LossHistoryWriter, write_state
+
+    warmup = 6.0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "bench.bench_console", "--serve", str(run_dir),
+                             str(warmup + WRITE_S + 1.0)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    ps = psutil.Process(proc.pid)
+    time.sleep(warmup)                          # start-up and the first full read are not the steady state
+    before = ps.cpu_times()
+    t0 = time.monotonic()
+    step = STEPS + 10_000
+    with LossHistoryWriter(run_dir / ".loss.json") as writer:
+        while time.monotonic() - t0 < WRITE_S:
+            step += 1
+            writer.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "arm": "stdlib-code",
+                           "tokens": step * 512, "time": 1.8e9 + step})
+            # Like the trainer: the bandit state is rewritten every step.
+            write_state(run_dir, {"version": 1, "step": step, "policy": {"caps": {}, "floors": {}},
+                                  "arms": {"stdlib-code": {"pulls": step, "source": "builtin:stdlib-code"}},
+                                  "phase": {"step": step}})
+            time.sleep(max(0.0, t0 + (step - STEPS - 10_000) / WRITE_HZ - time.monotonic()))
+    after = ps.cpu_times()
+    elapsed = time.monotonic() - t0
+    out, _ = proc.communicate(timeout=60)
+    cpu = (after.user + after.system - before.user - before.system) / elapsed
+    return cpu, int(out.strip().splitlines()[-1])
+
+
+def run() -> list[Result]:
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = make_big_run(Path(tmp))
+        history = str(run_dir / ".loss.json")
+        baseline = lambda: _python("-c", "import orjson, sys\nwith open(sys.argv[1], 'rb') as f:\n"
+                                         "    rows = [orjson.loads(line) for line in f]", history)
+        frame = lambda: _python("-m", "bench.bench_console", "--first-frame", str(run_dir))
+        once = lambda: _python("-m", "console", str(run_dir), "--once")
+        frame()                                   # warm the page cache and .pyc files
+        t_frame, t_base, ratio = paired_ratio(frame, baseline, repeat=5)
+        results.append(Result("console", "first full frame (process)", t_frame, "s", t_base,
+                              "python + orjson parse", ratio, "<= 2x", ratio <= 2.0))
+        t_once, t_base, ratio = paired_ratio(once, baseline, repeat=5)
+        results.append(Result("console", "--once (process)", t_once, "s", t_base, "python + orjson parse",
+                              ratio, "<= 2x", ratio <= 2.0))
+        ingest = _ingest_and_repaint(run_dir)
+        results.append(Result("console", "ingest 100 lines + repaint", ingest, "s", target="< 30 ms",
+                              met=ingest < 0.030))
+        cpu, rss = _cpu_while_writing(run_dir)
+        results.append(Result("console", f"CPU while {WRITE_HZ} steps/s are written", 100 * cpu, "% core",
+                              target="< 5%", met=cpu < 0.05))
+        results.append(Result("console", "peak RSS", rss / 2**20, "MiB", target="< 200 MB",
+                              met=rss < 200e6))
+    return results
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--first-frame"]:
+        first_frame(sys.argv[2])
+    elif sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2], float(sys.argv[3]))
+    else:
+        from bench.common import print_table
+
+        print_table(run())
