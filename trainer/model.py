@@ -37,12 +37,21 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """``cache`` (generation only): this layer's past keys and values, extended in place."""
         b, t, c = x.shape
         q, k, v = self.c_attn(x).split(c, dim=2)
         # (B, T, C) -> (B, heads, T, head size)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        causal = True
+        if cache is not None:
+            if cache:
+                if t != 1:
+                    raise ValueError("after the prompt, the cache takes one token at a time")
+                k, v = torch.cat((cache[0], k), dim=2), torch.cat((cache[1], v), dim=2)
+                causal = False                   # one query, every key in its past
+            cache[:] = [k, v]
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
 
 
@@ -68,8 +77,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, cache: list[torch.Tensor] | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -103,18 +112,22 @@ class GPT(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits ``(B, T, vocab)`` for byte ids ``idx`` ``(B, T)``; with ``targets``, also
         the mean cross-entropy over every position."""
-        t = idx.shape[1]
-        if t > self.config.block_size:
-            raise ValueError(f"sequence of {t} tokens is longer than block_size {self.config.block_size}")
-        pos = torch.arange(t, device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.blocks:
-            x = block(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight)   # the tied output head
+        logits = self._logits(idx)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def _logits(self, idx: torch.Tensor, caches: list[list[torch.Tensor]] | None = None,
+                start: int = 0) -> torch.Tensor:
+        t = idx.shape[1]
+        if start + t > self.config.block_size:
+            raise ValueError(f"position {start + t} is beyond block_size {self.config.block_size}")
+        pos = torch.arange(start, start + t, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for i, block in enumerate(self.blocks):
+            x = block(x, caches[i] if caches is not None else None)
+        return F.linear(self.ln_f(x), self.wte.weight)   # the tied output head
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float,
@@ -122,18 +135,24 @@ class GPT(nn.Module):
         """Append ``max_new_tokens`` sampled bytes to ``idx`` (``temperature`` 0: greedy).
 
         Draws only from ``generator``, never from the global RNG, so an audit sample
-        does not change the training trajectory.
+        does not change the training trajectory. Keys and values are cached while the
+        text fits the block; past it, each step recomputes the last ``block_size`` tokens.
         """
+        block = self.config.block_size
+        caches: list[list[torch.Tensor]] | None = [[] for _ in self.blocks]
+        logits = self._logits(idx[:, -block:], caches)
         for _ in range(max_new_tokens):
-            context = idx[:, -self.config.block_size:]
-            logits, _ = self(context)
-            logits = logits[:, -1, :]
+            last = logits[:, -1, :]
             if temperature == 0:
-                nxt = logits.argmax(dim=-1, keepdim=True)
+                nxt = last.argmax(dim=-1, keepdim=True)
             else:
-                probs = F.softmax(logits / temperature, dim=-1)
-                nxt = torch.multinomial(probs, 1, generator=generator)
+                nxt = torch.multinomial(F.softmax(last / temperature, dim=-1), 1, generator=generator)
             idx = torch.cat((idx, nxt), dim=1)
+            if caches is not None and idx.shape[1] <= block:
+                logits = self._logits(nxt, caches, start=idx.shape[1] - 1)
+            else:
+                caches = None
+                logits = self._logits(idx[:, -block:])
         return idx
 
 

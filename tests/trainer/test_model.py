@@ -60,3 +60,18 @@ def test_generate_uses_only_its_generator():
             for _ in range(2)]
     assert torch.equal(outs[0], outs[1]) and outs[0].shape == (1, 9)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_cached_generation_matches_recomputing_the_context():
+    torch.manual_seed(1)
+    config = RunConfig.from_preset("micro").model
+    model = GPT(config).eval()
+    prompt = torch.randint(0, 256, (3, 8))
+    cached = model.generate(prompt, 20, 0.0)                  # fits the block: cached
+    idx = prompt
+    for _ in range(20):                                        # the plain way: whole context each time
+        logits, _ = model(idx)
+        idx = torch.cat((idx, logits[:, -1].argmax(-1, keepdim=True)), dim=1)
+    assert torch.equal(cached, idx)
+    longer = model.generate(prompt, config.block_size + 5, 0.8, torch.Generator().manual_seed(2))
+    assert longer.shape == (3, 8 + config.block_size + 5)       # past the block: a sliding window
