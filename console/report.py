@@ -15,7 +15,7 @@ from rich.console import Console
 
 from .plot import Marker, PlotOptions, plot_text
 from .snapshot import (RunSnapshot, format_age, format_float, format_pct, format_rate, format_size,
-                       plot_markers)
+                       plot_markers, printable)
 
 
 def _num(x: Any) -> Any:
@@ -103,7 +103,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append("")
     lines.append("samples (newest per arm)")
     for s in snap.samples:
-        text = (s.prompt + s.completion).replace("\n", "⏎")
+        text = printable(s.prompt + s.completion).replace("\n", "⏎")
         lines.append(f"  {s.arm:<20} step {s.step:>9,}  {text[:max(20, width - 40)]}")
     if not snap.samples:
         lines.append("  none")

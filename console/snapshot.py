@@ -655,6 +655,14 @@ def format_pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
 
 
+def printable(text: str) -> str:
+    """Model output can hold any byte: control characters would corrupt the terminal."""
+    text = text.expandtabs(4)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == "\n" else "\ufffd" for ch in text)
+
+
 def plot_markers(snap: RunSnapshot) -> list[tuple[int, str]]:
     """Steps worth a marker on the loss plot: checkpoints on disk, resumes and pivots."""
     marks = [(c.step, "checkpoint") for c in snap.checkpoints if c.status != "invalid"]

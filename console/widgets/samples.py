@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..snapshot import RunSnapshot
+from ..snapshot import RunSnapshot, printable
 
 
 class SamplesPane(Static):
@@ -23,8 +23,8 @@ class SamplesPane(Static):
         for s in snap.samples:
             text.append(f"{s.arm}", style="bold cyan")
             text.append(f" @ {s.step:,}\n", style="grey62")
-            text.append(s.prompt, style="bold")
-            text.append(s.completion.rstrip() + "\n")
+            text.append(printable(s.prompt), style="bold")
+            text.append(printable(s.completion.rstrip()) + "\n")
         if snap.samples_error:
             text.append(snap.samples_error + "\n", style="bold red")
         if not snap.samples and not snap.samples_error:
