@@ -19,19 +19,29 @@ import dataclasses
 import os
 import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import torch
+
 from trainer.data import ArmData, ArmDataError, ByteTokenizer
+from trainer.determinism import configure
+from trainer.outputs import RunOutputs
+from trainer.progress import Progress
+from trainer.resume import ResumeError, build_state, check_compatible
 from trainer.rundir import (CheckpointError, CheckpointInfo, ConfigError, LossHistory, RunConfig, RunLock,
                             RunLockedError, TrainerRecord, inspect_checkpoint, latest_resumable, list_checkpoints,
                             load_run_config, read_state, remove_trainer_record, verify_checksum,
                             write_run_config, write_trainer_record)
+from trainer.rundir.atomic import remove_stale_temps
 from trainer.rundir.config import RUN_TOML, PRESETS, validate_policy
 from trainer.rundir.process import LOCK_FILE
 from trainer.rundir.sidecars import ArmState, BanditState
 from trainer.rundir.zombies import find_zombies
+from trainer.signals import SignalFlags
+from trainer.state import TrainingState
+from trainer.train import train
 
 PROG = "andrea-train"
 DEFAULT_PRESET = "tiny"
@@ -99,7 +109,6 @@ class Plan:
     zombies: dict[str, str]
     fresh_bandit: bool
     threads: int
-    notes: list[str] = field(default_factory=list)
     nothing_to_do: str = ""
 
 
@@ -124,7 +133,6 @@ def _resolve_config(args: argparse.Namespace, run_dir: Path) -> tuple[RunConfig,
 
 
 def _resolve_device(requested: str) -> str:
-    import torch
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda") and not torch.cuda.is_available():
@@ -133,7 +141,6 @@ def _resolve_device(requested: str) -> str:
 
 
 def _choose_checkpoint(resume: str, run_dir: Path, config: RunConfig) -> CheckpointInfo | None:
-    from trainer.resume import ResumeError, check_compatible
     infos = list_checkpoints(run_dir)
     if resume == "none":
         usable = [i for i in infos if i.resumable]
@@ -242,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(plan: Plan, args: argparse.Namespace) -> int:
     """Under the lock: set up the outputs, build the state, train, clean up."""
-    from trainer.signals import SignalFlags
     signals = SignalFlags().install()          # before .trainer.json: a recorded trainer handles signals
     run_dir = plan.run_dir
     pid = os.getpid()
@@ -251,23 +257,21 @@ def _run(plan: Plan, args: argparse.Namespace) -> int:
         if plan.create_run_toml:
             write_run_config(run_dir, plan.config)
         write_trainer_record(run_dir, TrainerRecord.for_this_process())
-        import torch
-
-        from trainer.determinism import configure
-        from trainer.outputs import RunOutputs
-        from trainer.progress import Progress
-        from trainer.resume import build_state
-        from trainer.train import train
-
+        stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
         configure(plan.threads, plan.device)
         progress = Progress(run_dir, plan.config.run.log_every)
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
         out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step)
+        if stale:
+            progress.message(f"removed {len(stale)} temporary file(s) left by a writer that died: "
+                             f"{', '.join(p.name for p in stale)}")
         if plan.overrides and not plan.create_run_toml:
             progress.message(f"flags override run.toml for this process: {plan.overrides}")
         for name, reason in plan.zombies.items():
             out.event("zombie", resume_step, f"zombie arm {name!r} dropped ({reason}); it is never pulled",
                       arm=name, reason=reason)
+        # --fresh-bandit is the polish pivot's restart (DESIGN.md section 7): weights, m, v,
+        # samplers and RNG resume; the bandit starts afresh under run.toml's caps and floors.
         state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit)
         _announce(plan, state, out)
         reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
@@ -288,9 +292,8 @@ def _run(plan: Plan, args: argparse.Namespace) -> int:
         signals.restore()
 
 
-def _announce(plan: Plan, state: Any, out: Any) -> None:
+def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
     """The ``start`` or ``resume`` event: what this process runs, and what it could not restore."""
-    import torch
     common = dict(preset=plan.config.run.preset, n_params=plan.config.model.n_params(), device=plan.device,
                   threads=torch.get_num_threads(), arms=list(plan.arms), overrides=plan.overrides,
                   max_steps=plan.config.run.max_steps, torch_version=torch.__version__, pid=os.getpid())

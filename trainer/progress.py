@@ -60,21 +60,23 @@ class Progress:
             print(line, file=self.stream, flush=True)
 
     def step(self, step: int, loss: float, ema_loss: float | None, arm: str, tokens: int) -> None:
-        """After each update; cheap unless a line is due."""
+        """After each update; cheap unless a line or a repaint is due."""
         now = time.perf_counter()
         if self._rate_mark is None:
             self._rate_mark = (now, tokens)
-        if step % self.log_every == 0:
+        live_due = self._live is not None and now - self._last_refresh >= LIVE_REFRESH_S
+        if step % self.log_every == 0 or live_due:
             then, then_tokens = self._rate_mark
-            if now > then and tokens > then_tokens:
+            if now - then >= LIVE_REFRESH_S and tokens > then_tokens:
                 self.tokens_per_s = (tokens - then_tokens) / (now - then)
-            self._rate_mark = (now, tokens)
+                self._rate_mark = (now, tokens)
+        if step % self.log_every == 0:
             ema = f"{ema_loss:.4f}" if ema_loss is not None else "-"
             line = f"step {step} loss {loss:.4f} ema {ema} tok/s {self.tokens_per_s:,.0f} arm {arm}"
             self._log.write(f"{_stamp()} {line}\n")
             if self._live is None and self._echo:
                 print(line, file=self.stream, flush=True)
-        if self._live is not None and now - self._last_refresh >= LIVE_REFRESH_S:
+        if live_due:
             self._last_refresh = now
             self._live.update(self._status(step, loss, ema_loss, arm), refresh=True)
 

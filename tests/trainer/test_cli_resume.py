@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.trainer.trainer_runs import events, run_trainer, step_lines, without_time
-from trainer.rundir import read_samples, read_state, verify_trainer
+from trainer.rundir import inspect_checkpoint, read_samples, read_state, verify_trainer
 
 
 def test_300_in_one_go_equals_200_then_300(trainer_run):
@@ -59,3 +59,19 @@ def test_rerun_at_max_steps_is_nothing_to_do(trainer_run):
     r = run_trainer(run, "--max-steps", "20")
     assert r.returncode == 0 and "nothing to do" in r.stderr
     assert (run / ".loss.json").read_bytes() == before
+
+
+def test_fresh_bandit_keeps_weights_and_history_and_restarts_the_bandit(trainer_run):
+    run = trainer_run()
+    assert run_trainer(run, "--max-steps", "40").returncode == 0
+    weights_at_40 = inspect_checkpoint(run / "step_000040.bin")
+    assert weights_at_40.status == "complete"
+    r = run_trainer(run, "--max-steps", "60", "--fresh-bandit")
+    assert r.returncode == 0, r.stderr
+    resume = events(run, "resume")[-1]
+    assert resume["fresh_bandit"] is True and resume["exact"] is False
+    assert resume["fresh"] == ["bandit starts fresh (--fresh-bandit)"]
+    state = read_state(run).value
+    assert state.phase["started_step"] == 40 and state.phase["updates"] == 20
+    assert sum(a.pulls for a in state.arms.values()) == 20
+    assert [s["step"] for s in step_lines(run)] == list(range(1, 61))

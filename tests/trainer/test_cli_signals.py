@@ -1,14 +1,17 @@
 """Subprocess: SIGUSR1 checkpoints and continues; SIGTERM checkpoints and exits 0; the
-re-run continues without a gap to the bytes of a run that never stopped."""
+re-run continues without a gap to the bytes of a run that never stopped; a signal that
+lands during a checkpoint write is honoured after the write, never by abandoning it."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
-from tests.trainer.trainer_runs import (events, run_trainer, start_trainer, step_lines, stop_process, wait_for,
-                                        without_time)
+from tests.trainer.trainer_runs import (ROOT, events, run_trainer, start_trainer, step_lines, stop_process,
+                                        trainer_cmd, wait_for, without_time)
 from trainer.rundir import inspect_checkpoint, read_trainer_record
+from trainer.rundir.checkpoint import SLOW_WRITE_ENV
 
 
 def last_step(run_dir) -> int:
@@ -77,3 +80,25 @@ def test_second_trainer_on_the_same_directory_is_refused(trainer_run):
     finally:
         stop_process(proc)
     assert proc.returncode == 0
+
+
+def test_signal_during_a_checkpoint_write_is_honoured_after_it(trainer_run):
+    run = trainer_run()
+    # The library's test hook slows the checkpoint write so the signal lands inside it.
+    env = {**os.environ, SLOW_WRITE_ENV: "0.3"}
+    proc = subprocess.Popen(trainer_cmd(run, "--checkpoint-every", "50"), cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: any(p.name.startswith(".tmp-step_000050.bin") for p in run.iterdir()),
+                 what="the step-50 checkpoint being written")
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 0, err
+    assert [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == [(50, "cadence")]
+    [sig] = events(run, "signal")
+    assert sig["signal"] == "SIGTERM" and sig["step"] == 50 and sig["during_checkpoint"] is True
+    assert last_step(run) == 50 and events(run, "stop")[-1]["reason"] == "signal"
+    assert inspect_checkpoint(run / "step_000050.bin").status == "complete"
+    assert not any(p.name.startswith(".tmp-") for p in run.iterdir())
