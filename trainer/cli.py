@@ -59,18 +59,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: {message} (see --help)\n")
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not >= 1")
-    return value
+def _integer(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is not >= {minimum}")
+        return value
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,19 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (created with a run.toml if new)")
     p.add_argument("--preset", choices=sorted(PRESETS),
                    help=f"model preset for a new run.toml (default {DEFAULT_PRESET}); must match an existing one")
-    p.add_argument("--max-steps", type=_non_negative, metavar="N",
+    p.add_argument("--max-steps", type=_integer(0), metavar="N",
                    help="the step to stop at, counted from the run's start (0: until stopped)")
-    p.add_argument("--checkpoint-every", type=_positive, metavar="N",
+    p.add_argument("--checkpoint-every", type=_integer(1), metavar="N",
                    help="checkpoint cadence in steps (also sets --sample-every unless given)")
-    p.add_argument("--sample-every", type=_positive, metavar="N", help="sample-audit cadence in steps")
+    p.add_argument("--sample-every", type=_integer(1), metavar="N", help="sample-audit cadence in steps")
     p.add_argument("--device", metavar="auto|cpu|cuda", help="where to train (auto: cuda when available)")
     p.add_argument("--resume", default="latest", metavar="latest|PATH|none",
                    help="latest (default): the newest complete checkpoint; PATH: that step_NNNNNN.bin; "
                         "none: start fresh (refused when checkpoints exist)")
     p.add_argument("--fresh-bandit", action="store_true",
                    help="resume everything but start the bandit fresh under run.toml's caps and floors")
-    p.add_argument("--seed", type=_non_negative, metavar="N", help="seed of a fresh run (default 7)")
-    p.add_argument("--threads", type=_positive, default=1, metavar="N",
+    p.add_argument("--seed", type=_integer(0), metavar="N", help="seed of a fresh run (default 7)")
+    p.add_argument("--threads", type=_integer(1), default=1, metavar="N",
                    help="torch CPU threads (default 1; a resume is bit-exact with the same count)")
     return p
 
