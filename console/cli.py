@@ -6,6 +6,10 @@
     andrea-console RUN_DIR --json          the same as JSON
     andrea-console RUN_DIR --checkpoint    SIGUSR1, wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
+    andrea-console RUN_DIR --pivot [--cap ARM=X]... [--floor ARM=Y]... [--drop ARM]... [--yes]
+                                           the polish pivot, step by step
+    andrea-console RUN_DIR --pivot-rollback
+                                           undo an interrupted pivot that has not resumed
 
 Exit status: 0 done; 1 nothing verified to signal, or the trainer did not do it;
 2 bad usage or a missing run directory; 3 timed out waiting.
@@ -39,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="SIGUSR1 the verified trainer, wait for the new checkpoint, print its path")
     mode.add_argument("--stop", action="store_true",
                       help="SIGTERM the verified trainer (it checkpoints and exits), wait for the exit")
+    mode.add_argument("--pivot", action="store_true",
+                      help="polish pivot: audit checkpoint, stop, archive samples and bandit state, new caps and "
+                           "floors, resume with a fresh bandit (completes an interrupted pivot)")
+    mode.add_argument("--pivot-rollback", action="store_true",
+                      help="undo an interrupted pivot that has not resumed the trainer yet")
+    p.add_argument("--cap", action="append", default=[], metavar="ARM=X", help="--pivot: new cap of ARM")
+    p.add_argument("--floor", action="append", default=[], metavar="ARM=Y", help="--pivot: new floor of ARM")
+    p.add_argument("--drop", action="append", default=[], metavar="ARM", help="--pivot: drop ARM from run.toml")
+    p.add_argument("--yes", action="store_true", help="--pivot: do not ask before stopping the trainer")
     p.add_argument("--start", action="store_true",
                    help="launch andrea-train RUN_DIR (or run.toml's run.launch) detached, output to "
                         "RUN_DIR/trainer.log, then open the dashboard")
@@ -72,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         return _report(run_dir, args)
     if args.checkpoint or args.stop:
         return _signal(run_dir, args)
+    if (args.cap or args.floor or args.drop or args.yes) and not args.pivot:
+        return _fail("--cap, --floor, --drop and --yes go with --pivot", EXIT_USAGE)
+    if args.pivot or args.pivot_rollback:
+        return _pivot(run_dir, args)
     child = None
     if args.start:
         child, code = _start(run_dir, args.preset)
@@ -124,6 +141,41 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     exited, text = wait_for_exit(run_dir, result, args.timeout)
     print(text)
     return EXIT_OK if exited else EXIT_TIMEOUT
+
+
+def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
+    from .pivot import STEP_TITLES, PivotRequest, PivotRunner, parse_assignments, rollback_pivot
+
+    if not run_dir.is_dir():
+        return _fail(f"{run_dir}: no such run directory", EXIT_USAGE)
+    if args.pivot_rollback:
+        outcome = rollback_pivot(run_dir)
+        print(outcome.message)
+        return EXIT_OK if outcome.ok else EXIT_REFUSED
+    try:
+        request = PivotRequest(parse_assignments(args.cap, "cap"), parse_assignments(args.floor, "floor"),
+                               list(args.drop))
+    except ValueError as err:
+        return _fail(str(err), EXIT_USAGE)
+
+    def report(step: str, text: str) -> None:
+        title = STEP_TITLES.get(step, "plan")
+        print(f"[{step}] {title}: {text}", flush=True)
+
+    def confirm(question: str) -> bool:
+        if args.yes:
+            return True
+        if not sys.stdin.isatty():
+            print(f"{question} Not confirmed: pass --yes when there is no terminal to ask.", file=sys.stderr)
+            return False
+        answer = input(f"{question} [y/N] ").strip().lower()
+        return answer in ("y", "yes")
+
+    outcome = PivotRunner(run_dir, request, confirm=confirm, report=report, timeout=args.timeout).run()
+    if not outcome.ok:
+        return _fail(f"pivot: {outcome.message}", EXIT_REFUSED)
+    print(outcome.message)
+    return EXIT_OK
 
 
 def _start(run_dir: Path, preset: str | None):

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import psutil
 
@@ -47,9 +47,10 @@ def trainer_executable() -> list[str]:
     return [found] if found else [sys.executable, "-m", "trainer.cli"]
 
 
-def launch_command(run_dir: str | os.PathLike[str], preset: str | None = None) -> list[str]:
+def launch_command(run_dir: str | os.PathLike[str], preset: str | None = None,
+                   extra_args: Sequence[str] = ()) -> list[str]:
     """run.toml's ``run.launch`` when set (``{run_dir}`` is substituted), else ``andrea-train RUN_DIR``;
-    ``--preset`` is passed through when given."""
+    ``--preset`` is passed through when given, then ``extra_args`` (the pivot's ``--resume``)."""
     run_dir = str(run_dir)
     launch: list[str] = []
     try:
@@ -59,15 +60,16 @@ def launch_command(run_dir: str | os.PathLike[str], preset: str | None = None) -
     cmd = [a.replace("{run_dir}", run_dir) for a in launch] if launch else [*trainer_executable(), run_dir]
     if preset:
         cmd += ["--preset", preset]
-    return cmd
+    return [*cmd, *extra_args]
 
 
-def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None) -> subprocess.Popen:
+def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None,
+                  extra_args: Sequence[str] = ()) -> subprocess.Popen:
     """Launch the trainer detached in its own session, stdout and stderr appended to
     ``RUN_DIR/trainer.log``, so that the console quitting never stops training."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = launch_command(run_dir, preset)
+    cmd = launch_command(run_dir, preset, extra_args)
     with open(run_dir / TRAINER_LOG, "ab") as log:
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} andrea-console --start: {' '.join(cmd)}\n".encode())
         log.flush()

@@ -272,6 +272,8 @@ def _run(plan: Plan, args: argparse.Namespace) -> int:
         # samplers and RNG resume; the bandit starts afresh under run.toml's caps and floors.
         state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit)
         _announce(plan, state, out)
+        if plan.fresh_bandit:
+            _record_pivot(plan, out)
         reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
         progress.message(f"stopped ({reason}) at step {state.step}")
         return 0
@@ -314,6 +316,21 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
     out.event("resume", ckpt.step, f"resume from {ckpt.path.name} {summary}{note}",
               from_step=ckpt.step, checkpoint=ckpt.path.name, exact=exact, fresh=fresh, rerun=rerun,
               fresh_bandit=plan.fresh_bandit, **common)
+
+
+def _record_pivot(plan: Plan, out: Any) -> None:
+    """The ``pivot`` event, when this start is step 6 of a polish pivot: the journal says
+    the new policy is written and names the checkpoint this process resumed from."""
+    from trainer.rundir.pivot import read_journal
+
+    journal, _ = read_journal(plan.run_dir)
+    step = plan.checkpoint.step if plan.checkpoint else None
+    if journal is None or journal.stage != "config_written" or journal.final_step != step:
+        return
+    out.event("pivot", step, f"polish pivot at step {step}: samples and bandit state archived to "
+                             f"{journal.archive}; fresh bandit under caps/floors {journal.new_policy}",
+              archive=journal.archive, policy=journal.new_policy, old_policy=journal.old_policy,
+              dropped=journal.dropped, audit_step=journal.audit_step)
 
 
 if __name__ == "__main__":
