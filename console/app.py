@@ -8,6 +8,7 @@ paint what they are given. Threads only post messages; widgets change on the UI 
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import threading
@@ -21,6 +22,7 @@ from textual.binding import Binding
 from textual.worker import get_current_worker
 
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
+from .pivot import pending_pivot
 from .plot import PlotOptions
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
 from .snapshot import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER, Notice, RunReader, RunSnapshot, TrainerView
@@ -36,13 +38,14 @@ URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 # The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
 TICK_S = 2.0
 SIGNAL_TIMEOUT_S = 600.0
+DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "log_y", "window", "smoothing", "help"})
 
 
 class ConsoleApp(App[None]):
     CSS_PATH = str(Path(__file__).with_name("console.tcss"))
     TITLE = "andrea-console"
     ENABLE_COMMAND_PALETTE = False
-    SCREENS = {"help": HelpScreen, "pivot": PivotScreen}
+    SCREENS = {"help": HelpScreen}
     BINDINGS = [
         Binding("c", "checkpoint", "checkpoint"),
         Binding("s", "stop", "stop"),
@@ -215,8 +218,23 @@ class ConsoleApp(App[None]):
             self.notify_from_thread(text, "good" if exited else "error")
             self.post_message(FilesChanged(ALL_KINDS))
 
-    def action_pivot(self) -> None:
-        self.push_screen("pivot")
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The dashboard's keys act only while the dashboard is the screen in front (the
+        pivot screen's fields take letters, and a second pivot must not start over one)."""
+        if action in DASHBOARD_ACTIONS:
+            return self.screen is getattr(self, "dashboard", None)
+        return True
+
+    @work(exclusive=True, group="pivot-screen")
+    async def action_pivot(self) -> None:
+        pending = await asyncio.to_thread(pending_pivot, self.run_dir)
+        self.say("p: pivot screen opened" + (f" ({pending})" if pending else ""))
+        outcome = await self.push_screen_wait(PivotScreen(self.run_dir, self.snapshot, pending))
+        if outcome is None:
+            self.say("pivot screen closed: nothing was done")
+        else:
+            self.say(f"pivot: {outcome.message}", "good" if outcome.ok else "error")
+            self.request_read(ALL_KINDS)
 
     def action_log_y(self) -> None:
         plot = self.dashboard.plot

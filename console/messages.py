@@ -8,10 +8,14 @@ when it says at least as much.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
 from .snapshot import Notice, RunSnapshot
+
+if TYPE_CHECKING:
+    from .pivot import PivotOutcome
 
 
 @dataclass
@@ -41,3 +45,12 @@ class ConsoleNotice(Message):
     """Something the console did (a signal, a confirmation) or learned from a signal worker."""
 
     notice: Notice
+
+
+@dataclass
+class PivotProgress(Message):
+    """A status line of the pivot runner: ``step`` is "plan", "1".."6", or "done" with the outcome."""
+
+    step: str
+    text: str
+    outcome: "PivotOutcome | None" = None

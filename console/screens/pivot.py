@@ -1,25 +1,222 @@
-"""The polish pivot's screen route (``p``): the hook the pivot workflow fills (issue 5).
+"""The polish pivot screen (``p``): edit caps and floors, then run the six steps live.
 
-The app pushes the ``"pivot"`` screen route; this placeholder only says that the pivot
-is not available yet. The workflow (DESIGN.md section 7) replaces this class.
+The sequence itself is :class:`console.pivot.PivotRunner`, shared with ``--pivot``; this
+screen only collects the new policy (validated as you type), runs the runner in a thread
+worker, shows a live status line per step, and asks before the trainer is stopped. It is
+dismissed with the outcome (None when closed without running).
 """
 
 from __future__ import annotations
 
+import math
+import threading
+from pathlib import Path
+
 from rich.text import Text
-from textual import events
+from textual import on, work
 from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Checkbox, Footer, Input, Static
+from textual.worker import get_current_worker
+
+from trainer.rundir import ConfigError
+from trainer.rundir.pivot import plan_policy
+
+from ..messages import PivotProgress
+from ..pivot import STEP_TITLES, PivotOutcome, PivotRequest, PivotRunner, rollback_pivot
+from ..snapshot import RunSnapshot
+from .confirm import ConfirmScreen
+
+STEP_KEYS = ("1", "2", "3", "4", "5", "6")
 
 
-class PivotScreen(ModalScreen[bool]):
+def _fmt(value: float | None, spec: str = ".3g") -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+class PivotScreen(Screen[PivotOutcome | None]):
+    """Caps and floors per arm, the six steps, and the outcome."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "start", "start pivot", priority=True),
+        Binding("ctrl+r", "rollback", "roll back", priority=True),
+        Binding("escape", "close", "back", priority=True),
+    ]
+
+    def __init__(self, run_dir: Path, snapshot: RunSnapshot | None, pending: str | None = None):
+        super().__init__()
+        self.run_dir = run_dir
+        self.snapshot = snapshot
+        self.pending = pending                  # an interrupted pivot found in the journal
+        self.config = snapshot.config if snapshot else None
+        self.rows = {row.name: row for row in snapshot.arms.rows} if snapshot else {}
+        self.arms = list(self.config.arms) if self.config else []
+        self.request: PivotRequest | None = None
+        self.running = False
+        self.outcome: PivotOutcome | None = None
+
+    # -- layout ------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        with Vertical(id="pivot-box"):
-            yield Static(Text("pivot: not yet available", style="bold"))
-            yield Static(Text("any key closes", style="grey62"))
+        with VerticalScroll(id="pivot"):
+            yield Static(Text(f"Polish pivot of {self.run_dir.name}", style="bold"), id="pivot-title")
+            yield Static(self._intro(), id="pivot-intro")
+            if self.config is not None:
+                yield Static(Text.assemble(("arm".ljust(22), "bold"), ("pulls".rjust(8), "bold"),
+                                           ("share".rjust(8), "bold"), (" cap".ljust(10) + " floor", "bold")),
+                             id="pivot-head")
+                for i, arm in enumerate(self.arms):
+                    row = self.rows.get(arm)
+                    zombie = row is not None and row.status == "zombie"
+                    label = Text(arm[:21].ljust(22), style="bold red" if zombie else "")
+                    label.append(_fmt(row.pulls if row else None, "d").rjust(8))
+                    label.append(_fmt(row.share if row else None, ".0%").rjust(8))
+                    with Horizontal(classes="pivot-arm"):
+                        yield Static(label, classes="pivot-arm-label")
+                        yield Input(f"{self.config.arms[arm].cap:g}", id=f"cap-{i}", classes="pivot-num",
+                                    disabled=self.pending is not None)
+                        yield Input(f"{self.config.arms[arm].floor:g}", id=f"floor-{i}", classes="pivot-num",
+                                    disabled=self.pending is not None)
+                        yield Checkbox("drop", zombie, id=f"drop-{i}", classes="pivot-drop",
+                                       disabled=self.pending is not None)
+            yield Static("", id="pivot-validation")
+            with Vertical(id="pivot-steps"):
+                for key in STEP_KEYS:
+                    yield Static(self._step_text(key, "pending", "dim"), id=f"step-{key}")
+            yield Static("", id="pivot-outcome")
+        yield Footer()
 
-    def on_key(self, event: events.Key) -> None:
-        event.stop()
-        self.dismiss(False)
+    def _intro(self) -> Text:
+        if self.config is None:
+            why = self.snapshot.config_error if self.snapshot else "the run has not been read yet"
+            return Text(f"No pivot possible: {why}", style="red")
+        if self.pending:
+            return Text(f"{self.pending}. ctrl+s completes it with its recorded policy; ctrl+r rolls it back.",
+                        style="yellow")
+        return Text("Edit caps and floors (each in [0, 1], floor <= cap, sum of floors <= 1 <= sum of caps); "
+                    "tick drop to remove an arm. ctrl+s starts: audit checkpoint, stop (asks first), archive "
+                    ".samples.json and .state.json, keep .loss.json, write run.toml, resume with a fresh bandit.",
+                    style="grey70")
+
+    @staticmethod
+    def _step_text(key: str, status: str, style: str) -> Text:
+        return Text.assemble((f" {key}. ", "bold"), (f"{STEP_TITLES[key]:<42}", ""), (status, style))
+
+    def on_mount(self) -> None:
+        self.validate()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "rollback":
+            return bool(self.pending)     # shown only when there is an interrupted pivot
+        return True
+
+    # -- validation as you type ----------------------------------------------------
+    @on(Input.Changed)
+    @on(Checkbox.Changed)
+    def validate(self) -> None:
+        status = self.query_one("#pivot-validation", Static)
+        self.request = None
+        if self.config is None:
+            return
+        if self.pending:
+            self.request = PivotRequest()
+            status.update(Text("ready to complete the interrupted pivot", style="green"))
+            return
+        caps, floors, drop = {}, {}, []
+        for i, arm in enumerate(self.arms):
+            if self.query_one(f"#drop-{i}", Checkbox).value:
+                drop.append(arm)
+                continue
+            for kind, target in (("cap", caps), ("floor", floors)):
+                text = self.query_one(f"#{kind}-{i}", Input).value.strip()
+                try:
+                    target[arm] = float(text)
+                except ValueError:
+                    status.update(Text(f"{kind} of {arm}: {text!r} is not a number", style="bold red"))
+                    return
+        try:
+            plan_policy(self.config, caps, floors, drop)
+        except ConfigError as err:
+            status.update(Text(str(err).removeprefix("pivot: "), style="bold red"))
+            return
+        self.request = PivotRequest(caps, floors, drop)
+        dropped = f"; drop {', '.join(drop)}" if drop else ""
+        status.update(Text(f"policy OK: floors sum to {sum(floors.values()):.3g}, caps to "
+                           f"{sum(caps.values()):.3g}{dropped}. ctrl+s starts the pivot.", style="green"))
+
+    # -- running -------------------------------------------------------------------
+    def action_start(self) -> None:
+        if self.running or self.outcome is not None:
+            return
+        if self.request is None:
+            self.app.bell()
+            return
+        self.running = True
+        for widget in self.query("Input, Checkbox"):
+            widget.disabled = True
+        self.run_pivot(self.request)
+
+    @work(thread=True, exclusive=True, group="pivot", exit_on_error=False)
+    def run_pivot(self, request: PivotRequest) -> None:
+        worker = get_current_worker()
+        runner = PivotRunner(self.run_dir, request, confirm=self._confirm_from_thread,
+                             report=lambda key, text: self.post_message(PivotProgress(key, text)),
+                             cancelled=lambda: worker.is_cancelled)
+        self.post_message(PivotProgress("done", "", runner.run()))
+
+    def _confirm_from_thread(self, question: str) -> bool:
+        """Ask on the UI thread and wait here (the runner's thread) for the answer."""
+        answered = threading.Event()
+        answer = {"yes": False}
+
+        def decided(yes: bool | None) -> None:
+            answer["yes"] = bool(yes)
+            answered.set()
+
+        self.app.call_from_thread(self.app.push_screen, ConfirmScreen(
+            question, "Steps 3-6 follow at once: archive, new run.toml, resume with a fresh bandit."), decided)
+        answered.wait()
+        return answer["yes"]
+
+    def on_pivot_progress(self, message: PivotProgress) -> None:
+        if message.step == "done":
+            self._finish(message.outcome)
+            return
+        if message.step in STEP_TITLES:
+            waiting = message.text.endswith("...")
+            self.query_one(f"#step-{message.step}", Static).update(
+                self._step_text(message.step, message.text, "yellow" if waiting else "green"))
+        else:
+            self.query_one("#pivot-validation", Static).update(Text(message.text, style="green"))
+
+    def _finish(self, outcome: PivotOutcome | None) -> None:
+        self.running = False
+        self.outcome = outcome
+        if outcome is None:
+            return
+        style = "bold green" if outcome.ok else "bold red"
+        self.query_one("#pivot-outcome", Static).update(
+            Text(f"{outcome.message}\nEscape returns to the dashboard.", style=style))
+
+    @on(Input.Submitted)
+    def submitted(self) -> None:
+        self.action_start()
+
+    def action_rollback(self) -> None:
+        if self.running or not self.pending or self.outcome is not None:
+            return
+        self.running = True
+        self.roll_back()
+
+    @work(thread=True, exclusive=True, group="pivot", exit_on_error=False)
+    def roll_back(self) -> None:
+        self.post_message(PivotProgress("done", "", rollback_pivot(self.run_dir)))
+
+    def action_close(self) -> None:
+        if self.running:
+            self.app.bell()
+            self.query_one("#pivot-outcome", Static).update(
+                Text("the pivot is running: wait for it to finish or fail", style="yellow"))
+            return
+        self.dismiss(self.outcome)

@@ -197,6 +197,16 @@ def file_checksum(path: str | os.PathLike[str]) -> str:
     return f"crc32:{crc:08x}"
 
 
+def arrays_checksum(step: int, weights: Any, m: Any, v: Any) -> str:
+    """The checksum the ``.bin`` of these arrays at ``step`` has, computed in memory: lets a
+    resumed trainer prove that what it loaded equals the checkpoint's bytes."""
+    n_params = int(np.asarray(weights).size)
+    crc = binascii.crc32(HEADER.pack(step, n_params))
+    for name, array in (("weights", weights), ("m", m), ("v", v)):
+        crc = binascii.crc32(_as_f32(name, array, n_params), crc)
+    return f"crc32:{crc:08x}"
+
+
 def verify_checksum(info: CheckpointInfo) -> str | None:
     """Full read: None when the ``.bin`` matches its sidecar's checksum, else the reason."""
     if info.sidecar is None:
