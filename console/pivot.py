@@ -211,8 +211,9 @@ class PivotRunner:
             if _pivot_event(history, journal) and verify_trainer(self.run_dir).ok:
                 break
             if child is not None and child.poll() is not None:
-                raise PivotFailed(f"step 6: the trainer exited with code {child.returncode} instead of resuming; "
-                                  f"see {supervise.TRAINER_LOG}. Run the pivot again to retry step 6.")
+                raise PivotFailed(f"step 6: the trainer exited with code {child.returncode} instead of resuming "
+                                  f"({_last_log_line(self.run_dir)}); run the pivot again to retry step 6, "
+                                  "or roll it back with --pivot-rollback")
             time.sleep(supervise.POLL_S)
         else:
             raise PivotFailed(f"step 6: the trainer did not report the pivot within {self.timeout:g} s; "
@@ -222,6 +223,18 @@ class PivotRunner:
                           {**journal.to_dict(), "finished": time.time()})
         remove_journal(self.run_dir)
         self.report("6", f"running again from step {p}, bandit fresh under the new policy")
+
+
+def _last_log_line(run_dir: Path) -> str:
+    """The trainer's last words, from the end of trainer.log."""
+    try:
+        with open(run_dir / supervise.TRAINER_LOG, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 4096))
+            lines = [ln for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return f"no {supervise.TRAINER_LOG}"
+    return lines[-1].strip() if lines else f"{supervise.TRAINER_LOG} is empty"
 
 
 def _request_matches(request: PivotRequest, journal: PivotJournal) -> bool:

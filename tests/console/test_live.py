@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from console.app import ConsoleApp
-from console.screens import ConfirmScreen, HelpScreen
+from console.screens import ConfirmScreen, HelpScreen, PivotScreen
 from console.widgets import EventLog, LossPlot
 from console.supervise import start_trainer
 from tests.console.trainer_proc import ROOT, Trainer, train_command
@@ -75,8 +75,7 @@ async def test_keys_c_l_w_e_help_pivot_cancel_and_quit(tmp_path):
             assert app.screen is app.dashboard
 
             await pilot.press("p")
-            await pilot.pause()
-            assert isinstance(app.screen, app.SCREENS["pivot"])
+            await until(pilot, lambda: isinstance(app.screen, PivotScreen), what="the pivot screen")
             await pilot.press("escape")
             await pilot.pause()
             assert app.screen is app.dashboard

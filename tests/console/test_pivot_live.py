@@ -1,0 +1,231 @@
+"""The polish pivot against a real micro trainer: through --pivot, through the screen, and
+interrupted after each step then completed by a second run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from console.app import ConsoleApp
+from console.screens import ConfirmScreen, PivotScreen
+from tests.console.trainer_proc import ROOT, train_command
+from trainer.rundir import list_checkpoints, load_run_config, read_state, verify_trainer
+from trainer.rundir.checkpoint import file_checksum
+from trainer.rundir.pivot import STAGES, read_journal
+
+CONSOLE = [sys.executable, "-m", "console"]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def wait_for(condition, timeout: float = 90.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def history(run: Path) -> list[dict]:
+    return [orjson.loads(line) for line in (run / ".loss.json").read_bytes().splitlines() if line.strip()]
+
+
+def steps_seen(run: Path) -> int:
+    return sum(1 for r in history(run) if "step" in r and "event" not in r)
+
+
+class LiveRun:
+    """A trainer sampling every 10 steps and checkpointing only when asked (or pivoted)."""
+
+    def __init__(self, run: Path):
+        self.run = run
+        run.mkdir(parents=True, exist_ok=True)
+        subprocess.Popen(train_command(run, "--sample-every", "10"), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, env=ENV, cwd=ROOT)
+        wait_for(lambda: verify_trainer(run).ok and (run / ".samples.json").exists(), what="a verified trainer")
+
+    def stop(self) -> None:
+        v = verify_trainer(self.run)
+        if v.ok:
+            os.kill(v.record.pid, signal.SIGTERM)
+            wait_for(lambda: not verify_trainer(self.run).ok, what="the trainer to stop")
+
+
+@pytest.fixture
+def live(tmp_path):
+    runs = []
+
+    def start(name: str = "live") -> LiveRun:
+        runs.append(LiveRun(tmp_path / name))
+        return runs[-1]
+
+    yield start
+    for r in runs:
+        r.stop()
+
+
+def check_pivot(run: Path, before: bytes, archive: str, caps: dict, floors: dict) -> int:
+    """Everything a completed pivot promises; returns P."""
+    after = (run / ".loss.json").read_bytes()
+    assert after.startswith(before), "the history before the pivot was changed"
+    dest = run / archive
+    assert sorted(os.listdir(dest)) == [".samples.json", ".state.json", "pivot.json", "run.toml"]
+    assert not list(dest.rglob(".loss.json"))
+    pivot = orjson.loads((dest / "pivot.json").read_bytes())
+    p = pivot["final_step"]
+    assert pivot["stage"] == "resumed" and pivot["new_policy"]["caps"] == caps
+    assert read_journal(run) == (None, None)
+    # The steps continue P, P+1 with the resume and pivot events between them.
+    records = history(run)
+    idx = next(i for i, r in enumerate(records) if r.get("event") == "pivot" and r.get("archive") == archive)
+    assert records[idx]["step"] == p
+    prior_steps = [r["step"] for r in records[:idx] if "event" not in r]
+    assert prior_steps[-1] == p
+    resume = next(r for r in reversed(records[:idx]) if r.get("event") == "resume")
+    assert resume["from_step"] == p and resume["fresh_bandit"]
+    # Weights, m and v resumed equal step_P.bin's bytes.
+    assert resume["restored_checksum"] == file_checksum(run / f"step_{p:06d}.bin")
+    wait_for(lambda: any(r.get("step") == p + 1 and "event" not in r for r in history(run)[idx:]),
+             what="step P+1")
+    # A fresh bandit under the new policy.
+    wait_for(lambda: read_state(run).ok and read_state(run).value.step > p, what="a fresh .state.json")
+    state = read_state(run).value
+    assert state.caps == caps and state.floors == floors
+    assert sum(a.pulls for a in state.arms.values()) <= state.step - p
+    config = load_run_config(run)
+    assert {a: c.cap for a, c in config.arms.items()} == caps
+    return p
+
+
+def test_pivot_cli_of_a_live_run(live):
+    r = live()
+    wait_for(lambda: steps_seen(r.run) >= 20, what="20 steps")
+    before = (r.run / ".loss.json").read_bytes()
+    out = subprocess.run([*CONSOLE, str(r.run), "--pivot", "--cap", "stdlib-code=0.5", "--floor",
+                          "pydoc-topics=0.2", "--yes", "--timeout", "120"],
+                         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split("]")[0] + "]" for line in lines[:1]] == ["[plan]"]
+    for key in "123456":
+        assert any(line.startswith(f"[{key}]") for line in lines), key
+    archive = lines[-1].rsplit("archive ", 1)[1].rstrip("/")
+    caps = {"stdlib-code": 0.5, "stdlib-docstrings": 0.8, "pydoc-topics": 0.8}
+    floors = {"stdlib-code": 0.1, "stdlib-docstrings": 0.1, "pydoc-topics": 0.2}
+    p = check_pivot(r.run, before, archive, caps, floors)
+    audit = [c.step for c in list_checkpoints(r.run)]
+    assert p in audit and len(audit) == 2 and audit[0] <= p      # the audit checkpoint, then P
+
+
+def test_pivot_cli_refuses_bad_policy_and_changes_nothing(live):
+    r = live()
+    before = {p.name: p.read_bytes() for p in r.run.iterdir() if p.name in ("run.toml", ".state.json")}
+    out = subprocess.run([*CONSOLE, str(r.run), "--pivot", "--floor", "stdlib-code=0.9", "--yes"],
+                         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
+    assert out.returncode == 1 and "floor = 0.9 is not allowed" in out.stderr
+    assert verify_trainer(r.run).ok and read_journal(r.run) == (None, None)
+    assert (r.run / "run.toml").read_bytes() == before["run.toml"]
+    out = subprocess.run([*CONSOLE, str(r.run), "--pivot", "--cap", "stdlib-code=half"],
+                         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
+    assert out.returncode == 2 and "'half' is not a number" in out.stderr
+
+
+@pytest.mark.asyncio
+async def test_pivot_screen_of_a_live_run(live):
+    r = live()
+    before = (r.run / ".loss.json").read_bytes()
+    app = ConsoleApp(r.run, tick=0.5)
+    async with app.run_test(size=(140, 45)) as pilot:
+        for _ in range(300):
+            await pilot.pause(0.1)
+            if app.snapshot is not None and app.snapshot.trainer.state == "running":
+                break
+        await pilot.press("p")
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, PivotScreen):
+                break
+        screen = app.screen
+        screen.query_one("#cap-0").value = "0.6"
+        await pilot.pause()
+        assert screen.request is not None
+        await pilot.press("ctrl+s")
+        for _ in range(600):
+            await pilot.pause(0.1)
+            if isinstance(app.screen, ConfirmScreen):
+                break
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        for _ in range(1800):
+            await pilot.pause(0.1)
+            if screen.outcome is not None:
+                break
+        assert screen.outcome is not None and screen.outcome.ok, screen.outcome
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.dashboard
+        archive = screen.outcome.archive
+    caps = {"stdlib-code": 0.6, "stdlib-docstrings": 0.8, "pydoc-topics": 0.8}
+    floors = {"stdlib-code": 0.1, "stdlib-docstrings": 0.1, "pydoc-topics": 0.1}
+    check_pivot(r.run, before, archive, caps, floors)
+
+
+def test_pivot_killed_after_each_step_is_completed_by_the_next(live):
+    """The console is SIGKILLed as soon as the journal records each stage in turn; a second
+    --pivot completes that pivot. Each round pivots the same run again."""
+    r = live()
+    caps = {"stdlib-code": 0.8, "stdlib-docstrings": 0.8, "pydoc-topics": 0.8}
+    floors = {"stdlib-code": 0.1, "stdlib-docstrings": 0.1, "pydoc-topics": 0.1}
+    for round_, stage in enumerate(["audit_checkpoint", "stopped", "archived", "config_written"]):
+        cap = round(0.5 + 0.1 * round_, 2)
+        caps["stdlib-code"] = cap
+        wait_for(lambda: verify_trainer(r.run).ok, what="the trainer running")
+        before = (r.run / ".loss.json").read_bytes()
+        console = subprocess.Popen([*CONSOLE, str(r.run), "--pivot", "--cap", f"stdlib-code={cap}", "--yes"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
+
+        def reached() -> bool:
+            journal, _ = read_journal(r.run)
+            return journal is not None and STAGES.index(journal.stage) >= STAGES.index(stage)
+
+        wait_for(lambda: reached() or console.poll() is not None, what=f"stage {stage}")
+        console.kill()
+        console.wait()
+        journal, _ = read_journal(r.run)
+        assert journal is not None, f"round {round_}: the pivot finished before it could be killed"
+        out = subprocess.run([*CONSOLE, str(r.run), "--pivot", "--yes", "--timeout", "120"],
+                             capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=240)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "resuming the interrupted pivot" in out.stdout
+        archive = out.stdout.splitlines()[-1].rsplit("archive ", 1)[1].rstrip("/")
+        check_pivot(r.run, before, archive, dict(caps), dict(floors))
+    assert len(list((r.run / "archive").iterdir())) == 4
+
+
+def test_failed_resume_is_reported_and_rolled_back(make_run_dir):
+    """A run whose checkpoint the trainer refuses (generated, not a real model): steps 1-5
+    run, step 6 fails with the reason, and --pivot-rollback puts everything back."""
+    run = make_run_dir()
+    before = {name: (run / name).read_bytes() for name in ("run.toml", ".state.json", ".samples.json", ".loss.json")}
+    out = subprocess.run([*CONSOLE, str(run), "--pivot", "--cap", "stdlib-code=0.5", "--yes", "--timeout", "60"],
+                         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert out.returncode == 1 and "step 6: the trainer exited with code 2 instead of resuming" in out.stderr
+    assert "[1] audit checkpoint (SIGUSR1): no trainer running" in out.stdout
+    journal, _ = read_journal(run)
+    assert journal.stage == "config_written" and journal.final_step == 300
+    assert not (run / ".state.json").exists()
+    out = subprocess.run([*CONSOLE, str(run), "--pivot-rollback"], capture_output=True, text=True, env=ENV,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 0 and "restored .samples.json, .state.json, run.toml" in out.stdout
+    assert {name: (run / name).read_bytes() for name in before} == before
+    assert read_journal(run) == (None, None) and not list((run / "archive").iterdir())
+    out = subprocess.run([*CONSOLE, str(run), "--pivot-rollback"], capture_output=True, text=True, env=ENV,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 1 and "no interrupted pivot" in out.stdout
