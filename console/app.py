@@ -38,7 +38,7 @@ URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 # The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
 TICK_S = 2.0
 SIGNAL_TIMEOUT_S = 600.0
-DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "log_y", "window", "smoothing", "help"})
+DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "log_y", "window", "smoothing", "help", "quit"})
 
 
 class ConsoleApp(App[None]):

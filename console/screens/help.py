@@ -14,7 +14,8 @@ KEYS = [
     ("c", "checkpoint now: SIGUSR1 to the verified trainer; the event log says when the checkpoint lands"),
     ("s", "stop cleanly: asks first (y/Enter confirms, any other key cancels), then SIGTERM; the trainer "
           "writes a final checkpoint and exits"),
-    ("p", "polish pivot"),
+    ("p", "polish pivot: edit caps and floors, ctrl+s runs the six steps (asks before the stop), "
+          "ctrl+r rolls back an interrupted one, Escape returns"),
     ("l", "loss plot: log / linear y"),
     ("w", "loss plot: all steps / the last N steps"),
     ("e", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)"),

@@ -32,6 +32,7 @@ def states(tmp: Path):
     yield "empty-directory", app_for(make_run(tmp / "f" / "run", empty=True)), WIDE, ()
     yield "help", app_for(healthy(tmp / "g"), live_probe), WIDE, ("question_mark",)
     yield "stop-confirmation", app_for(healthy(tmp / "h"), live_probe), WIDE, ("s",)
+    yield "pivot", app_for(healthy(tmp / "i"), live_probe), WIDE, ("p",)
 
 
 async def shoot(name: str, app, size, keys) -> Path:
@@ -39,7 +40,7 @@ async def shoot(name: str, app, size, keys) -> Path:
         await settled(pilot)
         for key in keys:
             await pilot.press(key)
-            await pilot.pause()
+            await pilot.pause(0.3)     # the pivot screen opens once the journal has been looked at
         return Path(app.save_screenshot(f"{name}.svg", str(OUT)))
 
 
