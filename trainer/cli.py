@@ -2,7 +2,11 @@
 
     andrea-train RUN_DIR [--preset NAME] [--max-steps N] [--checkpoint-every N]
                  [--sample-every N] [--device auto|cpu|cuda] [--resume latest|PATH|none]
-                 [--fresh-bandit] [--seed N] [--threads N]
+                 [--fresh-bandit] [--seed N] [--threads N] [--nproc N]
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) it trains with DistributedDataParallel, one
+process per device: see :mod:`trainer.distributed`. ``--nproc N`` replaces this process
+with ``torchrun --standalone --nproc_per_node N -m trainer`` and the same arguments.
 
 Everything that could be wrong with the input (run.toml, the arms' data, the
 checkpoint, another trainer on the directory) is checked *before* anything in the run
@@ -27,6 +31,7 @@ import torch
 
 from trainer.data import ArmData, ArmDataError, ByteTokenizer
 from trainer.determinism import configure
+from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import ResumeError, build_state, check_compatible
@@ -90,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_integer(0), metavar="N", help="seed of a fresh run (default 7)")
     p.add_argument("--threads", type=_integer(1), default=1, metavar="N",
                    help="torch CPU threads (default 1; a resume is bit-exact with the same count)")
+    p.add_argument("--nproc", type=_integer(1), default=1, metavar="N",
+                   help="train with N processes on this machine (DDP; one per GPU): runs "
+                        "torchrun --standalone --nproc_per_node N -m trainer with the other arguments")
     return p
 
 
@@ -217,10 +225,38 @@ def plan_run(args: argparse.Namespace) -> Plan:
     return Plan(run_dir, config, create, overrides, device, checkpoint, arms, zombies, args.fresh_bandit, args.threads)
 
 
+BAD_INPUT = (InputError, ConfigError, CheckpointError, RunLockedError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    ranks = Ranks.from_env()
+    if args.nproc > 1 and "LOCAL_RANK" not in os.environ:      # not yet under torchrun: become it
+        cmd = torchrun_command(strip_nproc(sys.argv[1:] if argv is None else argv), args.nproc)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(cmd[0], cmd)
+    if ranks.distributed:
+        return _main_distributed(args, ranks)
     run_dir = Path(args.run_dir)
     lock = RunLock(run_dir)
+    try:
+        plan = _plan_and_lock(args, lock)
+        if plan.nothing_to_do:
+            print(plan.nothing_to_do, file=sys.stderr)
+            return 0
+    except BAD_INPUT as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
+    try:
+        return _run(plan, args)
+    finally:
+        lock.release()
+
+
+def _plan_and_lock(args: argparse.Namespace, lock: RunLock, world_size: int = 1) -> Plan:
+    """Plan the run and take the lock (released again on bad input or nothing to do)."""
+    run_dir = Path(args.run_dir)
     try:
         # A directory that has a lock file may have a live trainer: ask it first (taking
         # the lock changes nothing there). A new directory is locked once it is created.
@@ -230,31 +266,84 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_run(args)
         if plan.nothing_to_do:
             lock.release()
-            print(plan.nothing_to_do, file=sys.stderr)
-            return 0
+            return plan
+        batch = plan.config.optimizer.batch_size
+        if batch % world_size:
+            raise InputError(f"optimizer.batch_size {batch} is not divisible by the {world_size} processes: each "
+                             "process trains on an equal share of every batch")
         run_dir.mkdir(parents=True, exist_ok=True)
         if not locked:
             lock.acquire()
-    except (InputError, ConfigError, CheckpointError, RunLockedError) as err:
+        return plan
+    except BaseException:
         lock.release()
-        print(f"{PROG}: {err}", file=sys.stderr)
-        return 2
+        raise
+
+
+def _main_distributed(args: argparse.Namespace, ranks: Ranks) -> int:
+    """One of torchrun's processes. Rank 0 plans and takes the lock exactly as a single
+    process does (and writes a new run.toml); then it tells the others whether to go on
+    and which checkpoint to resume from, and they plan from the same files. Nobody
+    trains until every rank has planned without a problem; a problem is exit status 2
+    on every rank, with the message on the rank that found it."""
+    ranks.init()
+    run_dir = Path(args.run_dir)
+    lock = RunLock(run_dir)
     try:
-        return _run(plan, args)
+        plan: Plan | None = None
+        verdict: dict[str, Any] = {}
+        if ranks.writer:
+            try:
+                plan = _plan_and_lock(args, lock, ranks.world_size)
+                if plan.nothing_to_do:
+                    verdict = {"exit": 0, "message": plan.nothing_to_do}
+                else:
+                    if plan.create_run_toml:
+                        write_run_config(run_dir, plan.config)      # the other ranks read it
+                    verdict = {"checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None}
+            except BAD_INPUT as err:
+                verdict = {"exit": 2, "message": f"{PROG}: {err}"}
+        verdict = ranks.broadcast_json(verdict)
+        if "exit" in verdict:
+            if ranks.writer:
+                print(verdict["message"], file=sys.stderr)
+            return int(verdict["exit"])
+        problem = None
+        if not ranks.writer:
+            try:
+                plan = plan_run(argparse.Namespace(**{**vars(args), "resume": verdict["checkpoint"] or "none"}))
+            except BAD_INPUT as err:
+                problem = f"{PROG} (rank {ranks.rank}): {err}"
+        if not ranks.all_true(problem is None):
+            if problem:
+                print(problem, file=sys.stderr)
+            return 2
+        assert plan is not None
+        plan.device = ranks.device(plan.device)
+        return _run(plan, args, ranks)
     finally:
         lock.release()
+        ranks.close()
 
 
-def _run(plan: Plan, args: argparse.Namespace) -> int:
-    """Under the lock: set up the outputs, build the state, train, clean up."""
-    signals = SignalFlags().install()          # before .trainer.json: a recorded trainer handles signals
+def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
+    """Under the lock: set up the outputs, build the state, train, clean up. Under
+    torchrun every rank runs this; rank 0 alone records itself and writes."""
+    # Before .trainer.json: a recorded trainer handles signals. Every rank handles them
+    # (torchrun forwards SIGTERM and SIGINT to all) and all ranks agree on them.
+    signals = AgreedSignals(SignalFlags(), ranks).install()
     run_dir = plan.run_dir
     pid = os.getpid()
     progress = out = None
     try:
+        if not ranks.writer:
+            return _run_other_rank(plan, ranks, signals)
         if plan.create_run_toml:
             write_run_config(run_dir, plan.config)
-        write_trainer_record(run_dir, TrainerRecord.for_this_process())
+        # Under torchrun this is rank 0's worker: the process the console signals.
+        record = TrainerRecord.for_this_process(**({"rank": 0, "world_size": ranks.world_size,
+                                                     "launcher_pid": os.getppid()} if ranks.distributed else {}))
+        write_trainer_record(run_dir, record)
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
         configure(plan.threads, plan.device)
         progress = Progress(run_dir, plan.config.run.log_every)
@@ -270,7 +359,9 @@ def _run(plan: Plan, args: argparse.Namespace) -> int:
                       arm=name, reason=reason)
         # --fresh-bandit is the polish pivot's restart (DESIGN.md section 7): weights, m, v,
         # samplers and RNG resume; the bandit starts afresh under run.toml's caps and floors.
-        state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit)
+        state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit,
+                            ranks)
+        state.ddp = ranks.wrap(state.model, state.device)
         _announce(plan, state, out)
         if plan.fresh_bandit:
             _record_pivot(plan, out)
@@ -288,15 +379,27 @@ def _run(plan: Plan, args: argparse.Namespace) -> int:
             out.close()
         if progress is not None:
             progress.close()
-        remove_trainer_record(run_dir, pid)
+        if ranks.writer:
+            remove_trainer_record(run_dir, pid)
         signals.restore()
+
+
+def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> int:
+    """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`)."""
+    configure(plan.threads, plan.device)
+    state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit, ranks)
+    state.ddp = ranks.wrap(state.model, state.device)
+    train(state, NullOutputs(plan.run_dir), signals, plan.config.run.max_steps,
+          saved_step=plan.checkpoint.step if plan.checkpoint else None)
+    return 0
 
 
 def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
     """The ``start`` or ``resume`` event: what this process runs, and what it could not restore."""
     common = dict(preset=plan.config.run.preset, n_params=plan.config.model.n_params(), device=plan.device,
                   threads=torch.get_num_threads(), arms=list(plan.arms), overrides=plan.overrides,
-                  max_steps=plan.config.run.max_steps, torch_version=torch.__version__, pid=os.getpid())
+                  max_steps=plan.config.run.max_steps, torch_version=torch.__version__, pid=os.getpid(),
+                  world_size=state.ranks.world_size)
     if plan.checkpoint is None:
         out.event("start", 0, f"start: preset {plan.config.run.preset}, {common['n_params']:,} parameters, "
                               f"arms {', '.join(plan.arms)}, device {plan.device}", seed=plan.config.run.seed, **common)

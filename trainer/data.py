@@ -143,9 +143,18 @@ class ArmSampler:
         self.windows_drawn += self.batch_size
         return np.concatenate(picked)
 
-    def next_batch(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """``(x, y)``: ``(batch, block)`` byte ids and the same shifted by one."""
-        starts = torch.from_numpy(self.next_windows() * self.block_size)
+    def next_batch(self, device: torch.device | str = "cpu", rank: int = 0,
+                   world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)``: ``(batch, block)`` byte ids and the same shifted by one.
+
+        With ``world_size`` > 1 the sampler still advances by the whole global batch (so
+        every rank's sampler stays identical) and only rank ``rank``'s share is read:
+        ``batch / world_size`` consecutive windows of it."""
+        windows = self.next_windows()
+        if world_size > 1:
+            share = self.batch_size // world_size
+            windows = windows[rank * share:(rank + 1) * share]
+        starts = torch.from_numpy(windows * self.block_size)
         windows = self.data.tokens[starts[:, None] + self._offsets].long()
         x, y = windows[:, :-1], windows[:, 1:]
         return x.to(device), y.to(device)

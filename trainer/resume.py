@@ -21,6 +21,7 @@ import torch
 
 from trainer.bandit import OnlineDataMixer
 from trainer.data import ArmData, ArmSampler, ByteTokenizer, SamplerStateError
+from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
 from trainer.optim import FlatAdamW
 from trainer.rundir.checkpoint import CheckpointInfo, open_checkpoint, write_checkpoint
@@ -83,18 +84,20 @@ def _build_bandit(config: RunConfig, arms: dict[str, ArmData], started_step: int
 
 
 def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.device,
-                checkpoint: CheckpointInfo | None = None, fresh_bandit: bool = False) -> TrainingState:
+                checkpoint: CheckpointInfo | None = None, fresh_bandit: bool = False,
+                ranks: Ranks = SINGLE) -> TrainingState:
     """A fresh state (``checkpoint`` None) or one restored in seed 003's order.
 
     ``arms`` are the live arms (zombies already dropped). ``fresh_bandit`` keeps
     everything else but starts the bandit anew under ``config``'s caps and floors
-    (the polish pivot). Call :func:`check_compatible` first.
+    (the polish pivot). Call :func:`check_compatible` first. Under torchrun every rank
+    builds the same state (``ranks``): same seed, or the same checkpoint.
     """
     tokenizer = ByteTokenizer()
     if checkpoint is None:
         model, optimizer = _build_model(config, device)
         return TrainingState(config, device, model, optimizer, tokenizer, _build_samplers(config, arms),
-                             _build_bandit(config, arms, 0))
+                             _build_bandit(config, arms, 0), ranks=ranks)
 
     # 1. Read the saved state.
     saved = checkpoint.sidecar or {}
@@ -149,8 +152,15 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
             inexact.append(f"{saved.get('threads')} thread(s) wrote it, {torch.get_num_threads()} now")
         if saved.get("device") != device.type:
             inexact.append(f"written on {saved.get('device')}, running on {device.type}")
+        saved_world = saved.get("world_size", 1)
+        if saved_world != ranks.world_size:
+            # Samplers, bandit and RNG are rank-independent, so the batches are the same
+            # ones; each rank's share and the gradient all-reduce sum in another order.
+            inexact.append(f"{saved_world} process(es) wrote it, {ranks.world_size} now: weights, m, v, samplers, "
+                           "bandit and RNG are restored and the same batches are drawn, but the loss and gradient "
+                           "are summed over other shares, so the numbers differ in rounding")
     return TrainingState(config, device, model, optimizer, tokenizer, samplers, bandit, step=step,
-                         tokens_seen=int(tokens_seen), ema_loss=saved.get("ema_loss"), inexact=inexact)
+                         tokens_seen=int(tokens_seen), ema_loss=saved.get("ema_loss"), inexact=inexact, ranks=ranks)
 
 
 def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
@@ -174,13 +184,19 @@ def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
         "python_version": platform.python_version(),
         "device": state.device.type,
         "threads": torch.get_num_threads(),
+        # Processes that trained it (torchrun); samplers, bandit and RNG are the same on every rank.
+        "world_size": state.ranks.world_size,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "time": time.time(),
     }
 
 
-def save_checkpoint(state: TrainingState, run_dir: str | Path) -> CheckpointInfo:
-    """Write ``step_NNNNNN.bin`` and its ``.json`` for the current step boundary."""
+def save_checkpoint(state: TrainingState, run_dir: str | Path) -> CheckpointInfo | None:
+    """Write ``step_NNNNNN.bin`` and its ``.json`` for the current step boundary. Under
+    torchrun only rank 0 writes (every rank holds the same weights, m and v); the others
+    return None and wait for it in the next collective."""
+    if not state.ranks.writer:
+        return None
     weights = flat_weights(state.optimizer)
     m, v = flat_moments(state.optimizer)
     return write_checkpoint(run_dir, state.step, weights, m, v, resume=checkpoint_payload(state))

@@ -17,6 +17,7 @@ import torch
 
 from trainer.bandit import OnlineDataMixer
 from trainer.data import ArmSampler, ByteTokenizer
+from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
 from trainer.optim import FlatAdamW
 from trainer.rundir.config import OptimizerConfig, RunConfig
@@ -37,6 +38,13 @@ class TrainingState:
     tokens_seen: int = 0
     ema_loss: float | None = None  # for the progress display only
     inexact: list[str] = field(default_factory=list)   # what a resume could not restore
+    ranks: Ranks = SINGLE         # the training processes (torchrun); one by default
+    ddp: torch.nn.Module | None = None   # DistributedDataParallel around ``model``, when distributed
+
+    @property
+    def forward_module(self) -> torch.nn.Module:
+        """What a training forward and backward run through: DDP when distributed, else the model."""
+        return self.ddp if self.ddp is not None else self.model
 
     @property
     def adam_step(self) -> int:

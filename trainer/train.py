@@ -32,6 +32,7 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
     no new one)."""
     run, opt_config = state.config.run, state.config.optimizer
     model, optimizer = state.model, state.optimizer
+    ranks, forward = state.ranks, state.forward_module     # under torchrun: every rank, in step (distributed.py)
 
     if signals.pending and _checkpoint_and_signals(state, out, signals, None, saved_step):
         out.event("stop", state.step, "stopping on signal before the first update", reason="signal")
@@ -39,11 +40,11 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
     while True:
         # ---- one update ----
         model.train()
-        arm = state.bandit.choose()
+        arm = ranks.choose_arm(state.bandit)                    # rank 0's draw, broadcast
         prob = state.bandit.prob[arm]
-        x, y = state.samplers[arm].next_batch(state.device)
+        x, y = state.samplers[arm].next_batch(state.device, ranks.rank, ranks.world_size)   # this rank's share
         optimizer.zero_grad()
-        _, loss = model(x, y)
+        _, loss = forward(x, y)
         loss.backward()
         grad = optimizer.gather_grad()
         grad_norm = float(torch.linalg.vector_norm(grad))       # recorded before clipping
@@ -52,10 +53,10 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
             optimizer.clip_(grad, grad_norm, opt_config.grad_clip)
             optimizer.step(grad)
         state.step += 1
-        state.tokens_seen += x.numel()
+        state.tokens_seen += x.numel() * ranks.world_size
 
         # ---- the step boundary ----
-        loss_value = float(loss.detach())
+        loss_value = ranks.mean(float(loss.detach()))          # the same number on every rank
         extra = {"p": prob} if finite else {"p": prob, "skipped": "nonfinite grad_norm"}
         out.step(state.step, loss_value, opt_config.lr, grad_norm, arm, state.tokens_seen, **extra)
         state.bandit.update(arm, loss_value)
@@ -65,7 +66,7 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
         out.progress.step(state.step, loss_value, state.ema_loss, arm, state.tokens_seen)
         if state.step % run.state_every == 0:
             out.write_state(state.bandit, state.step)
-        if state.step % run.sample_every == 0:
+        if state.step % run.sample_every == 0 and ranks.writer:
             out.add_samples(audit_samples(state, state.config.samples))
 
         final = bool(stop_at) and state.step >= stop_at

@@ -1,0 +1,257 @@
+"""Training on several processes: ``torchrun --nproc_per_node N -m trainer RUN_DIR ...``.
+
+One process per device, DistributedDataParallel (gloo on CPU, NCCL for CUDA tensors),
+and every decision taken once and agreed by every rank:
+
+- **Data.** Every rank runs the *same* samplers and bandit (same seed, same state, the
+  same JSON restored from a checkpoint), so their states stay identical without being
+  gathered: a checkpoint's sampler, bandit and RNG state is rank-independent. Each step
+  every rank draws the global batch's window indices and reads only its own slice
+  (``batch_size / world_size`` windows). The bandit's choice is broadcast from rank 0
+  (a rank whose own draw differs has lost step with the others: it stops loudly).
+- **Reward.** The loss a rank sees is the mean over its slice; the loss written to
+  ``.loss.json`` and credited to the bandit is the all-reduced mean over ranks, the same
+  number on every rank. DDP averages the gradients, so every rank computes the same
+  gradient norm, skips the same non-finite steps and applies the same AdamW update to
+  its :class:`~trainer.optim.FlatAdamW` buffers (DDP copies its averaged buckets into
+  ``p.grad``; the flat weights stay the parameters' storage).
+- **Signals.** torchrun forwards SIGTERM and SIGINT to its workers, not SIGUSR1 (which
+  kills the torchrun agent: its default action). So ``.trainer.json`` names rank 0's
+  worker process, and that is the process the console signals. A signal reaches one
+  rank or all of them at different moments; at every step boundary the ranks
+  all-reduce (MAX) their flags ``[SIGUSR1, SIGTERM, SIGINT]``, so they checkpoint and
+  stop at the same step (PyTorch Lightning's DDP SIGTERM deadlock, its issue 20806,
+  came from ranks acting on a signal alone).
+- **Writes.** Rank 0 alone holds the lock and writes: checkpoints, sidecars,
+  ``trainer.log``, ``.trainer.json``. Other ranks get :class:`NullOutputs`; while rank 0
+  writes a checkpoint they wait in the next flag all-reduce, which is the barrier.
+
+Small collectives run on CPU tensors through gloo, including in a CUDA run
+(``cpu:gloo,cuda:nccl``); nothing is ever pickled (no ``*_object`` collectives): JSON
+travels as bytes in uint8 tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import orjson
+import torch
+
+from trainer.signals import CHECKPOINT_SIGNALS, STOP_SIGNALS, SignalFlags, SignalRequests
+
+SIGNAL_ORDER = tuple(s.name for s in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS))   # SIGUSR1, SIGTERM, SIGINT
+
+
+class RankDesync(RuntimeError):
+    """This rank's state no longer matches rank 0's (a bug, never an input problem)."""
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process stands among the training processes. ``world_size == 1``: every
+    collective is the identity and nothing touches ``torch.distributed``."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> "Ranks":
+        """From torchrun's ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (one process when unset)."""
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        if world <= 1:
+            return cls()
+        return cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def writer(self) -> bool:
+        """Rank 0: the one process that holds the lock and writes the run directory."""
+        return self.rank == 0
+
+    # ---- process group ----
+    def init(self) -> None:
+        """Join the process group (rendezvous through torchrun's environment)."""
+        if not self.distributed:
+            return
+        import torch.distributed as dist
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        dist.init_process_group(backend)
+        if dist.get_world_size() != self.world_size or dist.get_rank() != self.rank:
+            raise RankDesync(f"process group says rank {dist.get_rank()} of {dist.get_world_size()}, "
+                             f"the environment {self.rank} of {self.world_size}")
+
+    def close(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def device(self, device: str) -> str:
+        """The device of this rank: ``cuda`` becomes ``cuda:LOCAL_RANK`` (one GPU per process)."""
+        if self.distributed and device.startswith("cuda"):
+            torch.cuda.set_device(self.local_rank)
+            return f"cuda:{self.local_rank}"
+        return device
+
+    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """The module to run forward and backward through: DDP around ``model`` when distributed."""
+        if not self.distributed:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+        ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+
+    # ---- collectives (CPU tensors: gloo) ----
+    def _all_reduce(self, values: Sequence[float], op: str, dtype: torch.dtype = torch.float64) -> list[float]:
+        if not self.distributed:
+            return list(values)
+        import torch.distributed as dist
+        tensor = torch.tensor(list(values), dtype=dtype)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
+        return tensor.tolist()
+
+    def mean(self, value: float) -> float:
+        """The mean of ``value`` over the ranks (float64 sum, divided by the world size)."""
+        if not self.distributed:
+            return value
+        return self._all_reduce([value], "SUM")[0] / self.world_size
+
+    def all_true(self, flag: bool) -> bool:
+        return bool(self._all_reduce([1 if flag else 0], "MIN", torch.int64)[0])
+
+    def any_true(self, flag: bool) -> bool:
+        return bool(self._all_reduce([1 if flag else 0], "MAX", torch.int64)[0])
+
+    def broadcast_index(self, index: int) -> int:
+        """Rank 0's ``index`` on every rank."""
+        if not self.distributed:
+            return index
+        import torch.distributed as dist
+        tensor = torch.tensor([index], dtype=torch.int64)
+        dist.broadcast(tensor, src=0)
+        return int(tensor.item())
+
+    def broadcast_json(self, value: Any) -> Any:
+        """Rank 0's JSON value on every rank (``value`` is ignored elsewhere): its length,
+        then its bytes as a uint8 tensor. Never pickled."""
+        if not self.distributed:
+            return value
+        import torch.distributed as dist
+        data = orjson.dumps(value) if self.writer else b""
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        dist.broadcast(size, src=0)
+        buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if self.writer else \
+            torch.empty(int(size.item()), dtype=torch.uint8)
+        dist.broadcast(buffer, src=0)
+        return orjson.loads(buffer.numpy().tobytes())
+
+    def choose_arm(self, bandit: Any) -> str:
+        """The bandit's draw for this step, decided by rank 0 and broadcast. Every rank
+        draws too, so that every bandit's RNG advances identically; a rank whose own draw
+        differs has lost step with rank 0 and stops (:class:`RankDesync`)."""
+        arm = bandit.choose()
+        if not self.distributed:
+            return arm
+        arms = bandit.arms
+        chosen = arms[self.broadcast_index(arms.index(arm))]
+        if chosen != arm:
+            raise RankDesync(f"rank {self.rank} drew arm {arm!r}, rank 0 {chosen!r}: the bandits diverged")
+        return chosen
+
+
+SINGLE = Ranks()
+
+
+class AgreedSignals:
+    """A :class:`SignalFlags` whose answers every rank shares: :meth:`take` and
+    :attr:`pending` all-reduce (MAX) this rank's flags, so every rank sees a signal that
+    reached any of them, at the same step boundary. Both are collectives: every rank
+    calls them in the same order (the step boundary's control flow depends only on
+    agreed values). With one process they are the plain flags."""
+
+    def __init__(self, flags: SignalFlags, ranks: Ranks):
+        self.flags = flags
+        self.ranks = ranks
+
+    @property
+    def pending(self) -> bool:
+        if not self.ranks.distributed:
+            return self.flags.pending
+        return self.ranks.any_true(self.flags.pending)
+
+    def take(self) -> SignalRequests:
+        local = self.flags.take()
+        if not self.ranks.distributed:
+            return local
+        seen = [1 if name in local.names else 0 for name in SIGNAL_ORDER]
+        agreed = self.ranks._all_reduce(seen, "MAX", torch.int64)
+        # This rank's own signals in arrival order, then those only other ranks received.
+        names = list(local.names) + [n for n, a in zip(SIGNAL_ORDER, agreed) if a and n not in local.names]
+        return SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
+
+    def install(self) -> "AgreedSignals":
+        self.flags.install()
+        return self
+
+    def restore(self) -> None:
+        self.flags.restore()
+
+
+class _NullProgress:
+    tokens_per_s = 0.0
+
+    def message(self, text: str) -> None:
+        pass
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class NullOutputs:
+    """The outputs of a rank other than 0: the same methods as
+    :class:`~trainer.outputs.RunOutputs`, writing nothing (rank 0 writes for all)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str]):
+        self.run_dir = Path(run_dir)
+        self.progress = _NullProgress()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+# ---- andrea-train --nproc N ----
+
+def torchrun_command(argv: Sequence[str], nproc: int) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc_per_node N -m trainer ARGV``:
+    the command that ``andrea-train --nproc N`` replaces itself with (``--standalone``:
+    a private rendezvous on a free port, so several runs on one machine never collide)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+            "-m", "trainer", *argv]
+
+
+def strip_nproc(argv: Sequence[str]) -> list[str]:
+    """``argv`` without ``--nproc N`` / ``--nproc=N``."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
