@@ -40,12 +40,13 @@ from trainer.rundir import (CheckpointError, CheckpointInfo, ConfigError, LossHi
                             load_run_config, read_state, remove_trainer_record, verify_checksum,
                             write_run_config, write_trainer_record)
 from trainer.rundir.atomic import remove_stale_temps
+from trainer.rundir.checkpoint import arrays_checksum
 from trainer.rundir.config import RUN_TOML, PRESETS, validate_policy
 from trainer.rundir.process import LOCK_FILE
 from trainer.rundir.sidecars import ArmState, BanditState
 from trainer.rundir.zombies import find_zombies
 from trainer.signals import SignalFlags
-from trainer.state import TrainingState
+from trainer.state import TrainingState, flat_moments, flat_weights
 from trainer.train import train
 
 PROG = "andrea-train"
@@ -416,7 +417,11 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
     exact = not fresh
     summary = "exactly" if exact else "NOT exactly: " + "; ".join(fresh)
     note = f"; steps {rerun['from']}..{rerun['to']} after it are run again" if rerun else ""
+    # The checksum of what was loaded, computed as the .bin's is: equal to the .bin's
+    # checksum exactly when weights, m and v were restored bit for bit.
+    restored = arrays_checksum(ckpt.step, flat_weights(state.optimizer), *flat_moments(state.optimizer))
     out.event("resume", ckpt.step, f"resume from {ckpt.path.name} {summary}{note}",
+              restored_checksum=restored,
               from_step=ckpt.step, checkpoint=ckpt.path.name, exact=exact, fresh=fresh, rerun=rerun,
               fresh_bandit=plan.fresh_bandit, **common)
 
