@@ -14,7 +14,9 @@ and every decision taken once and agreed by every rank:
   number on every rank. DDP averages the gradients, so every rank computes the same
   gradient norm, skips the same non-finite steps and applies the same AdamW update to
   its :class:`~trainer.optim.FlatAdamW` buffers (DDP copies its averaged buckets into
-  ``p.grad``; the flat weights stay the parameters' storage).
+  ``p.grad``; the flat weights stay the parameters' storage). Beyond two ranks the
+  gradients are summed in rank order (:func:`_rank_ordered_mean`), so that a resumed
+  process rounds exactly as one that never stopped.
 - **Signals.** torchrun forwards SIGTERM and SIGINT to its workers, not SIGUSR1 (which
   kills the torchrun agent: its default action). So ``.trainer.json`` names rank 0's
   worker process, and that is the process the console signals. A signal reaches one
@@ -108,7 +110,10 @@ class Ranks:
             return model
         from torch.nn.parallel import DistributedDataParallel
         ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        ddp = DistributedDataParallel(model, device_ids=ids)
+        if self.world_size > 2:
+            ddp.register_comm_hook(None, _rank_ordered_mean)
+        return ddp
 
     # ---- collectives (CPU tensors: gloo) ----
     def _all_reduce(self, values: Sequence[float], op: str, dtype: torch.dtype = torch.float64) -> list[float]:
@@ -169,6 +174,32 @@ class Ranks:
 
 
 SINGLE = Ranks()
+
+
+def _rank_ordered_mean(process_group, bucket):   # unannotated: DDP checks the annotations it finds
+    """DDP comm hook for more than 2 ranks: gather every rank's bucket and add them in
+    rank order, ``((g0 + g1) + g2) + ...``, then divide by the world size.
+
+    An all-reduce sums each element in an order set by where the element falls in the
+    bucket (a ring reduces each chunk starting at another rank), and DDP lays its
+    buckets out afresh after a process's first backward: a resumed process would round
+    differently from one that never stopped. With two ranks ``a + b == b + a`` exactly,
+    so DDP's own all-reduce is kept there; beyond two, this hook makes the sum
+    independent of the layout, at the price of gathering ``world_size`` buckets."""
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    world = dist.get_world_size(process_group)
+    parts = [torch.empty_like(buffer) for _ in range(world)]
+    future = dist.all_gather(parts, buffer, group=process_group, async_op=True).get_future()
+
+    def ordered_sum(_: Any) -> torch.Tensor:
+        total = parts[0].clone()
+        for part in parts[1:]:
+            total.add_(part)
+        return total.div_(world)
+
+    return future.then(ordered_sum)
 
 
 class AgreedSignals:

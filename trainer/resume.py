@@ -136,7 +136,10 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
     else:
         inexact.append("global RNG starts fresh (not in the checkpoint)")
     if device.type == "cuda":
-        if rng.get("torch_cuda"):
+        if rng.get("torch_cuda") and ranks.distributed:
+            # One GPU per rank: its own generator (every rank's is the same; rank 0's was saved).
+            torch.cuda.set_rng_state(decode_rng(rng["torch_cuda"][0]), device)
+        elif rng.get("torch_cuda"):
             torch.cuda.set_rng_state_all([decode_rng(s) for s in rng["torch_cuda"]])
         else:
             inexact.append("CUDA RNG starts fresh (not in the checkpoint)")
@@ -168,7 +171,10 @@ def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
     checksum and size). Plain JSON: RNG states as base64 text, never pickle."""
     rng: dict[str, Any] = {"torch_cpu": encode_rng(torch.get_rng_state())}
     if state.device.type == "cuda":
-        rng["torch_cuda"] = [encode_rng(s) for s in torch.cuda.get_rng_state_all()]
+        if state.ranks.distributed:     # this rank's GPU only: never touch (and initialise) the others
+            rng["torch_cuda"] = [encode_rng(torch.cuda.get_rng_state(state.device))]
+        else:
+            rng["torch_cuda"] = [encode_rng(s) for s in torch.cuda.get_rng_state_all()]
     return {
         "trainer": TRAINER_FORMAT,
         "config": _config_sections(state.config),
