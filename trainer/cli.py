@@ -13,7 +13,9 @@ checkpoint, another trainer on the directory) is checked *before* anything in th
 directory is touched: such a problem is one line on stderr and exit status 2.
 
 Exit status: 0 when stopped by ``--max-steps`` or a signal (after its checkpoint), or
-when there is nothing to do; 1 on an unexpected error; 2 on bad input.
+when there is nothing to do; 1 on an unexpected error; 2 on bad input; 3 when a safety
+policy stopped it (the run diverged, or a checkpoint it had to write failed: see
+:mod:`trainer.guard`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from trainer.data import ArmData, ArmDataError, ByteTokenizer
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
+from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import ResumeError, build_state, check_compatible
@@ -369,6 +372,11 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
         progress.message(f"stopped ({reason}) at step {state.step}")
         return 0
+    except SafetyStop as err:
+        if progress is not None:
+            progress.message(f"stopped by a safety policy: {err}")
+        print(f"{PROG}: stopped: {err}", file=sys.stderr)
+        return EXIT_SAFETY_STOP
     except Exception:
         text = traceback.format_exc()
         if progress is not None:

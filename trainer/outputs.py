@@ -4,6 +4,11 @@
 ``.state.json`` (the bandit, every ``state_every`` steps: atomically; durably at
 checkpoints), ``.samples.json`` (bounded, newest last) and ``trainer.log`` (via
 :class:`~trainer.progress.Progress`).
+
+A live sidecar (``.state.json``, ``.samples.json``) that cannot be written (a full disk)
+is logged once per streak as a ``write_failed`` event and training goes on: the old file
+stays whole (atomic replacement), the next write retries, and the checkpoint's ``.json``
+holds the bandit durably anyway.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.bandit import OnlineDataMixer
+from trainer.guard import SafetyStop, describe_os_error
 from trainer.progress import Progress
 from trainer.rundir import LOSS_JSON, CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
 
@@ -35,27 +41,57 @@ class RunOutputs:
         # stretch of the run; they are dropped (and will be regenerated identically).
         previous = read_samples(self.run_dir).value or []
         self.samples = [dataclasses.asdict(s) for s in previous if s.step <= resume_step][-samples_keep:]
+        self._failing: set[str] = set()          # live files whose last write failed
 
     def event(self, name: str, step: int, message: str | None = None, **fields: Any) -> None:
         """An event line in ``.loss.json`` and a line in the log."""
-        self.history.event(name, step=step, time=time.time(), **fields)
+        self._append(lambda: self.history.event(name, step=step, time=time.time(), **fields))
         self.progress.message(message or f"{name} at step {step}: {_describe(fields)}")
 
     def step(self, step: int, loss: float, lr: float, grad_norm: float, arm: str, tokens: int, **extra: Any) -> None:
-        self.history.step(step, loss, lr, grad_norm, arm, tokens, time.time(), **extra)
+        self._append(lambda: self.history.step(step, loss, lr, grad_norm, arm, tokens, time.time(), **extra))
+
+    def _append(self, write: Any) -> None:
+        """A history line that cannot be appended stops the trainer: it would train unrecorded."""
+        try:
+            write()
+        except OSError as err:
+            raise SafetyStop(f"cannot append to {LOSS_JSON}: {describe_os_error(err)}; the history up to its last "
+                             "whole line and the checkpoints are intact; free space, then restart to resume") from None
 
     def checkpoint_written(self, info: CheckpointInfo, reason: str) -> None:
         self.event("checkpoint", info.step, f"checkpoint {info.path.name} ({reason})",
                    path=info.path.name, reason=reason)
         self.history.fsync()
 
+    def checkpoint_failed(self, step: int, reason: str, err: OSError, message: str) -> None:
+        """A checkpoint write failed (the library removed its temporary): event, log, fsync."""
+        self.event("checkpoint_failed", step, message, reason=reason, error=describe_os_error(err), errno=err.errno)
+        self.history.fsync()
+
+    def _live_write(self, name: str, step: int, write: Any) -> None:
+        try:
+            write()
+        except OSError as err:
+            if name not in self._failing:
+                self._failing.add(name)
+                self.event("write_failed", step, f"could not write {name} at step {step}: {describe_os_error(err)}; "
+                                                 "the previous one is intact; retried at the next update",
+                           file=name, error=describe_os_error(err), errno=err.errno)
+            return
+        self._failing.discard(name)
+
     def write_state(self, bandit: OnlineDataMixer, step: int, durable: bool = False) -> None:
-        write_state(self.run_dir, bandit.sidecar(step), durable=durable)
+        self._live_write(".state.json", step, lambda: write_state(self.run_dir, bandit.sidecar(step), durable=durable))
 
     def add_samples(self, samples: list[dict[str, Any]]) -> None:
         self.samples = (self.samples + samples)[-self.samples_keep:]
-        write_samples(self.run_dir, self.samples)
+        step = samples[-1]["step"] if samples else 0
+        self._live_write(".samples.json", step, lambda: write_samples(self.run_dir, self.samples))
 
     def close(self) -> None:
-        self.history.fsync()
+        try:
+            self.history.fsync()
+        except OSError:             # a full disk: the lines are in the page cache all the same
+            pass
         self.history.close()

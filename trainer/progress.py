@@ -47,13 +47,23 @@ class Progress:
             self._live = Live(console=Console(file=self.stream), auto_refresh=False, transient=True)
             self._live.start()
         self._last_refresh = 0.0
+        self._log_failed = False
         self._rate_mark: tuple[float, int] | None = None
         self.tokens_per_s = 0.0
+
+    def _write_log(self, line: str) -> None:
+        # A full disk must not turn a notice into a crash: the line still reaches the screen.
+        try:
+            self._log.write(line)
+        except OSError as err:
+            if not self._log_failed:
+                self._log_failed = True
+                print(f"{_stamp()} cannot write {self.path}: {err.strerror}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
         """An event or notice: to the log and the screen."""
         line = f"{_stamp()} {text}"
-        self._log.write(line + "\n")
+        self._write_log(line + "\n")
         if self._live is not None:
             self._live.console.print(line, markup=False, highlight=False)
         elif self._echo:
@@ -73,7 +83,7 @@ class Progress:
         if step % self.log_every == 0:
             ema = f"{ema_loss:.4f}" if ema_loss is not None else "-"
             line = f"step {step} loss {loss:.4f} ema {ema} tok/s {self.tokens_per_s:,.0f} arm {arm}"
-            self._log.write(f"{_stamp()} {line}\n")
+            self._write_log(f"{_stamp()} {line}\n")
             if self._live is None and self._echo:
                 print(line, file=self.stream, flush=True)
         if live_due:
@@ -94,4 +104,7 @@ class Progress:
         if self._live is not None:
             self._live.stop()
             self._live = None
-        self._log.close()
+        try:
+            self._log.close()
+        except OSError:
+            pass

@@ -8,6 +8,7 @@ survives a power cut.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -21,6 +22,40 @@ TMP_PREFIX = ".tmp-"
 # for, and a checkpoint of gigabytes does not evict the page cache.
 WRITEBACK_MIN_BYTES = 1 << 20
 _START_WRITEBACK = getattr(os, "posix_fadvise", None)
+# Test-only fault injection: a simulated full disk. Any atomic write that would pass
+# ANDREA_TEST_ENOSPC_AFTER_BYTES bytes fails there with OSError(ENOSPC), as a full disk
+# would; ANDREA_TEST_ENOSPC_WRITES, when set, limits how many writes fail (the disk is
+# then "freed"). Never set in normal use.
+ENOSPC_AFTER_ENV = "ANDREA_TEST_ENOSPC_AFTER_BYTES"
+ENOSPC_WRITES_ENV = "ANDREA_TEST_ENOSPC_WRITES"
+_enospc_failures = 0
+
+
+def _enospc_limit() -> int | None:
+    """The simulated free space of this write, or None (the hook is off or used up)."""
+    limit = os.environ.get(ENOSPC_AFTER_ENV)
+    if not limit:
+        return None
+    budget = os.environ.get(ENOSPC_WRITES_ENV)
+    if budget and _enospc_failures >= int(budget):
+        return None
+    return int(limit)
+
+
+def _write_all(fd: int, view: memoryview, total: int, limit: int | None) -> int:
+    """Write all of ``view``; returns the new running total (the hook may cut it short)."""
+    global _enospc_failures
+    while view:
+        if limit is not None and total + len(view) > limit:
+            room = max(0, limit - total)
+            if room:
+                total += os.write(fd, view[:room])
+            _enospc_failures += 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (simulated by " + ENOSPC_AFTER_ENV + ")")
+        written = os.write(fd, view)
+        total += written
+        view = view[written:]
+    return total
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -52,6 +87,7 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | m
     path = Path(path)
     tmp = temp_path_for(path)
     total = 0
+    limit = _enospc_limit()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         for chunk in chunks:
@@ -59,10 +95,7 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | m
             if on_chunk is not None:
                 on_chunk(view)
             start = total
-            while view:
-                written = os.write(fd, view)
-                total += written
-                view = view[written:]
+            total = _write_all(fd, view, total, limit)
             if durable and _START_WRITEBACK is not None and total - start >= WRITEBACK_MIN_BYTES:
                 _START_WRITEBACK(fd, start, total - start, os.POSIX_FADV_DONTNEED)
         if durable:

@@ -174,6 +174,7 @@ class RunSection:
     sample_every: int = 100
     state_every: int = 1
     log_every: int = 10
+    max_nonfinite: int = 10         # non-finite steps in a row that stop the trainer (0: never)
     launch: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -189,6 +190,7 @@ class RunSection:
         _check_int("run.sample_every", self.sample_every, minimum=1)
         _check_int("run.state_every", self.state_every, minimum=1)
         _check_int("run.log_every", self.log_every, minimum=1)
+        _check_int("run.max_nonfinite", self.max_nonfinite, minimum=0)
         if not isinstance(self.launch, list) or not all(isinstance(a, str) for a in self.launch):
             _fail("run.launch", self.launch, "a list of strings (the command that starts the trainer)")
 
