@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", metavar="NAME", help="with --start: passed to the trainer as --preset NAME")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="seconds to wait for a checkpoint or an exit (default 300)")
+    p.add_argument("--stall-after", type=float, default=None, metavar="S",
+                   help="show a verified trainer as stalled after S seconds without a new step "
+                        "(default: the larger of 60 s and ten median step times)")
     p.add_argument("--width", type=int, default=100, metavar="N", help="--once: width of the text (default 100)")
     p.add_argument("--smooth", type=float, default=0.98, metavar="BETA",
                    help="EMA weight of the smoothed loss line, 0 to 0.9999 (default 0.98)")
@@ -78,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("--preset goes with --start", EXIT_USAGE)
     if not 0.0 <= args.smooth < 1.0:
         return _fail(f"--smooth {args.smooth}: expected 0 <= BETA < 1", EXIT_USAGE)
+    if args.stall_after is not None:
+        if not args.stall_after > 0:           # also refuses nan
+            return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
+        from . import snapshot
+        snapshot.STALL_AFTER_S = args.stall_after      # every reader of this process, the dashboard's too
     if args.start and (args.once or args.json or args.checkpoint or args.stop):
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from .plot import Marker, PlotOptions, plot_text
 from .snapshot import (RunSnapshot, format_age, format_float, format_pct, format_rate, format_size,
-                       plot_markers, printable)
+                       plot_markers, printable, stall_text)
 
 
 def _num(x: Any) -> Any:
@@ -39,6 +39,8 @@ def trainer_line(snap: RunSnapshot, now: float) -> str:
     line = " · ".join(parts)
     if t.state != "running":
         line += f" ({t.reason})"
+    elif t.stalled:
+        line += f" (STALLED: {stall_text(t)})"
     return line
 
 
@@ -131,11 +133,13 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
         "run": snap.name, "run_dir": str(snap.run_dir), "directory": snap.dir_state, "time": now,
         "trainer": {"state": t.state, "label": t.label, "reason": t.reason, "pid": t.pid, "started": t.started,
                     "uptime": (now - t.started) if t.started and t.state == "running" else None,
-                    "cpu_percent": t.cpu_percent, "rss": t.rss, "gpu_memory": t.gpu_memory, "argv": list(t.argv)},
+                    "cpu_percent": t.cpu_percent, "rss": t.rss, "gpu_memory": t.gpu_memory, "argv": list(t.argv),
+                    "stalled": t.stalled, "stalled_for": t.stalled_for, "stall_threshold": t.stall_threshold},
         "history": {"format": h.format, "steps": h.n_steps, "last_step": h.last_step, "last_loss": _num(h.last_loss),
                     "tokens": h.tokens, "steps_per_s": _num(h.steps_per_s), "tokens_per_s": _num(h.tokens_per_s),
                     "events": len(h.events), "bad_lines": h.bad_lines, "problems": list(h.problems),
-                    "nonfinite": h.nonfinite, "torn_tail": h.torn_tail, "error": h.error},
+                    "nonfinite": h.nonfinite, "last_nonfinite_step": h.last_nonfinite_step,
+                    "torn_tail": h.torn_tail, "error": h.error},
         "config": {"ok": snap.config is not None, "error": snap.config_error},
         "checkpoints": [{"path": str(c.path), "name": c.path.name, "step": c.step, "size": c.size, "mtime": c.mtime,
                          "age": now - c.mtime if c.mtime else None, "status": c.status, "reason": c.reason,

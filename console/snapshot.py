@@ -44,6 +44,12 @@ LOG_TAIL_LINES = 200
 LOG_FIRST_READ_BYTES = 64 << 10
 RATE_WINDOW_STEPS = 200
 
+# A verified trainer whose history has not grown for this long is shown as stalled: the
+# larger of STALL_MIN_S and STALL_STEPS median step times, unless --stall-after sets it.
+STALL_MIN_S = 60.0
+STALL_STEPS = 10
+STALL_AFTER_S: float | None = None      # the process-wide --stall-after (None: automatic)
+
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
                   "unverified": "not supervised", "unreadable": "not supervised"}
@@ -85,10 +91,17 @@ class TrainerView:
     rss: int | None = None
     gpu_memory: int | None = None       # bytes, where nvidia-smi reports the pid
     argv: tuple[str, ...] = ()
+    stalled_for: float | None = None    # seconds without a new history line, when past the threshold
+    stall_threshold: float | None = None
 
     @property
     def signallable(self) -> bool:
         return self.state == "running"
+
+    @property
+    def stalled(self) -> bool:
+        """Alive and verified, but no new step for longer than the stall threshold."""
+        return self.state == "running" and self.stalled_for is not None
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,7 @@ class HistoryView:
     step: np.ndarray = field(repr=False, compare=False)
     loss: np.ndarray = field(repr=False, compare=False)
     rewinds: int = 0                    # how many reads found the history rewound or reset
+    last_nonfinite_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +177,28 @@ class RunSnapshot:
         return usable[-1] if usable else None
 
     @property
+    def failed_checkpoint(self) -> HistoryEvent | None:
+        """The newest ``checkpoint_failed`` event not yet followed by a checkpoint on disk."""
+        for ev in reversed(self.history.events):
+            if ev.event == "checkpoint_failed":
+                newest = self.newest_checkpoint
+                step = ev.step if ev.step is not None else -1
+                return ev if newest is None or newest.step < step else None
+            if ev.event in ("checkpoint", "start", "resume"):
+                return None
+        return None
+
+    @property
+    def safety_stop(self) -> HistoryEvent | None:
+        """The trainer's last ``stop`` event, when a safety policy (divergence) made it."""
+        for ev in reversed(self.history.events):
+            if ev.event == "stop":
+                return ev if ev.data.get("reason") == "nonfinite" else None
+            if ev.event in ("start", "resume"):
+                return None
+        return None
+
+    @property
     def zombies(self) -> dict[str, str]:
         return {a.name: a.reason for a in self.arms.rows if a.status == "zombie"}
 
@@ -177,6 +213,15 @@ class RunSnapshot:
             out.append("the run directory is empty: nothing has been written yet")
         if self.trainer.state in ("stale", "unverified", "unreadable"):
             out.append(f"trainer {self.trainer.label}: {self.trainer.reason}")
+        if self.trainer.stalled:
+            out.append(f"trainer STALLED: {stall_text(self.trainer)}")
+        failed = self.failed_checkpoint
+        if failed is not None:
+            out.append(f"checkpoint FAILED at step {failed.step}: {failed.data.get('error', 'write error')}")
+        stop = self.safety_stop
+        if stop is not None:
+            out.append(f"trainer stopped: the run diverged at step {stop.step} "
+                       f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)")
         if self.config_error and self.dir_state == "ok":
             out.append(self.config_error)
         for c in self.checkpoints:
@@ -193,7 +238,8 @@ class RunSnapshot:
         if h.torn_tail:
             out.append(f"{LOSS_JSON}: torn last line ({h.torn_tail} bytes) skipped")
         if h.nonfinite:
-            out.append(f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)")
+            out.append(f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
+                       + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None else ""))
         if self.arms.error and self.dir_state == "ok":
             out.append(self.arms.error)
         if self.samples_error and self.dir_state == "ok":
@@ -292,8 +338,9 @@ class RunReader:
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], now: Callable[[], float] = time.time,
-                 probe: Callable[[Path], TrainerView] | None = None):
+                 probe: Callable[[Path], TrainerView] | None = None, stall_after: float | None = None):
         self.run_dir = Path(run_dir)
+        self.stall_after = stall_after if stall_after is not None else STALL_AFTER_S
         self.now = now
         self.probe = probe or TrainerProbe()
         self.history = LossHistory(self.run_dir / LOSS_JSON)
@@ -329,6 +376,8 @@ class RunReader:
         history = self._history(now, notices, first=prev is None) if HISTORY in kinds else prev.history
         checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
         trainer = self.probe(self.run_dir) if TRAINER in kinds else prev.trainer
+        if kinds & {TRAINER, HISTORY}:
+            trainer = self._stall(trainer, now)
         if STATE in kinds or CONFIG in kinds or prev is None:
             arms = self._arms(config)
         else:
@@ -353,6 +402,38 @@ class RunReader:
         return snap, notices
 
     # -- parts -----------------------------------------------------------------
+    def stall_threshold(self) -> float:
+        """``--stall-after``, else the larger of 60 s and ten median step times."""
+        if self.stall_after is not None:
+            return self.stall_after
+        t = self.history.time[-2 * RATE_WINDOW_STEPS:]
+        dt = np.diff(t[np.isfinite(t)])
+        dt = dt[dt > 0]
+        return max(STALL_MIN_S, STALL_STEPS * float(np.median(dt))) if len(dt) else STALL_MIN_S
+
+    def _stall(self, trainer: TrainerView, now: float) -> TrainerView:
+        """A verified trainer whose history (and checkpoint temporaries) stopped changing."""
+        if trainer.state != "running":
+            return replace(trainer, stalled_for=None, stall_threshold=None) if trainer.stalled_for else trainer
+        latest = trainer.started or 0.0
+        try:
+            latest = max(latest, (self.run_dir / LOSS_JSON).stat().st_mtime)
+        except OSError:
+            pass
+        threshold = self.stall_threshold()
+        if now - latest > threshold:
+            # A long checkpoint write is progress too: its temporary keeps growing.
+            try:
+                for entry in os.scandir(self.run_dir):
+                    if entry.name.startswith(".tmp-"):
+                        latest = max(latest, entry.stat().st_mtime)
+            except OSError:
+                pass
+        idle = now - latest
+        stalled = idle > threshold
+        label = "stalled" if stalled else TRAINER_LABELS.get(trainer.state, trainer.state)
+        return replace(trainer, label=label, stalled_for=idle if stalled else None, stall_threshold=threshold)
+
     def _dir_state(self) -> tuple[str, tuple[str, ...]]:
         try:
             names = os.listdir(self.run_dir)
@@ -453,6 +534,7 @@ class RunReader:
             return prev
         loss = h.loss
         last_loss = _last_finite(loss)
+        bad_steps = h.step[~np.isfinite(loss)] if h.nonfinite else ()
         tokens = h.tokens
         # Rates from the tail only: the cost of a read must not grow with the history.
         tail = slice(-2 * RATE_WINDOW_STEPS, None)
@@ -463,7 +545,8 @@ class RunReader:
             steps_per_s=_rate(h.step[tail].astype(np.float64), t_tail),
             tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail) if len(tokens) and tokens[-1] >= 0 else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
-            error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds)
+            error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
+            last_nonfinite_step=int(bad_steps[-1]) if len(bad_steps) else None)
 
     def _arms(self, config: RunConfig | None) -> ArmsView:
         read = read_state(self.run_dir)
@@ -574,6 +657,10 @@ class RunReader:
                 out.append(Notice(now, f"trainer {t1.label}: {t1.reason}", "warn"))
             else:
                 out.append(Notice(now, "trainer stopped: " + t1.reason))
+        if t1.stalled and not t0.stalled:
+            out.append(Notice(now, f"trainer pid {t1.pid} STALLED: {stall_text(t1)}", "error"))
+        elif t0.stalled and not t1.stalled and t1.state == "running":
+            out.append(Notice(now, f"trainer pid {t1.pid} is stepping again", "good"))
         if snap.arms is not prev.arms:
             for name, reason in snap.zombies.items():
                 if name not in prev.zombies:
@@ -603,6 +690,13 @@ def _event_text(ev: HistoryEvent) -> tuple[str, str] | None:
         return f"trainer dropped zombie arm {d.get('arm', '?')}: {d.get('reason', '')}".rstrip(": "), "error"
     if ev.event == "pivot":
         return f"polish pivot{at}", "info"
+    if ev.event == "checkpoint_failed":
+        return f"checkpoint FAILED{at}: {d.get('error', 'write error')}; the previous checkpoint is intact", "error"
+    if ev.event == "write_failed":
+        return f"could not write {d.get('file', 'a file')}{at}: {d.get('error', 'write error')}", "warn"
+    if ev.event == "stop" and d.get("reason") == "nonfinite":
+        return (f"trainer STOPPED{at}: the run diverged ({d.get('in_a_row', '?')} non-finite steps in a row; "
+                f"last good step {d.get('last_good_step')})"), "error"
     if ev.event == "stop":
         return f"trainer logged stop{at}" + (f" ({d.get('reason')})" if d.get("reason") else ""), "info"
     if ev.event == "signal":
@@ -613,6 +707,12 @@ def _event_text(ev: HistoryEvent) -> tuple[str, str] | None:
 
 
 # -- formatting shared by every view ---------------------------------------------
+
+def stall_text(t: TrainerView) -> str:
+    """``no new step for 2m05s (alive and verified; stall threshold 1m00s)``."""
+    return (f"no new step for {format_age(t.stalled_for)} (alive and verified; "
+            f"stall threshold {format_age(t.stall_threshold)})")
+
 
 def format_size(n: int | None) -> str:
     if n is None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..snapshot import RunSnapshot, format_age, format_float, format_rate, format_size
+from ..snapshot import RunSnapshot, format_age, format_float, format_rate, format_size, stall_text
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
-                "not supervised": "bold yellow"}
+                "not supervised": "bold yellow", "stalled": "bold red"}
 
 
 LABEL = 11
@@ -33,6 +33,8 @@ class StatusPane(Static):
         add("trainer", state)
         if t.state != "running":
             add("", Text(t.reason, style="grey62" if t.state == "stopped" else "yellow"))
+        elif t.stalled:
+            add("", Text(stall_text(t), style="bold red"))
         running = t.state == "running"
         add("uptime", format_age(now - t.started) if running and t.started else "-")
         step = f"{h.last_step:,}" if h.last_step is not None else "-"
@@ -50,6 +52,9 @@ class StatusPane(Static):
             if count:
                 health.append(f" · {count} {label}", style="bold red")
         add("history", health)
+        alert = _alert(snap)
+        if alert:
+            add("ALERT", Text(alert, style="bold red"))
         if snap.config is not None:
             c = snap.config
             add("model", f"{c.run.preset} · {c.model.n_params():,} params · {len(c.arms)} arms")
@@ -71,3 +76,15 @@ class StatusPane(Static):
             self._shown = text.plain
             # Fixed size in both layouts: no relayout of the screen for a new figure.
             self.update(text, layout=False)
+
+
+def _alert(snap: RunSnapshot) -> str:
+    """What needs the operator now: the run diverged, or a checkpoint failed. (Non-finite
+    losses are counted in red on the history row and each one is an error in the event log.)"""
+    stop = snap.safety_stop
+    if stop is not None:
+        return f"run diverged: stopped at step {stop.step:,}"
+    failed = snap.failed_checkpoint
+    if failed is not None:
+        return f"checkpoint failed at step {failed.step:,}: {failed.data.get('error', 'write error')}"
+    return ""

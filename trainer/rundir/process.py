@@ -149,6 +149,13 @@ class Verification:
         return self.state == "running"
 
 
+def _shown(text: str, limit: int = 80) -> str:
+    """Another process's command line, safe to print: one line, no control characters
+    (a hostile argv must not forge log lines or send terminal escapes)."""
+    text = text[:limit]
+    return "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
+
+
 def _names_run_dir(proc: psutil.Process, argv: list[str], run_dir: Path) -> bool:
     try:
         cwd = Path(proc.cwd())
@@ -200,7 +207,7 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
     if abs(create_time - record.create_time) > CREATE_TIME_TOLERANCE:
         return Verification("stale", f"pid {record.pid} was reused by another process (its start time differs)", record)
     if not _names_run_dir(proc, cmdline, run_dir):
-        return Verification("unverified", f"pid {record.pid} ({' '.join(cmdline)[:80]}) does not name this run directory", record)
+        return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) does not name this run directory", record)
     return Verification("running", f"pid {record.pid} verified", record)
 
 
