@@ -21,3 +21,40 @@ def make_run_dir(tmp_path):
         return make_run(tmp_path / name, RunSpec(**overrides))
 
     return factory
+
+
+# -- the reliability figures ---------------------------------------------------------
+# Fault-injection and fuzz tests report counts (kills survived, fuzz cases, bad inputs
+# refused) through ``reliability_report``; the run ends with them in a summary section.
+# Under xdist each worker hands its figures to the controller in ``workeroutput``.
+
+_FIGURES: list[tuple[str, dict]] = []
+
+
+@pytest.fixture(scope="session")
+def reliability_report():
+    """``reliability_report(name, **counts)``: a line in the end-of-run reliability summary."""
+
+    def add(name: str, **counts) -> None:
+        _FIGURES.append((name, counts))
+
+    return add
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["reliability"] = list(_FIGURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _FIGURES.extend(tuple(item) for item in getattr(node, "workeroutput", {}).get("reliability", []))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FIGURES:
+        return
+    terminalreporter.section("reliability figures")
+    for name, counts in sorted(_FIGURES, key=lambda item: item[0]):
+        terminalreporter.write_line(f"{name}: " + ", ".join(f"{k}={v}" for k, v in counts.items()))

