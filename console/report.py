@@ -96,6 +96,13 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append(f"checkpoints ({len(snap.checkpoints)})")
     lines.extend(checkpoint_lines(snap, now) or ["  none"])
     lines.append("")
+    if snap.pivots:
+        lines.append(f"pivots ({len(snap.pivots)})")
+        for p in snap.pivots:
+            at = f"P = {p.step:,}" if p.step is not None else "P = ?"
+            state = "" if p.finished else " (unfinished)"
+            lines.append(f"  {at:<14} {p.archive}/{state}  {p.policy}")
+        lines.append("")
     phase = ", ".join(f"{k}={v}" for k, v in snap.arms.phase.items())
     lines.append(f"arms ({len(snap.arms.rows)}; policy from {snap.arms.policy_from}"
                  + (f"; phase {phase}" if phase else "") + ")")
@@ -145,6 +152,8 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                          "age": now - c.mtime if c.mtime else None, "status": c.status, "reason": c.reason,
                          "n_params": c.n_params} for c in snap.checkpoints],
         "newest_checkpoint": str(snap.newest_checkpoint.path) if snap.newest_checkpoint else None,
+        "pivots": [{"step": p.step, "archive": p.archive, "stage": p.stage, "policy": p.policy} for p in snap.pivots],
+        "pending_pivot": snap.pending_pivot,
         "arms": [{"name": a.name, "pulls": a.pulls, "share": _num(a.share), "prob": _num(a.prob),
                   "ema_reward": _num(a.ema_reward), "cap": _num(a.cap), "floor": _num(a.floor), "source": a.source,
                   "status": a.status, "reason": a.reason} for a in snap.arms.rows],

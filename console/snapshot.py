@@ -27,6 +27,7 @@ import psutil
 from trainer.rundir import (LOSS_JSON, SAMPLES_JSON, STATE_JSON, CheckpointInfo, ConfigError, HistoryEvent,
                             LossHistory, RunConfig, Sample, find_zombies, inspect_checkpoint, load_run_config,
                             newest_per_arm, read_samples, read_state, verify_trainer)
+from trainer.rundir.pivot import PIVOT_JOURNAL, list_pivots, read_journal
 from trainer.rundir.process import LOCK_FILE, TRAINER_JSON
 
 RUN_TOML = "run.toml"
@@ -38,7 +39,8 @@ HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY = (
 ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY})
 
 KNOWN_NAMES = {RUN_TOML: CONFIG, LOSS_JSON: HISTORY, STATE_JSON: STATE, SAMPLES_JSON: SAMPLES,
-               TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, TRAINER_LOG: LOG, "archive": DIRECTORY}
+               TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, TRAINER_LOG: LOG, "archive": DIRECTORY,
+               PIVOT_JOURNAL: DIRECTORY}
 
 LOG_TAIL_LINES = 200
 LOG_FIRST_READ_BYTES = 64 << 10
@@ -152,6 +154,39 @@ class ArmsView:
 
 
 @dataclass(frozen=True)
+class PivotEntry:
+    """One polish pivot, from its archive's ``pivot.json``."""
+
+    step: int | None                    # P, the checkpoint it resumed from
+    archive: str                        # relative to the run directory
+    stage: str
+    policy: str                         # the new caps and floors, one line
+
+    @property
+    def finished(self) -> bool:
+        return self.stage == "resumed"
+
+
+def read_pivots(run_dir: Path) -> tuple[tuple[PivotEntry, ...], str | None]:
+    """Every pivot's archive, and a line about an interrupted pivot (its journal), if any."""
+    entries = []
+    for data in list_pivots(run_dir):
+        policy = data.get("new_policy") if isinstance(data.get("new_policy"), dict) else {}
+        caps = policy.get("caps") if isinstance(policy.get("caps"), dict) else {}
+        floors = policy.get("floors") if isinstance(policy.get("floors"), dict) else {}
+        text = ", ".join(f"{arm} [{floors.get(arm, '?')}, {caps.get(arm, '?')}]" for arm in caps)
+        step = data.get("final_step")
+        entries.append(PivotEntry(step if isinstance(step, int) else None, str(data.get("path", "")),
+                                  str(data.get("stage", data.get("error", "?"))), printable(text)))
+    journal, error = read_journal(run_dir)
+    if error:
+        return tuple(entries), error
+    pending = (f"a polish pivot is unfinished (last completed stage: {journal.stage}); p or --pivot completes "
+               "it, --pivot-rollback undoes it") if journal else None
+    return tuple(entries), pending
+
+
+@dataclass(frozen=True)
 class RunSnapshot:
     """Everything the dashboard shows, read at one moment."""
 
@@ -170,6 +205,8 @@ class RunSnapshot:
     log_tail: tuple[str, ...]
     other_files: tuple[str, ...]
     log_seen: int = 0                   # trainer.log lines read so far (new ones = the difference)
+    pivots: tuple[PivotEntry, ...] = ()  # finished or archived polish pivots, oldest first
+    pending_pivot: str | None = None    # an interrupted pivot's journal, described
 
     @property
     def newest_checkpoint(self) -> CheckpointInfo | None:
@@ -222,6 +259,8 @@ class RunSnapshot:
         if stop is not None:
             out.append(f"trainer stopped: the run diverged at step {stop.step} "
                        f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)")
+        if self.pending_pivot:
+            out.append(self.pending_pivot)
         if self.config_error and self.dir_state == "ok":
             out.append(self.config_error)
         for c in self.checkpoints:
@@ -389,11 +428,15 @@ class RunReader:
         else:
             samples, samples_error = prev.samples, prev.samples_error
         log_tail = self._log_tail() if LOG in kinds else prev.log_tail
+        if prev is None or kinds & {DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}:
+            pivots, pending_pivot = read_pivots(self.run_dir)
+        else:
+            pivots, pending_pivot = prev.pivots, prev.pending_pivot
         snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=now,
                            dir_state=dir_state, config=config, config_error=config_error, trainer=trainer,
                            history=history, checkpoints=checkpoints, arms=arms, samples=samples,
                            samples_error=samples_error, log_tail=log_tail, other_files=other,
-                           log_seen=self._log_seen)
+                           log_seen=self._log_seen, pivots=pivots, pending_pivot=pending_pivot)
         if prev is None:
             notices[:0] = self._diff(prev, snap, now)        # the summary first
         else:

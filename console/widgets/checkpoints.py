@@ -33,7 +33,7 @@ class CheckpointsPane(DataTable):
         status_width = max(16, self.size.width - FIXED_WIDTH)
         # Ages move with the clock, but a table rebuild is not free: rebuild when the
         # checkpoints, the width or the ten-second tick of the clock change.
-        key = (snap.checkpoints, int(now // 10), status_width)
+        key = (snap.checkpoints, snap.pivots, int(now // 10), status_width)
         if key == self._shown:
             return
         self._shown = key
@@ -42,11 +42,14 @@ class CheckpointsPane(DataTable):
         self.add_column("age", key="age", width=7)
         self.add_column(Text("size", justify="right"), key="size", width=9)
         self.add_column("status", key="status", width=status_width)
+        pivots = {p.step: p for p in snap.pivots}
         for c in reversed(snap.checkpoints):
             status = Text(c.status, style=STATUS_STYLES.get(c.status, ""))
             if c.reason:
                 status.append(f": {c.reason}", style="red" if c.status == "invalid" else "grey62")
+            if c.step in pivots:            # the checkpoint a polish pivot resumed from
+                status.append(f" · pivot P → {pivots[c.step].archive}/", style="magenta")
             self.add_row(Text(f"{c.step:,}", justify="right"), format_age(now - c.mtime) if c.mtime else "-",
                          Text(format_size(c.size), justify="right"), status, key=c.path.name,
-                         height=None if c.reason else 1)
+                         height=None if c.reason or c.step in pivots else 1)
         self.border_subtitle = (f"{len(snap.checkpoints)} files" if snap.checkpoints else "none yet")

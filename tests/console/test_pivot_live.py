@@ -120,8 +120,13 @@ def test_pivot_cli_of_a_live_run(live):
     caps = {"stdlib-code": 0.5, "stdlib-docstrings": 0.8, "pydoc-topics": 0.8}
     floors = {"stdlib-code": 0.1, "stdlib-docstrings": 0.1, "pydoc-topics": 0.2}
     p = check_pivot(r.run, before, archive, caps, floors)
+    listed = orjson.loads(subprocess.run([*CONSOLE, str(r.run), "--json"], capture_output=True, env=ENV, cwd=ROOT,
+                                         timeout=60).stdout)
+    assert [(x["step"], x["archive"], x["stage"]) for x in listed["pivots"]] == [(p, archive, "resumed")]
+    assert listed["pending_pivot"] is None
     audit = [c.step for c in list_checkpoints(r.run)]
-    assert p in audit and len(audit) == 2 and audit[0] <= p      # the audit checkpoint, then P
+    # The audit checkpoint, then P: the same file when SIGTERM came before another step completed.
+    assert audit[-1] == p and len(audit) in (1, 2) and audit[0] <= p
 
 
 def test_pivot_cli_refuses_bad_policy_and_changes_nothing(live):
@@ -221,6 +226,9 @@ def test_failed_resume_is_reported_and_rolled_back(make_run_dir):
     journal, _ = read_journal(run)
     assert journal.stage == "config_written" and journal.final_step == 300
     assert not (run / ".state.json").exists()
+    once = subprocess.run([*CONSOLE, str(run), "--once"], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
+    assert "a polish pivot is unfinished (last completed stage: config_written)" in once.stdout
+    assert "P = 300" in once.stdout and "(unfinished)" in once.stdout
     out = subprocess.run([*CONSOLE, str(run), "--pivot-rollback"], capture_output=True, text=True, env=ENV,
                          cwd=ROOT, timeout=60)
     assert out.returncode == 0 and "restored .samples.json, .state.json, run.toml" in out.stdout
