@@ -35,7 +35,7 @@ class SignalResult:
     message: str
     verification: Verification
     sent_at: float
-    baseline: frozenset[tuple[str, int]] = frozenset()   # checkpoints (name, mtime_ns) before the signal
+    baseline: frozenset[tuple[str, int, int | None]] = frozenset()   # checkpoints (name, .bin and .json mtimes) before the signal
 
 
 def trainer_executable() -> list[str]:
@@ -77,14 +77,20 @@ def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None,
                                 start_new_session=True, close_fds=True)
 
 
-def _checkpoint_stamps(run_dir: Path) -> dict[str, tuple[str, int]]:
-    """``{path: (name, mtime_ns)}`` of every ``step_*.bin``: a stat each, no file is read."""
+def _checkpoint_stamps(run_dir: Path) -> dict[str, tuple[str, int, int | None]]:
+    """``{path: (name, .bin mtime_ns, .json mtime_ns or None)}`` of every ``step_*.bin``: stats only, no file is read."""
     stamps = {}
     try:
         for entry in os.scandir(run_dir):
             if entry.name.startswith("step_") and entry.name.endswith(".bin"):
                 try:
-                    stamps[entry.path] = (entry.name, entry.stat().st_mtime_ns)
+                    # The .json's time too: a .bin seen before its .json landed is not yet
+                    # a complete checkpoint, and must count as new once the .json is there.
+                    try:
+                        sidecar = os.stat(entry.path[:-4] + ".json").st_mtime_ns
+                    except FileNotFoundError:
+                        sidecar = None
+                    stamps[entry.path] = (entry.name, entry.stat().st_mtime_ns, sidecar)
                 except OSError:
                     pass
     except OSError:
@@ -92,7 +98,7 @@ def _checkpoint_stamps(run_dir: Path) -> dict[str, tuple[str, int]]:
     return stamps
 
 
-def _checkpoint_keys(run_dir: Path) -> frozenset[tuple[str, int]]:
+def _checkpoint_keys(run_dir: Path) -> frozenset[tuple[str, int, int | None]]:
     return frozenset(_checkpoint_stamps(run_dir).values())
 
 
@@ -117,7 +123,7 @@ def refusal(v: Verification) -> str:
             "unreadable": "the .trainer.json record is unreadable: "}.get(v.state, "") + v.reason
 
 
-def new_checkpoint(run_dir: Path, baseline: frozenset[tuple[str, int]]) -> CheckpointInfo | None:
+def new_checkpoint(run_dir: Path, baseline: frozenset[tuple[str, int, int | None]]) -> CheckpointInfo | None:
     """The newest complete checkpoint written since ``baseline`` was taken, if any. Only
     new or rewritten files are inspected (a real sidecar is about 1 MB of JSON)."""
     fresh = [inspect_checkpoint(path) for path, key in _checkpoint_stamps(run_dir).items() if key not in baseline]
