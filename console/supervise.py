@@ -19,7 +19,8 @@ from typing import Callable, Sequence
 
 import psutil
 
-from trainer.rundir import (CheckpointInfo, ConfigError, Verification, inspect_checkpoint, load_run_config,
+from trainer.rundir import (CheckpointInfo, ConfigError, Verification, inspect_checkpoint, latest_resumable,
+                            load_run_config,
                             signal_trainer, verify_trainer)
 
 from .snapshot import TRAINER_LOG
@@ -180,5 +181,12 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
     after = verify_trainer(run_dir)
     parts[0] += " cleanly (it removed .trainer.json)" if after.state == "stopped" else f", leaving a {after.state} record"
     final = new_checkpoint(run_dir, result.baseline)
-    parts.append(f"final checkpoint {final.path}" if final else "no new checkpoint was written")
+    if final is not None:
+        parts.append(f"final checkpoint {final.path}")
+    elif after.state == "stopped" and (newest := latest_resumable(run_dir)) is not None:
+        # A clean exit writes no second checkpoint at a step that already has one (an
+        # earlier request landed at the very step the stop came in).
+        parts.append(f"final checkpoint {newest.path} (already written at that step)")
+    else:
+        parts.append("no new checkpoint was written")
     return True, "; ".join(parts)
