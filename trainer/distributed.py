@@ -204,7 +204,7 @@ def _rank_ordered_mean(process_group, bucket):   # unannotated: DDP checks the a
 
 class AgreedSignals:
     """A :class:`SignalFlags` whose answers every rank shares: :meth:`take` and
-    :attr:`pending` all-reduce (MAX) this rank's flags, so every rank sees a signal that
+    :attr:`stop_pending` all-reduce (MAX) this rank's flags, so every rank sees a signal that
     reached any of them, at the same step boundary. Both are collectives: every rank
     calls them in the same order (the step boundary's control flow depends only on
     agreed values). With one process they are the plain flags."""
@@ -214,13 +214,18 @@ class AgreedSignals:
         self.ranks = ranks
 
     @property
-    def pending(self) -> bool:
+    def stop_pending(self) -> bool:
         if not self.ranks.distributed:
-            return self.flags.pending
-        return self.ranks.any_true(self.flags.pending)
+            return self.flags.stop_pending
+        return self.ranks.any_true(self.flags.stop_pending)
 
-    def take(self) -> SignalRequests:
-        local = self.flags.take()
+    def mark(self) -> int:
+        # Local: only rank 0 writes checkpoints, so only its cut is ever taken; the
+        # others pass None and take all they have.
+        return self.flags.mark()
+
+    def take(self, until: int | None = None) -> SignalRequests:
+        local = self.flags.take(until)
         if not self.ranks.distributed:
             return local
         seen = [1 if name in local.names else 0 for name in SIGNAL_ORDER]

@@ -15,7 +15,7 @@ import dataclasses
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -197,12 +197,15 @@ def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
     }
 
 
-def save_checkpoint(state: TrainingState, run_dir: str | Path) -> CheckpointInfo | None:
-    """Write ``step_NNNNNN.bin`` and its ``.json`` for the current step boundary. Under
+def save_checkpoint(state: TrainingState, run_dir: str | Path,
+                    before_complete: Callable[[], None] | None = None) -> CheckpointInfo | None:
+    """Write ``step_NNNNNN.bin`` and its ``.json`` for the current step boundary
+    (``before_complete``: see :func:`~trainer.rundir.checkpoint.write_checkpoint`). Under
     torchrun only rank 0 writes (every rank holds the same weights, m and v); the others
     return None and wait for it in the next collective."""
     if not state.ranks.writer:
         return None
     weights = flat_weights(state.optimizer)
     m, v = flat_moments(state.optimizer)
-    return write_checkpoint(run_dir, state.step, weights, m, v, resume=checkpoint_payload(state))
+    return write_checkpoint(run_dir, state.step, weights, m, v, resume=checkpoint_payload(state),
+                            before_complete=before_complete)

@@ -1,6 +1,9 @@
 """Signals (DESIGN.md section 6): handlers only set flags; the loop acts at the step boundary.
 
 - SIGUSR1: write a checkpoint and continue. Several within one step give one checkpoint.
+  A SIGUSR1 is answered by a checkpoint that became complete after it arrived: one that
+  lands while the step's checkpoint is already complete waits for the next step's, so a
+  console that saw the old checkpoint before signalling always gets a new one.
 - SIGTERM, SIGINT: write a checkpoint and exit 0.
 
 Nothing is done inside a handler, so a signal that lands during a checkpoint write
@@ -17,6 +20,7 @@ from typing import Any
 
 CHECKPOINT_SIGNALS = (signal.SIGUSR1,)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_NAMES = frozenset(sig.name for sig in STOP_SIGNALS)
 
 
 @dataclass
@@ -35,12 +39,10 @@ class SignalFlags:
     """Installs flag-setting handlers for SIGUSR1/SIGTERM/SIGINT; :meth:`restore` undoes it."""
 
     def __init__(self) -> None:
-        # The handler only ever increments and appends; take() only reads and remembers
-        # what it has seen, so a signal landing inside take() is never lost.
-        self._checkpoints = 0
-        self._stops = 0
+        # The handler only appends; take() only reads up to an index and remembers it,
+        # so a signal landing inside take() is never lost.
         self._names: list[str] = []
-        self._seen = (0, 0, 0)
+        self._seen = 0
         self._previous: dict[signal.Signals, Any] = {}
 
     def install(self) -> "SignalFlags":
@@ -54,24 +56,31 @@ class SignalFlags:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # Only flags: the work happens at the next step boundary.
+        # Only a flag: the work happens at the next step boundary.
         self._names.append(signal.Signals(signum).name)
-        if signum in STOP_SIGNALS:
-            self._stops += 1
-        else:
-            self._checkpoints += 1
 
     @property
     def pending(self) -> bool:
-        return (self._checkpoints, self._stops) != self._seen[:2]
+        """Whether any signal arrived that :meth:`take` has not returned yet."""
+        return len(self._names) > self._seen
 
-    def take(self) -> SignalRequests:
-        """What arrived since the last call (several SIGUSR1 collapse into one request)."""
-        checkpoints, stops, n_names = self._checkpoints, self._stops, len(self._names)
-        seen_checkpoints, seen_stops, seen_names = self._seen
-        self._seen = (checkpoints, stops, n_names)
-        return SignalRequests(checkpoints > seen_checkpoints, stops > seen_stops,
-                              self._names[seen_names:n_names])
+    @property
+    def stop_pending(self) -> bool:
+        """Whether a SIGTERM/SIGINT arrived that :meth:`take` has not returned yet."""
+        return any(name in STOP_NAMES for name in self._names[self._seen:])
+
+    def mark(self) -> int:
+        """A point in the arrival order, for :meth:`take`'s ``until``."""
+        return len(self._names)
+
+    def take(self, until: int | None = None) -> SignalRequests:
+        """What arrived since the last call (several SIGUSR1 collapse into one request);
+        with ``until`` (from :meth:`mark`), only what had arrived by then."""
+        end = len(self._names) if until is None else max(self._seen, until)
+        names = self._names[self._seen:end]
+        self._seen = end
+        return SignalRequests(checkpoint=any(n not in STOP_NAMES for n in names),
+                              stop=any(n in STOP_NAMES for n in names), names=names)
 
     def __enter__(self) -> "SignalFlags":
         return self.install()

@@ -13,6 +13,7 @@ signal, final) and the signal flags.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -41,7 +42,7 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
     ranks, forward = state.ranks, state.forward_module     # under torchrun: every rank, in step (distributed.py)
     guard = NonfiniteGuard(run.max_nonfinite)
 
-    if signals.pending and _checkpoint_and_signals(state, out, signals, None, saved_step):
+    if signals.stop_pending and _checkpoint_and_signals(state, out, signals, None, saved_step):
         out.event("stop", state.step, "stopping on signal before the first update", reason="signal")
         return "signal"
     while True:
@@ -95,14 +96,18 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
 def _checkpoint_and_signals(state: TrainingState, out: RunOutputs, signals: SignalFlags, reason: str | None,
                             saved_step: int | None = None) -> bool:
     """At a step boundary: write at most one checkpoint (for the cadence, the final step or
-    any signal) and return whether a stop was requested. Signals that arrive while the
-    checkpoint is written are covered by it: it is at this very step."""
+    any signal) and return whether a stop was requested. A SIGUSR1 is answered by a
+    checkpoint only if it arrived before that checkpoint was complete: one that arrives
+    later stays pending for the next step's (a console that saw this checkpoint before
+    it signalled is waiting for a newer one). A stop is covered by this step's checkpoint
+    whenever it arrives."""
     stop = False
     written = saved_step == state.step
     failed = False
     during_write = False
+    covered_until: int | None = None        # take everything that has arrived
     while True:
-        requests = signals.take()
+        requests = signals.take(covered_until)
         for name in requests.names:
             action = "stop" if name in ("SIGTERM", "SIGINT") else "checkpoint"
             out.event("signal", state.step, f"{name} received: {action} at step {state.step}",
@@ -111,21 +116,26 @@ def _checkpoint_and_signals(state: TrainingState, out: RunOutputs, signals: Sign
         if requests and reason is None:
             reason = "signal"
         if reason is not None and not written:
-            during_write = True
-            failed = not _write_checkpoint(state, out, reason, continues=not stop and reason != "final")
-            written = True
-        if not signals.pending:
+            complete_at: list[int] = []
+            failed = not _write_checkpoint(state, out, reason, continues=not stop and reason != "final",
+                                           before_complete=lambda: complete_at.append(signals.mark()))
+            written, during_write = True, True
+            covered_until = complete_at[0] if complete_at else None
+            continue
+        if not signals.stop_pending:
             if failed and (stop or reason == "final"):
                 raise SafetyStop(f"the {'final' if reason == 'final' else 'stop'} checkpoint at step {state.step} "
                                  f"could not be written; {_resume_hint(out)}")
             return stop
+        covered_until = None
 
 
-def _write_checkpoint(state: TrainingState, out: RunOutputs, reason: str, continues: bool) -> bool:
+def _write_checkpoint(state: TrainingState, out: RunOutputs, reason: str, continues: bool,
+                      before_complete: Callable[[], None] | None = None) -> bool:
     """One checkpoint; a write that fails (a full disk) is logged and returns False. The
     library removed its temporary file: the previous checkpoint stays the newest."""
     try:
-        info = save_checkpoint(state, out.run_dir)
+        info = save_checkpoint(state, out.run_dir, before_complete)
     except OSError as err:
         out.checkpoint_failed(state.step, reason, err,
                               f"checkpoint at step {state.step} ({reason}) FAILED: {describe_os_error(err)}; "

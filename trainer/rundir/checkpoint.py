@@ -19,7 +19,7 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import numpy as np
 import orjson
@@ -239,7 +239,8 @@ def _chunks(header: bytes, views: list[memoryview]) -> Iterator[bytes | memoryvi
 
 
 def write_checkpoint(run_dir: str | os.PathLike[str], step: int, weights: Any, m: Any, v: Any,
-                     resume: dict[str, Any] | None = None) -> CheckpointInfo:
+                     resume: dict[str, Any] | None = None,
+                     before_complete: Callable[[], None] | None = None) -> CheckpointInfo:
     """Write ``step_NNNNNN.bin`` then ``step_NNNNNN.json``, each atomically.
 
     ``weights``, ``m`` and ``v`` are flat float32 arrays (anything numpy can view
@@ -267,5 +268,7 @@ def write_checkpoint(run_dir: str | os.PathLike[str], step: int, weights: Any, m
     sidecar = dict(resume or {})
     sidecar.update(format_version=FORMAT_VERSION, step=step, n_params=n_params,
                    checksum=f"crc32:{crc:08x}", bin_size=size)
+    if before_complete is not None:
+        before_complete()
     atomic_write_json(sidecar_path(path), sidecar)
     return inspect_checkpoint(path)
