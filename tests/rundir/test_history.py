@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import orjson
+import pytest
 
 from tests.rundirs import make_run
 from trainer.rundir import LossHistory, LossHistoryWriter
@@ -157,3 +158,54 @@ def test_many_arms_get_stable_codes(tmp_path):
     names = [h.arm_names[c] for c in h.arm]
     assert names == [f"arm{s % 5}" for s in range(1, 101)]
     assert json.loads(json.dumps(h.arm_names)) == h.arm_names
+
+
+def _same_reader(a: LossHistory, b: LossHistory) -> None:
+    for name in ("step", "tokens", "arm", "loss", "lr", "grad_norm", "time"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
+    assert a.arm_names == b.arm_names and a.events == b.events and a.problems == b.problems
+    assert (a.bad_lines, a.nonfinite, a.torn_tail, a.format) == (b.bad_lines, b.nonfinite, b.torn_tail, b.format)
+
+
+def test_state_dict_hands_a_read_over_and_the_copy_carries_on(tmp_path):
+    """What a forked reader hands the console: equal columns, events and problems, and the
+    next refresh of the copy reads only the new bytes, exactly as the original does."""
+    path = tmp_path / ".loss.json"
+    write_lines(path, [step_line(s, loss=1.0) for s in range(1, 101)]
+                + [{"event": "resume", "step": 50, "checkpoint": "step_000050.bin"}]
+                + [step_line(s, loss=2.0, arm="b") for s in range(51, 121)])
+    with open(path, "ab") as fh:
+        fh.write(b"garbage\n" + b'{"step": 121, "loss": Infinity, "arm": "c"}\n' + b'{"step": 122, "lo')
+    original = LossHistory(path)
+    original.refresh()
+    meta, columns = original.state_dict()
+    copy = LossHistory.from_state_dict(json.loads(json.dumps(meta)), {k: v.copy() for k, v in columns.items()})
+    _same_reader(original, copy)
+    assert len(copy) == 121 and copy.torn_tail > 0 and copy.bad_lines == 1
+
+    with open(path, "ab") as fh:
+        fh.write(b'ss": 3.0, "arm": "a"}\n')
+    write_lines(path, [step_line(s, loss=3.0, arm="d") for s in range(110, 131)])    # another rewind
+    assert original.refresh() == copy.refresh()
+    _same_reader(original, copy)
+    assert copy.step.tolist() == list(range(1, 131)) and copy.arm_names == ["a", "b", "c", "d"]
+
+
+def test_state_dict_of_a_json_array_history(tmp_path):
+    run = make_run(tmp_path / "arr", steps=500, checkpoints=(250,), n_params=4, history_format="array")
+    original = LossHistory(run / ".loss.json")
+    original.refresh()
+    copy = LossHistory.from_state_dict(*original.state_dict())
+    _same_reader(original, copy)
+    assert not copy.refresh().changed           # the same file: nothing to read again
+
+
+def test_from_state_dict_refuses_columns_of_the_wrong_length(tmp_path):
+    path = tmp_path / ".loss.json"
+    write_lines(path, [step_line(s) for s in range(1, 11)])
+    h = LossHistory(path)
+    h.refresh()
+    meta, columns = h.state_dict()
+    columns["loss"] = columns["loss"][:5]
+    with pytest.raises(ValueError, match="'loss'"):
+        LossHistory.from_state_dict(meta, columns)

@@ -12,15 +12,49 @@ One module per file kind:
 - :mod:`.atomic`      atomic replacement, the only way these files are rewritten
 """
 
-from .checkpoint import (CheckpointArrays, CheckpointError, CheckpointInfo, checkpoint_path,
-                         inspect_checkpoint, latest_resumable, list_checkpoints, open_checkpoint,
-                         read_sidecar, verify_checksum, write_checkpoint)
-from .config import ConfigError, RunConfig, load_run_config, write_run_config
-from .history import LOSS_JSON, HistoryEvent, HistoryUpdate, LossHistory, LossHistoryWriter
-from .process import (RunLock, RunLockedError, TrainerRecord, Verification, read_trainer_record,
-                      remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
-from .sidecars import (SAMPLES_JSON, STATE_JSON, ArmState, BanditState, Sample, SidecarRead,
-                       newest_per_arm, read_samples, read_state, write_samples, write_state)
-from .zombies import find_zombies
+from __future__ import annotations
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# Submodules load on first use (PEP 562), so a process that needs one file kind (the
+# console's history reader, forked before the UI is imported) pays for that one only.
+_EXPORTS = {
+    "checkpoint": ("CheckpointArrays", "CheckpointError", "CheckpointInfo", "checkpoint_path", "inspect_checkpoint",
+                   "latest_resumable", "list_checkpoints", "open_checkpoint", "read_sidecar", "verify_checksum",
+                   "write_checkpoint"),
+    "config": ("ConfigError", "RunConfig", "load_run_config", "write_run_config"),
+    "history": ("LOSS_JSON", "HistoryEvent", "HistoryUpdate", "LossHistory", "LossHistoryWriter"),
+    "process": ("RunLock", "RunLockedError", "TrainerRecord", "Verification", "read_trainer_record",
+                "remove_trainer_record", "signal_trainer", "verify_trainer", "write_trainer_record"),
+    "sidecars": ("SAMPLES_JSON", "STATE_JSON", "ArmState", "BanditState", "Sample", "SidecarRead", "newest_per_arm",
+                 "read_samples", "read_state", "write_samples", "write_state"),
+    "zombies": ("find_zombies",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+if TYPE_CHECKING:
+    from .checkpoint import (CheckpointArrays, CheckpointError, CheckpointInfo, checkpoint_path,
+                             inspect_checkpoint, latest_resumable, list_checkpoints, open_checkpoint,
+                             read_sidecar, verify_checksum, write_checkpoint)
+    from .config import ConfigError, RunConfig, load_run_config, write_run_config
+    from .history import LOSS_JSON, HistoryEvent, HistoryUpdate, LossHistory, LossHistoryWriter
+    from .process import (RunLock, RunLockedError, TrainerRecord, Verification, read_trainer_record,
+                          remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
+    from .sidecars import (SAMPLES_JSON, STATE_JSON, ArmState, BanditState, Sample, SidecarRead,
+                           newest_per_arm, read_samples, read_state, write_samples, write_state)
+    from .zombies import find_zombies
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

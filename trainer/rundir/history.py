@@ -131,6 +131,12 @@ class HistoryUpdate:
     def changed(self) -> bool:
         return bool(self.new_steps or self.new_events or self.new_problems or self.reset)
 
+    def then(self, later: "HistoryUpdate") -> "HistoryUpdate":
+        """This update followed by ``later``, as if one refresh had picked up both."""
+        return HistoryUpdate(self.new_steps + later.new_steps, self.new_events + later.new_events,
+                             self.new_problems + later.new_problems, self.new_nonfinite + later.new_nonfinite,
+                             self.rewound or later.rewound, self.reset or later.reset)
+
 
 class _Columns:
     """Growable, step-sorted numpy columns; appending is amortised O(new rows)."""
@@ -157,10 +163,13 @@ class _Columns:
         for name, old in self._arrays():
             new = np.empty(capacity, old.dtype)
             new[: self.n] = old[: self.n]
-            if name in self.floats:
-                self.floats[name] = new
-            else:
-                setattr(self, name, new)
+            self.replace(name, new)
+
+    def replace(self, name: str, arr: np.ndarray) -> None:
+        if name in self.floats:
+            self.floats[name] = arr
+        else:
+            setattr(self, name, arr)
 
     def extend(self, block: dict[str, np.ndarray]) -> bool:
         """Add rows (in file order); returns True when that rewound over known steps."""
@@ -208,7 +217,7 @@ class LossHistory:
         self._offset = 0
         self._lines = 0
         self._identity: tuple[int, int] | None = None
-        self._array_mtime: int | None = None
+        self._array_mtime: tuple[int, int] | None = None
         self.format: str | None = None         # "jsonl" or "array" once known
         self.arm_names: list[str] = []
         self._arm_codes: dict[str, int] = {}
@@ -218,6 +227,40 @@ class LossHistory:
         self.nonfinite = 0
         self.torn_tail = 0                      # bytes after the last newline, not yet a line
         self.error: str | None = None           # the file could not be read at all
+
+    # -- hand-over -------------------------------------------------------------
+    def state_dict(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The reader's whole state as JSON-able metadata plus numpy columns, so that a
+        read done in another process can be carried on here (no pickling)."""
+        meta = {"path": str(self.path), "offset": self._offset, "lines": self._lines,
+                "identity": self._identity, "array_mtime": self._array_mtime, "format": self.format,
+                "arm_names": self.arm_names, "bad_lines": self.bad_lines, "problems": self.problems,
+                "nonfinite": self.nonfinite, "torn_tail": self.torn_tail, "error": self.error,
+                "events": [[e.event, e.step, e.time, e.line, e.data] for e in self.events]}
+        return meta, {name: arr[: self._cols.n] for name, arr in self._cols._arrays()}
+
+    @classmethod
+    def from_state_dict(cls, meta: dict[str, Any], columns: dict[str, np.ndarray]) -> "LossHistory":
+        """A reader that carries on from :meth:`state_dict`'s output: its next
+        :meth:`refresh` reads only what was appended since."""
+        history = cls(meta["path"])
+        cols = history._cols
+        cols.n = len(columns["step"])
+        for name, empty in cols._arrays():
+            arr = np.array(columns[name], empty.dtype)       # a writable copy of the right type
+            if arr.shape != (cols.n,):
+                raise ValueError(f"history column {name!r} has shape {arr.shape}, expected ({cols.n},)")
+            cols.replace(name, arr)
+        history._offset, history._lines = int(meta["offset"]), int(meta["lines"])
+        history._identity = tuple(meta["identity"]) if meta["identity"] is not None else None
+        history._array_mtime = tuple(meta["array_mtime"]) if meta["array_mtime"] is not None else None
+        history.format, history.error = meta["format"], meta["error"]
+        history.arm_names = list(meta["arm_names"])
+        history._arm_codes = {name: i for i, name in enumerate(history.arm_names)}
+        history.events = [HistoryEvent(*e) for e in meta["events"]]
+        history.bad_lines, history.problems = int(meta["bad_lines"]), list(meta["problems"])
+        history.nonfinite, history.torn_tail = int(meta["nonfinite"]), int(meta["torn_tail"])
+        return history
 
     # -- columns ---------------------------------------------------------------
     def __len__(self) -> int:
