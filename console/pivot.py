@@ -29,8 +29,8 @@ from typing import Callable
 from trainer.rundir import (LOSS_JSON, ConfigError, LossHistory, RunConfig, checkpoint_path, latest_resumable,
                             load_run_config, verify_trainer)
 from trainer.rundir.atomic import atomic_write_json
-from trainer.rundir.pivot import (PivotError, PivotJournal, archive_sidecars, plan_policy, read_journal,
-                                  remove_journal, rollback_archive, write_journal, write_new_policy)
+from trainer.rundir.pivot import (PivotError, PivotJournal, archive_sidecars, plan_policy, policy_text,
+                                  read_journal, remove_journal, rollback_archive, write_journal, write_new_policy)
 
 from . import supervise
 
@@ -114,7 +114,7 @@ class PivotRunner:
             write_new_policy(self.run_dir, new_config)
             journal.advance("config_written")
             write_journal(self.run_dir, journal)
-        self.report("5", "run.toml: " + _policy_text(journal.new_policy))
+        self.report("5", "run.toml: " + policy_text(journal.new_policy))
         self._resume(journal)
         return PivotOutcome(True, f"pivot complete: the trainer resumed from step {p} with a fresh bandit; "
                                   f"archive {journal.archive}/", p, journal.archive)
@@ -127,9 +127,9 @@ class PivotRunner:
             new_config = plan_policy(config, self.request.caps, self.request.floors, self.request.drop)
             journal = PivotJournal(stage="planned", started=time.time(), old_policy=config.policy(),
                                    new_policy=new_config.policy(), dropped=list(self.request.drop))
-            journal.advance("planned", _policy_text(journal.new_policy))
+            journal.advance("planned", policy_text(journal.new_policy))
             write_journal(self.run_dir, journal)
-            self.report("plan", "new policy: " + _policy_text(journal.new_policy))
+            self.report("plan", "new policy: " + policy_text(journal.new_policy))
             return journal, new_config
         if journal.done("config_written"):
             new_config = config
@@ -137,10 +137,10 @@ class PivotRunner:
             new_config = plan_policy(config, journal.new_policy["caps"], journal.new_policy["floors"], journal.dropped)
         if not self.request.empty and not _request_matches(self.request, journal):
             raise PivotFailed(f"an interrupted pivot (stopped after '{journal.stage}') is pending with policy "
-                              f"{_policy_text(journal.new_policy)}: run the pivot again without new caps or "
+                              f"{policy_text(journal.new_policy)}: run the pivot again without new caps or "
                               f"floors to complete it, or roll it back with --pivot-rollback")
         self.report("plan", f"resuming the interrupted pivot (last completed stage: {journal.stage}); "
-                            f"policy {_policy_text(journal.new_policy)}")
+                            f"policy {policy_text(journal.new_policy)}")
         return journal, new_config
 
     def _audit(self, journal: PivotJournal) -> None:
@@ -246,11 +246,6 @@ def _request_matches(request: PivotRequest, journal: PivotJournal) -> bool:
 
 def _pivot_event(history: LossHistory, journal: PivotJournal) -> bool:
     return any(e.event == "pivot" and e.data.get("archive") == journal.archive for e in reversed(history.events))
-
-
-def _policy_text(policy: dict) -> str:
-    caps, floors = policy.get("caps", {}), policy.get("floors", {})
-    return ", ".join(f"{arm} [{floors.get(arm, 0):g}, {caps.get(arm, 1):g}]" for arm in caps) or "(none)"
 
 
 def rollback_pivot(run_dir: str | os.PathLike[str]) -> PivotOutcome:

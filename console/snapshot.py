@@ -27,7 +27,7 @@ import psutil
 from trainer.rundir import (LOSS_JSON, SAMPLES_JSON, STATE_JSON, CheckpointInfo, ConfigError, HistoryEvent,
                             LossHistory, RunConfig, Sample, find_zombies, inspect_checkpoint, load_run_config,
                             newest_per_arm, read_samples, read_state, verify_trainer)
-from trainer.rundir.pivot import PIVOT_JOURNAL, list_pivots, read_journal
+from trainer.rundir.pivot import PIVOT_JOURNAL, list_pivots, policy_text, read_journal
 from trainer.rundir.process import LOCK_FILE, TRAINER_JSON
 
 RUN_TOML = "run.toml"
@@ -171,13 +171,10 @@ def read_pivots(run_dir: Path) -> tuple[tuple[PivotEntry, ...], str | None]:
     """Every pivot's archive, and a line about an interrupted pivot (its journal), if any."""
     entries = []
     for data in list_pivots(run_dir):
-        policy = data.get("new_policy") if isinstance(data.get("new_policy"), dict) else {}
-        caps = policy.get("caps") if isinstance(policy.get("caps"), dict) else {}
-        floors = policy.get("floors") if isinstance(policy.get("floors"), dict) else {}
-        text = ", ".join(f"{arm} [{floors.get(arm, '?')}, {caps.get(arm, '?')}]" for arm in caps)
         step = data.get("final_step")
         entries.append(PivotEntry(step if isinstance(step, int) else None, str(data.get("path", "")),
-                                  str(data.get("stage", data.get("error", "?"))), printable(text)))
+                                  str(data.get("stage", data.get("error", "?"))),
+                                  printable(policy_text(data.get("new_policy")))))
     journal, error = read_journal(run_dir)
     if error:
         return tuple(entries), error

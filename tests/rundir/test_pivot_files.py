@@ -8,7 +8,7 @@ import pytest
 
 from trainer.rundir import ConfigError, load_run_config
 from trainer.rundir.pivot import (PivotError, PivotJournal, archive_sidecars, list_pivots, plan_policy,
-                                  read_journal, remove_journal, rollback_archive, write_journal,
+                                  policy_text, read_journal, remove_journal, rollback_archive, write_journal,
                                   write_new_policy)
 
 NOW = 1_764_403_200.0
@@ -95,3 +95,9 @@ def test_malformed_journal_is_reported(run_dir):
     (run_dir / ".pivot.json").write_text('{"stage": "flying"}')
     journal, error = read_journal(run_dir)
     assert journal is None and "malformed" in error
+
+
+def test_policy_text_reads_a_damaged_record_without_failing():
+    assert policy_text({"caps": {"a": 0.5, "b": 1}, "floors": {"a": 0.1, "b": 0}}) == "a [0.1, 0.5], b [0, 1]"
+    assert policy_text({"caps": {"a": "high", "b": True}, "floors": []}) == "a [?, ?], b [?, ?]"
+    assert policy_text(None) == policy_text({"caps": 3}) == "(none)"

@@ -114,6 +114,19 @@ def plan_policy(config: RunConfig, caps: dict[str, float] | None = None, floors:
     return new
 
 
+def policy_text(policy: Any) -> str:
+    """A pivot's new caps and floors on one line, ``arm [floor, cap], ...``. The policy may
+    come from a file another process wrote: anything that is not a number shows as ``?``."""
+    policy = policy if isinstance(policy, dict) else {}
+    caps = policy.get("caps") if isinstance(policy.get("caps"), dict) else {}
+    floors = policy.get("floors") if isinstance(policy.get("floors"), dict) else {}
+
+    def number(value: Any) -> str:
+        return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+    return ", ".join(f"{arm} [{number(floors.get(arm))}, {number(caps.get(arm))}]" for arm in caps) or "(none)"
+
+
 def _utc_stamp(now: float) -> str:
     return dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
