@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from .plot import PlotOptions
+from .prefetch import start_history_prefetch
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 
@@ -104,10 +104,19 @@ def main(argv: list[str] | None = None) -> int:
             return code
     elif run_dir.exists() and not run_dir.is_dir():
         return _fail(f"{run_dir} is not a directory", EXIT_USAGE)
-    from .app import ConsoleApp          # Textual only for the dashboard
+    # The history is parsed by a forked child while Textual and the panes are imported.
+    prefetch = start_history_prefetch(run_dir)
+    try:
+        from .app import ConsoleApp          # Textual only for the dashboard
+        from .plot import PlotOptions
+        from .snapshot import RunReader
 
-    app = ConsoleApp(run_dir, child=child, options=PlotOptions(smoothing=args.smooth), window=args.window)
-    app.run()
+        app = ConsoleApp(run_dir, child=child, options=PlotOptions(smoothing=args.smooth), window=args.window,
+                         reader=RunReader(run_dir, prefetch=prefetch))
+        app.run()
+    finally:
+        if prefetch is not None:
+            prefetch.close()
     if child is not None and child.poll() is None:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
               f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
@@ -115,11 +124,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(run_dir: Path, args: argparse.Namespace) -> int:
-    from .report import render_text, to_json
-    from .snapshot import RunReader
+    prefetch = start_history_prefetch(run_dir)       # parses while the rest is imported
+    try:
+        from .plot import PlotOptions
+        from .report import render_text, to_json
+        from .snapshot import RunReader
 
-    now = time.time()
-    snap, _ = RunReader(run_dir, now=lambda: now).read()
+        now = time.time()
+        snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch).read()
+    finally:
+        if prefetch is not None:
+            prefetch.close()
     if args.json:
         sys.stdout.write(json.dumps(to_json(snap, now), indent=2, default=str) + "\n")
     else:

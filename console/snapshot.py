@@ -30,6 +30,8 @@ from trainer.rundir import (LOSS_JSON, SAMPLES_JSON, STATE_JSON, CheckpointInfo,
 from trainer.rundir.pivot import PIVOT_JOURNAL, list_pivots, policy_text, read_journal
 from trainer.rundir.process import LOCK_FILE, TRAINER_JSON
 
+from .prefetch import HistoryPrefetch
+
 RUN_TOML = "run.toml"
 TRAINER_LOG = "trainer.log"
 
@@ -374,12 +376,14 @@ class RunReader:
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], now: Callable[[], float] = time.time,
-                 probe: Callable[[Path], TrainerView] | None = None, stall_after: float | None = None):
+                 probe: Callable[[Path], TrainerView] | None = None, stall_after: float | None = None,
+                 prefetch: HistoryPrefetch | None = None):
         self.run_dir = Path(run_dir)
         self.stall_after = stall_after if stall_after is not None else STALL_AFTER_S
         self.now = now
         self.probe = probe or TrainerProbe()
         self.history = LossHistory(self.run_dir / LOSS_JSON)
+        self._prefetch = prefetch               # the first history read, done by a forked child
         self._snapshot: RunSnapshot | None = None
         self._history_version = 0
         self._rewinds = 0
@@ -538,8 +542,16 @@ class RunReader:
             return None, f"run.toml: {type(err).__name__}: {err}"
 
     def _history(self, now: float, notices: list[Notice], first: bool) -> HistoryView:
+        earlier = None
+        if self._prefetch is not None:
+            prefetch, self._prefetch = self._prefetch, None
+            handed_over = prefetch.result()
+            if handed_over is not None and handed_over[0].path == self.history.path:
+                self.history, earlier = handed_over
         h = self.history
         update = h.refresh()
+        if earlier is not None:                 # what the child read counts as this read's
+            update = earlier.then(update)
         if update.changed or first or self._snapshot is None:
             self._history_version += 1
         if update.rewound or update.reset:

@@ -1,0 +1,162 @@
+"""Read a big ``.loss.json`` in a forked child while the console imports its UI.
+
+Opening the dashboard on a long run costs two things of about the same size: importing
+Textual and the panes, and parsing the whole history. They do not depend on each other,
+so :func:`start_history_prefetch` forks before the imports: the child parses the history
+and leaves the finished reader in an anonymous in-memory file (``memfd``) as a JSON header
+plus the raw numpy columns (nothing is pickled); the parent picks it up with one read
+once the child has exited, and carries on from it with an incremental refresh.
+Anything that goes wrong (no fork, a child that fails or takes too long, a short file)
+only means that the parent reads the history itself, as it would have without a prefetch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import struct
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                      # numpy and the reader are imported by whoever reads
+    from trainer.rundir.history import HistoryUpdate, LossHistory
+
+# Below this the history reads in well under a tenth of a second: not worth a process.
+PREFETCH_MIN_BYTES = 4 << 20
+# trainer.rundir.LOSS_JSON, not imported from there: that would import numpy before the fork.
+HISTORY_FILE = ".loss.json"
+# A child still reading after this long (a hung file system) is killed and the parent reads.
+PREFETCH_TIMEOUT_S = 120.0
+_LENGTH = struct.Struct("<Q")
+
+
+class HistoryPrefetch:
+    """A history being read by a forked child; :meth:`result` collects it (once)."""
+
+    def __init__(self, pid: int, data_fd: int, done_fd: int):
+        self.pid = pid
+        self._reaped = False
+        self._data_fd = data_fd       # the memfd the child writes
+        self._done_fd = done_fd       # reaches end-of-file when the child has exited
+
+    def result(self, timeout: float = PREFETCH_TIMEOUT_S) -> "tuple[LossHistory, HistoryUpdate] | None":
+        """Wait for the child; its reader and the update of its first refresh, or None
+        when the hand-over failed (then read the history directly)."""
+        if self._data_fd < 0:
+            return None
+        try:
+            ready, _, _ = select.select([self._done_fd], [], [], timeout)
+            if not ready:
+                return None                             # close() ends it
+            status = os.waitpid(self.pid, 0)[1]
+            self._reaped = True
+            if os.waitstatus_to_exitcode(status) != 0:
+                return None
+            return _receive(os.pread(self._data_fd, os.fstat(self._data_fd).st_size, 0))
+        except (OSError, ValueError, KeyError, TypeError, struct.error):
+            return None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the child and the memory it wrote (a running child is ended)."""
+        if self._data_fd < 0:
+            return
+        os.close(self._data_fd)
+        os.close(self._done_fd)
+        self._data_fd = self._done_fd = -1
+        if not self._reaped:       # never kill a reaped pid: it may name another process by now
+            try:
+                os.kill(self.pid, signal.SIGKILL)      # one that has exited is a zombie: unharmed
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self._reaped = True
+
+
+def start_history_prefetch(run_dir: str | os.PathLike[str]) -> HistoryPrefetch | None:
+    """Fork a child that reads the run's history; None when it is small, missing, or this
+    process cannot fork safely (it already runs other threads, whose locks a child
+    could inherit held)."""
+    history_path = Path(run_dir) / HISTORY_FILE
+    try:
+        if os.stat(history_path).st_size < PREFETCH_MIN_BYTES:
+            return None
+    except OSError:
+        return None
+    if not (hasattr(os, "fork") and hasattr(os, "memfd_create")) or threading.active_count() > 1:
+        return None
+    data_fd = os.memfd_create("andrea-console-history", os.MFD_CLOEXEC)
+    done_r, done_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (data_fd, done_r, done_w):
+            os.close(fd)
+        return None
+    if pid == 0:                                         # the child: never returns
+        _child(history_path, data_fd)
+    os.close(done_w)
+    return HistoryPrefetch(pid, data_fd, done_r)
+
+
+def _child(path: Path, data_fd: int) -> None:
+    code = 1
+    try:
+        # Quiet and short-lived: Ctrl-C ends it without a traceback, and it writes
+        # nothing to the operator's terminal.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        from trainer.rundir.history import LossHistory
+
+        history = LossHistory(path)
+        update = history.refresh()
+        with open(data_fd, "wb", closefd=False) as out:
+            _send(out, history, update)
+        code = 0
+    finally:
+        os._exit(code)            # no atexit handlers, no inherited buffers flushed; closes the done pipe
+
+
+def _send(out, history: "LossHistory", update: "HistoryUpdate") -> None:
+    meta, columns = history.state_dict()
+    header = json.dumps({
+        "meta": meta,
+        "update": {"new_steps": update.new_steps, "new_events": len(update.new_events),
+                   "new_problems": update.new_problems, "new_nonfinite": update.new_nonfinite,
+                   "rewound": update.rewound, "reset": update.reset},
+        "columns": [[name, arr.dtype.str, len(arr)] for name, arr in columns.items()],
+    }).encode()
+    out.write(_LENGTH.pack(len(header)))
+    out.write(header)
+    for arr in columns.values():
+        out.write(memoryview(arr).cast("B"))
+
+
+def _receive(data: bytes) -> "tuple[LossHistory, HistoryUpdate]":
+    import numpy as np
+
+    from trainer.rundir.history import HistoryUpdate, LossHistory
+
+    (length,) = _LENGTH.unpack_from(data)
+    offset = _LENGTH.size + length
+    header = json.loads(data[_LENGTH.size:offset])
+    columns = {}
+    for name, dtype, count in header["columns"]:
+        dtype = np.dtype(dtype)
+        size = dtype.itemsize * int(count)
+        if offset + size > len(data):
+            raise ValueError(f"the history prefetch is short: column {name!r} ends past byte {len(data)}")
+        columns[name] = np.frombuffer(data, dtype, int(count), offset)
+        offset += size
+    history = LossHistory.from_state_dict(header["meta"], columns)
+    u = header["update"]
+    new_events = history.events[len(history.events) - int(u["new_events"]):] if u["new_events"] else []
+    update = HistoryUpdate(int(u["new_steps"]), new_events, list(u["new_problems"]), int(u["new_nonfinite"]),
+                           bool(u["rewound"]), bool(u["reset"]))
+    return history, update

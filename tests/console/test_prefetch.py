@@ -1,0 +1,123 @@
+"""The history prefetch: a real forked child reads a big .loss.json while the console
+imports its UI; the console carries on from what it hands over, or reads the history
+itself when the hand-over fails. Each case runs in a fresh process, as andrea-console
+does (pytest's own process runs threads, and the prefetch never forks one that does)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+from tests.rundirs import make_run
+
+from console.prefetch import PREFETCH_MIN_BYTES, start_history_prefetch
+from trainer.rundir import LOSS_JSON
+
+from .test_no_torch import ROOT
+
+# Compares a reader fed by the prefetch with one that reads the history itself: the whole
+# --json report and the first read's notices must be the same.
+SCRIPT = r"""
+import json, os, signal, sys
+from console.prefetch import start_history_prefetch
+
+run_dir, mode = sys.argv[1], sys.argv[2]
+prefetch = start_history_prefetch(run_dir)
+assert prefetch is not None, "no prefetch was started"
+if mode == "kill":
+    os.kill(prefetch.pid, signal.SIGKILL)
+elif mode == "grow":                      # lines appended while (or after) the child reads
+    with open(os.path.join(run_dir, ".loss.json"), "ab") as fh:
+        for step in range(int(sys.argv[3]), int(sys.argv[3]) + 50):
+            fh.write(b'{"step": %d, "loss": 1.25, "lr": 0.001, "grad_norm": 1, "arm": "late", "tokens": 1, "time": 2e9}\n' % step)
+
+from console.report import to_json
+from console.snapshot import RunReader
+
+now = 2.0e9
+fed = RunReader(run_dir, now=lambda: now, prefetch=prefetch)
+handed_over = fed._prefetch.result() if mode == "peek" else None
+fed_snap, fed_notices = fed.read()
+direct_snap, direct_notices = RunReader(run_dir, now=lambda: now).read()
+try:
+    os.waitpid(-1, os.WNOHANG)
+    reaped = False
+except ChildProcessError:                 # no child left, not even a zombie
+    reaped = True
+print(json.dumps({
+    "same_report": to_json(fed_snap, now) == to_json(direct_snap, now),
+    "same_notices": [n.text for n in fed_notices] == [n.text for n in direct_notices],
+    "steps": len(fed.history),
+    "handed_over": None if handed_over is None else len(handed_over[0]),
+    "arm_names": fed.history.arm_names,
+    "bad_lines": fed.history.bad_lines,
+    "reaped": reaped,
+}))
+"""
+
+
+def big_run(tmp_path, torn_tail='{"step": 40001, "lo'):
+    steps = 40_000                      # about 5.7 MB of history: over the prefetch threshold
+    run = make_run(tmp_path / "big", steps=steps, checkpoints=(10_000, 40_000), n_params=8, nonfinite=(123,),
+                   bad_lines=("not json", '{"step": -4}'), torn_tail=torn_tail)
+    assert (run / LOSS_JSON).stat().st_size >= PREFETCH_MIN_BYTES
+    return run, steps
+
+
+def run_script(*args) -> dict:
+    r = subprocess.run([sys.executable, "-c", SCRIPT, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_the_child_hands_over_the_same_history_the_console_would_read(tmp_path):
+    run, steps = big_run(tmp_path)
+    out = run_script(run, "peek")
+    assert out["handed_over"] == out["steps"] == steps     # the child's read arrived, whole
+    assert out["same_report"] and out["same_notices"] and out["reaped"]
+    assert out["bad_lines"] == 2
+
+
+def test_the_console_carries_on_from_the_hand_over(tmp_path):
+    run, steps = big_run(tmp_path)
+    out = run_script(run, "use")
+    assert out["same_report"] and out["same_notices"] and out["reaped"]
+    assert out["steps"] == steps
+
+
+def test_lines_appended_after_the_fork_are_read_as_well(tmp_path):
+    run, steps = big_run(tmp_path, torn_tail="")
+    out = run_script(run, "grow", steps + 1)
+    assert out["same_report"] and out["same_notices"]
+    assert "late" in out["arm_names"]
+
+
+def test_a_child_that_dies_leaves_the_console_to_read_it_itself(tmp_path):
+    run, _ = big_run(tmp_path)
+    out = run_script(run, "kill")
+    assert out["same_report"] and out["same_notices"] and out["reaped"]
+
+
+def test_no_prefetch_for_a_small_history_or_from_a_threaded_process(tmp_path):
+    small = make_run(tmp_path / "small", steps=100)
+    assert start_history_prefetch(small) is None
+    assert start_history_prefetch(tmp_path / "missing") is None
+    run, _ = big_run(tmp_path)
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert start_history_prefetch(run) is None     # a fork could inherit another thread's locks
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_the_cli_forks_before_numpy_is_imported():
+    """The fork must come before the heavy imports, or the parent gains nothing."""
+    code = "import sys, console.cli; assert 'numpy' not in sys.modules and 'textual' not in sys.modules"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
