@@ -80,9 +80,13 @@ class ConsoleApp(App[None]):
         self.sub_title = self.run_dir.name
 
     # -- lifecycle ---------------------------------------------------------------
-    def on_mount(self) -> None:
+    def get_default_screen(self) -> DashboardScreen:
+        # The dashboard is the app's own screen: composed and sized once at start-up, with
+        # no default screen to paint and then replace.
         self.dashboard = DashboardScreen(self.window_steps, self.options.smoothing)
-        self.push_screen(self.dashboard)
+        return self.dashboard
+
+    def on_mount(self) -> None:
         self.request_read(ALL_KINDS)
         if self.watching:
             self.watch_files()
@@ -121,21 +125,25 @@ class ConsoleApp(App[None]):
 
     @work(thread=True, group="read", exit_on_error=False)
     def read_loop(self) -> None:
+        worker = get_current_worker()
         while True:
-            last = self._last_read
+            # Nothing queued: the worker ends at once (so quitting never waits for it).
             with self._lock:
+                if not self._pending or worker.is_cancelled:
+                    self._reading = False
+                    return
                 urgent = bool(self._pending & URGENT_KINDS)
+            last = self._last_read
             wait = last + (MIN_READ_INTERVAL_S if urgent else STEADY_READ_INTERVAL_S) - time.monotonic()
-            while wait > 0:
+            while wait > 0 and not worker.is_cancelled:
                 time.sleep(min(wait, 0.05))
                 with self._lock:
-                    if self._pending & URGENT_KINDS and not urgent:
-                        urgent = True
+                    urgent = urgent or bool(self._pending & URGENT_KINDS)
                 wait = last + (MIN_READ_INTERVAL_S if urgent else STEADY_READ_INTERVAL_S) - time.monotonic()
             with self._lock:
                 kinds = frozenset(self._pending)
                 self._pending.clear()
-                if not kinds or get_current_worker().is_cancelled:
+                if worker.is_cancelled:
                     self._reading = False
                     return
             self._last_read = time.monotonic()

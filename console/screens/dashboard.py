@@ -14,7 +14,8 @@ from ..widgets import ArmsPane, CheckpointsPane, EventLog, LossPlot, SamplesPane
 
 class DashboardScreen(Screen):
     # Below 100 columns the rows stack and the body scrolls (still every pane, one key away).
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    WIDE_FROM = 100
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_FROM, "-wide")]
 
     # A var, not a reactive: setting it must not repaint the whole screen, only the panes
     # whose part changed (they refresh themselves).
@@ -26,6 +27,10 @@ class DashboardScreen(Screen):
         self.smoothing = smoothing
 
     def compose(self) -> ComposeResult:
+        # The breakpoint class from the start: the first resize would otherwise add it
+        # after the panes are styled, and restyle every one of them.
+        wide = self.app.size.width >= self.WIDE_FROM
+        self.set_class(wide, "-wide").set_class(not wide, "-narrow")
         with VerticalScroll(id="body"):
             with Horizontal(id="row-top", classes="row"):
                 yield StatusPane(id="status", classes="pane")
@@ -36,7 +41,7 @@ class DashboardScreen(Screen):
             with Horizontal(id="row-bottom", classes="row"):
                 yield EventLog(id="events", classes="pane")
                 yield SamplesPane(id="samples", classes="pane")
-        yield Footer()
+        yield Footer(compact=True)   # also spares restyling every key at start-up
 
     _ready = False
     _early_notices: list[Notice]

@@ -85,7 +85,7 @@ class PivotScreen(Screen[PivotOutcome | None]):
                 for key in STEP_KEYS:
                     yield Static(self._step_text(key, "pending", "dim"), id=f"step-{key}")
             yield Static("", id="pivot-outcome")
-        yield Footer()
+        yield Footer(compact=True)
 
     def _intro(self) -> Text:
         if self.config is None:

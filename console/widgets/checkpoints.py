@@ -12,8 +12,8 @@ from textual.widgets import DataTable
 from ..snapshot import RunSnapshot, format_age, format_size
 
 STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red"}
-# step, age and size columns plus the cell padding of four columns.
-FIXED_WIDTH = 8 + 7 + 9 + 8
+# step, age and size columns, the cell padding of four columns and the vertical scrollbar.
+FIXED_WIDTH = 8 + 7 + 9 + 8 + 1
 
 
 class CheckpointsPane(DataTable):
@@ -30,7 +30,9 @@ class CheckpointsPane(DataTable):
 
     def show(self, snap: RunSnapshot, now: float) -> None:
         self._last = (snap, now)
-        status_width = max(16, self.size.width - FIXED_WIDTH)
+        if not self.size.width:         # not laid out yet: the first resize builds it, once
+            return
+        status_width = max(10, self.size.width - FIXED_WIDTH)   # never wider than the pane
         # Ages move with the clock, but a table rebuild is not free: rebuild when the
         # checkpoints, the width or the ten-second tick of the clock change.
         key = (snap.checkpoints, snap.pivots, int(now // 10), status_width)
