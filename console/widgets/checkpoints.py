@@ -1,57 +1,80 @@
 """The checkpoints table: every step_*.bin with its age, size and status (newest first).
 
-An invalid or foreign checkpoint's reason wraps inside the status column (rows grow), so
-the whole reason is readable at any width."""
+An invalid or foreign checkpoint's reason wraps inside the status column, so the whole
+reason is readable at any width. Drawn as aligned Text, not a DataTable: a DataTable
+measures every cell of every row whenever it is rebuilt (at start-up, on each resize and
+every ten seconds as the ages move), which cost more than the rest of the pane's work."""
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual import events
-from textual.widgets import DataTable
+from textual.widgets import Static
 
 from ..snapshot import RunSnapshot, format_age, format_size
 
 STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red"}
-# step, age and size columns, the cell padding of four columns and the vertical scrollbar.
-FIXED_WIDTH = 8 + 7 + 9 + 8 + 1
+# (header, width, right-aligned) of the columns before the status, which takes what is left.
+COLUMNS = (("step", 8, True), ("age", 7, False), ("size", 9, True))
+GAP = 2
+STATUS_AT = sum(width + GAP for _, width, _ in COLUMNS)
 
 
-class CheckpointsPane(DataTable):
+class CheckpointsPane(Static):
     def __init__(self, **kwargs) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        super().__init__("", **kwargs)
         self.border_title = "checkpoints"
         self._shown: tuple | None = None
         self._last: tuple[RunSnapshot, float] | None = None
 
     def on_resize(self, event: events.Resize) -> None:
         if self._last is not None:
-            self._shown = None
             self.show(*self._last)
 
     def show(self, snap: RunSnapshot, now: float) -> None:
         self._last = (snap, now)
-        if not self.size.width:         # not laid out yet: the first resize builds it, once
+        if not self.size.width:         # not laid out yet: the first resize draws it
             return
-        status_width = max(10, self.size.width - FIXED_WIDTH)   # never wider than the pane
-        # Ages move with the clock, but a table rebuild is not free: rebuild when the
-        # checkpoints, the width or the ten-second tick of the clock change.
+        status_width = max(10, self.scrollable_content_region.width - STATUS_AT)
+        # Ages move with the clock: redraw when the checkpoints, the width or the
+        # ten-second tick of the clock change.
         key = (snap.checkpoints, snap.pivots, int(now // 10), status_width)
         if key == self._shown:
             return
         self._shown = key
-        self.clear(columns=True)
-        self.add_column(Text("step", justify="right"), key="step", width=8)
-        self.add_column("age", key="age", width=7)
-        self.add_column(Text("size", justify="right"), key="size", width=9)
-        self.add_column("status", key="status", width=status_width)
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for name, width, right in COLUMNS:
+            text.append(name.rjust(width) if right else name.ljust(width), style="bold")
+            text.append(" " * GAP)
+        text.append("status", style="bold")
         pivots = {p.step: p for p in snap.pivots}
         for c in reversed(snap.checkpoints):
+            cells = (f"{c.step:,}", format_age(now - c.mtime) if c.mtime else "-", format_size(c.size))
+            text.append("\n")
+            for cell, (_, width, right) in zip(cells, COLUMNS):
+                text.append((cell.rjust(width) if right else cell.ljust(width)) + " " * GAP)
             status = Text(c.status, style=STATUS_STYLES.get(c.status, ""))
             if c.reason:
                 status.append(f": {c.reason}", style="red" if c.status == "invalid" else "grey62")
             if c.step in pivots:            # the checkpoint a polish pivot resumed from
                 status.append(f" · pivot P → {pivots[c.step].archive}/", style="magenta")
-            self.add_row(Text(f"{c.step:,}", justify="right"), format_age(now - c.mtime) if c.mtime else "-",
-                         Text(format_size(c.size), justify="right"), status, key=c.path.name,
-                         height=None if c.reason or c.step in pivots else 1)
+            text.append_text(_wrapped(status, status_width, STATUS_AT))
+        if not snap.checkpoints:
+            text.append("\nno step_*.bin files yet", style="grey62")
+        self.update(text)
         self.border_subtitle = (f"{len(snap.checkpoints)} files" if snap.checkpoints else "none yet")
+
+
+def _wrapped(status: Text, width: int, indent: int) -> Text:
+    """``status`` wrapped at spaces to ``width`` columns (a longer word is cut), continuation
+    lines indented to its column."""
+    plain, out, start = status.plain, Text(), 0
+    while True:
+        if len(plain) - start <= width:
+            out.append_text(status[start:])
+            return out
+        cut = plain.rfind(" ", start, start + width + 1)
+        cut = cut if cut > start else start + width
+        out.append_text(status[start:cut])
+        out.append("\n" + " " * indent)
+        start = cut + 1 if plain[cut] == " " else cut
