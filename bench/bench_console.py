@@ -47,24 +47,24 @@ def _python(*args: str, **kw) -> subprocess.CompletedProcess:
 # -- helper modes (run in subprocesses) --------------------------------------------
 
 def first_frame(run_dir: str) -> None:
-    """Open the dashboard headless, as ``andrea-console RUN_DIR`` does (the history read by
-    a forked child while the UI is imported); print the time (``time.time()``) at which
-    the first full read has been painted, and exit."""
-    from console.prefetch import start_history_prefetch
-
-    prefetch = start_history_prefetch(run_dir)
-    from console.app import ConsoleApp
-    from console.snapshot import RunReader
+    """Open the dashboard headless the way ``andrea-console RUN_DIR`` does; print the time
+    (``time.time()``) at which the first full read has been painted, and exit."""
+    from console.cli import open_dashboard
 
     painted: list[float] = []
 
-    class Once(ConsoleApp):
-        def on_snapshot_ready(self, message) -> None:
-            super().on_snapshot_ready(message)
-            self.call_after_refresh(lambda: (painted.append(time.time()), self.exit()))
+    def exit_after_first_frame(app_class: type) -> type:
+        class Once(app_class):
+            def started(self) -> None:
+                super().started()
+                if not painted:
+                    painted.append(time.time())
+                    self.exit()
 
-    Once(run_dir, watch=False, tick=None, reader=RunReader(run_dir, prefetch=prefetch)).run(headless=True,
-                                                                                           size=(140, 45))
+        return Once
+
+    open_dashboard(Path(run_dir), customize=exit_after_first_frame, watch=False, tick=None,
+                   run_options={"headless": True, "size": (140, 45)})
     print(repr(painted[0]), flush=True)
 
 

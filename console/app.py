@@ -9,6 +9,7 @@ paint what they are given. Threads only post messages; widgets change on the UI 
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import subprocess
 import threading
@@ -37,6 +38,8 @@ STEADY_READ_INTERVAL_S = 1.0
 URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 # The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
 TICK_S = 2.0
+# The garbage collector is back on by then even if no first frame came (see started).
+START_UP_S = 10.0
 SIGNAL_TIMEOUT_S = 600.0
 DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "log_y", "window", "smoothing", "help", "quit"})
 
@@ -92,10 +95,18 @@ class ConsoleApp(App[None]):
             self.watch_files()
         if self.tick_s:
             self.set_interval(self.tick_s, self.tick)
+        self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def on_unmount(self) -> None:
         self._stop_watch.set()
 
+    def started(self) -> None:
+        """Start-up is over (the first full frame is painted). ``andrea-console`` keeps the
+        garbage collector off until then: it comes back on, with start-up's long-lived
+        objects frozen out of every later collection."""
+        if not gc.isenabled():
+            gc.freeze()
+            gc.enable()
 
     def tick(self) -> None:
         self.request_read({TRAINER})
@@ -155,6 +166,8 @@ class ConsoleApp(App[None]):
             self.post_message(SnapshotReady(snap, notices))
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if self.snapshot is None:
+            self.call_after_refresh(self.started)
         self.snapshot = message.snapshot
         dashboard = self.dashboard
         for notice in message.notices:

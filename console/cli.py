@@ -21,11 +21,14 @@ never imported.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from .prefetch import start_history_prefetch
 
@@ -104,37 +107,62 @@ def main(argv: list[str] | None = None) -> int:
             return code
     elif run_dir.exists() and not run_dir.is_dir():
         return _fail(f"{run_dir} is not a directory", EXIT_USAGE)
-    # The history is parsed by a forked child while Textual and the panes are imported.
-    prefetch = start_history_prefetch(run_dir)
-    try:
-        from .app import ConsoleApp          # Textual only for the dashboard
-        from .plot import PlotOptions
-        from .snapshot import RunReader
-
-        app = ConsoleApp(run_dir, child=child, options=PlotOptions(smoothing=args.smooth), window=args.window,
-                         reader=RunReader(run_dir, prefetch=prefetch))
-        app.run()
-    finally:
-        if prefetch is not None:
-            prefetch.close()
+    open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window)
     if child is not None and child.poll() is None:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
               f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
     return EXIT_OK
 
 
-def _report(run_dir: Path, args: argparse.Namespace) -> int:
-    prefetch = start_history_prefetch(run_dir)       # parses while the rest is imported
-    try:
-        from .plot import PlotOptions
-        from .report import render_text, to_json
-        from .snapshot import RunReader
+def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, customize: Callable[[type], type] | None = None,
+                   run_options: dict[str, Any] | None = None, **app_options: Any) -> None:
+    """Open the dashboard on ``run_dir`` and return when it quits. Start-up is arranged for
+    the first full frame: the history is parsed by a forked child while Textual and the
+    panes are imported, and the garbage collector stays off until that frame (start-up
+    allocates much and frees little, so collecting would only cost time). ``customize``
+    wraps the app class (benchmarks); ``run_options`` go to ``App.run``."""
+    with _collector_off():
+        prefetch = start_history_prefetch(run_dir)
+        try:
+            from .app import ConsoleApp          # Textual only for the dashboard
+            from .plot import PlotOptions
+            from .snapshot import RunReader
 
-        now = time.time()
-        snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch).read()
+            app_class = customize(ConsoleApp) if customize else ConsoleApp
+            app = app_class(run_dir, options=PlotOptions(smoothing=smoothing),
+                            reader=RunReader(run_dir, prefetch=prefetch), **app_options)
+            app.run(**(run_options or {}))
+        finally:
+            if prefetch is not None:
+                prefetch.close()
+
+
+@contextmanager
+def _collector_off() -> Iterator[None]:
+    """The garbage collector off for start-up (restored after; the dashboard turns it back
+    on by itself after its first frame)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
-        if prefetch is not None:
-            prefetch.close()
+        if enabled:
+            gc.enable()
+
+
+def _report(run_dir: Path, args: argparse.Namespace) -> int:
+    with _collector_off():                           # as for the dashboard
+        prefetch = start_history_prefetch(run_dir)   # parses while the rest is imported
+        try:
+            from .plot import PlotOptions
+            from .report import render_text, to_json
+            from .snapshot import RunReader
+
+            now = time.time()
+            snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch).read()
+        finally:
+            if prefetch is not None:
+                prefetch.close()
     if args.json:
         sys.stdout.write(json.dumps(to_json(snap, now), indent=2, default=str) + "\n")
     else:
