@@ -153,9 +153,9 @@ async def test_pivot_screen_of_a_live_run(live):
             if app.snapshot is not None and app.snapshot.trainer.state == "running":
                 break
         await pilot.press("p")
-        for _ in range(100):
+        for _ in range(600):                    # pushed and composed (a loaded machine is slow)
             await pilot.pause(0.05)
-            if isinstance(app.screen, PivotScreen):
+            if isinstance(app.screen, PivotScreen) and app.screen.query("#cap-0"):
                 break
         screen = app.screen
         screen.query_one("#cap-0").value = "0.6"

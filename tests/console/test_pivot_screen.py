@@ -15,7 +15,7 @@ from tests.console.test_snapshots import WIDE, app_for, healthy, settled
 async def open_pivot(pilot) -> None:
     await settled(pilot)
     await pilot.press("p")
-    for _ in range(50):          # the screen opens once the journal has been looked at
+    for _ in range(400):         # the screen opens once the journal has been looked at
         await pilot.pause(0.05)
         if isinstance(pilot.app.screen, PivotScreen):
             break
