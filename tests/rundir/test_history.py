@@ -11,6 +11,7 @@ import pytest
 
 from tests.rundirs import make_run
 from trainer.rundir import LossHistory, LossHistoryWriter
+from trainer.rundir.history import _event_elements
 
 
 def step_line(step, loss=2.0, arm="a", **extra):
@@ -209,3 +210,39 @@ def test_from_state_dict_refuses_columns_of_the_wrong_length(tmp_path):
     columns["loss"] = columns["loss"][:5]
     with pytest.raises(ValueError, match="'loss'"):
         LossHistory.from_state_dict(meta, columns)
+
+
+def test_json_array_events_are_read_whole_wherever_they_sit(tmp_path):
+    """Events in a JSON array are found around their "event" key, not by splitting the whole
+    array: nested objects before the key, an "event" key inside a nested list, the text
+    "event" and braces inside strings, non-ASCII, odd spacing; each event's data is exactly
+    what a whole parse of the file gives."""
+    records = [
+        {"event": "start", "step": 0},
+        step_line(1, arm='a "event": {x}'),
+        {"policy": {"caps": {"a": 0.5}}, "event": "pivot", "step": 1, "archive": "pivots/ü"},
+        step_line(2),
+        {"step": 2, "arms": [{"event": "inner", "step": 2}, {"b": [1, {"c": 2}]}], "event": "zombie", "reason": "},{"},
+        step_line(3, arm="b"),
+        {"event": "checkpoint", "step": 3, "path": "step_000003.bin"},
+    ]
+    path = tmp_path / ".loss.json"
+    text = json.dumps(records, ensure_ascii=False).replace('}, {', '}  ,\n  {')
+    path.write_text(text, encoding="utf-8")
+    h = LossHistory(path)
+    h.refresh()
+    expected = [r for r in json.loads(text) if "event" in r]
+    assert [e.data for e in h.events] == expected
+    assert [(e.event, e.step) for e in h.events] == [("start", 0), ("pivot", 1), ("zombie", 2), ("checkpoint", 3)]
+    assert h.step.tolist() == [1, 2, 3] and set(h.arm_names) == {'a "event": {x}', "a", "b"}
+    # The same events whichever way they are found: here the search alone.
+    data = path.read_bytes()
+    wanted = [(i, r["event"], r.get("step", -1)) for i, r in enumerate(records) if "event" in r]
+    spans = _event_elements(data, wanted)
+    assert spans is not None and [json.loads(spans[i]) for i, _, _ in wanted] == expected
+
+
+def test_json_array_event_search_gives_up_rather_than_guess(tmp_path):
+    # An event the typed decode saw but whose text is not where a search finds it whole.
+    assert _event_elements(b'[{"step": 1, "event": "x"}]', [(0, "y", 1)]) is None
+    assert _event_elements(b'[{"step": 1}]', [(0, "x", 1)]) is None

@@ -361,10 +361,14 @@ class LossHistory:
                 else:
                     self._add_block(self._slow_columns(records, 1, update), update)
                 return
+            wanted = [(i, r.event, r.step) for i, r in enumerate(decoded) if r.event is not None]
+            spans = _event_elements(data, wanted) if wanted else {}
             elements: list[msgspec.Raw] = []
 
-            def element(i: int) -> bytes:    # split the array only when an event needs reading whole
-                if not elements:
+            def element(i: int) -> bytes:
+                if spans is not None:
+                    return spans[i]
+                if not elements:         # events not found for certain: split the whole array
                     elements.extend(_decode_raw_array(data))
                 return bytes(elements[i])
 
@@ -517,6 +521,69 @@ def _parse_line(line: bytes) -> Any:
 
 
 _decode_raw_array = msgspec.json.Decoder(list[msgspec.Raw]).decode
+
+
+def _event_elements(data: bytes, wanted: list[tuple[int, str, int]]) -> dict[int, bytes] | None:
+    """The bytes of a JSON array's event elements, found around each ``"event"`` key instead
+    of by splitting the whole array (events are rare; a split costs as much as the typed
+    decode). ``wanted`` lists ``(index, event, step)`` of every event element, as the typed
+    decode read them; the result maps each index to its bytes, or is None unless each one
+    was found, in order, as a whole element of the top-level array."""
+    decoder = json.JSONDecoder()
+    found: dict[int, bytes] = {}
+    pending = iter(wanted)
+    current = next(pending, None)
+    pos = 0
+    while current is not None:
+        hit = data.find(b'"event"', pos)
+        if hit < 0:
+            return None
+        pos = hit + 1
+        element = _element_around(data, hit, decoder)
+        if element is None:
+            continue                    # the text "event" somewhere else, or a nested object
+        record, start, end = element
+        index, event, step = current
+        if record.get("event") == event and record.get("step", -1) == step:
+            found[index] = data[start:end]
+            current = next(pending, None)
+    return found
+
+
+def _element_around(data: bytes, at: int, decoder: json.JSONDecoder,
+                    window: int = 1 << 14) -> tuple[dict[str, Any], int, int] | None:
+    """The top-level array element (an object) whose text contains offset ``at``, as
+    ``(object, start, end)``; None if there is none within reach (an element longer than
+    ``window`` bytes is not: the caller then splits the array)."""
+    start = at
+    for _ in range(16):             # the element's "{" is the nearest one, or one before a nested object
+        start = data.rfind(b"{", 0, start)
+        if start < 0:
+            return None
+        # Latin-1 maps each byte to one character, so offsets stay byte offsets; only the
+        # structure and the ASCII "event"/"step" values are looked at here.
+        try:
+            record, length = decoder.raw_decode(data[start:start + window].decode("latin-1"))
+        except ValueError:
+            continue
+        end = start + length
+        if end <= at:
+            continue                    # a nested object before the key, or an earlier element
+        if isinstance(record, dict) and _next_byte(data, start, -1) in (0x5B, 0x2C) \
+                and _next_byte(data, end - 1, 1) in (0x2C, 0x5D):          # "[" or "," before, "," or "]" after
+            return record, start, end
+    return None
+
+
+def _next_byte(data: bytes, i: int, direction: int) -> int:
+    """The first byte after (``direction`` 1) or before (-1) offset ``i`` that is not
+    JSON whitespace; -1 at either end."""
+    i += direction
+    while 0 <= i < len(data):
+        if data[i] not in b" \t\r\n":
+            return data[i]
+        i += direction
+    return -1
 
 
 def _parse_array(data: bytes) -> list[Any] | str:
