@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
+from tests.processes import stop_processes_naming
 from tests.rundirs import RunSpec, make_run
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_running(request):
+    """After each test with a tmp_path: no process still names that directory (a trainer
+    the test started and did not stop would run on, slowing every later test). One that
+    does is stopped, and the run's warnings say which test left it."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is not None:
+        for command in stop_processes_naming(tmp, grace=10.0):
+            warnings.warn(f"{request.node.nodeid} left a process running (stopped now): {command}")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ interrupted after each step then completed by a second run."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 from console.app import ConsoleApp
 from console.screens import ConfirmScreen, PivotScreen
 from tests.console.trainer_proc import ROOT, train_command
+from tests.processes import stop_processes_naming
 from trainer.rundir import list_checkpoints, load_run_config, read_state, verify_trainer
 from trainer.rundir.checkpoint import file_checksum
 from trainer.rundir.pivot import STAGES, read_journal
@@ -52,10 +52,9 @@ class LiveRun:
         wait_for(lambda: verify_trainer(run).ok and (run / ".samples.json").exists(), what="a verified trainer")
 
     def stop(self) -> None:
-        v = verify_trainer(self.run)
-        if v.ok:
-            os.kill(v.record.pid, signal.SIGTERM)
-            wait_for(lambda: not verify_trainer(self.run).ok, what="the trainer to stop")
+        # Whichever trainer runs now, the first or one a pivot resumed, verified yet or
+        # still starting: every process that names the run directory.
+        stop_processes_naming(self.run)
 
 
 @pytest.fixture

@@ -1,0 +1,42 @@
+"""Processes that tests start and must not leave behind: found by the test's directory
+in their command line (every test's run directories live under its own tmp_path)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+
+
+def processes_naming(path: Path) -> list[psutil.Process]:
+    """Live processes (not this one) with an argument that is ``path`` or lies under it."""
+    prefix = str(path)
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        if proc.info["pid"] == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        args = proc.info["cmdline"] or []
+        if any(arg == prefix or arg.startswith(prefix + os.sep) for arg in args):
+            found.append(proc)
+    return found
+
+
+def stop_processes_naming(path: Path, grace: float = 30.0) -> list[str]:
+    """SIGTERM every process naming ``path``, SIGKILL what is left after ``grace`` seconds;
+    returns their command lines."""
+    procs = processes_naming(path)
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return [" ".join(proc.info["cmdline"] or []) for proc in procs]
