@@ -13,12 +13,13 @@ from tests.rundirs import RunSpec, make_run
 @pytest.fixture(autouse=True)
 def no_process_left_running(request):
     """After each test with a tmp_path: no process still names that directory (a trainer
-    the test started and did not stop would run on, slowing every later test). One that
-    does is stopped, and the run's warnings say which test left it."""
+    the test started and did not stop would run on, slowing every later test). One still
+    there after a few seconds (a torchrun agent takes a moment to follow its workers out)
+    is stopped, and the run's warnings say which test left it."""
     tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
     yield
     if tmp is not None:
-        for command in stop_processes_naming(tmp, grace=10.0):
+        for command in stop_processes_naming(tmp, grace=10.0, settle=5.0):
             warnings.warn(f"{request.node.nodeid} left a process running (stopped now): {command}")
 
 

@@ -23,10 +23,12 @@ def processes_naming(path: Path) -> list[psutil.Process]:
     return found
 
 
-def stop_processes_naming(path: Path, grace: float = 30.0) -> list[str]:
-    """SIGTERM every process naming ``path``, SIGKILL what is left after ``grace`` seconds;
-    returns their command lines."""
+def stop_processes_naming(path: Path, grace: float = 30.0, settle: float = 0.0) -> list[str]:
+    """SIGTERM every process naming ``path`` that has not exited by itself within ``settle``
+    seconds, SIGKILL what is left ``grace`` seconds later; returns their command lines."""
     procs = processes_naming(path)
+    if settle and procs:
+        _, procs = psutil.wait_procs(procs, timeout=settle)
     for proc in procs:
         try:
             proc.send_signal(signal.SIGTERM)
