@@ -13,13 +13,10 @@ benchmark runs in its subprocesses.
 
 from __future__ import annotations
 
-import asyncio
+# Only what the --first-frame helper needs: that process must start as light as
+# andrea-console does (the rest is imported where it is used).
 import os
-import resource
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,7 +35,9 @@ def make_big_run(root: Path) -> Path:
                     spikes={123_457: 25.0}, log_lines=tuple(f"step {s} loss 2.0" for s in range(0, 2000, 10)))
 
 
-def _python(*args: str, **kw) -> subprocess.CompletedProcess:
+def _python(*args: str, **kw) -> "subprocess.CompletedProcess":
+    import subprocess
+
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     kw.setdefault("stdout", subprocess.DEVNULL)
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, check=True, **kw)
@@ -70,6 +69,9 @@ def first_frame(run_dir: str) -> None:
 
 def serve(run_dir: str, seconds: float) -> None:
     """The dashboard, headless, watching, for ``seconds``; prints the peak RSS in bytes."""
+    import asyncio
+    import resource
+
     from console.app import ConsoleApp
 
     app = ConsoleApp(run_dir)
@@ -87,6 +89,9 @@ def serve(run_dir: str, seconds: float) -> None:
 
 def _ingest_and_repaint(run_dir: Path, rounds: int = 20) -> float:
     """Median CPU seconds to read 100 new lines and repaint the dashboard, in-process."""
+    import asyncio
+    import statistics
+
     from console.app import ConsoleApp
     from console.messages import SnapshotReady
     from console.snapshot import HISTORY
@@ -123,6 +128,8 @@ def _ingest_and_repaint(run_dir: Path, rounds: int = 20) -> float:
 
 def _cpu_while_writing(run_dir: Path) -> tuple[float, int]:
     """The console's CPU share of one core while 10 steps/s are appended, and its peak RSS."""
+    import subprocess
+
     import psutil
 
     from trainer.rundir import LossHistoryWriter, write_state
@@ -154,8 +161,9 @@ def _cpu_while_writing(run_dir: Path) -> tuple[float, int]:
 
 
 def run() -> list["Result"]:
-    # Imported here, not at the top: the --first-frame helper process must start as
-    # light as andrea-console does.
+    import subprocess
+    import tempfile
+
     from bench.common import Result, paired_ratio
 
     results: list[Result] = []
