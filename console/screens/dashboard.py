@@ -6,10 +6,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from ..snapshot import Notice, RunSnapshot
-from ..widgets import ArmsPane, CheckpointsPane, EventLog, LossPlot, SamplesPane, StatusPane
+from ..widgets import ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, SamplesPane, StatusPane
 
 
 class DashboardScreen(Screen):
@@ -41,7 +40,7 @@ class DashboardScreen(Screen):
             with Horizontal(id="row-bottom", classes="row"):
                 yield EventLog(id="events", classes="pane")
                 yield SamplesPane(id="samples", classes="pane")
-        yield Footer(compact=True)   # also spares restyling every key at start-up
+        yield KeyBar()
 
     _ready = False
     _early_notices: list[Notice]

@@ -4,8 +4,9 @@ repaints only when its own part of it changed."""
 from .arms import ArmsPane
 from .checkpoints import CheckpointsPane
 from .events import EventLog
+from .keybar import KeyBar
 from .loss_plot import LossPlot
 from .samples import SamplesPane
 from .status import StatusPane
 
-__all__ = ["ArmsPane", "CheckpointsPane", "EventLog", "LossPlot", "SamplesPane", "StatusPane"]
+__all__ = ["ArmsPane", "CheckpointsPane", "EventLog", "KeyBar", "LossPlot", "SamplesPane", "StatusPane"]

@@ -1,0 +1,48 @@
+"""The dashboard's footer: its keys on one line (``c checkpoint  s stop ...``), each clickable.
+
+Textual's Footer builds and styles a widget per key and rebuilds them whenever the
+bindings change. The dashboard's keys are fixed, and drawing them as one line of Text
+brings its first full frame about 0.1 s sooner (bench console)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.widgets import Static
+
+
+class KeyBar(Static):
+    COMPONENT_CLASSES = {"key-bar--key", "key-bar--description"}
+    DEFAULT_CSS = """
+    KeyBar {
+        dock: bottom;
+        height: 1;
+        background: $footer-background;
+        .key-bar--key { color: $footer-key-foreground; text-style: bold; }
+        .key-bar--description { color: $footer-description-foreground; }
+    }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.keys: list[tuple[int, int, str]] = []       # (first column, end column, key)
+
+    def on_mount(self) -> None:
+        key_style = self.get_component_rich_style("key-bar--key")
+        description_style = self.get_component_rich_style("key-bar--description")
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for key, active in self.screen.active_bindings.items():
+            binding = active.binding
+            if not binding.show:
+                continue
+            start = len(text)
+            text.append(self.app.get_key_display(binding), style=key_style)
+            text.append(f" {binding.description}", style=description_style)
+            self.keys.append((start, len(text), key))
+            text.append("  ")
+        self.update(text)
+
+    def on_click(self, event: events.Click) -> None:
+        for start, end, key in self.keys:
+            if start <= event.x < end:
+                self.app.simulate_key(key)            # as a key press, like Textual's Footer
