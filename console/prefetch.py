@@ -55,7 +55,7 @@ class HistoryPrefetch:
             self._reaped = True
             if os.waitstatus_to_exitcode(status) != 0:
                 return None
-            return _receive(os.pread(self._data_fd, os.fstat(self._data_fd).st_size, 0))
+            return _receive(_read_all(self._data_fd))
         except (OSError, ValueError, KeyError, TypeError, struct.error):
             return None
         finally:
@@ -136,6 +136,19 @@ def _send(out, history: "LossHistory", update: "HistoryUpdate") -> None:
     out.write(header)
     for arr in columns.values():
         out.write(memoryview(arr).cast("B"))
+
+
+def _read_all(fd: int) -> bytes:
+    """The whole file: one read, unless the kernel caps it (about 2 GiB a call on Linux)."""
+    size = os.fstat(fd).st_size
+    parts, offset = [], 0
+    while offset < size:
+        chunk = os.pread(fd, size - offset, offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _receive(data: bytes) -> "tuple[LossHistory, HistoryUpdate]":
