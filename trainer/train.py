@@ -23,7 +23,7 @@ from trainer.outputs import RunOutputs
 from trainer.resume import save_checkpoint
 from trainer.rundir import latest_resumable
 from trainer.samples import audit_samples
-from trainer.signals import SignalFlags
+from trainer.signals import STOP_NAMES, SignalFlags
 from trainer.state import TrainingState
 
 EMA_LOSS = 0.98       # smoothing of the displayed EMA loss
@@ -109,7 +109,7 @@ def _checkpoint_and_signals(state: TrainingState, out: RunOutputs, signals: Sign
     while True:
         requests = signals.take(covered_until)
         for name in requests.names:
-            action = "stop" if name in ("SIGTERM", "SIGINT") else "checkpoint"
+            action = "stop" if name in STOP_NAMES else "checkpoint"
             out.event("signal", state.step, f"{name} received: {action} at step {state.step}",
                       signal=name, action=action, during_checkpoint=during_write)
         stop = stop or requests.stop
