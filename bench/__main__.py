@@ -3,18 +3,28 @@
 Each ``bench/bench_*.py`` module exposes ``run() -> list[Result]``. A result compares a
 measurement with a baseline taken in the same process (or the same run), because these
 machines are noisy: the ratio is what is reported and what the targets are about.
+Each module runs in a process of its own, so that none measures in a process another has
+changed (the trainer's imports torch and starts its threads; the console never does).
 Run one module with ``python -m bench history``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
 import pkgutil
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import bench
 from bench.common import Result, print_table
+
+ONE = "--one"        # internal: run one module here, print its results as JSON
+MARK = "bench results: "     # the line of JSON among whatever else the module's processes print
+ROOT = Path(bench.__file__).resolve().parents[1]
 
 
 def main(argv: list[str]) -> int:
@@ -27,13 +37,28 @@ def main(argv: list[str]) -> int:
     results: list[Result] = []
     for name in wanted:
         started = time.perf_counter()
-        module = importlib.import_module(f"bench.bench_{name}")
         print(f"# {name} ...", file=sys.stderr, flush=True)
-        results.extend(module.run())
+        out = subprocess.run([sys.executable, "-m", "bench", ONE, name], stdout=subprocess.PIPE, text=True,
+                             cwd=ROOT)
+        if out.returncode != 0:
+            print(f"# {name}: failed with exit status {out.returncode}", file=sys.stderr)
+            return 1
+        lines = out.stdout.splitlines()
+        sys.stderr.writelines(line + "\n" for line in lines if not line.startswith(MARK))
+        results.extend(Result(**fields) for fields in json.loads(next(
+            line[len(MARK):] for line in reversed(lines) if line.startswith(MARK))))
         print(f"# {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     print_table(results)
     return 0 if all(r.met is not False for r in results) else 1
 
 
+def run_one(name: str) -> int:
+    results = importlib.import_module(f"bench.bench_{name}").run()
+    print(MARK + json.dumps([dataclasses.asdict(r) for r in results]), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == [ONE]:
+        sys.exit(run_one(sys.argv[2]))
     sys.exit(main(sys.argv[1:]))
