@@ -12,8 +12,8 @@ import sys
 import time
 from collections import Counter
 
-from tests.trainer.trainer_runs import (ROOT, events, start_trainer, step_lines, stop_process, trainer_cmd,
-                                        wait_for)
+from tests.trainer.trainer_runs import (ROOT, events, start_trainer, step_lines, stop_cleanly, stop_process,
+                                        trainer_cmd, wait_for)
 from trainer.rundir import list_checkpoints, load_run_config, read_samples, verify_checksum, write_run_config
 from trainer.rundir.checkpoint import SLOW_WRITE_ENV
 
@@ -60,9 +60,7 @@ def test_two_consoles_at_once_are_harmless(trainer_run):
         assert 1 <= len(set(paths)) <= 2
         steps = one_checkpoint_per_step(run)
         assert 1 <= len(steps) <= 2
-        assert proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        err = stop_cleanly(proc)
     finally:
         stop_process(proc)
     assert proc.returncode == 0, err
@@ -82,9 +80,7 @@ def test_a_sigusr1_storm_gives_at_most_one_checkpoint_per_step(trainer_run, reli
         assert elapsed < 1.5
         wait_for(lambda: events(run, "signal") and last_step(run) > max(e["step"] for e in events(run, "signal")),
                  what="training after the storm")
-        assert proc.poll() is None
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        err = stop_cleanly(proc)
     finally:
         stop_process(proc)
     assert proc.returncode == 0, err

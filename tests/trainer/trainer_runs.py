@@ -110,6 +110,14 @@ def snapshot(run_dir: Path) -> dict[str, tuple[int, int, str]]:
     return out
 
 
+def stop_cleanly(proc: subprocess.Popen) -> str:
+    """SIGTERM a trainer that must still be running and wait for it; returns its stderr
+    (the caller asserts the exit status)."""
+    assert proc.poll() is None, "the trainer exited before it was stopped"
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=60)[1]
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     """Test teardown: SIGTERM a trainer we started, if still running, and reap it."""
     if proc.poll() is None:
