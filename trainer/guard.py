@@ -10,8 +10,9 @@ or the final one at ``--max-steps``) that fails stops the trainer with exit stat
 and a message naming the checkpoint it can resume from. A live sidecar (``.state.json``,
 ``.samples.json``) that cannot be written is logged as a ``write_failed`` event and
 retried at its next write (:mod:`trainer.outputs`). A history line that cannot be
-appended is an unexpected error (exit 1): on a disk so full that a few hundred bytes do
-not fit, nothing can be recorded, and the newest checkpoint is still intact.
+appended stops the trainer with exit status 3 (it would otherwise train unrecorded): on a
+disk so full that a few hundred bytes do not fit, nothing can be recorded, and the
+newest checkpoint is still intact.
 
 **Divergence**: a step whose loss or gradient norm is not finite is recorded (loss
 ``null`` with ``"nonfinite": "nan"|"inf"``, DESIGN.md section 4) and its update is
