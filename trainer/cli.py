@@ -437,14 +437,14 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
 def _record_pivot(plan: Plan, out: Any) -> None:
     """The ``pivot`` event, when this start is step 6 of a polish pivot: the journal says
     the new policy is written and names the checkpoint this process resumed from."""
-    from trainer.rundir.pivot import read_journal
+    from trainer.rundir.pivot import policy_text, read_journal
 
     journal, _ = read_journal(plan.run_dir)
     step = plan.checkpoint.step if plan.checkpoint else None
     if journal is None or journal.stage != "config_written" or journal.final_step != step:
         return
     out.event("pivot", step, f"polish pivot at step {step}: samples and bandit state archived to "
-                             f"{journal.archive}; fresh bandit under caps/floors {journal.new_policy}",
+                             f"{journal.archive}; fresh bandit under [floor, cap] {policy_text(journal.new_policy)}",
               archive=journal.archive, policy=journal.new_policy, old_policy=journal.old_policy,
               dropped=journal.dropped, audit_step=journal.audit_step)
 

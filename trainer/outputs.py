@@ -17,7 +17,7 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainer.bandit import OnlineDataMixer
 from trainer.guard import SafetyStop, describe_os_error
@@ -51,7 +51,7 @@ class RunOutputs:
     def step(self, step: int, loss: float, lr: float, grad_norm: float, arm: str, tokens: int, **extra: Any) -> None:
         self._append(lambda: self.history.step(step, loss, lr, grad_norm, arm, tokens, time.time(), **extra))
 
-    def _append(self, write: Any) -> None:
+    def _append(self, write: Callable[[], None]) -> None:
         """A history line that cannot be appended stops the trainer: it would train unrecorded."""
         try:
             write()
@@ -69,7 +69,7 @@ class RunOutputs:
         self.event("checkpoint_failed", step, message, reason=reason, error=describe_os_error(err), errno=err.errno)
         self.history.fsync()
 
-    def _live_write(self, name: str, step: int, write: Any) -> None:
+    def _live_write(self, name: str, step: int, write: Callable[[], None]) -> None:
         try:
             write()
         except OSError as err:
