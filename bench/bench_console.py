@@ -94,8 +94,8 @@ def _ingest_and_repaint(run_dir: Path, rounds: int = 20) -> float:
 
     from console.app import ConsoleApp
     from console.messages import SnapshotReady
-    from console.snapshot import HISTORY
-    from trainer.rundir import LossHistoryWriter
+    from rundir.layout import HISTORY
+    from rundir import LossHistoryWriter
 
     from console.widgets import loss_plot
 
@@ -132,7 +132,7 @@ def _cpu_while_writing(run_dir: Path) -> tuple[float, int]:
 
     import psutil
 
-    from trainer.rundir import LossHistoryWriter, write_state
+    from rundir import LossHistoryWriter, write_state
 
     warmup = 6.0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

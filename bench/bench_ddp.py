@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _make_run(run_dir: Path) -> None:
     """A run.toml of ``PRESET`` with three generated text arms (no stdlib reading)."""
-    from trainer.rundir import RunConfig, write_run_config
-    from trainer.rundir.config import ArmConfig
+    from rundir import RunConfig, write_run_config
+    from rundir.config import ArmConfig
 
     run_dir.mkdir(parents=True)
     (run_dir / "data").mkdir()
@@ -66,7 +66,7 @@ def _worker(run_dir: Path, out_json: Path) -> None:
     from trainer.outputs import RunOutputs
     from trainer.progress import Progress
     from trainer.resume import build_state
-    from trainer.rundir import load_run_config
+    from rundir import load_run_config
     from trainer.signals import SignalFlags
     from trainer.train import train
 

@@ -16,7 +16,7 @@ import orjson
 
 from bench.common import Result, paired_ratio
 from tests.rundirs import make_run
-from trainer.rundir import LossHistory, LossHistoryWriter
+from rundir import LossHistory, LossHistoryWriter
 
 ENTRIES = 200_000
 

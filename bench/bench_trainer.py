@@ -33,7 +33,7 @@ from trainer.model import GPT
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
-from trainer.rundir import RunConfig, write_checkpoint
+from rundir import RunConfig, write_checkpoint
 from trainer.signals import SignalFlags
 from trainer.train import train
 

@@ -1,6 +1,6 @@
 """The operator console: a thin Textual app that routes screens and keys.
 
-The work is elsewhere: :mod:`console.snapshot` reads the run directory (in a thread
+The work is elsewhere: :mod:`console.reader` reads the run directory (in a thread
 worker), :mod:`console.watcher` watches it (in another), :mod:`console.supervise`
 signals the verified trainer (in a third), and the panes in :mod:`console.widgets`
 paint what they are given. Threads only post messages; widgets change on the UI thread.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import signal
 import subprocess
 import threading
 import time
@@ -22,12 +21,16 @@ from textual.app import App
 from textual.binding import Binding
 from textual.worker import get_current_worker
 
+from rundir import checkpoint_stamps
+from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, CONFIG, DIRECTORY, STOP_SIGNAL, TRAINER
+
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
-from .pivot import pending_pivot
+from .pivot_runner import pending_pivot
 from .plot import PlotOptions
+from .reader import CheckpointRequest, RunReader
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
-from .snapshot import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER, Notice, RunReader, RunSnapshot, TrainerView
 from .supervise import send, wait_for_checkpoint, wait_for_exit
+from .views import Notice, RunSnapshot, TrainerView
 from .watcher import watch_run
 
 # Reads are coalesced: at most one every MIN_READ_INTERVAL_S when a checkpoint, the
@@ -191,9 +194,15 @@ class ConsoleApp(App[None]):
     @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
     def checkpoint_now(self) -> None:
         worker = get_current_worker()
-        result = send(self.run_dir, signal.SIGUSR1)
+        # The reader reports the landing (one notice, with the delay), so it learns of the
+        # request before the signal can be answered; this worker only makes sure a read
+        # happens, and reports a request that is never answered.
+        request = CheckpointRequest(time.time(), checkpoint_stamps(self.run_dir))
+        self.reader.expect_checkpoint(request)
+        result = send(self.run_dir, CHECKPOINT_SIGNAL, request.baseline)
         self.notify_from_thread(result.message, "action" if result.ok else "warn")
         if not result.ok:
+            self.reader.forget_checkpoint(request)
             return
         info, why = wait_for_checkpoint(self.run_dir, result, SIGNAL_TIMEOUT_S, lambda: worker.is_cancelled)
         if worker.is_cancelled:
@@ -201,8 +210,6 @@ class ConsoleApp(App[None]):
         if info is None:
             self.notify_from_thread(f"checkpoint request: {why}", "error")
             return
-        self.notify_from_thread(f"requested checkpoint landed: {info.path.name} (step {info.step:,}, "
-                                f"{time.time() - result.sent_at:.1f} s after the signal)", "good")
         self.post_message(FilesChanged(frozenset({CHECKPOINTS})))
 
     def action_stop(self) -> None:
@@ -225,7 +232,7 @@ class ConsoleApp(App[None]):
     @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
     def stop_trainer(self) -> None:
         worker = get_current_worker()
-        result = send(self.run_dir, signal.SIGTERM)
+        result = send(self.run_dir, STOP_SIGNAL)
         self.notify_from_thread(result.message, "action" if result.ok else "warn")
         if not result.ok:
             return

@@ -23,12 +23,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import signal
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
 
 from .prefetch import start_history_prefetch
 
@@ -87,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.stall_after is not None:
         if not args.stall_after > 0:           # also refuses nan
             return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
-        from . import snapshot
-        snapshot.STALL_AFTER_S = args.stall_after      # every reader of this process, the dashboard's too
     if args.start and (args.once or args.json or args.checkpoint or args.stop):
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)
@@ -107,15 +106,16 @@ def main(argv: list[str] | None = None) -> int:
             return code
     elif run_dir.exists() and not run_dir.is_dir():
         return _fail(f"{run_dir} is not a directory", EXIT_USAGE)
-    open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window)
+    open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window, stall_after=args.stall_after)
     if child is not None and child.poll() is None:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
               f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
     return EXIT_OK
 
 
-def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, customize: Callable[[type], type] | None = None,
-                   run_options: dict[str, Any] | None = None, **app_options: Any) -> None:
+def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, stall_after: float | None = None,
+                   customize: Callable[[type], type] | None = None, run_options: dict[str, Any] | None = None,
+                   **app_options: Any) -> None:
     """Open the dashboard on ``run_dir`` and return when it quits. Start-up is arranged for
     the first full frame: the history is parsed by a forked child while Textual and the
     panes are imported, and the garbage collector stays off until that frame (start-up
@@ -126,11 +126,11 @@ def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, customize: Callabl
         try:
             from .app import ConsoleApp          # Textual only for the dashboard
             from .plot import PlotOptions
-            from .snapshot import RunReader
+            from .reader import RunReader
 
             app_class = customize(ConsoleApp) if customize else ConsoleApp
             app = app_class(run_dir, options=PlotOptions(smoothing=smoothing),
-                            reader=RunReader(run_dir, prefetch=prefetch), **app_options)
+                            reader=RunReader(run_dir, prefetch=prefetch, stall_after=stall_after), **app_options)
             app.run(**(run_options or {}))
         finally:
             if prefetch is not None:
@@ -156,10 +156,10 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         try:
             from .plot import PlotOptions
             from .report import render_text, to_json
-            from .snapshot import RunReader
+            from .reader import RunReader
 
             now = time.time()
-            snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch).read()
+            snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch, stall_after=args.stall_after).read()
         finally:
             if prefetch is not None:
                 prefetch.close()
@@ -178,8 +178,7 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
 
     if not run_dir.is_dir():
         return _fail(f"{run_dir}: no such run directory; nothing to signal", EXIT_REFUSED)
-    sig = signal.SIGUSR1 if args.checkpoint else signal.SIGTERM
-    result = send(run_dir, sig)
+    result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
     if not result.ok:
         return _fail(result.message, EXIT_REFUSED)
     print(result.message, file=sys.stderr)
@@ -195,7 +194,7 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
-    from .pivot import STEP_TITLES, PivotRequest, PivotRunner, parse_assignments, rollback_pivot
+    from .pivot_runner import STEP_TITLES, PivotRequest, PivotRunner, parse_assignments, rollback_pivot
 
     if not run_dir.is_dir():
         return _fail(f"{run_dir}: no such run directory", EXIT_USAGE)
@@ -230,7 +229,7 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def _start(run_dir: Path, preset: str | None):
-    from trainer.rundir import verify_trainer
+    from rundir import verify_trainer
 
     from .supervise import launch_command, start_trainer
 

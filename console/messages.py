@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from .snapshot import Notice, RunSnapshot
+from .views import Notice, RunSnapshot
 
 if TYPE_CHECKING:
-    from .pivot import PivotOutcome
+    from .pivot_runner import PivotOutcome
 
 
 @dataclass

@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 from rich.text import Text
+
+from rundir.layout import EVENT_PIVOT, EVENT_RESUME
+
+if TYPE_CHECKING:
+    from rundir import CheckpointInfo, HistoryEvent
 
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
@@ -150,6 +156,17 @@ class Canvas:
     log_y: bool
     markers: list[tuple[int, str]] = field(default_factory=list)   # (cell column, kind)
     empty_reason: str = ""
+
+
+def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent]) -> list[Marker]:
+    """What earns a marker on the loss plot: checkpoints on disk, resumes and pivots."""
+    marks = [Marker(c.step, "checkpoint") for c in checkpoints if c.status != "invalid"]
+    for ev in events:
+        if ev.event in (EVENT_RESUME, EVENT_PIVOT):
+            step = ev.step if ev.step is not None else ev.data.get("from_step")
+            if isinstance(step, int):
+                marks.append(Marker(step, ev.event))
+    return marks
 
 
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:

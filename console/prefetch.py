@@ -21,13 +21,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rundir.layout import LOSS_JSON  # the vocabulary only: no numpy before the fork
+
 if TYPE_CHECKING:                      # numpy and the reader are imported by whoever reads
-    from trainer.rundir.history import HistoryUpdate, LossHistory
+    from rundir.history import HistoryUpdate, LossHistory
 
 # Below this the history reads in well under a tenth of a second: not worth a process.
 PREFETCH_MIN_BYTES = 4 << 20
-# trainer.rundir.LOSS_JSON, not imported from there: that would import numpy before the fork.
-HISTORY_FILE = ".loss.json"
 # A child still reading after this long (a hung file system) is killed and the parent reads.
 PREFETCH_TIMEOUT_S = 120.0
 _LENGTH = struct.Struct("<Q")
@@ -81,7 +81,7 @@ def start_history_prefetch(run_dir: str | os.PathLike[str]) -> HistoryPrefetch |
     """Fork a child that reads the run's history; None when it is small, missing, or this
     process cannot fork safely (it already runs other threads, whose locks a child
     could inherit held)."""
-    history_path = Path(run_dir) / HISTORY_FILE
+    history_path = Path(run_dir) / LOSS_JSON
     try:
         if os.stat(history_path).st_size < PREFETCH_MIN_BYTES:
             return None
@@ -112,7 +112,7 @@ def _child(path: Path, data_fd: int) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        from trainer.rundir.history import LossHistory
+        from rundir.history import LossHistory
 
         history = LossHistory(path)
         update = history.refresh()
@@ -154,7 +154,7 @@ def _read_all(fd: int) -> bytes:
 def _receive(data: bytes) -> "tuple[LossHistory, HistoryUpdate]":
     import numpy as np
 
-    from trainer.rundir.history import HistoryUpdate, LossHistory
+    from rundir.history import HistoryUpdate, LossHistory
 
     (length,) = _LENGTH.unpack_from(data)
     offset = _LENGTH.size + length

@@ -13,9 +13,9 @@ from typing import Any
 
 from rich.console import Console
 
-from .plot import Marker, PlotOptions, plot_text
-from .snapshot import (RunSnapshot, format_age, format_float, format_pct, format_rate, format_size,
-                       plot_markers, printable, stall_text)
+from .format import format_age, format_float, format_pct, format_rate, format_size, printable, stall_text
+from .plot import PlotOptions, plot_markers, plot_text
+from .views import RunSnapshot
 
 
 def _num(x: Any) -> Any:
@@ -89,7 +89,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         buf = io.StringIO()
         Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
             plot_text(h.step, h.loss, width, plot_height, opts,
-                      [Marker(s, k) for s, k in plot_markers(snap)]))
+                      plot_markers(snap.checkpoints, snap.history.events)))
         lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot)")
         lines.extend(buf.getvalue().rstrip("\n").splitlines())
         lines.append("")

@@ -1,8 +1,10 @@
 """Operating the trainer: launch it detached, signal it (verified only), wait for the effect.
 
 Shared by the CLI (``--start``, ``--checkpoint``, ``--stop``) and the dashboard's keys.
-Nothing here ever signals a process that :func:`trainer.rundir.verify_trainer` did not
-verify: :func:`trainer.rundir.signal_trainer` checks again right before sending.
+Nothing here ever signals a process that :func:`rundir.verify_trainer` did not
+verify: :func:`rundir.signal_trainer` checks again right before sending. A wait for a
+checkpoint compares the checkpoints with those before the signal
+(:func:`rundir.newest_complete_since`), as the dashboard's reader does.
 """
 
 from __future__ import annotations
@@ -13,17 +15,15 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 import psutil
 
-from trainer.rundir import (CheckpointInfo, ConfigError, Verification, inspect_checkpoint, latest_resumable,
-                            load_run_config,
-                            signal_trainer, verify_trainer)
-
-from .snapshot import TRAINER_LOG
+from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, latest_resumable,
+                    load_run_config, newest_complete_since, signal_trainer, verify_trainer)
+from rundir.layout import TRAINER_LOG
 
 POLL_S = 0.1
 
@@ -36,16 +36,16 @@ class SignalResult:
     message: str
     verification: Verification
     sent_at: float
-    baseline: frozenset[tuple[str, int, int | None]] = frozenset()   # checkpoints (name, .bin and .json mtimes) before the signal
+    baseline: dict[str, CheckpointStamp] = field(default_factory=dict)    # the checkpoints before the signal
 
 
 def trainer_executable() -> list[str]:
-    """``andrea-train`` beside this interpreter, else on PATH, else ``python -m trainer.cli``."""
+    """``andrea-train`` beside this interpreter, else on PATH, else ``python -m trainer``."""
     sibling = Path(sys.executable).with_name("andrea-train")
     if sibling.exists():
         return [str(sibling)]
     found = shutil.which("andrea-train")
-    return [found] if found else [sys.executable, "-m", "trainer.cli"]
+    return [found] if found else [sys.executable, "-m", "trainer"]
 
 
 def launch_command(run_dir: str | os.PathLike[str], preset: str | None = None,
@@ -78,35 +78,12 @@ def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None,
                                 start_new_session=True, close_fds=True)
 
 
-def _checkpoint_stamps(run_dir: Path) -> dict[str, tuple[str, int, int | None]]:
-    """``{path: (name, .bin mtime_ns, .json mtime_ns or None)}`` of every ``step_*.bin``: stats only, no file is read."""
-    stamps = {}
-    try:
-        for entry in os.scandir(run_dir):
-            if entry.name.startswith("step_") and entry.name.endswith(".bin"):
-                try:
-                    # The .json's time too: a .bin seen before its .json landed is not yet
-                    # a complete checkpoint, and must count as new once the .json is there.
-                    try:
-                        sidecar = os.stat(entry.path[:-4] + ".json").st_mtime_ns
-                    except FileNotFoundError:
-                        sidecar = None
-                    stamps[entry.path] = (entry.name, entry.stat().st_mtime_ns, sidecar)
-                except OSError:
-                    pass
-    except OSError:
-        pass
-    return stamps
-
-
-def _checkpoint_keys(run_dir: Path) -> frozenset[tuple[str, int, int | None]]:
-    return frozenset(_checkpoint_stamps(run_dir).values())
-
-
-def send(run_dir: str | os.PathLike[str], sig: signal.Signals) -> SignalResult:
-    """Verify, then signal. Never signals an unverified process."""
+def send(run_dir: str | os.PathLike[str], sig: signal.Signals,
+         baseline: dict[str, CheckpointStamp] | None = None) -> SignalResult:
+    """Verify, then signal. Never signals an unverified process. ``baseline`` is the
+    checkpoints before the signal (taken now when not given)."""
     run_dir = Path(run_dir)
-    baseline = _checkpoint_keys(run_dir)
+    baseline = checkpoint_stamps(run_dir) if baseline is None else baseline
     sent_at = time.time()
     v = signal_trainer(run_dir, sig)
     name = signal.Signals(sig).name
@@ -124,14 +101,6 @@ def refusal(v: Verification) -> str:
             "unreadable": "the .trainer.json record is unreadable: "}.get(v.state, "") + v.reason
 
 
-def new_checkpoint(run_dir: Path, baseline: frozenset[tuple[str, int, int | None]]) -> CheckpointInfo | None:
-    """The newest complete checkpoint written since ``baseline`` was taken, if any. Only
-    new or rewritten files are inspected (a real sidecar is about 1 MB of JSON)."""
-    fresh = [inspect_checkpoint(path) for path, key in _checkpoint_stamps(run_dir).items() if key not in baseline]
-    complete = [info for info in fresh if info.status == "complete"]
-    return max(complete, key=lambda i: i.step) if complete else None
-
-
 def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,
                         cancelled: Callable[[], bool] = lambda: False) -> tuple[CheckpointInfo | None, str]:
     """After a SIGUSR1: wait for the new complete checkpoint; ``(info, "")`` or ``(None, why not)``."""
@@ -139,11 +108,11 @@ def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, t
     deadline = time.monotonic() + timeout
     record = result.verification.record
     while time.monotonic() < deadline and not cancelled():
-        info = new_checkpoint(run_dir, result.baseline)
+        info = newest_complete_since(run_dir, result.baseline)
         if info is not None:
             return info, ""
         if record is not None and not _alive(record.pid, record.create_time):
-            info = new_checkpoint(run_dir, result.baseline)
+            info = newest_complete_since(run_dir, result.baseline)
             return (info, "") if info else (None, f"trainer pid {record.pid} exited without a new checkpoint")
         time.sleep(POLL_S)
     return None, f"no new checkpoint within {timeout:g} s"
@@ -180,7 +149,7 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
         parts[0] += f" with code {child.returncode}"
     after = verify_trainer(run_dir)
     parts[0] += " cleanly (it removed .trainer.json)" if after.state == "stopped" else f", leaving a {after.state} record"
-    final = new_checkpoint(run_dir, result.baseline)
+    final = newest_complete_since(run_dir, result.baseline)
     if final is not None:
         parts.append(f"final checkpoint {final.path}")
     elif after.state == "stopped" and (newest := latest_resumable(run_dir)) is not None:

@@ -2,7 +2,7 @@
 
 :func:`watch_run` blocks until ``stop`` is set; the app runs it in a thread worker. It
 maps each batch of changed paths to the kinds of file they are (see
-:func:`console.snapshot.kind_of`) and hands them to ``post``; it never touches a widget.
+:func:`rundir.layout.kind_of`) and hands them to ``post``; it never touches a widget.
 A run directory that does not exist yet (or disappears) is polled for until it does.
 """
 
@@ -14,7 +14,7 @@ from typing import Callable
 
 import watchfiles
 
-from .snapshot import ALL_KINDS, kind_of
+from rundir.layout import ALL_KINDS, kind_of
 
 # watchfiles batches changes: it yields once no change came for STEP_MS, or after
 # DEBOUNCE_MS at the latest. A trainer that writes every 100 ms therefore wakes the

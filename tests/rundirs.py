@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from trainer.rundir import (LossHistoryWriter, RunConfig, write_checkpoint, write_run_config,
+from rundir import (LossHistoryWriter, RunConfig, write_checkpoint, write_run_config,
                             write_samples, write_state)
 
 EPOCH = 1_764_403_200.0          # 2025-11-29 08:00:00 UTC: the fixed clock of generated runs

@@ -27,7 +27,7 @@ import math
 import random
 from typing import Any
 
-from trainer.rundir.config import BanditConfig
+from rundir.config import BanditConfig
 
 STATE_VERSION = 1
 

@@ -21,46 +21,31 @@ policy stopped it (the run diverged, or a checkpoint it had to write failed: see
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
 
-from trainer.data import ArmData, ArmDataError, ByteTokenizer
+from rundir import LossHistory, RunLock, TrainerRecord, remove_trainer_record, write_run_config, write_trainer_record
+from rundir.atomic import remove_stale_temps
+from rundir.checkpoint import arrays_checksum
+from rundir.config import PRESETS
+from rundir.layout import LOSS_JSON
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
 from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
 from trainer.outputs import RunOutputs
+from trainer.preflight import BAD_INPUT, DEFAULT_PRESET, Plan, plan_and_lock, plan_run
 from trainer.progress import Progress
-from trainer.resume import ResumeError, build_state, check_compatible
-from trainer.rundir import (CheckpointError, CheckpointInfo, ConfigError, LossHistory, RunConfig, RunLock,
-                            RunLockedError, TrainerRecord, inspect_checkpoint, latest_resumable, list_checkpoints,
-                            load_run_config, read_state, remove_trainer_record, verify_checksum,
-                            write_run_config, write_trainer_record)
-from trainer.rundir.atomic import remove_stale_temps
-from trainer.rundir.checkpoint import arrays_checksum
-from trainer.rundir.config import RUN_TOML, PRESETS, validate_policy
-from trainer.rundir.process import LOCK_FILE
-from trainer.rundir.sidecars import ArmState, BanditState
-from trainer.rundir.zombies import find_zombies
+from trainer.resume import build_state
 from trainer.signals import SignalFlags
 from trainer.state import TrainingState, flat_moments, flat_weights
 from trainer.train import train
 
 PROG = "andrea-train"
-DEFAULT_PRESET = "tiny"
-# Flags that override run.toml's [run] section for this process (recorded in the
-# start/resume event, never written back to an existing run.toml).
-RUN_FLAGS = ("max_steps", "checkpoint_every", "sample_every", "device", "seed")
-
-
-class InputError(ValueError):
-    """Bad input: reported as one line, exit status 2, run directory untouched."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,133 +90,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-@dataclass
-class Plan:
-    """Everything decided before the run directory is touched."""
-
-    run_dir: Path
-    config: RunConfig
-    create_run_toml: bool
-    overrides: dict[str, Any]
-    device: str
-    checkpoint: CheckpointInfo | None
-    arms: dict[str, ArmData]
-    zombies: dict[str, str]
-    fresh_bandit: bool
-    threads: int
-    nothing_to_do: str = ""
-
-
-def _resolve_config(args: argparse.Namespace, run_dir: Path) -> tuple[RunConfig, bool, dict[str, Any]]:
-    if (run_dir / RUN_TOML).exists():
-        config = load_run_config(run_dir)
-        if args.preset and args.preset != config.run.preset:
-            raise InputError(f"{run_dir / RUN_TOML} says preset {config.run.preset!r}, --preset says {args.preset!r}: "
-                             "the model of an existing run is changed in run.toml, not by a flag")
-        create = False
-    else:
-        config = RunConfig.from_preset(args.preset or DEFAULT_PRESET, name=run_dir.resolve().name)
-        create = True
-    overrides = {name: getattr(args, name) for name in RUN_FLAGS if getattr(args, name) is not None}
-    if "checkpoint_every" in overrides and "sample_every" not in overrides:
-        overrides["sample_every"] = overrides["checkpoint_every"]      # keep the audit aligned
-    try:
-        config.run = dataclasses.replace(config.run, **overrides)
-    except ConfigError as err:
-        raise InputError(str(err).replace("run.toml: run.", "--").replace("_", "-")) from None
-    return config, create, overrides
-
-
-def _resolve_device(requested: str) -> str:
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"device {requested!r}: CUDA is not available on this machine")
-    return requested
-
-
-def _choose_checkpoint(resume: str, run_dir: Path, config: RunConfig) -> CheckpointInfo | None:
-    infos = list_checkpoints(run_dir)
-    if resume == "none":
-        usable = [i for i in infos if i.resumable]
-        if usable:
-            raise InputError(f"{run_dir} already has checkpoints (newest {usable[-1].path.name}): --resume none would "
-                             "overwrite them; use a new run directory")
-        return None
-    if resume == "latest":
-        if infos and not infos[-1].resumable:
-            bad = infos[-1]
-            raise InputError(f"{bad.path}: {bad.reason}; refusing to resume past it: move it away or pass "
-                             "--resume PATH")
-        chosen = latest_resumable(run_dir)
-    else:
-        path = Path(resume)
-        if not path.exists() and (run_dir / resume).exists():
-            path = run_dir / resume
-        chosen = inspect_checkpoint(path)
-        if not chosen.resumable:
-            raise InputError(f"{path}: {chosen.reason}")
-    if chosen is None:
-        return None
-    if chosen.status == "complete" and (problem := verify_checksum(chosen)):
-        raise InputError(f"{chosen.path}: {problem}")
-    try:
-        check_compatible(chosen, config, ByteTokenizer())
-    except ResumeError as err:
-        raise InputError(str(err)) from None
-    return chosen
-
-
-def _carried_arms(run_dir: Path, checkpoint: CheckpointInfo | None) -> list[BanditState]:
-    """The bandit states that carry arms from earlier: ``.state.json`` and the checkpoint's."""
-    carried = []
-    live = read_state(run_dir)
-    if live.ok:
-        carried.append(live.value)
-    saved = (checkpoint.sidecar or {}).get("bandit") if checkpoint else None
-    if isinstance(saved, dict) and isinstance(saved.get("arms"), dict):
-        arms = {n: ArmState(n, source=str(a.get("source", ""))) for n, a in saved["arms"].items() if isinstance(a, dict)}
-        carried.append(BanditState(1, 0, {}, {}, arms, {}, saved))
-    return carried
-
-
-def plan_run(args: argparse.Namespace) -> Plan:
-    """Read and check everything (config, checkpoint, arms, zombies); write nothing."""
-    run_dir = Path(args.run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise InputError(f"{run_dir} exists and is not a directory")
-    config, create, overrides = _resolve_config(args, run_dir)
-    device = _resolve_device(config.run.device)
-    checkpoint = _choose_checkpoint(args.resume, run_dir, config)
-    if checkpoint and config.run.max_steps and checkpoint.step >= config.run.max_steps:
-        return Plan(run_dir, config, create, overrides, device, checkpoint, {}, {}, args.fresh_bandit, args.threads,
-                    nothing_to_do=f"{run_dir}: already at step {checkpoint.step} "
-                                  f"(max-steps {config.run.max_steps}): nothing to do")
-    if args.fresh_bandit and checkpoint is None:
-        raise InputError("--fresh-bandit needs a checkpoint to resume from")
-
-    zombies: dict[str, str] = {}
-    for carried in _carried_arms(run_dir, checkpoint):
-        for name, reason in find_zombies(carried, config, run_dir).items():
-            zombies.setdefault(name, reason)
-    arms = {}
-    for name, arm in config.arms.items():
-        if name in zombies:
-            continue
-        try:
-            arms[name] = ArmData.load(name, arm.source, run_dir, config.model.block_size)
-        except ArmDataError as err:
-            raise InputError(str(err)) from None
-    try:
-        validate_policy({n: config.arms[n] for n in arms}, where="arms without zombies")
-    except ConfigError as err:
-        raise InputError(str(err)) from None
-    return Plan(run_dir, config, create, overrides, device, checkpoint, arms, zombies, args.fresh_bandit, args.threads)
-
-
-BAD_INPUT = (InputError, ConfigError, CheckpointError, RunLockedError)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ranks = Ranks.from_env()
@@ -245,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args.run_dir)
     lock = RunLock(run_dir)
     try:
-        plan = _plan_and_lock(args, lock)
+        plan = plan_and_lock(args, lock)
         if plan.nothing_to_do:
             print(plan.nothing_to_do, file=sys.stderr)
             return 0
@@ -256,32 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         return _run(plan, args)
     finally:
         lock.release()
-
-
-def _plan_and_lock(args: argparse.Namespace, lock: RunLock, world_size: int = 1) -> Plan:
-    """Plan the run and take the lock (released again on bad input or nothing to do)."""
-    run_dir = Path(args.run_dir)
-    try:
-        # A directory that has a lock file may have a live trainer: ask it first (taking
-        # the lock changes nothing there). A new directory is locked once it is created.
-        locked = (run_dir / LOCK_FILE).exists()
-        if locked:
-            lock.acquire()
-        plan = plan_run(args)
-        if plan.nothing_to_do:
-            lock.release()
-            return plan
-        batch = plan.config.optimizer.batch_size
-        if batch % world_size:
-            raise InputError(f"optimizer.batch_size {batch} is not divisible by the {world_size} processes: each "
-                             "process trains on an equal share of every batch")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not locked:
-            lock.acquire()
-        return plan
-    except BaseException:
-        lock.release()
-        raise
 
 
 def _main_distributed(args: argparse.Namespace, ranks: Ranks) -> int:
@@ -298,7 +130,7 @@ def _main_distributed(args: argparse.Namespace, ranks: Ranks) -> int:
         verdict: dict[str, Any] = {}
         if ranks.writer:
             try:
-                plan = _plan_and_lock(args, lock, ranks.world_size)
+                plan = plan_and_lock(args, lock, ranks.world_size)
                 if plan.nothing_to_do:
                     verdict = {"exit": 0, "message": plan.nothing_to_do}
                 else:
@@ -418,7 +250,7 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
     if ckpt.status == "foreign":
         fresh.insert(0, f"foreign checkpoint ({ckpt.reason}): samplers, RNG and bandit start fresh")
     rerun = None
-    history = LossHistory(plan.run_dir / ".loss.json")
+    history = LossHistory(plan.run_dir / LOSS_JSON)
     history.refresh()
     if history.last_step is not None and history.last_step > ckpt.step:
         rerun = {"from": ckpt.step + 1, "to": history.last_step}
@@ -437,7 +269,7 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
 def _record_pivot(plan: Plan, out: Any) -> None:
     """The ``pivot`` event, when this start is step 6 of a polish pivot: the journal says
     the new policy is written and names the checkpoint this process resumed from."""
-    from trainer.rundir.pivot import policy_text, read_journal
+    from rundir.pivot_files import policy_text, read_journal
 
     journal, _ = read_journal(plan.run_dir)
     step = plan.checkpoint.step if plan.checkpoint else None

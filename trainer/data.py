@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import torch
 
-from trainer.rundir.sources import SourceError, load_source
+from rundir.sources import SourceError, load_source
 
 
 class ByteTokenizer:

@@ -6,8 +6,8 @@ environment variable is set; normal runs never set them.
   backward pass, so that the divergence policy is exercised through the real path.
 
 The library's own hooks live beside the code they slow down or break:
-``ANDREA_TEST_SLOW_WRITE`` (:mod:`trainer.rundir.checkpoint`) and
-``ANDREA_TEST_ENOSPC_AFTER_BYTES`` (:mod:`trainer.rundir.atomic`).
+``ANDREA_TEST_SLOW_WRITE`` (:mod:`rundir.checkpoint`) and
+``ANDREA_TEST_ENOSPC_AFTER_BYTES`` (:mod:`rundir.atomic`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.rundir.config import ModelConfig
+from rundir.config import ModelConfig
 
 
 class CausalSelfAttention(nn.Module):

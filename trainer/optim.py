@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from trainer.rundir.config import OptimizerConfig
+from rundir.config import OptimizerConfig
 
 CLIP_EPS = 1e-6       # as torch.nn.utils.clip_grad_norm_: no division by zero at a zero norm
 

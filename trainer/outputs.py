@@ -1,4 +1,4 @@
-"""The trainer's writes to its run directory, all through :mod:`trainer.rundir`.
+"""The trainer's writes to its run directory, all through :mod:`rundir`.
 
 ``.loss.json`` (a line per step and per event, fsynced at every checkpoint),
 ``.state.json`` (the bandit, every ``state_every`` steps: atomically; durably at
@@ -22,7 +22,8 @@ from typing import Any, Callable
 from trainer.bandit import OnlineDataMixer
 from trainer.guard import SafetyStop, describe_os_error
 from trainer.progress import Progress
-from trainer.rundir import LOSS_JSON, CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
+from rundir import CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
+from rundir.layout import LOSS_JSON, SAMPLES_JSON, STATE_JSON
 
 
 def _describe(fields: dict[str, Any]) -> str:
@@ -82,12 +83,12 @@ class RunOutputs:
         self._failing.discard(name)
 
     def write_state(self, bandit: OnlineDataMixer, step: int, durable: bool = False) -> None:
-        self._live_write(".state.json", step, lambda: write_state(self.run_dir, bandit.sidecar(step), durable=durable))
+        self._live_write(STATE_JSON, step, lambda: write_state(self.run_dir, bandit.sidecar(step), durable=durable))
 
     def add_samples(self, samples: list[dict[str, Any]]) -> None:
         self.samples = (self.samples + samples)[-self.samples_keep:]
         step = samples[-1]["step"] if samples else 0
-        self._live_write(".samples.json", step, lambda: write_samples(self.run_dir, self.samples))
+        self._live_write(SAMPLES_JSON, step, lambda: write_samples(self.run_dir, self.samples))
 
     def close(self) -> None:
         try:

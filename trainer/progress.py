@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-TRAINER_LOG = "trainer.log"
+from rundir.layout import TRAINER_LOG
+
 LIVE_REFRESH_S = 0.25
 
 

@@ -24,8 +24,8 @@ from trainer.data import ArmData, ArmSampler, ByteTokenizer, SamplerStateError
 from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
 from trainer.optim import FlatAdamW
-from trainer.rundir.checkpoint import CheckpointInfo, open_checkpoint, write_checkpoint
-from trainer.rundir.config import RunConfig
+from rundir.checkpoint import CheckpointInfo, open_checkpoint, write_checkpoint
+from rundir.config import RunConfig
 from trainer.state import (TrainingState, decode_rng, encode_rng, flat_moments, flat_weights, load_flat,
                            make_optimizer)
 
@@ -200,7 +200,7 @@ def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
 def save_checkpoint(state: TrainingState, run_dir: str | Path,
                     before_complete: Callable[[], None] | None = None) -> CheckpointInfo | None:
     """Write ``step_NNNNNN.bin`` and its ``.json`` for the current step boundary
-    (``before_complete``: see :func:`~trainer.rundir.checkpoint.write_checkpoint`). Under
+    (``before_complete``: see :func:`~rundir.checkpoint.write_checkpoint`). Under
     torchrun only rank 0 writes (every rank holds the same weights, m and v); the others
     return None and wait for it in the next collective."""
     if not state.ranks.writer:

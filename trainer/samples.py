@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from trainer.rundir.config import SamplesConfig
+from rundir.config import SamplesConfig
 from trainer.state import TrainingState
 
 

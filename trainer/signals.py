@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-CHECKPOINT_SIGNALS = (signal.SIGUSR1,)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+from rundir.layout import CHECKPOINT_SIGNALS, STOP_SIGNALS
+
 STOP_NAMES = frozenset(sig.name for sig in STOP_SIGNALS)
 
 

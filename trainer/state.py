@@ -20,7 +20,7 @@ from trainer.data import ArmSampler, ByteTokenizer
 from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
 from trainer.optim import FlatAdamW
-from trainer.rundir.config import OptimizerConfig, RunConfig
+from rundir.config import OptimizerConfig, RunConfig
 
 
 @dataclass

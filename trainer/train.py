@@ -21,7 +21,7 @@ from trainer.faults import forced_nonfinite
 from trainer.guard import NonfiniteGuard, SafetyStop, describe_os_error
 from trainer.outputs import RunOutputs
 from trainer.resume import save_checkpoint
-from trainer.rundir import latest_resumable
+from rundir import latest_resumable
 from trainer.samples import audit_samples
 from trainer.signals import STOP_NAMES, SignalFlags
 from trainer.state import TrainingState

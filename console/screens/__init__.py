@@ -3,6 +3,6 @@
 from .confirm import ConfirmScreen
 from .dashboard import DashboardScreen
 from .help import HelpScreen
-from .pivot import PivotScreen
+from .pivot_wizard import PivotScreen
 
 __all__ = ["ConfirmScreen", "DashboardScreen", "HelpScreen", "PivotScreen"]

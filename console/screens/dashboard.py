@@ -7,7 +7,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import var
 from textual.screen import Screen
 
-from ..snapshot import Notice, RunSnapshot
+from ..plot import plot_markers
+from ..views import Notice, RunSnapshot
 from ..widgets import ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, SamplesPane, StatusPane
 
 
@@ -60,10 +61,10 @@ class DashboardScreen(Screen):
             return
         now = self.app.now()
         self.query_one(StatusPane).show(snap, now)
-        self.query_one(LossPlot).show(snap)
-        self.query_one(CheckpointsPane).show(snap, now)
+        self.query_one(LossPlot).show(snap.history, plot_markers(snap.checkpoints, snap.history.events))
+        self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now)
         self.query_one(ArmsPane).show(snap.arms)
-        self.query_one(SamplesPane).show(snap)
+        self.query_one(SamplesPane).show(snap.samples, snap.samples_error)
         self.query_one(EventLog).log_lines(snap.log_tail, snap.log_seen)
 
     def notice(self, notice: Notice) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..snapshot import ArmsView, format_float, format_pct
+from ..format import format_float, format_pct
+from ..views import ArmsView
 
 STATUS_STYLES = {"ok": "green", "zombie": "bold red", "configured": "grey62"}
 # (header, width, right-aligned); the source column takes what is left.

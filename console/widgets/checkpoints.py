@@ -11,7 +11,10 @@ from rich.text import Text
 from textual import events
 from textual.widgets import Static
 
-from ..snapshot import RunSnapshot, format_age, format_size
+from rundir import CheckpointInfo
+
+from ..format import format_age, format_size
+from ..views import PivotEntry
 
 STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red"}
 # (header, width, right-aligned) of the columns before the status, which takes what is left.
@@ -25,20 +28,21 @@ class CheckpointsPane(Static):
         super().__init__("", **kwargs)
         self.border_title = "checkpoints"
         self._shown: tuple | None = None
-        self._last: tuple[RunSnapshot, float] | None = None
+        self._last: tuple[tuple[CheckpointInfo, ...], tuple[PivotEntry, ...], float] | None = None
 
     def on_resize(self, event: events.Resize) -> None:
         if self._last is not None:
             self.show(*self._last)
 
-    def show(self, snap: RunSnapshot, now: float) -> None:
-        self._last = (snap, now)
+    def show(self, checkpoints: tuple[CheckpointInfo, ...], pivots: tuple[PivotEntry, ...], now: float) -> None:
+        """Every checkpoint file, newest first; the one each pivot resumed from is marked."""
+        self._last = (checkpoints, pivots, now)
         if not self.size.width:         # not laid out yet: the first resize draws it
             return
         status_width = max(10, self.scrollable_content_region.width - STATUS_AT)
         # Ages move with the clock: redraw when the checkpoints, the width or the
         # ten-second tick of the clock change.
-        key = (snap.checkpoints, snap.pivots, int(now // 10), status_width)
+        key = (checkpoints, pivots, int(now // 10), status_width)
         if key == self._shown:
             return
         self._shown = key
@@ -47,8 +51,8 @@ class CheckpointsPane(Static):
             text.append(name.rjust(width) if right else name.ljust(width), style="bold")
             text.append(" " * GAP)
         text.append("status", style="bold")
-        pivots = {p.step: p for p in snap.pivots}
-        for c in reversed(snap.checkpoints):
+        by_step = {p.step: p for p in pivots}
+        for c in reversed(checkpoints):
             cells = (f"{c.step:,}", format_age(now - c.mtime) if c.mtime else "-", format_size(c.size))
             text.append("\n")
             for cell, (_, width, right) in zip(cells, COLUMNS):
@@ -56,13 +60,13 @@ class CheckpointsPane(Static):
             status = Text(c.status, style=STATUS_STYLES.get(c.status, ""))
             if c.reason:
                 status.append(f": {c.reason}", style="red" if c.status == "invalid" else "grey62")
-            if c.step in pivots:            # the checkpoint a polish pivot resumed from
-                status.append(f" · pivot P → {pivots[c.step].archive}/", style="magenta")
+            if c.step in by_step:           # the checkpoint a polish pivot resumed from
+                status.append(f" · pivot P → {by_step[c.step].archive}/", style="magenta")
             text.append_text(_wrapped(status, status_width, STATUS_AT))
-        if not snap.checkpoints:
+        if not checkpoints:
             text.append("\nno step_*.bin files yet", style="grey62")
         self.update(text)
-        self.border_subtitle = (f"{len(snap.checkpoints)} files" if snap.checkpoints else "none yet")
+        self.border_subtitle = (f"{len(checkpoints)} files" if checkpoints else "none yet")
 
 
 def _wrapped(status: Text, width: int, indent: int) -> Text:

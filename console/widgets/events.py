@@ -9,10 +9,16 @@ from collections import deque
 from rich.text import Text
 from textual.widgets import RichLog
 
-from ..snapshot import Notice
+from rundir.layout import TRAINER_LOG
+
+from ..views import Notice
 
 LEVEL_STYLES = {"info": "", "good": "green", "warn": "yellow", "error": "bold red", "action": "bold cyan"}
 FIRST_LOG_LINES = 8
+# At most this many new trainer.log lines per update (about one a second): a trainer that
+# logs every step must not scroll the console's own notices out of the pane. The rest is
+# counted on one line; trainer.log itself has every line.
+LOG_LINES_PER_UPDATE = 4
 
 
 class EventLog(RichLog):
@@ -30,8 +36,16 @@ class EventLog(RichLog):
 
     def log_lines(self, tail: tuple[str, ...], seen: int) -> None:
         """Append the trainer.log lines not shown yet (``seen`` counts every line ever read)."""
-        new = FIRST_LOG_LINES if self._log_seen is None else seen - self._log_seen
+        if self._log_seen is None:       # the first update: the last few lines, nothing counted
+            new, limit = min(len(tail), FIRST_LOG_LINES), FIRST_LOG_LINES
+        else:
+            new, limit = seen - self._log_seen, LOG_LINES_PER_UPDATE
         self._log_seen = seen
-        for raw in tail[-new:] if new > 0 else ():
+        shown = min(new, limit, len(tail))
+        if new > shown:
+            skipped = f"log │ … {new - shown:,} more line(s) in {TRAINER_LOG}"
+            self.texts.append(skipped)
+            self.write(Text(skipped, style="grey42"))
+        for raw in tail[-shown:] if shown > 0 else ():
             self.texts.append(f"log │ {raw}")
             self.write(Text.assemble(("log │ ", "grey42"), (raw, "grey62")))

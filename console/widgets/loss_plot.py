@@ -21,7 +21,7 @@ import time
 from rich.style import Style
 
 from ..plot import MARKER_GLYPHS, Marker, PlotOptions, build_canvas, ema_debiased, render_runs
-from ..snapshot import HistoryView, RunSnapshot, plot_markers
+from ..views import HistoryView
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
 LABEL_WIDTH = 8
@@ -51,13 +51,13 @@ class LossPlot(Widget):
         self._styles: dict[str | None, Style] = {}
 
     # -- data ------------------------------------------------------------------
-    def show(self, snap: RunSnapshot) -> None:
-        markers = [Marker(s, k) for s, k in plot_markers(snap)]
-        if snap.history is self._history and markers == self._markers:
+    def show(self, history: HistoryView, markers: list[Marker]) -> None:
+        """Plot ``history`` with ``markers``; a no-op when neither changed."""
+        if history is self._history and markers == self._markers:
             return
         grew_only = (self._history is not None and markers == self._markers
-                     and snap.history.rewinds == self._history.rewinds)
-        self._history, self._markers = snap.history, markers
+                     and history.rewinds == self._history.rewinds)
+        self._history, self._markers = history, markers
         wait = self._built_at + DATA_REPAINT_S - time.monotonic()
         if not grew_only or wait <= 0:
             self.refresh()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..snapshot import RunSnapshot, printable
+from rundir import Sample
+
+from ..format import printable
 
 
 class SamplesPane(Static):
@@ -14,19 +16,20 @@ class SamplesPane(Static):
         self.border_title = "samples · newest per arm"
         self._shown: tuple | None = None
 
-    def show(self, snap: RunSnapshot) -> None:
-        key = (snap.samples, snap.samples_error)
+    def show(self, samples: tuple[Sample, ...], error: str | None) -> None:
+        """The newest sample of each arm, or why there is none."""
+        key = (samples, error)
         if key == self._shown:
             return
         self._shown = key
         text = Text(no_wrap=False)
-        for s in snap.samples:
+        for s in samples:
             text.append(f"{s.arm}", style="bold cyan")
             text.append(f" @ {s.step:,}\n", style="grey62")
             text.append(printable(s.prompt), style="bold")
             text.append(printable(s.completion.rstrip()) + "\n")
-        if snap.samples_error:
-            text.append(snap.samples_error + "\n", style="bold red")
-        if not snap.samples and not snap.samples_error:
+        if error:
+            text.append(error + "\n", style="bold red")
+        if not samples and not error:
             text.append("no samples yet", style="grey62")
         self.update(text.rstrip() or text)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..snapshot import RunSnapshot, format_age, format_float, format_rate, format_size, stall_text
+from ..format import format_age, format_float, format_rate, format_size, stall_text
+from ..views import RunSnapshot
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
                 "not supervised": "bold yellow", "stalled": "bold red"}

@@ -15,7 +15,7 @@ from console.screens import ConfirmScreen, HelpScreen, PivotScreen
 from console.widgets import EventLog, LossPlot
 from console.supervise import start_trainer
 from tests.console.trainer_proc import ROOT, Trainer, train_command
-from trainer.rundir import RunConfig, list_checkpoints, verify_trainer, write_run_config
+from rundir import RunConfig, list_checkpoints, verify_trainer, write_run_config
 
 SIZE = (140, 45)
 

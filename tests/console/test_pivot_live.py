@@ -16,9 +16,9 @@ from console.app import ConsoleApp
 from console.screens import ConfirmScreen, PivotScreen
 from tests.console.trainer_proc import ROOT, train_command
 from tests.processes import stop_processes_naming
-from trainer.rundir import list_checkpoints, load_run_config, read_state, verify_trainer
-from trainer.rundir.checkpoint import file_checksum
-from trainer.rundir.pivot import STAGES, read_journal
+from rundir import list_checkpoints, load_run_config, read_state, verify_trainer
+from rundir.checkpoint import file_checksum
+from rundir.pivot_files import STAGES, read_journal
 
 CONSOLE = [sys.executable, "-m", "console"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -7,8 +7,8 @@ lines are posted as the runner would post them), run directory named "run".
 from __future__ import annotations
 
 from console.messages import PivotProgress
-from console.pivot import PivotOutcome
-from console.screens.pivot import PivotScreen
+from console.pivot_runner import PivotOutcome
+from console.screens.pivot_wizard import PivotScreen
 from tests.console.test_snapshots import WIDE, app_for, healthy, settled
 
 

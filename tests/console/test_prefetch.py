@@ -13,7 +13,7 @@ import threading
 from tests.rundirs import make_run
 
 from console.prefetch import PREFETCH_MIN_BYTES, start_history_prefetch
-from trainer.rundir import LOSS_JSON
+from rundir.layout import LOSS_JSON
 
 from .test_no_torch import ROOT
 
@@ -34,7 +34,7 @@ elif mode == "grow":                      # lines appended while (or after) the 
             fh.write(b'{"step": %d, "loss": 1.25, "lr": 0.001, "grad_norm": 1, "arm": "late", "tokens": 1, "time": 2e9}\n' % step)
 
 from console.report import to_json
-from console.snapshot import RunReader
+from console.reader import RunReader
 
 now = 2.0e9
 fed = RunReader(run_dir, now=lambda: now, prefetch=prefetch)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from console.app import ConsoleApp
-from console.snapshot import TrainerView
+from console.views import TrainerView
 from tests.console.conftest import NOW, fixed_now
 from tests.rundirs import EPOCH, make_run
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.rundir import verify_trainer
+from rundir import verify_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 

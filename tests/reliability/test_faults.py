@@ -17,8 +17,9 @@ import pytest
 from tests.reliability.lines import events, step_lines
 from tests.trainer.trainer_runs import ROOT, run_trainer, snapshot, start_trainer, stop_process, trainer_cmd, wait_for
 from trainer.guard import EXIT_SAFETY_STOP
-from trainer.rundir import list_checkpoints, open_checkpoint, verify_checksum
-from trainer.rundir.atomic import ENOSPC_AFTER_ENV, ENOSPC_WRITES_ENV, TMP_PREFIX
+from rundir import list_checkpoints, open_checkpoint, verify_checksum
+from rundir.atomic import ENOSPC_AFTER_ENV, ENOSPC_WRITES_ENV
+from rundir.layout import TMP_PREFIX
 from trainer.faults import INF_ENV, NAN_ENV
 
 FLAGS = ("--checkpoint-every", "10", "--threads", "1")
@@ -184,7 +185,7 @@ def test_a_single_nan_or_inf_is_recorded_skipped_and_raised_by_the_console(train
     assert data["history"]["nonfinite"] == 2 and data["history"]["last_nonfinite_step"] == 17
     assert any("2 non-finite loss value(s), the last at step 17" in p for p in data["problems"])
 
-    from console.snapshot import RunReader
+    from console.reader import RunReader
     reader = RunReader(run)
     _, notices = reader.read()
     assert any(n.level == "error" and "non-finite loss at step 15, 17" in n.text for n in notices)

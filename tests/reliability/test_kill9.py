@@ -17,10 +17,10 @@ from pathlib import Path
 
 from tests.reliability.lines import events, step_lines
 from tests.trainer.trainer_runs import ROOT, run_trainer, trainer_cmd, wait_for
-from trainer.rundir import (LossHistory, inspect_checkpoint, latest_resumable, list_checkpoints, read_samples,
+from rundir import (LossHistory, inspect_checkpoint, latest_resumable, list_checkpoints, read_samples,
                             read_state, verify_checksum)
-from trainer.rundir.atomic import TMP_PREFIX
-from trainer.rundir.checkpoint import SLOW_WRITE_ENV
+from rundir.layout import TMP_PREFIX
+from rundir.checkpoint import SLOW_WRITE_ENV
 
 KILLS = int(os.environ.get("KILL9_KILLS", "30"))
 SEED = int(os.environ.get("KILL9_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)

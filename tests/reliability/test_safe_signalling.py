@@ -15,7 +15,7 @@ import pytest
 from console.cli import main as console_main
 from tests.console.test_cli import console
 from tests.rundir.test_process import record_for, start_child
-from trainer.rundir import TrainerRecord, write_trainer_record
+from rundir import TrainerRecord, write_trainer_record
 
 FLAGS = ("--stop", "--checkpoint")
 

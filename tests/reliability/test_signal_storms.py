@@ -14,8 +14,8 @@ from collections import Counter
 
 from tests.trainer.trainer_runs import (ROOT, events, start_trainer, step_lines, stop_cleanly, stop_process,
                                         trainer_cmd, wait_for)
-from trainer.rundir import list_checkpoints, load_run_config, read_samples, verify_checksum, write_run_config
-from trainer.rundir.checkpoint import SLOW_WRITE_ENV
+from rundir import list_checkpoints, load_run_config, read_samples, verify_checksum, write_run_config
+from rundir.checkpoint import SLOW_WRITE_ENV
 
 
 def last_step(run) -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from trainer.rundir import read_state, write_state
-from trainer.rundir.atomic import atomic_write_json
+from rundir import read_state, write_state
+from rundir.atomic import atomic_write_json
 
 
 def test_non_durable_write_is_still_a_whole_replacement(tmp_path, monkeypatch):

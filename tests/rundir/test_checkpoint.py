@@ -8,9 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-from trainer.rundir import (CheckpointError, inspect_checkpoint, latest_resumable, list_checkpoints,
+from rundir import (CheckpointError, inspect_checkpoint, latest_resumable, list_checkpoints,
                             open_checkpoint, read_sidecar, verify_checksum, write_checkpoint)
-from trainer.rundir.checkpoint import file_checksum, sidecar_path
+from rundir.checkpoint import file_checksum, sidecar_path
 
 
 def arrays(n, seed=0):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.rundir import ConfigError, RunConfig, load_run_config, write_run_config
-from trainer.rundir.config import PRESETS
+from rundir import ConfigError, RunConfig, load_run_config, write_run_config
+from rundir.config import PRESETS
 
 
 def test_presets_have_the_sizes_the_project_promises():

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainer.rundir import (ConfigError, LossHistory, inspect_checkpoint, load_run_config, read_samples,
+from rundir import (ConfigError, LossHistory, inspect_checkpoint, load_run_config, read_samples,
                             read_sidecar, read_state, read_trainer_record, verify_trainer)
-from trainer.rundir.pivot import read_journal
+from rundir.pivot_files import read_journal
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 fuzz = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from tests.rundirs import make_run
-from trainer.rundir import LossHistory, LossHistoryWriter
-from trainer.rundir.history import _event_elements
+from rundir import LossHistory, LossHistoryWriter
+from rundir.history import _event_elements
 
 
 def step_line(step, loss=2.0, arm="a", **extra):

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from trainer.rundir import ConfigError, load_run_config
-from trainer.rundir.pivot import (PivotError, PivotJournal, archive_sidecars, list_pivots, plan_policy,
+from rundir import ConfigError, load_run_config
+from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, list_pivots, plan_policy,
                                   policy_text, read_journal, remove_journal, rollback_archive, write_journal,
                                   write_new_policy)
 
@@ -22,7 +22,7 @@ def journal_for(run, step=300):
 
 
 def test_plan_policy_validates_and_drops():
-    from trainer.rundir import RunConfig
+    from rundir import RunConfig
     config = RunConfig.from_preset("micro")
     new = plan_policy(config, caps={"stdlib-code": 0.5}, floors={"pydoc-topics": 0.2}, drop=["stdlib-docstrings"])
     assert list(new.arms) == ["stdlib-code", "pydoc-topics"]

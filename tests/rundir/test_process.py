@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from trainer.rundir import (RunLock, RunLockedError, TrainerRecord, read_trainer_record,
+from rundir import (RunLock, RunLockedError, TrainerRecord, read_trainer_record,
                             remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
 
 # A stand-in trainer: it names the run directory in its argv, reports every SIGUSR1/SIGTERM
@@ -85,7 +85,7 @@ def test_lock_is_exclusive_and_names_the_holder(tmp_path):
 
 
 def test_lock_refuses_a_second_process(tmp_path):
-    code = "import sys; from trainer.rundir import RunLock; RunLock(sys.argv[1]).acquire()"
+    code = "import sys; from rundir import RunLock; RunLock(sys.argv[1]).acquire()"
     with RunLock(tmp_path):
         r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
         assert r.returncode != 0 and "another trainer is training this run directory" in r.stderr

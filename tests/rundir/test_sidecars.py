@@ -7,8 +7,8 @@ import math
 import pytest
 
 from tests.rundirs import make_run
-from trainer.rundir import find_zombies, load_run_config, newest_per_arm, read_samples, read_state
-from trainer.rundir.sources import check_source, load_source, SourceError
+from rundir import find_zombies, load_run_config, newest_per_arm, read_samples, read_state
+from rundir.sources import check_source, load_source, SourceError
 
 
 def test_state_round_trip(run_dir):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.trainer.trainer_runs import events, run_trainer, step_lines, without_time
-from trainer.rundir import inspect_checkpoint, read_samples, read_state, verify_trainer
+from rundir import inspect_checkpoint, read_samples, read_state, verify_trainer
 
 
 def test_300_in_one_go_equals_200_then_300(trainer_run):

@@ -10,8 +10,8 @@ import subprocess
 
 from tests.trainer.trainer_runs import (ROOT, events, run_trainer, start_trainer, step_lines, stop_process,
                                         trainer_cmd, wait_for, without_time)
-from trainer.rundir import inspect_checkpoint, read_trainer_record
-from trainer.rundir.checkpoint import SLOW_WRITE_ENV
+from rundir import inspect_checkpoint, read_trainer_record
+from rundir.checkpoint import SLOW_WRITE_ENV
 
 
 def last_step(run_dir) -> int:

@@ -31,8 +31,8 @@ import torch
 from tests.trainer.trainer_runs import (ROOT, events, history, run_trainer, step_lines, stop_process, wait_for,
                                         without_time)
 from console.supervise import launch_command, start_trainer
-from trainer.rundir import inspect_checkpoint, load_run_config, read_trainer_record, write_run_config
-from trainer.rundir.checkpoint import read_sidecar
+from rundir import inspect_checkpoint, load_run_config, read_trainer_record, write_run_config
+from rundir.checkpoint import read_sidecar
 
 NPROC = 2
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={NPROC}",
@@ -239,7 +239,7 @@ def _ddp_flat_adamw(rank: int, init_file: str, queue) -> None:
 
     from trainer.distributed import _rank_ordered_mean
     from trainer.model import GPT
-    from trainer.rundir import RunConfig
+    from rundir import RunConfig
     from trainer.state import make_optimizer
 
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.model import GPT, count_parameters
-from trainer.rundir.config import PRESETS, RunConfig
+from rundir.config import PRESETS, RunConfig
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

@@ -9,7 +9,7 @@ import torch
 
 from trainer.model import GPT
 from trainer.optim import FlatAdamW
-from trainer.rundir.config import OptimizerConfig, RunConfig
+from rundir.config import OptimizerConfig, RunConfig
 
 
 def test_seed_003_one_dimensional_example():

@@ -15,7 +15,7 @@ from trainer.determinism import configure
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
-from trainer.rundir import list_checkpoints, load_run_config
+from rundir import list_checkpoints, load_run_config
 from trainer.signals import SignalFlags
 from trainer.train import train
 

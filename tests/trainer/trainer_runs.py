@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import orjson
 
-from trainer.rundir import RunConfig, write_run_config
-from trainer.rundir.config import ArmConfig
+from rundir import RunConfig, write_run_config
+from rundir.config import ArmConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = ("the", "model", "loss", "step", "def", "return", "self", "arm", "data", "token", "print", "for",

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-TMP_PREFIX = ".tmp-"
+from .layout import TMP_PREFIX
+
 # Large durable writes queue their writeback chunk by chunk (on Linux, fadvise
 # DONTNEED on a just-written range starts writing it without waiting), so the disk
 # works while the next chunk is produced, the closing fsync has little left to wait

@@ -14,22 +14,21 @@ from __future__ import annotations
 
 import binascii
 import os
-import re
 import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal, Mapping
 
 import numpy as np
-import orjson
 
 from .atomic import atomic_write_chunks, atomic_write_json
+from .safe_read import RESUME_JSON_MAX, read_json_object
+from .layout import CHECKPOINT_NAME, checkpoint_name, is_checkpoint_bin, is_checkpoint_file, sidecar_name
 
 HEADER = struct.Struct("<ii")
 HEADER_SIZE = HEADER.size
 FORMAT_VERSION = 1
-CHECKPOINT_NAME = re.compile(r"^step_(\d{6,})\.bin$")
 INT32_MAX = 2**31 - 1
 WRITE_CHUNK_BYTES = 16 << 20
 # Test-only: seconds to sleep between chunks, so that a fault-injection test can land
@@ -43,18 +42,14 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message says which file and why."""
 
 
-def checkpoint_name(step: int) -> str:
-    """``step_NNNNNN.bin``: the step zero-padded to 6 digits (wider past 999,999)."""
-    return f"step_{step:06d}.bin"
-
-
 def checkpoint_path(run_dir: str | os.PathLike[str], step: int) -> Path:
     return Path(run_dir) / checkpoint_name(step)
 
 
 def sidecar_path(bin_path: str | os.PathLike[str]) -> Path:
     """The resume contract beside a ``.bin``: same name, ``.json``."""
-    return Path(bin_path).with_suffix(".json")
+    bin_path = Path(bin_path)
+    return bin_path.with_name(sidecar_name(bin_path.name))
 
 
 def expected_size(n_params: int) -> int:
@@ -122,11 +117,60 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
 def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[CheckpointInfo]:
     """Every ``step_*.bin`` in ``run_dir`` (valid or not), oldest step first."""
     try:
-        entries = [e for e in os.scandir(run_dir) if e.name.startswith("step_") and e.name.endswith(".bin")]
+        entries = [e for e in os.scandir(run_dir) if is_checkpoint_bin(e.name)]
     except OSError:
         return []
     infos = [inspect_checkpoint(e.path) for e in entries]
     return sorted(infos, key=lambda i: (i.step, i.path.name))
+
+
+# (mtime_ns, size) of a checkpoint's .bin, and of its .json (None: there is none).
+CheckpointStamp = tuple[tuple[int, int], "tuple[int, int] | None"]
+
+
+def checkpoint_stamps(run_dir: str | os.PathLike[str]) -> dict[str, CheckpointStamp]:
+    """``{name: stamp}`` of every ``step_*.bin``: one directory scan and stats, no file read.
+
+    A checkpoint can vanish between the listing and a stat (retention, an operator): it
+    is simply left out.
+    """
+    try:
+        entries = {e.name: e for e in os.scandir(run_dir) if is_checkpoint_file(e.name)}
+    except OSError:
+        return {}
+    stamps: dict[str, CheckpointStamp] = {}
+    for name, entry in entries.items():
+        if not is_checkpoint_bin(name):
+            continue
+        try:
+            st = entry.stat()
+        except OSError:
+            continue
+        side = entries.get(sidecar_name(name))
+        try:
+            sst = side.stat() if side is not None else None
+        except OSError:
+            sst = None
+        stamps[name] = ((st.st_mtime_ns, st.st_size), (sst.st_mtime_ns, sst.st_size) if sst else None)
+    return stamps
+
+
+def checkpoints_since(run_dir: str | os.PathLike[str], baseline: Mapping[str, CheckpointStamp],
+                      stamps: Mapping[str, CheckpointStamp] | None = None) -> list[CheckpointInfo]:
+    """The checkpoints whose ``.bin`` or ``.json`` is new or changed since ``baseline`` (from
+    :func:`checkpoint_stamps`), inspected, oldest first. Only those files are read, so it
+    costs nothing per unchanged checkpoint. A ``.bin`` seen before its ``.json`` landed
+    counts as new once the ``.json`` is there."""
+    stamps = checkpoint_stamps(run_dir) if stamps is None else stamps
+    infos = [inspect_checkpoint(Path(run_dir) / name) for name, stamp in stamps.items() if baseline.get(name) != stamp]
+    return sorted(infos, key=lambda i: (i.step, i.path.name))
+
+
+def newest_complete_since(run_dir: str | os.PathLike[str],
+                          baseline: Mapping[str, CheckpointStamp]) -> CheckpointInfo | None:
+    """The newest complete checkpoint written (or completed) since ``baseline``, if any."""
+    complete = [info for info in checkpoints_since(run_dir, baseline) if info.status == "complete"]
+    return max(complete, key=lambda i: i.step) if complete else None
 
 
 def latest_resumable(run_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
@@ -146,18 +190,12 @@ def latest_resumable(run_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
 def read_sidecar(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str | None]:
     """Read a ``step_NNNNNN.json``: ``(data, None)`` or ``(None, reason)``; never raises."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    read = read_json_object(path, RESUME_JSON_MAX)
+    if read.missing:
         return None, f"no {path.name}"
-    except OSError as err:
-        return None, f"cannot read {path.name}: {err.strerror}"
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        return None, f"{path.name} is not valid JSON: {err}"
-    if not isinstance(data, dict):
-        return None, f"{path.name} is not a JSON object"
+    if not read.ok:
+        return None, read.error
+    data = read.value
     for key, kind in (("format_version", int), ("step", int), ("n_params", int), ("checksum", str)):
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
             return None, f"{path.name} lacks a valid {key!r}"

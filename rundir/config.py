@@ -24,8 +24,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from .atomic import atomic_write_bytes
+from .layout import RUN_TOML
+from .safe_read import RUN_TOML_MAX, read_bytes
 
-RUN_TOML = "run.toml"
 
 
 class ConfigError(ValueError):
@@ -310,14 +311,11 @@ def _build(klass: type, data: Any, where: str) -> Any:
 def load_run_config(run_dir: str | os.PathLike[str]) -> RunConfig:
     """Load and validate ``RUN_DIR/run.toml``; raises :class:`ConfigError` naming the problem."""
     path = Path(run_dir) / RUN_TOML
+    read = read_bytes(path, RUN_TOML_MAX, str(path))
+    if not read.ok:
+        raise ConfigError(read.error)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(read.value.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as err:

@@ -11,31 +11,19 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-import orjson
 
 from .atomic import atomic_write_json
+from .layout import SAMPLES_JSON, STATE_JSON
+from .safe_read import SIDECAR_MAX, FileRead, read_json
 
-STATE_JSON = ".state.json"
-SAMPLES_JSON = ".samples.json"
 STATE_VERSION = 1
 SAMPLES_VERSION = 1
-MAX_SIDECAR_BYTES = 64 << 20
-
-T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class SidecarRead(Generic[T]):
-    """A reader's answer: ``value`` when usable, ``error`` naming the problem otherwise."""
-
-    value: T | None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.value is not None
+# Readers answer with the library's one read result (value, or one line naming the problem).
+SidecarRead = FileRead
 
 
 @dataclass(frozen=True)
@@ -76,21 +64,10 @@ class Sample:
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_SIDECAR_BYTES + 1)
-    except FileNotFoundError:
+    read = read_json(path, SIDECAR_MAX)
+    if read.missing:
         return None, f"{path.name}: not written yet"
-    except OSError as err:
-        return None, f"{path.name}: cannot read: {err.strerror}"
-    if len(raw) > MAX_SIDECAR_BYTES:
-        return None, f"{path.name}: larger than {MAX_SIDECAR_BYTES >> 20} MiB, not read"
-    if not raw.strip():
-        return None, f"{path.name}: empty file"
-    try:
-        return orjson.loads(raw), None
-    except orjson.JSONDecodeError as err:
-        return None, f"{path.name}: not valid JSON ({err})"
+    return read.value, read.error
 
 
 def _number(value: Any, default: float = math.nan) -> float:

@@ -20,17 +20,17 @@ pivot and completed, or rolled back with :func:`rollback_pivot`:
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from trainer.rundir import (LOSS_JSON, ConfigError, LossHistory, RunConfig, checkpoint_path, latest_resumable,
-                            load_run_config, verify_trainer)
-from trainer.rundir.atomic import atomic_write_json
-from trainer.rundir.pivot import (PivotError, PivotJournal, archive_sidecars, plan_policy, policy_text,
-                                  read_journal, remove_journal, rollback_archive, write_journal, write_new_policy)
+from rundir import (ConfigError, LossHistory, RunConfig, checkpoint_path, latest_resumable, load_run_config,
+                    newest_complete_since, verify_trainer)
+from rundir.atomic import atomic_write_json
+from rundir.layout import CHECKPOINT_SIGNAL, LOSS_JSON, PIVOT_RECORD, STOP_SIGNAL
+from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, plan_policy, policy_text,
+                                read_journal, remove_journal, rollback_archive, write_journal, write_new_policy)
 
 from . import supervise
 
@@ -147,7 +147,7 @@ class PivotRunner:
         v = verify_trainer(self.run_dir)
         if v.ok:
             self.report("1", "SIGUSR1 sent; waiting for the checkpoint ...")
-            sent = supervise.send(self.run_dir, signal.SIGUSR1)
+            sent = supervise.send(self.run_dir, CHECKPOINT_SIGNAL)
             if not sent.ok:
                 raise PivotFailed(f"step 1: {sent.message}")
             info, why = supervise.wait_for_checkpoint(self.run_dir, sent, self.timeout, self.cancelled)
@@ -170,13 +170,13 @@ class PivotRunner:
                 self.report("2", "cancelled: the trainer keeps running")
                 return False
             self.report("2", "SIGTERM sent; waiting for the final checkpoint and the exit ...")
-            sent = supervise.send(self.run_dir, signal.SIGTERM)
+            sent = supervise.send(self.run_dir, STOP_SIGNAL)
             if not sent.ok:
                 raise PivotFailed(f"step 2: {sent.message}")
             exited, description = supervise.wait_for_exit(self.run_dir, sent, self.timeout, cancelled=self.cancelled)
             if not exited:
                 raise PivotFailed(f"step 2: {description}")
-            final = supervise.new_checkpoint(self.run_dir, sent.baseline)
+            final = newest_complete_since(self.run_dir, sent.baseline)
             if final is None:
                 raise PivotFailed(f"step 2: the trainer died instead of checkpointing ({description}); "
                                   "nothing was archived; run the pivot again to continue from the newest "
@@ -219,7 +219,7 @@ class PivotRunner:
             raise PivotFailed(f"step 6: the trainer did not report the pivot within {self.timeout:g} s; "
                               "run the pivot again to retry step 6")
         journal.advance("resumed", f"trainer running from step {p}")
-        atomic_write_json(self.run_dir / journal.archive / "pivot.json",
+        atomic_write_json(self.run_dir / journal.archive / PIVOT_RECORD,
                           {**journal.to_dict(), "finished": time.time()})
         remove_journal(self.run_dir)
         self.report("6", f"running again from step {p}, bandit fresh under the new policy")

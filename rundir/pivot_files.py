@@ -19,14 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 
 from .atomic import atomic_write_bytes, atomic_write_json, fsync_dir
-from .config import RUN_TOML, ArmConfig, ConfigError, RunConfig, dump_run_config, validate_policy
-from .sidecars import SAMPLES_JSON, STATE_JSON
+from .config import ArmConfig, ConfigError, RunConfig, dump_run_config, validate_policy
+from .safe_read import JOURNAL_MAX, read_json_object
+from .layout import (ARCHIVE_DIR, PIVOT_ARCHIVE_PREFIX, PIVOT_JOURNAL, PIVOT_RECORD, RUN_TOML, SAMPLES_JSON,
+                     STATE_JSON, pivot_archive_name)
 
-PIVOT_JOURNAL = ".pivot.json"
-ARCHIVE_DIR = "archive"
 ARCHIVED_FILES = (SAMPLES_JSON, STATE_JSON)
 # The stages in order; a journal's ``stage`` is the last one completed.
 STAGES = ("planned", "audit_checkpoint", "stopped", "archived", "config_written", "resumed")
@@ -66,13 +65,12 @@ class PivotJournal:
 
 def read_journal(run_dir: str | os.PathLike[str]) -> tuple[PivotJournal | None, str | None]:
     """``(journal, None)``, ``(None, None)`` when no pivot is under way, or ``(None, reason)``."""
-    path = Path(run_dir) / PIVOT_JOURNAL
-    try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
+    read = read_json_object(Path(run_dir) / PIVOT_JOURNAL, JOURNAL_MAX)
+    if read.missing:
         return None, None
-    except (OSError, orjson.JSONDecodeError) as err:
-        return None, f"{PIVOT_JOURNAL}: unreadable ({err})"
+    if not read.ok:
+        return None, f"{PIVOT_JOURNAL}: unreadable ({read.error})"
+    data = read.value
     try:
         journal = PivotJournal(**data)
         if journal.stage not in STAGES:
@@ -166,7 +164,7 @@ def archive_sidecars(run_dir: str | os.PathLike[str], journal: PivotJournal, now
     now = time.time() if now is None else now
     sources = {name: _regular_file_or_none(run_dir / name) for name in (*ARCHIVED_FILES, RUN_TOML)}
     if journal.archive is None:
-        journal.archive = f"{ARCHIVE_DIR}/pivot_{journal.final_step:06d}_{_utc_stamp(now)}"
+        journal.archive = pivot_archive_name(journal.final_step, _utc_stamp(now))
         write_journal(run_dir, journal)       # record the name before anything moves
     root = _archive_root(run_dir)
     dest = run_dir / journal.archive
@@ -183,7 +181,7 @@ def archive_sidecars(run_dir: str | os.PathLike[str], journal: PivotJournal, now
             archived.append(name)
     if not (dest / RUN_TOML).exists() and sources[RUN_TOML] is not None:
         atomic_write_bytes(dest / RUN_TOML, sources[RUN_TOML].read_bytes())
-    atomic_write_json(dest / "pivot.json", {**journal.to_dict(), "archived": archived,
+    atomic_write_json(dest / PIVOT_RECORD, {**journal.to_dict(), "archived": archived,
                                             "previous_run_toml": (dest / RUN_TOML).exists()})
     fsync_dir(run_dir)
     fsync_dir(dest)
@@ -214,7 +212,7 @@ def rollback_archive(run_dir: str | os.PathLike[str], journal: PivotJournal) -> 
     if previous is not None:
         atomic_write_bytes(run_dir / RUN_TOML, previous.read_bytes())
         restored.append(RUN_TOML)
-    for leftover in (src_dir / RUN_TOML, src_dir / "pivot.json"):
+    for leftover in (src_dir / RUN_TOML, src_dir / PIVOT_RECORD):
         leftover.unlink(missing_ok=True)
     try:
         src_dir.rmdir()
@@ -229,14 +227,11 @@ def list_pivots(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     root = Path(run_dir) / ARCHIVE_DIR
     out = []
     try:
-        entries = sorted(p for p in root.iterdir() if p.name.startswith("pivot_") and p.is_dir())
+        entries = sorted(p for p in root.iterdir() if p.name.startswith(PIVOT_ARCHIVE_PREFIX) and p.is_dir())
     except OSError:
         return out
     for entry in entries:
-        try:
-            data = orjson.loads((entry / "pivot.json").read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            data = {"error": "pivot.json missing or unreadable"}
-        if isinstance(data, dict):
-            out.append({**data, "path": str(entry.relative_to(run_dir))})
+        read = read_json_object(entry / PIVOT_RECORD, JOURNAL_MAX)
+        data = read.value if read.ok else {"error": read.error}
+        out.append({**data, "path": str(entry.relative_to(run_dir))})
     return out

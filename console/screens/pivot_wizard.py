@@ -1,6 +1,6 @@
 """The polish pivot screen (``p``): edit caps and floors, then run the six steps live.
 
-The sequence itself is :class:`console.pivot.PivotRunner`, shared with ``--pivot``; this
+The sequence itself is :class:`console.pivot_runner.PivotRunner`, shared with ``--pivot``; this
 screen only collects the new policy (validated as you type), runs the runner in a thread
 worker, shows a live status line per step, and asks before the trainer is stopped. It is
 dismissed with the outcome (None when closed without running).
@@ -21,12 +21,12 @@ from textual.screen import Screen
 from textual.widgets import Checkbox, Footer, Input, Static
 from textual.worker import get_current_worker
 
-from trainer.rundir import ConfigError
-from trainer.rundir.pivot import plan_policy
+from rundir import ConfigError
+from rundir.pivot_files import plan_policy
 
 from ..messages import PivotProgress
-from ..pivot import STEP_TITLES, PivotOutcome, PivotRequest, PivotRunner, rollback_pivot
-from ..snapshot import RunSnapshot
+from ..pivot_runner import STEP_TITLES, PivotOutcome, PivotRequest, PivotRunner, rollback_pivot
+from ..views import RunSnapshot
 from .confirm import ConfirmScreen
 
 STEP_KEYS = ("1", "2", "3", "4", "5", "6")

@@ -1,19 +1,18 @@
-"""The snapshot model shared by the dashboard, --once and --json: bad input never crashes it."""
+"""The reader and the snapshot it builds, shared by the dashboard, --once and --json: bad input never crashes it."""
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from console.report import render_text, to_json
-from console.snapshot import ALL_KINDS, CHECKPOINTS, HISTORY, LOG, STATE, RunReader, kind_of
-from tests.console.conftest import NOW, fixed_now
-from tests.rundirs import make_run
-from trainer.rundir import LossHistoryWriter, write_checkpoint, write_state
-
 import numpy as np
+
+from console.reader import RunReader
+from console.report import render_text, to_json
+from rundir import LossHistoryWriter, write_checkpoint, write_state
+from rundir.layout import CHECKPOINTS, HISTORY, LOG, STATE, kind_of
+from tests.console.conftest import NOW, fixed_now
 
 
 def read(run_dir):

@@ -18,13 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 import psutil
 
 from .atomic import atomic_write_json
+from .layout import LOCK_FILE, TRAINER_JSON
+from .safe_read import PID_RECORD_MAX, read_json_object
 
-TRAINER_JSON = ".trainer.json"
-LOCK_FILE = ".lock"
 CREATE_TIME_TOLERANCE = 0.01
 
 
@@ -75,19 +74,12 @@ def remove_trainer_record(run_dir: str | os.PathLike[str], pid: int | None = Non
 
 def read_trainer_record(run_dir: str | os.PathLike[str]) -> tuple[TrainerRecord | None, str | None]:
     """``(record, None)``, ``(None, None)`` when there is none, or ``(None, reason)``; never raises."""
-    path = Path(run_dir) / TRAINER_JSON
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    read = read_json_object(Path(run_dir) / TRAINER_JSON, PID_RECORD_MAX)
+    if read.missing:
         return None, None
-    except OSError as err:
-        return None, f"{TRAINER_JSON}: cannot read: {err.strerror}"
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        return None, f"{TRAINER_JSON}: not valid JSON ({err})"
-    if not isinstance(data, dict):
-        return None, f"{TRAINER_JSON}: not a JSON object"
+    if not read.ok:
+        return None, read.error
+    data = read.value
     pid, ctime, argv = data.get("pid"), data.get("create_time"), data.get("argv")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None, f"{TRAINER_JSON}: pid {pid!r} is not a positive integer"

@@ -3,6 +3,7 @@
 Torch-free (numpy, orjson, msgspec and psutil only), so that the console can import it.
 One module per file kind:
 
+- :mod:`.layout`      the vocabulary: every file name, the checkpoint pattern, event names, signals
 - :mod:`.checkpoint`  ``step_NNNNNN.bin`` / ``.json``: list, quick-validate, map, write
 - :mod:`.history`     ``.loss.json``: appender and incremental reader
 - :mod:`.sidecars`    ``.state.json`` and ``.samples.json``
@@ -10,6 +11,7 @@ One module per file kind:
 - :mod:`.config`      ``run.toml``
 - :mod:`.sources`     the arms' data sources; :mod:`.zombies` arms whose data is gone
 - :mod:`.atomic`      atomic replacement, the only way these files are rewritten
+- :mod:`.safe_read`   bounded, non-blocking reads that never raise, the only way they are read
 """
 
 from __future__ import annotations
@@ -20,30 +22,34 @@ from typing import TYPE_CHECKING, Any
 # Submodules load on first use (PEP 562), so a process that needs one file kind (the
 # console's history reader, forked before the UI is imported) pays for that one only.
 _EXPORTS = {
-    "checkpoint": ("CheckpointArrays", "CheckpointError", "CheckpointInfo", "checkpoint_path", "inspect_checkpoint",
-                   "latest_resumable", "list_checkpoints", "open_checkpoint", "read_sidecar", "verify_checksum",
+    "checkpoint": ("CheckpointArrays", "CheckpointError", "CheckpointInfo", "CheckpointStamp", "checkpoint_path",
+                   "checkpoint_stamps", "checkpoints_since", "inspect_checkpoint", "latest_resumable",
+                   "list_checkpoints", "newest_complete_since", "open_checkpoint", "read_sidecar", "verify_checksum",
                    "write_checkpoint"),
     "config": ("ConfigError", "RunConfig", "load_run_config", "write_run_config"),
-    "history": ("LOSS_JSON", "HistoryEvent", "HistoryUpdate", "LossHistory", "LossHistoryWriter"),
+    "history": ("HistoryEvent", "HistoryUpdate", "LossHistory", "LossHistoryWriter"),
     "process": ("RunLock", "RunLockedError", "TrainerRecord", "Verification", "read_trainer_record",
                 "remove_trainer_record", "signal_trainer", "verify_trainer", "write_trainer_record"),
-    "sidecars": ("SAMPLES_JSON", "STATE_JSON", "ArmState", "BanditState", "Sample", "SidecarRead", "newest_per_arm",
-                 "read_samples", "read_state", "write_samples", "write_state"),
+    "safe_read": ("FileRead", "read_bytes", "read_json", "read_json_object"),
+    "sidecars": ("ArmState", "BanditState", "Sample", "SidecarRead", "newest_per_arm", "read_samples", "read_state",
+                 "write_samples", "write_state"),
     "zombies": ("find_zombies",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_MODULE_OF)
 
 if TYPE_CHECKING:
-    from .checkpoint import (CheckpointArrays, CheckpointError, CheckpointInfo, checkpoint_path,
-                             inspect_checkpoint, latest_resumable, list_checkpoints, open_checkpoint,
+    from .checkpoint import (CheckpointArrays, CheckpointError, CheckpointInfo, CheckpointStamp, checkpoint_path,
+                             checkpoint_stamps, checkpoints_since, inspect_checkpoint, latest_resumable,
+                             newest_complete_since, list_checkpoints, open_checkpoint,
                              read_sidecar, verify_checksum, write_checkpoint)
     from .config import ConfigError, RunConfig, load_run_config, write_run_config
-    from .history import LOSS_JSON, HistoryEvent, HistoryUpdate, LossHistory, LossHistoryWriter
+    from .history import HistoryEvent, HistoryUpdate, LossHistory, LossHistoryWriter
     from .process import (RunLock, RunLockedError, TrainerRecord, Verification, read_trainer_record,
                           remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
-    from .sidecars import (SAMPLES_JSON, STATE_JSON, ArmState, BanditState, Sample, SidecarRead,
-                           newest_per_arm, read_samples, read_state, write_samples, write_state)
+    from .safe_read import FileRead, read_bytes, read_json, read_json_object
+    from .sidecars import (ArmState, BanditState, Sample, SidecarRead, newest_per_arm, read_samples, read_state,
+                           write_samples, write_state)
     from .zombies import find_zombies
 
 

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 import orjson
 
-LOSS_JSON = ".loss.json"
+
 # Lines are parsed in blocks this size, so one bad line sends only its block down the
 # slow per-line path.
 BLOCK_LINES = 4096

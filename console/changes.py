@@ -1,0 +1,112 @@
+"""What changed in a run directory, in words: the notices of the event log.
+
+:func:`describe_changes` compares two snapshots (checkpoints landing or removed, the
+trainer starting, exiting or stalling, new zombie arms...); :func:`event_notice` says what a
+new history event means.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rundir import HistoryEvent
+from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
+
+from .format import format_size, stall_text
+from .views import Notice, RunSnapshot
+
+
+def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
+                     requested: Mapping[str, Any] | None = None) -> list[Notice]:
+    """What changed between two snapshots, as notices (the first snapshot: a summary and its
+    problems). ``requested`` names the checkpoints that answer a request (file name to the
+    request, with its ``sent_at``): their landing says so, in the one notice."""
+    requested = requested or {}
+    out: list[Notice] = []
+    if prev is None:
+        out.append(Notice(now, f"watching {snap.name}: trainer {snap.trainer.label}"
+                          + (f" (pid {snap.trainer.pid})" if snap.trainer.pid and snap.trainer.state == "running"
+                             else "") + f", {snap.history.n_steps:,} steps, {len(snap.checkpoints)} checkpoint(s)"))
+        for problem in snap.problems():
+            if "torn last line" in problem or "non-finite" in problem or "unreadable line" in problem:
+                continue          # already said by the history read
+            out.append(Notice(now, problem, "error" if "zombie" in problem or "invalid" in problem else "warn"))
+        return out
+    if snap.checkpoints is not prev.checkpoints:
+        before = {c.path.name: c for c in prev.checkpoints}
+        after = {c.path.name: c for c in snap.checkpoints}
+        for name, c in after.items():
+            old = before.get(name)
+            if old is not None and (old.status, old.mtime, old.size) == (c.status, c.mtime, c.size):
+                continue
+            if c.status == "invalid":
+                out.append(Notice(now, f"{name}: invalid: {c.reason}", "error"))
+            elif old is None or old.mtime != c.mtime or old.status == "invalid":
+                kind = "complete" if c.status == "complete" else "foreign: weights, m and v only"
+                request = requested.get(name)
+                what = (f"requested checkpoint landed, {now - request.sent_at:.1f} s after the signal"
+                        if request is not None else "checkpoint landed")
+                out.append(Notice(now, f"{what}: {name} (step {c.step:,}, {format_size(c.size)}, {kind})",
+                                  "good" if c.status == "complete" else "info"))
+            elif c.status == "complete" and old.status == "foreign":
+                what = "requested checkpoint complete" if name in requested else "resume .json written, now complete"
+                out.append(Notice(now, f"{name}: {what}", "good"))
+        for name in before.keys() - after.keys():
+            out.append(Notice(now, f"checkpoint removed: {name}", "warn"))
+    t0, t1 = prev.trainer, snap.trainer
+    if (t0.state, t0.pid) != (t1.state, t1.pid):
+        if t1.state == "running":
+            out.append(Notice(now, f"trainer running: pid {t1.pid} verified", "good"))
+        elif t0.state == "running" and t1.state == "stopped":
+            final = snap.newest_checkpoint
+            out.append(Notice(now, f"trainer exited cleanly (pid {t0.pid} removed its record)"
+                              + (f"; final checkpoint {final.path.name}" if final else ""), "good"))
+        elif t0.state == "running" and t1.state == "stale":
+            out.append(Notice(now, f"trainer pid {t0.pid} is gone without a clean exit: {t1.reason}", "error"))
+        elif t1.state != "stopped":
+            out.append(Notice(now, f"trainer {t1.label}: {t1.reason}", "warn"))
+        else:
+            out.append(Notice(now, "trainer stopped: " + t1.reason))
+    if t1.stalled and not t0.stalled:
+        out.append(Notice(now, f"trainer pid {t1.pid} STALLED: {stall_text(t1)}", "error"))
+    elif t0.stalled and not t1.stalled and t1.state == "running":
+        out.append(Notice(now, f"trainer pid {t1.pid} is stepping again", "good"))
+    if snap.arms is not prev.arms:
+        for name, reason in snap.zombies.items():
+            if name not in prev.zombies:
+                out.append(Notice(now, f"zombie arm {name}: {reason}", "error"))
+        if snap.arms.error and snap.arms.error != prev.arms.error:
+            out.append(Notice(now, snap.arms.error, "warn"))
+    if snap.samples_error and snap.samples_error != prev.samples_error:
+        out.append(Notice(now, snap.samples_error, "warn"))
+    if snap.config_error != prev.config_error and snap.config_error:
+        out.append(Notice(now, snap.config_error, "error"))
+    return out
+
+
+def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
+    d = ev.data
+    at = f" at step {ev.step:,}" if ev.step is not None else ""
+    if ev.event == EVENT_CHECKPOINT:
+        return None                      # the checkpoint file landing says it, with its status
+    if ev.event == EVENT_RESUME:
+        src = d.get("checkpoint") or d.get("path") or ""
+        return f"trainer resumed from step {d.get('from_step', ev.step)}" + (f" ({src})" if src else ""), "info"
+    if ev.event == EVENT_ZOMBIE:
+        return f"trainer dropped zombie arm {d.get('arm', '?')}: {d.get('reason', '')}".rstrip(": "), "error"
+    if ev.event == EVENT_PIVOT:
+        return f"polish pivot{at}", "info"
+    if ev.event == EVENT_CHECKPOINT_FAILED:
+        return f"checkpoint FAILED{at}: {d.get('error', 'write error')}; the previous checkpoint is intact", "error"
+    if ev.event == EVENT_WRITE_FAILED:
+        return f"could not write {d.get('file', 'a file')}{at}: {d.get('error', 'write error')}", "warn"
+    if ev.event == EVENT_STOP and d.get("reason") == "nonfinite":
+        return (f"trainer STOPPED{at}: the run diverged ({d.get('in_a_row', '?')} non-finite steps in a row; "
+                f"last good step {d.get('last_good_step')})"), "error"
+    if ev.event == EVENT_STOP:
+        return f"trainer logged stop{at}" + (f" ({d.get('reason')})" if d.get("reason") else ""), "info"
+    if ev.event == EVENT_SIGNAL:
+        return f"trainer got {d.get('signal', 'a signal')}{at}", "info"
+    if ev.event == EVENT_START:
+        return f"trainer started{at}", "info"
+    return f"{ev.event}{at}", "info"

@@ -1,0 +1,64 @@
+"""How figures read on every view (dashboard panes, ``--once``, notices): one formatter each."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .views import TrainerView
+
+
+def stall_text(t: "TrainerView") -> str:
+    """``no new step for 2m05s (alive and verified; stall threshold 1m00s)``."""
+    return (f"no new step for {format_age(t.stalled_for)} (alive and verified; "
+            f"stall threshold {format_age(t.stall_threshold)})")
+
+
+def format_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    if seconds < 0:
+        return "in the future"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def format_rate(x: float | None, unit: str) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    if x >= 10_000:
+        return f"{x / 1000:,.1f}k {unit}/s"
+    return f"{x:,.1f} {unit}/s"
+
+
+def format_float(x: float | None, fmt: str = ".4f") -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def format_pct(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def printable(text: str) -> str:
+    """Model output can hold any byte: control characters would corrupt the terminal."""
+    text = text.expandtabs(4)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == "\n" else "\ufffd" for ch in text)

@@ -1,0 +1,74 @@
+"""Who trains a run directory: the verified trainer and what it costs (CPU%, RSS, GPU memory)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+
+from rundir import verify_trainer
+
+from .views import TRAINER_LABELS, TrainerView
+
+
+class TrainerProbe:
+    """Verifies ``.trainer.json`` and measures the verified process (CPU%, RSS, GPU memory).
+
+    Stateful because psutil's ``cpu_percent`` compares with the previous call. Tests
+    replace it with a callable returning a fixed :class:`TrainerView`.
+    """
+
+    GPU_EVERY_S = 5.0
+
+    def __init__(self) -> None:
+        self._proc: psutil.Process | None = None
+        self._key: tuple[int, float] | None = None
+        self._nvidia_smi = shutil.which("nvidia-smi")
+        self._gpu: tuple[float, dict[int, int]] = (0.0, {})
+
+    def __call__(self, run_dir: Path) -> TrainerView:
+        v = verify_trainer(run_dir)
+        rec = v.record
+        view = TrainerView(state=v.state, label=TRAINER_LABELS.get(v.state, v.state), reason=v.reason,
+                           pid=rec.pid if rec else None,
+                           started=(rec.started or rec.create_time) if rec else None,
+                           argv=tuple(rec.argv) if rec else ())
+        if not v.ok or rec is None:
+            self._proc = self._key = None
+            return view
+        try:
+            if self._key != (rec.pid, rec.create_time):
+                self._proc = psutil.Process(rec.pid)
+                self._key = (rec.pid, rec.create_time)
+                self._proc.cpu_percent(None)            # primes the next reading
+                cpu = None
+            else:
+                assert self._proc is not None
+                cpu = self._proc.cpu_percent(None)
+            rss = self._proc.memory_info().rss
+        except psutil.Error:
+            return view
+        return replace(view, cpu_percent=cpu, rss=rss, gpu_memory=self._gpu_memory(rec.pid))
+
+    def _gpu_memory(self, pid: int) -> int | None:
+        if not self._nvidia_smi:
+            return None
+        stamp, table = self._gpu
+        if time.monotonic() - stamp > self.GPU_EVERY_S:
+            table = {}
+            try:
+                out = subprocess.run([self._nvidia_smi, "--query-compute-apps=pid,used_memory",
+                                      "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                                     timeout=2).stdout
+                for line in out.splitlines():
+                    p, _, mib = line.partition(",")
+                    if p.strip().isdigit() and mib.strip().isdigit():
+                        table[int(p)] = table.get(int(p), 0) + int(mib) * (1 << 20)
+            except (OSError, subprocess.SubprocessError):
+                self._nvidia_smi = None
+            self._gpu = (time.monotonic(), table)
+        return table.get(pid)

@@ -1,0 +1,367 @@
+"""Reading a run directory into :class:`~console.views.RunSnapshot`s, re-reading only what changed.
+
+:class:`RunReader` reads through :mod:`rundir` only (it never parses a file format
+itself). It is incremental: :meth:`RunReader.read` takes the *kinds* of files that
+changed and re-reads only those (the history reader picks up only the appended bytes),
+reusing the other parts of the previous snapshot as they are, so a consumer can tell
+what changed by identity. Each read also returns the :class:`~console.views.Notice`
+list of what it saw change (:mod:`console.changes`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, checkpoint_stamps,
+                    checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, HISTORY, LOG, LOSS_JSON, RUN_TOML, SAMPLES,
+                           STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
+from rundir.pivot_files import list_pivots, policy_text, read_journal
+
+from .changes import describe_changes, event_notice
+from .format import printable
+from .log_tail import LogTail
+from .prefetch import HistoryPrefetch
+from .probe import TrainerProbe
+from .views import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RunSnapshot,
+                    TrainerView)
+
+RATE_WINDOW_STEPS = 200
+
+# A verified trainer whose history has not grown for this long is shown as stalled: the
+# larger of STALL_MIN_S and STALL_STEPS median step times, unless --stall-after sets it.
+STALL_MIN_S = 60.0
+STALL_STEPS = 10
+
+# A checkpoint request that no read has seen answered after this long is forgotten.
+REQUEST_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointRequest:
+    """A SIGUSR1 sent at ``sent_at``, when the checkpoints were ``baseline``."""
+
+    sent_at: float
+    baseline: dict[str, CheckpointStamp] = field(default_factory=dict)
+
+
+def _last_finite(x: np.ndarray) -> float | None:
+    """The last finite value, looking back in growing chunks (not a mask of the whole column)."""
+    end, chunk = len(x), 64
+    while end > 0:
+        part = x[max(0, end - chunk):end]
+        idx = np.flatnonzero(np.isfinite(part))
+        if len(idx):
+            return float(part[idx[-1]])
+        end -= chunk
+        chunk *= 4
+    return None
+
+
+def _rate(x: np.ndarray, t: np.ndarray) -> float | None:
+    """Units per second over the last few hundred steps (None when time is unknown)."""
+    ok = np.isfinite(t) & (x >= 0)
+    x, t = x[ok], t[ok]
+    if len(t) < 2:
+        return None
+    x, t = x[-RATE_WINDOW_STEPS:], t[-RATE_WINDOW_STEPS:]
+    dt = float(t[-1] - t[0])
+    return float(x[-1] - x[0]) / dt if dt > 0 else None
+
+
+def _finite(x: float) -> float | None:
+    return x if isinstance(x, float) and math.isfinite(x) else None
+
+
+
+def read_pivots(run_dir: Path) -> tuple[tuple[PivotEntry, ...], str | None]:
+    """Every pivot's archive, and a line about an interrupted pivot (its journal), if any."""
+    entries = []
+    for data in list_pivots(run_dir):
+        step = data.get("final_step")
+        entries.append(PivotEntry(step if isinstance(step, int) else None, str(data.get("path", "")),
+                                  str(data.get("stage", data.get("error", "?"))),
+                                  printable(policy_text(data.get("new_policy")))))
+    journal, error = read_journal(run_dir)
+    if error:
+        return tuple(entries), error
+    pending = (f"a polish pivot is unfinished (last completed stage: {journal.stage}); p or --pivot completes "
+               "it, --pivot-rollback undoes it") if journal else None
+    return tuple(entries), pending
+
+
+class RunReader:
+    """Reads a run directory into :class:`RunSnapshot`s, re-reading only what changed.
+
+    Not thread-safe: one thread at a time calls :meth:`read` (the dashboard uses an
+    exclusive worker). The snapshots it returns are immutable and safe to share.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], now: Callable[[], float] = time.time,
+                 probe: Callable[[Path], TrainerView] | None = None, stall_after: float | None = None,
+                 prefetch: HistoryPrefetch | None = None):
+        self.run_dir = Path(run_dir)
+        self.stall_after = stall_after
+        self.now = now
+        self.probe = probe or TrainerProbe()
+        self.history = LossHistory(self.run_dir / LOSS_JSON)
+        self._prefetch = prefetch               # the first history read, done by a forked child
+        self._snapshot: RunSnapshot | None = None
+        self._history_version = 0
+        self._rewinds = 0
+        self.log = LogTail(self.run_dir / TRAINER_LOG)
+        self._requests: list[CheckpointRequest] = []
+        self._requests_lock = threading.Lock()
+        self._torn_seen = 0
+        self._torn_reported = 0
+        self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
+
+    @property
+    def snapshot(self) -> RunSnapshot | None:
+        return self._snapshot
+
+    def expect_checkpoint(self, request: CheckpointRequest) -> None:
+        """A checkpoint was requested (SIGUSR1 sent): the read that sees it land says so, once,
+        in its notice. Safe to call from any thread."""
+        with self._requests_lock:
+            self._requests.append(request)
+
+    def forget_checkpoint(self, request: CheckpointRequest) -> None:
+        """The request was not sent after all."""
+        with self._requests_lock:
+            self._requests = [r for r in self._requests if r is not request]
+
+    # -- the read --------------------------------------------------------------
+    def read(self, kinds: Iterable[str] = ALL_KINDS) -> tuple[RunSnapshot, list[Notice]]:
+        """Re-read ``kinds`` (everything on the first call); never raises for bad input."""
+        prev = self._snapshot
+        kinds = ALL_KINDS if prev is None else frozenset(kinds)
+        now = self.now()
+        notices: list[Notice] = []
+        dir_state, other = self._dir_state() if (DIRECTORY in kinds or prev is None or kinds & {CHECKPOINTS, CONFIG}) \
+            else (prev.dir_state, prev.other_files)
+        if prev is not None and prev.dir_state != dir_state:
+            kinds = ALL_KINDS
+            notices.append(Notice(now, f"run directory is now {dir_state}", "warn" if dir_state != "ok" else "info"))
+        config, config_error = (prev.config, prev.config_error) if prev and CONFIG not in kinds else self._config(dir_state)
+        history = self._history(now, notices, first=prev is None) if HISTORY in kinds else prev.history
+        checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
+        trainer = self.probe(self.run_dir) if TRAINER in kinds else prev.trainer
+        if kinds & {TRAINER, HISTORY}:
+            trainer = self._stall(trainer, now)
+        if STATE in kinds or CONFIG in kinds or prev is None:
+            arms = self._arms(config)
+        else:
+            arms = prev.arms
+        if SAMPLES in kinds:
+            read = read_samples(self.run_dir)
+            samples = tuple(newest_per_arm(read.value or []).values())
+            samples_error = None if read.error and "not written yet" in read.error else read.error
+        else:
+            samples, samples_error = prev.samples, prev.samples_error
+        log_tail = self.log.read() if LOG in kinds else prev.log_tail
+        if prev is None or kinds & {DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}:
+            pivots, pending_pivot = read_pivots(self.run_dir)
+        else:
+            pivots, pending_pivot = prev.pivots, prev.pending_pivot
+        snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=now,
+                           dir_state=dir_state, config=config, config_error=config_error, trainer=trainer,
+                           history=history, checkpoints=checkpoints, arms=arms, samples=samples,
+                           samples_error=samples_error, log_tail=log_tail, other_files=other,
+                           log_seen=self.log.seen, pivots=pivots, pending_pivot=pending_pivot)
+        changes = describe_changes(prev, snap, now, self._answered_requests(prev, snap, now))
+        if prev is None:
+            notices[:0] = changes                            # the summary first
+        else:
+            notices.extend(changes)
+        self._snapshot = snap
+        return snap, notices
+
+    # -- parts -----------------------------------------------------------------
+    def stall_threshold(self) -> float:
+        """``--stall-after``, else the larger of 60 s and ten median step times."""
+        if self.stall_after is not None:
+            return self.stall_after
+        t = self.history.time[-2 * RATE_WINDOW_STEPS:]
+        dt = np.diff(t[np.isfinite(t)])
+        dt = dt[dt > 0]
+        return max(STALL_MIN_S, STALL_STEPS * float(np.median(dt))) if len(dt) else STALL_MIN_S
+
+    def _stall(self, trainer: TrainerView, now: float) -> TrainerView:
+        """A verified trainer whose history (and checkpoint temporaries) stopped changing."""
+        if trainer.state != "running":
+            return replace(trainer, stalled_for=None, stall_threshold=None) if trainer.stalled_for else trainer
+        latest = trainer.started or 0.0
+        try:
+            latest = max(latest, (self.run_dir / LOSS_JSON).stat().st_mtime)
+        except OSError:
+            pass
+        threshold = self.stall_threshold()
+        if now - latest > threshold:
+            # A long checkpoint write is progress too: its temporary keeps growing.
+            try:
+                for entry in os.scandir(self.run_dir):
+                    if is_temporary(entry.name):
+                        latest = max(latest, entry.stat().st_mtime)
+            except OSError:
+                pass
+        idle = now - latest
+        stalled = idle > threshold
+        label = "stalled" if stalled else TRAINER_LABELS.get(trainer.state, trainer.state)
+        return replace(trainer, label=label, stalled_for=idle if stalled else None, stall_threshold=threshold)
+
+    def _dir_state(self) -> tuple[str, tuple[str, ...]]:
+        try:
+            names = os.listdir(self.run_dir)
+        except FileNotFoundError:
+            return "missing", ()
+        except NotADirectoryError:
+            return "not a directory", ()
+        except OSError as err:
+            return f"unreadable ({err.strerror})", ()
+        if not names:
+            return "empty", ()
+        return "ok", tuple(sorted(n for n in names if not is_known(n)))
+
+    def _checkpoints(self, prev: RunSnapshot | None) -> tuple[CheckpointInfo, ...]:
+        """Every ``step_*.bin``, as :func:`rundir.list_checkpoints` sees them, but inspecting
+        only files whose ``.bin`` or ``.json`` changed since the last read, and keeping no
+        sidecar contents (the console never shows them)."""
+        stamps = checkpoint_stamps(self.run_dir)
+        stale = {name: hit[0] for name, hit in self._ckpt_cache.items() if name in stamps}
+        fresh = {info.path.name: info for info in checkpoints_since(self.run_dir, stale, stamps)}
+        cache = {}
+        for name, stamp in stamps.items():
+            info = replace(fresh[name], sidecar=None) if name in fresh else self._ckpt_cache[name][1]
+            cache[name] = (stamp, info)
+        self._ckpt_cache = cache
+        result = tuple(sorted((info for _, info in cache.values()), key=lambda i: (i.step, i.path.name)))
+        if prev is not None and result == prev.checkpoints:
+            return prev.checkpoints            # unchanged: same object, nothing repaints
+        return result
+
+    def _answered_requests(self, prev: RunSnapshot | None, snap: RunSnapshot,
+                           now: float) -> dict[str, CheckpointRequest]:
+        """Which requested checkpoints this read sees complete: ``{file name: request}``."""
+        if prev is None or snap.checkpoints is prev.checkpoints:
+            return {}
+        answered = {}
+        with self._requests_lock:
+            for c in snap.checkpoints:
+                if c.status != "complete":
+                    continue
+                stamp = self._ckpt_cache.get(c.path.name, (None,))[0]
+                for request in self._requests:
+                    if request.baseline.get(c.path.name) != stamp:
+                        answered[c.path.name] = request
+            self._requests = [r for r in self._requests if r not in answered.values()
+                              and now - r.sent_at < REQUEST_TIMEOUT_S]
+        return answered
+
+    def _config(self, dir_state: str) -> tuple[RunConfig | None, str | None]:
+        if dir_state != "ok":
+            return None, None
+        if not os.path.lexists(self.run_dir / RUN_TOML):
+            return None, "no run.toml (a run from another engine, or not started yet)"
+        try:
+            return load_run_config(self.run_dir), None
+        except ConfigError as err:
+            return None, str(err)
+        except Exception as err:      # a config the library could not even classify (never expected)
+            return None, f"run.toml: {type(err).__name__}: {err}"
+
+    def _history(self, now: float, notices: list[Notice], first: bool) -> HistoryView:
+        earlier = None
+        if self._prefetch is not None:
+            prefetch, self._prefetch = self._prefetch, None
+            handed_over = prefetch.result()
+            if handed_over is not None and handed_over[0].path == self.history.path:
+                self.history, earlier = handed_over
+        h = self.history
+        update = h.refresh()
+        if earlier is not None:                 # what the child read counts as this read's
+            update = earlier.then(update)
+        if update.changed or first or self._snapshot is None:
+            self._history_version += 1
+        if update.rewound or update.reset:
+            self._rewinds += 1
+            if update.reset and not first:
+                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", "warn"))
+        for problem in update.new_problems[:5]:
+            notices.append(Notice(now, f"skipped: {problem}", "warn"))
+        if len(update.new_problems) > 5:
+            notices.append(Notice(now, f"skipped {len(update.new_problems) - 5} more unreadable line(s)", "warn"))
+        if update.new_nonfinite:
+            loss = h.loss
+            tail = loss[-max(update.new_steps, 1):]
+            bad = h.step[-len(tail):][~np.isfinite(tail)]
+            where = ", ".join(str(int(s)) for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
+            notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
+                                  f"{update.new_nonfinite} non-finite loss value(s)", "error"))
+        for ev in ([] if first else update.new_events):     # the whole past is not news
+            text = event_notice(ev)
+            if text:
+                notices.append(Notice(now, text[0], text[1]))
+        # A torn tail is normal for an instant while a line is written; one that is still
+        # there at the next read (or at the first) is reported, once.
+        if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
+            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", "warn"))
+            self._torn_reported = h.torn_tail
+        elif not h.torn_tail:
+            self._torn_reported = 0
+        self._torn_seen = h.torn_tail
+        prev = self._snapshot.history if self._snapshot else None
+        if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error:
+            return prev
+        loss = h.loss
+        last_loss = _last_finite(loss)
+        bad_steps = h.step[~np.isfinite(loss)] if h.nonfinite else ()
+        tokens = h.tokens
+        # Rates from the tail only: the cost of a read must not grow with the history.
+        tail = slice(-2 * RATE_WINDOW_STEPS, None)
+        t_tail = h.time[tail]
+        return HistoryView(
+            version=self._history_version, format=h.format, n_steps=len(h), last_step=h.last_step,
+            last_loss=last_loss, tokens=int(tokens[-1]) if len(tokens) and tokens[-1] >= 0 else None,
+            steps_per_s=_rate(h.step[tail].astype(np.float64), t_tail),
+            tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail) if len(tokens) and tokens[-1] >= 0 else None,
+            nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
+            error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
+            last_nonfinite_step=int(bad_steps[-1]) if len(bad_steps) else None)
+
+    def _arms(self, config: RunConfig | None) -> ArmsView:
+        read = read_state(self.run_dir)
+        state = read.value
+        configured = config.arms if config is not None else {}
+        error = None if read.error and "not written yet" in read.error else read.error   # absent is normal
+        rows: list[ArmRow] = []
+        if state is not None:
+            try:
+                zombies = find_zombies(state, config, self.run_dir)
+            except Exception as err:          # never let one odd source crash the dashboard
+                zombies, error = {}, f"zombie check failed: {err}"
+            total = sum(a.pulls for a in state.arms.values())
+            for name, arm in state.arms.items():
+                conf = configured.get(name)
+                cap = state.caps.get(name, conf.cap if conf else None)
+                floor = state.floors.get(name, conf.floor if conf else None)
+                rows.append(ArmRow(name=name, pulls=arm.pulls, share=arm.pulls / total if total else None,
+                                   prob=_finite(arm.prob), ema_reward=_finite(arm.ema_reward), cap=cap, floor=floor,
+                                   source=arm.source or (conf.source if conf else ""),
+                                   status="zombie" if name in zombies else "ok", reason=zombies.get(name, "")))
+        for name, conf in configured.items():
+            if state is None or name not in state.arms:
+                rows.append(ArmRow(name=name, pulls=None, share=None, prob=None, ema_reward=None, cap=conf.cap,
+                                   floor=conf.floor, source=conf.source, status="configured",
+                                   reason=f"in {RUN_TOML}, not in {STATE_JSON} yet"))
+        return ArmsView(rows=tuple(rows), policy_from=STATE_JSON if state else (RUN_TOML if configured else "none"),
+                        phase=dict(state.phase) if state else {}, state_step=state.step if state else None,
+                        error=error)

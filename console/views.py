@@ -1,0 +1,220 @@
+"""The console's model of a run directory at one moment: immutable views, one per pane.
+
+:class:`RunSnapshot` holds them all; each pane is handed only its own part (the arms
+pane its :class:`ArmsView`, the plot its :class:`HistoryView` and markers...). The
+snapshot also says what is wrong with the run (:meth:`RunSnapshot.problems`), shared
+by the dashboard, ``--once`` and ``--json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rundir import CheckpointInfo, HistoryEvent, RunConfig, Sample
+from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
+
+from .format import stall_text
+
+# How a verification state reads on the dashboard.
+TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
+                  "unverified": "not supervised", "unreadable": "not supervised"}
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One line for the event log: what the console saw or did."""
+
+    time: float
+    text: str
+    level: str = "info"                 # info | good | warn | error
+
+
+@dataclass(frozen=True)
+class TrainerView:
+    """Who trains this directory, as verified against the process table."""
+
+    state: str                          # running | stopped | stale | unverified | unreadable
+    label: str                          # running | stopped | not supervised | stale pid record
+    reason: str
+    pid: int | None = None
+    started: float | None = None
+    cpu_percent: float | None = None
+    rss: int | None = None
+    gpu_memory: int | None = None       # bytes, where nvidia-smi reports the pid
+    argv: tuple[str, ...] = ()
+    stalled_for: float | None = None    # seconds without a new history line, when past the threshold
+    stall_threshold: float | None = None
+
+    @property
+    def signallable(self) -> bool:
+        return self.state == "running"
+
+    @property
+    def stalled(self) -> bool:
+        """Alive and verified, but no new step for longer than the stall threshold."""
+        return self.state == "running" and self.stalled_for is not None
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """The history reader's state at one read (columns copied, so safe to hand to the UI)."""
+
+    version: int                        # bumped at every change: the plot re-renders on it
+    format: str | None
+    n_steps: int
+    last_step: int | None
+    last_loss: float | None
+    tokens: int | None
+    steps_per_s: float | None
+    tokens_per_s: float | None
+    nonfinite: int
+    bad_lines: int
+    torn_tail: int
+    problems: tuple[str, ...]
+    error: str | None
+    events: tuple[HistoryEvent, ...]
+    step: np.ndarray = field(repr=False, compare=False)
+    loss: np.ndarray = field(repr=False, compare=False)
+    rewinds: int = 0                    # how many reads found the history rewound or reset
+    last_nonfinite_step: int | None = None
+
+
+@dataclass(frozen=True)
+class ArmRow:
+    name: str
+    pulls: int | None
+    share: float | None
+    prob: float | None
+    ema_reward: float | None
+    cap: float | None
+    floor: float | None
+    source: str
+    status: str                         # ok | zombie | configured (not in .state.json)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ArmsView:
+    rows: tuple[ArmRow, ...]
+    policy_from: str                    # .state.json | run.toml | none
+    phase: dict[str, Any]
+    state_step: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class PivotEntry:
+    """One polish pivot, from its archive's ``pivot.json``."""
+
+    step: int | None                    # P, the checkpoint it resumed from
+    archive: str                        # relative to the run directory
+    stage: str
+    policy: str                         # the new caps and floors, one line
+
+    @property
+    def finished(self) -> bool:
+        return self.stage == "resumed"
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """Everything the dashboard shows, read at one moment."""
+
+    run_dir: Path
+    name: str
+    taken: float
+    dir_state: str                      # ok | empty | missing | not a directory
+    config: RunConfig | None
+    config_error: str | None
+    trainer: TrainerView
+    history: HistoryView
+    checkpoints: tuple[CheckpointInfo, ...]
+    arms: ArmsView
+    samples: tuple[Sample, ...]         # newest per arm
+    samples_error: str | None
+    log_tail: tuple[str, ...]
+    other_files: tuple[str, ...]
+    log_seen: int = 0                   # trainer.log lines read so far (new ones = the difference)
+    pivots: tuple[PivotEntry, ...] = ()  # finished or archived polish pivots, oldest first
+    pending_pivot: str | None = None    # an interrupted pivot's journal, described
+
+    @property
+    def newest_checkpoint(self) -> CheckpointInfo | None:
+        usable = [c for c in self.checkpoints if c.status != "invalid"]
+        return usable[-1] if usable else None
+
+    @property
+    def failed_checkpoint(self) -> HistoryEvent | None:
+        """The newest ``checkpoint_failed`` event not yet followed by a checkpoint on disk."""
+        for ev in reversed(self.history.events):
+            if ev.event == EVENT_CHECKPOINT_FAILED:
+                newest = self.newest_checkpoint
+                step = ev.step if ev.step is not None else -1
+                return ev if newest is None or newest.step < step else None
+            if ev.event in (EVENT_CHECKPOINT, EVENT_START, EVENT_RESUME):
+                return None
+        return None
+
+    @property
+    def safety_stop(self) -> HistoryEvent | None:
+        """The trainer's last ``stop`` event, when a safety policy (divergence) made it."""
+        for ev in reversed(self.history.events):
+            if ev.event == EVENT_STOP:
+                return ev if ev.data.get("reason") == "nonfinite" else None
+            if ev.event in (EVENT_START, EVENT_RESUME):
+                return None
+        return None
+
+    @property
+    def zombies(self) -> dict[str, str]:
+        return {a.name: a.reason for a in self.arms.rows if a.status == "zombie"}
+
+    def problems(self) -> list[str]:
+        """Everything wrong, one line each, most important first."""
+        out = []
+        if self.dir_state == "missing":
+            out.append(f"run directory {self.run_dir} does not exist")
+        elif self.dir_state == "not a directory":
+            out.append(f"{self.run_dir} is not a directory")
+        elif self.dir_state == "empty":
+            out.append("the run directory is empty: nothing has been written yet")
+        if self.trainer.state in ("stale", "unverified", "unreadable"):
+            out.append(f"trainer {self.trainer.label}: {self.trainer.reason}")
+        if self.trainer.stalled:
+            out.append(f"trainer STALLED: {stall_text(self.trainer)}")
+        failed = self.failed_checkpoint
+        if failed is not None:
+            out.append(f"checkpoint FAILED at step {failed.step}: {failed.data.get('error', 'write error')}")
+        stop = self.safety_stop
+        if stop is not None:
+            out.append(f"trainer stopped: the run diverged at step {stop.step} "
+                       f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)")
+        if self.pending_pivot:
+            out.append(self.pending_pivot)
+        if self.config_error and self.dir_state == "ok":
+            out.append(self.config_error)
+        for c in self.checkpoints:
+            if c.status == "invalid":
+                out.append(f"{c.path.name}: invalid: {c.reason}")
+        for name, reason in self.zombies.items():
+            out.append(f"zombie arm {name}: {reason}")
+        h = self.history
+        if h.error:
+            out.append(h.error)
+        if h.bad_lines:
+            out.append(f"{LOSS_JSON}: {h.bad_lines} unreadable line(s) skipped"
+                       + (f" (first: {h.problems[0]})" if h.problems else ""))
+        if h.torn_tail:
+            out.append(f"{LOSS_JSON}: torn last line ({h.torn_tail} bytes) skipped")
+        if h.nonfinite:
+            out.append(f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
+                       + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None else ""))
+        if self.arms.error and self.dir_state == "ok":
+            out.append(self.arms.error)
+        if self.samples_error and self.dir_state == "ok":
+            out.append(self.samples_error)
+        return out

@@ -1,0 +1,119 @@
+"""The run directory's vocabulary (DESIGN.md sections 1, 4 and 6), spelled once.
+
+Every file name of the contract, the temporary-file prefix, the checkpoint-name
+pattern, the kind of any name found in a run directory, the history's event names and
+what each signal means. The trainer, the console and the tests import these; none of
+them spells a file name of its own (a test greps for it).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+# -- files (DESIGN.md section 1) ------------------------------------------------
+RUN_TOML = "run.toml"
+LOSS_JSON = ".loss.json"
+STATE_JSON = ".state.json"
+SAMPLES_JSON = ".samples.json"
+TRAINER_JSON = ".trainer.json"
+LOCK_FILE = ".lock"
+TRAINER_LOG = "trainer.log"
+PIVOT_JOURNAL = ".pivot.json"          # an unfinished pivot's journal
+ARCHIVE_DIR = "archive"
+PIVOT_RECORD = "pivot.json"            # in each archive/pivot_P_<UTC>/
+PIVOT_ARCHIVE_PREFIX = "pivot_"
+
+# Every rewrite goes through a temporary file in the same directory whose name starts
+# with this; readers ignore such names, and a trainer removes those left by a writer
+# that died.
+TMP_PREFIX = ".tmp-"
+
+# -- checkpoints (DESIGN.md section 2) --------------------------------------------
+CHECKPOINT_PREFIX = "step_"
+CHECKPOINT_SUFFIX = ".bin"
+SIDECAR_SUFFIX = ".json"
+CHECKPOINT_NAME = re.compile(r"^step_(\d{6,})\.bin$")
+_CHECKPOINT_FILE = re.compile(r"^step_(\d+)\.(bin|json)$")
+
+
+def checkpoint_name(step: int) -> str:
+    """``step_NNNNNN.bin``: the step zero-padded to 6 digits (wider past 999,999)."""
+    return f"{CHECKPOINT_PREFIX}{step:06d}{CHECKPOINT_SUFFIX}"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step a well-formed ``step_NNNNNN.bin`` name carries; None for any other name."""
+    match = CHECKPOINT_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def is_checkpoint_bin(name: str) -> bool:
+    """Whether a name is a checkpoint's ``.bin`` (well-formed or not: the listing shows both)."""
+    return name.startswith(CHECKPOINT_PREFIX) and name.endswith(CHECKPOINT_SUFFIX)
+
+
+def is_checkpoint_file(name: str) -> bool:
+    """A checkpoint's ``.bin`` or its resume ``.json``."""
+    return name.startswith(CHECKPOINT_PREFIX) and name.endswith((CHECKPOINT_SUFFIX, SIDECAR_SUFFIX))
+
+
+def sidecar_name(bin_name: str) -> str:
+    """The resume contract's name beside a ``.bin``: same stem, ``.json``."""
+    stem = bin_name[:-len(CHECKPOINT_SUFFIX)] if bin_name.endswith(CHECKPOINT_SUFFIX) else bin_name
+    return stem + SIDECAR_SUFFIX
+
+
+def pivot_archive_name(final_step: int, utc_stamp: str) -> str:
+    """``archive/pivot_NNNNNN_<UTC>``, relative to the run directory."""
+    return f"{ARCHIVE_DIR}/{PIVOT_ARCHIVE_PREFIX}{final_step:06d}_{utc_stamp}"
+
+
+# -- what a change to a name touches ---------------------------------------------
+# The kinds of files a change can touch; a reader re-reads only the kinds it is given.
+HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY = (
+    "history", "checkpoints", "state", "samples", "trainer", "log", "config", "directory")
+ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY})
+
+KNOWN_NAMES = {RUN_TOML: CONFIG, LOSS_JSON: HISTORY, STATE_JSON: STATE, SAMPLES_JSON: SAMPLES,
+               TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, TRAINER_LOG: LOG, ARCHIVE_DIR: DIRECTORY,
+               PIVOT_JOURNAL: DIRECTORY}
+
+
+def is_temporary(name: str) -> bool:
+    return name.startswith(TMP_PREFIX)
+
+
+def kind_of(name: str) -> str | None:
+    """The kind of a file name in a run directory (None: a temporary file, ignored)."""
+    if is_temporary(name):
+        return None
+    if is_checkpoint_file(name):
+        return CHECKPOINTS
+    return KNOWN_NAMES.get(name, DIRECTORY)
+
+
+def is_known(name: str) -> bool:
+    """A name the contract defines (or a temporary one): anything else is "other files"."""
+    return name in KNOWN_NAMES or is_checkpoint_file(name) or is_temporary(name)
+
+
+# -- history events (DESIGN.md section 4) ----------------------------------------
+EVENT_START = "start"
+EVENT_RESUME = "resume"
+EVENT_CHECKPOINT = "checkpoint"
+EVENT_CHECKPOINT_FAILED = "checkpoint_failed"
+EVENT_WRITE_FAILED = "write_failed"
+EVENT_SIGNAL = "signal"
+EVENT_PIVOT = "pivot"
+EVENT_ZOMBIE = "zombie"
+EVENT_STOP = "stop"
+EVENT_PRUNE = "prune"
+EVENT_ROLLBACK = "rollback"
+
+# -- signals (DESIGN.md section 6) -----------------------------------------------
+# What each signal means to a trainer. The console sends the first of each tuple.
+CHECKPOINT_SIGNALS = (signal.SIGUSR1,)          # write a checkpoint and continue
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # write a checkpoint and exit 0
+CHECKPOINT_SIGNAL = CHECKPOINT_SIGNALS[0]
+STOP_SIGNAL = STOP_SIGNALS[0]

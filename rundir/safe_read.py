@@ -1,0 +1,150 @@
+"""Reading a file of a run directory as data from elsewhere: never blocks, never raises.
+
+A run directory may come from another engine, another user on a shared filesystem or a
+half-copied archive. Every reader of the contract's small files goes through
+:func:`read_bytes` (or :func:`read_json`), which
+
+- opens with ``O_NONBLOCK`` (a FIFO in place of a file must not hang the reader) and
+  ``O_NOCTTY``, and refuses anything that ``fstat`` does not call a regular file;
+- refuses a file larger than the cap its kind allows before reading a byte of it (a
+  pid record pointing at ``/dev/zero`` or a huge sparse file must not cost memory);
+- answers with a :class:`FileRead`: the value, or one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+T = TypeVar("T")
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+# What each kind of file may weigh: generous for what the trainer writes, small enough
+# that a hostile file costs no memory worth mentioning.
+PID_RECORD_MAX = 64 * KiB
+RUN_TOML_MAX = 1 * MiB
+RESUME_JSON_MAX = 16 * MiB
+SIDECAR_MAX = 64 * MiB
+JOURNAL_MAX = 1 * MiB
+
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(frozen=True)
+class FileRead(Generic[T]):
+    """A reader's answer: ``value`` when usable, else ``error`` naming the problem.
+
+    ``missing`` is True when the file does not exist (``error`` then says so too), which
+    for several files is normal rather than a problem.
+    """
+
+    value: T | None
+    error: str | None = None
+    missing: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.value is not None
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _size(n: int) -> str:
+    return f"{n / MiB:g} MiB" if n >= MiB else f"{n / KiB:g} KiB" if n >= KiB else f"{n} bytes"
+
+
+def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """Open ``path`` read-only without blocking; the fd and its stat. Raises ``OSError``
+    (``FileNotFoundError`` when absent), or ``ValueError`` naming what it is when it is
+    not a regular file. The caller closes the fd."""
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"is {_kind(st.st_mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bytes(path: str | os.PathLike[str], max_bytes: int, name: str | None = None) -> FileRead[bytes]:
+    """The whole file, if it is a regular file of at most ``max_bytes``; never raises."""
+    path = Path(path)
+    name = name or path.name
+    try:
+        fd, st = open_regular(path)
+    except FileNotFoundError:
+        return FileRead(None, f"{name}: no such file", missing=True)
+    except NotADirectoryError:
+        return FileRead(None, f"{name}: cannot read: its directory is not a directory", missing=True)
+    except ValueError as err:
+        return FileRead(None, f"{name}: {err}")
+    except OSError as err:
+        return FileRead(None, f"{name}: cannot read: {err.strerror or err}")
+    try:
+        if st.st_size > max_bytes:
+            return FileRead(None, f"{name}: {_size(st.st_size)}, larger than the {_size(max_bytes)} such a file may "
+                                  "be: not read")
+        chunks, total = [], 0
+        while total <= max_bytes:           # the size can change while we read: stay bounded
+            chunk = os.read(fd, min(max_bytes + 1 - total, 16 * MiB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > max_bytes:
+            return FileRead(None, f"{name}: grew past the {_size(max_bytes)} such a file may be: not read")
+        return FileRead(b"".join(chunks))
+    except OSError as err:
+        return FileRead(None, f"{name}: cannot read: {err.strerror or err}")
+    finally:
+        os.close(fd)
+
+
+def parse_json(raw: bytes, name: str) -> FileRead[Any]:
+    """Parse JSON bytes; the error names the file. Never raises (orjson caps nesting)."""
+    if not raw.strip():
+        return FileRead(None, f"{name}: empty file")
+    try:
+        return FileRead(orjson.loads(raw))
+    except orjson.JSONDecodeError as err:
+        return FileRead(None, f"{name}: not valid JSON ({err})")
+    except (RecursionError, MemoryError) as err:       # belt and braces: orjson caps depth itself
+        return FileRead(None, f"{name}: not readable JSON ({type(err).__name__})")
+
+
+def read_json(path: str | os.PathLike[str], max_bytes: int, name: str | None = None) -> FileRead[Any]:
+    """A bounded, non-blocking read of a JSON file; the value or one line naming the problem."""
+    read = read_bytes(path, max_bytes, name)
+    if not read.ok:
+        return FileRead(None, read.error, read.missing)
+    return parse_json(read.value, name or Path(path).name)
+
+
+def read_json_object(path: str | os.PathLike[str], max_bytes: int,
+                     name: str | None = None) -> FileRead[dict[str, Any]]:
+    """:func:`read_json`, and the top level must be an object."""
+    name = name or Path(path).name
+    read = read_json(path, max_bytes, name)
+    if read.error is None and not isinstance(read.value, dict):
+        return FileRead(None, f"{name}: not a JSON object (its top level is {_json_type(read.value)})")
+    return read

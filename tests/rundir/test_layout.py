@@ -1,0 +1,80 @@
+"""The run directory's vocabulary is spelled once, in :mod:`rundir.layout`."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from rundir import layout
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("console", "rundir", "trainer")
+
+# What must never be spelled in code outside layout.py: a contract file name used as a
+# name or path (a literal that is the name, or ends with "/name"), the temporary prefix,
+# and the checkpoint-name pattern or format. Prose that mentions a file in a message or a
+# docstring is not a spelling of its name.
+NAMES = (layout.LOSS_JSON, layout.STATE_JSON, layout.SAMPLES_JSON, layout.TRAINER_JSON, layout.RUN_TOML,
+         layout.TRAINER_LOG, layout.PIVOT_JOURNAL, layout.PIVOT_RECORD, layout.LOCK_FILE)
+FORBIDDEN = re.compile("|".join([r"(^|/)(" + "|".join(re.escape(n) for n in NAMES) + r")/?$",
+                                 re.escape(layout.TMP_PREFIX), r"step_(\\d|\{|%|\(|\[)", r"^step_$",
+                                 r"^pivot_$", r"^archive/"]))
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def spelled_names(path: Path) -> list[str]:
+    """``file:line: literal`` for every string literal in ``path`` that spells a contract name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if FORBIDDEN.search(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_contract_name_is_spelled_outside_the_vocabulary():
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "rundir" / "layout.py":
+                continue
+            offenders += spelled_names(path)
+    assert not offenders, "spell these through rundir.layout:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("literal", ['".loss.json"', '"step_%06d.bin" % 3', 'f"{d}/.tmp-x"', '"archive/pivot_1"',
+                                     'f"{d}/run.toml"', 'r"^step_(\\d+)"', 'f"step_{n:06d}.bin"'])
+def test_the_scan_finds_a_spelled_name(tmp_path, literal):
+    module = ROOT / "tests" / "rundir" / f"_probe_{tmp_path.name}.py"
+    module.write_text(f'"""doc: .loss.json is fine here."""\nX = {literal}\n')
+    try:
+        assert spelled_names(module), literal
+    finally:
+        module.unlink()
+
+
+def test_names_round_trip():
+    assert layout.checkpoint_name(42) == "step_000042.bin"
+    assert layout.checkpoint_name(1_234_567) == "step_1234567.bin"
+    assert layout.checkpoint_step(layout.checkpoint_name(7)) == 7
+    assert layout.checkpoint_step("step_42.bin") is None          # fewer than six digits
+    assert layout.sidecar_name("step_000042.bin") == "step_000042.json"
+    assert layout.kind_of(layout.TMP_PREFIX + "x") is None
+    assert layout.kind_of("step_000001.json") == layout.CHECKPOINTS
+    assert layout.kind_of(layout.LOSS_JSON) == layout.HISTORY
+    assert layout.kind_of("notes.txt") == layout.DIRECTORY
+    assert not layout.is_known("notes.txt") and layout.is_known(layout.RUN_TOML)

@@ -1,0 +1,35 @@
+"""``andrea-train``'s entry point: says how to install PyTorch when it is missing.
+
+The console and the run-directory library install without torch (``pip install
+andrea-console``); the trainer needs it (``pip install 'andrea-console[train]'``). This
+module imports nothing heavy, so the check costs nothing when torch is there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+EXIT_USAGE = 2
+INSTALL_HINT = ("andrea-train: PyTorch is not installed; install the trainer with "
+                "pip install 'andrea-console[train]' (or pip install torch, with the build for your machine)")
+
+
+def torch_installed() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except ImportError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    if not torch_installed():
+        print(INSTALL_HINT, file=sys.stderr)
+        return EXIT_USAGE
+    from trainer.cli import main as train_main
+
+    return train_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
