@@ -2,9 +2,11 @@
 
 The trainer holds an exclusive ``flock`` on ``.lock`` for its lifetime (a second
 trainer refuses to start) and writes ``.trainer.json`` naming itself. Before anyone
-signals that process, :func:`verify_trainer` checks that the pid is alive, that its
-``create_time`` is the recorded one (so a reused pid is refused) and that its command
-line names this run directory.
+signals that process, :func:`verify_trainer` checks that the record is whole (every key
+of DESIGN.md's pid record), that it names this host, that the pid is alive, that its
+``create_time`` is the recorded one (so a reused pid is refused), that its command line
+names this run directory and runs a trainer entry point, and that it holds the run's
+``.lock`` (:mod:`rundir.identity`): a forged record naming any other process is refused.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ from typing import Any, Literal
 import psutil
 
 from .atomic import atomic_write_json
+from .identity import holds_run_lock, runs_trainer_entry_point
 from .layout import LOCK_FILE, TRAINER_JSON
 from .safe_read import PID_RECORD_MAX, read_json_object
 
 CREATE_TIME_TOLERANCE = 0.01
+# Every key of DESIGN.md's pid record: a record without one of them is not verified.
+RECORD_KEYS = ("pid", "create_time", "host", "argv", "started")
 
 
 class RunLockedError(RuntimeError):
@@ -87,11 +92,16 @@ def read_trainer_record(run_dir: str | os.PathLike[str]) -> tuple[TrainerRecord 
         return None, f"{TRAINER_JSON}: create_time {ctime!r} is not a number"
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         return None, f"{TRAINER_JSON}: argv is not a list of strings"
-    started = data.get("started")
-    known = {"pid", "create_time", "host", "argv", "started"}
-    return TrainerRecord(pid=pid, create_time=float(ctime), host=str(data.get("host") or ""), argv=argv,
-                         started=float(started) if isinstance(started, (int, float)) else 0.0,
-                         extra={k: v for k, v in data.items() if k not in known}), None
+    missing = [key for key in RECORD_KEYS if key not in data]
+    if missing:
+        return None, f"{TRAINER_JSON}: no {', '.join(repr(k) for k in missing)}: not a whole pid record"
+    host, started = data.get("host"), data.get("started")
+    if not isinstance(host, str) or not host:
+        return None, f"{TRAINER_JSON}: host {host!r} is not a host name"
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        return None, f"{TRAINER_JSON}: started {started!r} is not a number"
+    return TrainerRecord(pid=pid, create_time=float(ctime), host=host, argv=argv, started=float(started),
+                         extra={k: v for k, v in data.items() if k not in RECORD_KEYS}), None
 
 
 class RunLock:
@@ -180,7 +190,7 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
         return Verification("unreadable", error)
     if record is None:
         return Verification("stopped", "no trainer is recorded (no .trainer.json)")
-    if record.host and record.host != socket.gethostname():
+    if record.host != socket.gethostname():
         return Verification("unverified", f"the trainer runs on host {record.host!r}, not this one", record)
     if record.pid == 1:
         return Verification("unverified", "the record names pid 1 (init), which is never a trainer", record)
@@ -200,6 +210,12 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
         return Verification("stale", f"pid {record.pid} was reused by another process (its start time differs)", record)
     if not _names_run_dir(proc, cmdline, run_dir):
         return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) does not name this run directory", record)
+    if not runs_trainer_entry_point(cmdline):
+        return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) is not a trainer "
+                                          "(not andrea-train or python -m trainer)", record)
+    holds, why = holds_run_lock(record.pid, run_dir)
+    if not holds:
+        return Verification("unverified", why, record)
     return Verification("running", f"pid {record.pid} verified", record)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -86,7 +87,7 @@ def test_a_live_process_that_does_not_name_the_run_is_never_signalled(make_run_d
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path / "elsewhere")])
     try:
         proc = psutil.Process(sleeper.pid)
-        run = make_run_dir(trainer_record={"pid": sleeper.pid, "create_time": proc.create_time(), "host": "",
+        run = make_run_dir(trainer_record={"pid": sleeper.pid, "create_time": proc.create_time(), "host": socket.gethostname(),
                                            "argv": proc.cmdline(), "started": EPOCH})
         for flag in ("--stop", "--checkpoint"):
             r = console(run, flag, "--timeout", "2")

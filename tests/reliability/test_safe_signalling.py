@@ -25,6 +25,8 @@ FLAGS = ("--stop", "--checkpoint")
     ("reused", "was reused by another process (its start time differs)"),
     ("other-host", "not this one"),
     ("unrelated", "does not name this run directory"),
+    ("no-lock", "does not hold the run directory's .lock"),
+    ("not-a-trainer", "is not a trainer"),
 ])
 def test_console_refuses_a_record_naming_the_wrong_process(tmp_path, flag, case, why, reliability_report):
     run = tmp_path / "run"
@@ -32,7 +34,13 @@ def test_console_refuses_a_record_naming_the_wrong_process(tmp_path, flag, case,
     log = tmp_path / "signals.txt"
     # The victim names the run directory in its argv (as a real trainer would), except when
     # it is meant to be unrelated; it writes down every SIGUSR1 and SIGTERM it receives.
-    victim = start_child(run if case != "unrelated" else tmp_path / "elsewhere", log)
+    # "no-lock": a forged record naming a trainer-looking process that traps signals but
+    # holds no lock; "not-a-trainer": a lock holder run as python -c.
+    extra = ("--no-lock",) if case == "no-lock" else ()
+    if case == "no-lock":
+        (run / ".lock").touch()
+    victim = start_child(run if case != "unrelated" else tmp_path / "elsewhere", log, *extra,
+                         as_script=case != "not-a-trainer")
     try:
         if case == "reused":
             rec = record_for(victim.pid)

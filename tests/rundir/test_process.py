@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,11 +16,17 @@ import pytest
 from rundir import (RunLock, RunLockedError, TrainerRecord, read_trainer_record,
                             remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
 
-# A stand-in trainer: it names the run directory in its argv, reports every SIGUSR1/SIGTERM
-# it receives into a file, and exits on SIGTERM.
+# A stand-in trainer that passes every check a real one does: run as a script named
+# andrea-train, it names the run directory, holds the run's .lock, reports every
+# SIGUSR1/SIGTERM it receives into a file, and exits on SIGTERM. With "--no-lock" it
+# holds no lock; run with "python -c" it is not a trainer entry point.
 CHILD = r"""
-import signal, sys, time, pathlib
-out = pathlib.Path(sys.argv[2])
+import fcntl, os, signal, sys, time, pathlib
+run, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+if "--no-lock" not in sys.argv:
+    run.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 def note(sig, frame):
     with out.open("a") as f:
         f.write(signal.Signals(sig).name + "\n")
@@ -33,13 +40,25 @@ while True:
 """
 
 
-def start_child(run_dir, log):
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(run_dir), str(log)])
+def _wait_ready(proc, log):
     deadline = time.monotonic() + 20
     while not (log.exists() and log.read_text().startswith("ready")):
+        assert proc.poll() is None, "the stand-in exited"
         assert time.monotonic() < deadline, "child did not start"
         time.sleep(0.02)
     return proc
+
+
+def start_child(run_dir, log, *extra, as_script=True):
+    """The stand-in trainer (see CHILD); ``as_script=False`` runs it as ``python -c``."""
+    if as_script:
+        script = log.parent / "bin" / "andrea-train"
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(CHILD)
+        cmd = [sys.executable, str(script), str(run_dir), str(log), *extra]
+    else:
+        cmd = [sys.executable, "-c", CHILD, str(run_dir), str(log), *extra]
+    return _wait_ready(subprocess.Popen(cmd), log)
 
 
 def record_for(pid, **changes):
@@ -111,7 +130,7 @@ def test_verified_trainer_gets_the_signal(tmp_path):
         proc.wait()
 
 
-@pytest.mark.parametrize("case", ["pid1", "own", "unrelated", "reused", "other-host"])
+@pytest.mark.parametrize("case", ["pid1", "own", "unrelated", "reused", "other-host", "no-host", "no-started"])
 def test_spoofed_records_are_refused_and_nothing_is_signalled(tmp_path, case):
     log = tmp_path / "signals.txt"
     victim = start_child(tmp_path / "elsewhere", log)
@@ -125,11 +144,19 @@ def test_spoofed_records_are_refused_and_nothing_is_signalled(tmp_path, case):
         elif case == "reused":         # right pid and argv, but another start time
             rec = record_for(victim.pid, argv=["andrea-train", str(tmp_path)])
             rec = TrainerRecord(rec.pid, rec.create_time - 100, rec.host, rec.argv, rec.started)
-        else:
+        elif case == "other-host":
             rec = record_for(victim.pid, host="not-" + socket.gethostname())
+        else:                          # a record missing a key is not verified (it used to skip a check)
+            rec = record_for(victim.pid)
         write_trainer_record(tmp_path, rec)
+        if case.startswith("no-"):
+            data = json.loads((tmp_path / ".trainer.json").read_text())
+            del data[case[3:]]
+            (tmp_path / ".trainer.json").write_text(json.dumps(data))
         v = signal_trainer(tmp_path, signal.SIGTERM)
-        assert not v.ok and v.state in ("unverified", "stale"), v
+        assert not v.ok and v.state in ("unverified", "stale", "unreadable"), v
+        if case.startswith("no-"):
+            assert f"no '{case[3:]}'" in v.reason
         time.sleep(0.3)
         assert victim.poll() is None and log.read_text().splitlines() == ["ready"]
     finally:
@@ -140,3 +167,102 @@ def test_spoofed_records_are_refused_and_nothing_is_signalled(tmp_path, case):
 def test_nothing_recorded_means_stopped(tmp_path):
     v = verify_trainer(tmp_path)
     assert v.state == "stopped" and not v.ok
+
+
+def _refused_and_untouched(run_dir, victim, log):
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        v = signal_trainer(run_dir, sig)
+        assert not v.ok and v.state == "unverified", v
+    time.sleep(0.3)
+    assert victim.poll() is None
+    if log is not None:
+        assert log.read_text().splitlines() == ["ready"]
+    return v
+
+
+def test_a_process_that_does_not_hold_the_lock_is_refused(tmp_path):
+    """A trainer-looking script that names the run directory and traps signals, but holds
+    no lock: what a forged record would point at."""
+    run, log = tmp_path / "run", tmp_path / "signals.txt"
+    run.mkdir()
+    (run / ".lock").touch()
+    victim = start_child(run, log, "--no-lock")
+    try:
+        write_trainer_record(run, record_for(victim.pid))
+        v = _refused_and_untouched(run, victim, log)
+        assert "does not hold the run directory's .lock" in v.reason
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_lock_holder_that_is_not_a_trainer_is_refused(tmp_path):
+    run, log = tmp_path / "run", tmp_path / "signals.txt"
+    victim = start_child(run, log, as_script=False)       # python -c CODE RUN_DIR: holds the lock
+    try:
+        write_trainer_record(run, record_for(victim.pid))
+        v = _refused_and_untouched(run, victim, log)
+        assert "is not a trainer" in v.reason
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.mark.parametrize("who", ["tail", "shell", "console"])
+def test_bystanders_naming_the_run_directory_are_refused(tmp_path, who):
+    """Processes whose command line mentions the run directory: tail -f, the shell that runs
+    the console, another andrea-console open on the run. None holds the lock."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").touch()
+    cmd = {"tail": ["tail", "-f", "/dev/null", str(run)],
+           "shell": ["sh", "-c", f"sleep 600 # {run}", str(run)],
+           "console": [sys.executable, "-m", "console", str(run), "--checkpoint", "--timeout", "600"]}[who]
+    victim = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while psutil.Process(victim.pid).cmdline() != cmd and time.monotonic() < deadline:
+            time.sleep(0.02)         # until exec has replaced the forked child
+        rec = record_for(victim.pid, argv=["andrea-train", str(run)])
+        write_trainer_record(run, rec)
+        v = _refused_and_untouched(run, victim, None)
+        assert "is not a trainer" in v.reason or "does not hold" in v.reason, v.reason
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_waiter_for_the_lock_does_not_hold_it(tmp_path):
+    """A process blocked in flock() shows in the kernel's lock table as a waiter (->)."""
+    run, log = tmp_path / "run", tmp_path / "signals.txt"
+    holder = start_child(run, log)
+    waiter_code = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+                   "print('waiting', flush=True); fcntl.flock(fd, fcntl.LOCK_EX)")
+    script = tmp_path / "bin2" / "andrea-train"
+    script.parent.mkdir()
+    script.write_text(waiter_code)
+    waiter = subprocess.Popen([sys.executable, str(script), str(run / ".lock"), str(run)], stdout=subprocess.PIPE)
+    try:
+        assert waiter.stdout.readline().strip() == b"waiting"
+        write_trainer_record(run, record_for(waiter.pid))
+        v = verify_trainer(run)
+        assert v.state == "unverified" and "does not hold" in v.reason, v
+        write_trainer_record(run, record_for(holder.pid))
+        assert verify_trainer(run).ok
+    finally:
+        for proc in (waiter, holder):
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("argv, trainer", [
+    (["andrea-train", "runs/x"], True), (["/venv/bin/python", "/venv/bin/andrea-train", "runs/x"], True),
+    (["python3", "-u", "-m", "trainer", "runs/x"], True), (["python", "-X", "dev", "-mtrainer", "r"], True),
+    (["python", "-m", "trainer.cli", "r"], True), (["python", "-c", "andrea-train", "-m", "trainer"], False),
+    (["python", "-m", "console", "runs/x"], False), (["tail", "-f", "andrea-train"], False),
+    (["python", "script.py", "-m", "trainer"], False), ([], False),
+])
+def test_trainer_entry_points(argv, trainer):
+    from rundir.identity import runs_trainer_entry_point
+
+    assert runs_trainer_entry_point(argv) is trainer

@@ -1,0 +1,125 @@
+"""Is a process the trainer of a run directory? The two checks a pid record cannot forge.
+
+A ``.trainer.json`` is data from elsewhere: anyone who can write the run directory can
+name any process in it. Its pid, start time and command line only say which process it
+claims. Before a signal, the process must also
+
+- **hold the run's lock**: an exclusive ``flock`` on ``RUN_DIR/.lock``, which only the
+  trainer of that directory can hold (a second trainer refuses to start). The kernel's
+  lock table, ``/proc/locks``, names the holder's pid with the lock file's device and
+  inode; when it names no such pid (another pid namespace), the holder's own open files
+  (``/proc/PID/fd`` and ``fdinfo``) are checked instead;
+- **run a trainer entry point**: ``andrea-train`` (as the program, or the script a Python
+  interpreter runs) or ``python -m trainer`` (as torchrun starts each worker).
+
+Linux only, like the rest of the console's process checks: where ``/proc`` cannot answer,
+the answer is "not proven", and nothing is signalled.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .layout import LOCK_FILE
+
+TRAINER_SCRIPTS = frozenset({"andrea-train"})
+TRAINER_MODULES = frozenset({"trainer", "trainer.cli", "trainer.entry", "trainer.__main__"})
+# Python options that take the next argument as their value.
+_PYTHON_OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+PROC_LOCKS = "/proc/locks"
+_PROC_LOCKS_MAX = 4 << 20        # a lock table larger than this is not read whole
+
+
+def runs_trainer_entry_point(argv: list[str]) -> bool:
+    """Whether a command line runs the trainer: ``andrea-train ...``,
+    ``python [options] /path/andrea-train ...`` or ``python [options] -m trainer ...``.
+    A mention anywhere else (an argument of ``-c``, of another program) does not count."""
+    if not argv:
+        return False
+    if Path(argv[0]).name in TRAINER_SCRIPTS:
+        return True
+    if not Path(argv[0]).name.startswith("python"):
+        return False                 # any other program: its arguments are its own
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return i + 1 < len(argv) and argv[i + 1] in TRAINER_MODULES
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return arg[2:] in TRAINER_MODULES
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if arg == "-" or arg.startswith("-c") or not arg.startswith("-"):
+            # The program's own argument begins: a script (is it andrea-train?), -c CODE or stdin.
+            return not arg.startswith("-") and Path(arg).name in TRAINER_SCRIPTS
+        i += 1
+    return False
+
+
+def _lock_key(run_dir: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of ``RUN_DIR/.lock``; None when there is none."""
+    try:
+        st = os.stat(run_dir / LOCK_FILE)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _exclusive_flock_lines(lines: list[str], pid: int | None, dev: int, ino: int) -> bool:
+    """Whether ``/proc/locks``-format lines show a granted exclusive flock on (dev, ino),
+    held by ``pid`` (any pid when None). A waiter (``->``) holds nothing."""
+    where = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or "->" in parts:
+            continue
+        kind, mode, holder, key = parts[1], parts[3], parts[4], parts[5]
+        if kind == "FLOCK" and mode == "WRITE" and key == where and (pid is None or holder == str(pid)):
+            return True
+    return False
+
+
+def _from_lock_table(pid: int, dev: int, ino: int) -> bool:
+    try:
+        with open(PROC_LOCKS, "rb") as fh:
+            table = fh.read(_PROC_LOCKS_MAX).decode("ascii", "replace")
+    except OSError:
+        return False
+    return _exclusive_flock_lines(table.splitlines(), pid, dev, ino)
+
+
+def _from_open_files(pid: int, dev: int, ino: int) -> bool:
+    """The holder's own view: one of its open files is the lock file, and its fdinfo
+    shows an exclusive flock on it (needs permission to read the process's fds)."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"{fd_dir}/{fd}")
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as fh:
+                info = fh.read(1 << 16).decode("ascii", "replace")
+        except OSError:
+            continue
+        lock_lines = [line.split(":", 1)[1] for line in info.splitlines() if line.startswith("lock:")]
+        if _exclusive_flock_lines(lock_lines, None, dev, ino):
+            return True
+    return False
+
+
+def holds_run_lock(pid: int, run_dir: str | os.PathLike[str]) -> tuple[bool, str]:
+    """Whether ``pid`` holds the exclusive ``flock`` on ``RUN_DIR/.lock``; ``(False, why)``
+    when it does not or it cannot be shown. Never raises."""
+    key = _lock_key(Path(run_dir))
+    if key is None:
+        return False, f"the run directory has no {LOCK_FILE}, so no trainer holds it"
+    dev, ino = key
+    if _from_lock_table(pid, dev, ino) or _from_open_files(pid, dev, ino):
+        return True, ""
+    return False, f"pid {pid} does not hold the run directory's {LOCK_FILE}"
