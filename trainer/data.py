@@ -93,9 +93,9 @@ class SamplerStateError(ValueError):
     """A saved sampler state that does not fit this arm's data (the data changed)."""
 
 
-def _generator_state(rng: np.random.Generator) -> dict[str, Any]:
+def _generator_state(rng: np.random.Generator | dict[str, Any]) -> dict[str, Any]:
     # PCG64's state words are 128-bit: strings, so that JSON keeps every bit.
-    state = rng.bit_generator.state
+    state = rng.bit_generator.state if isinstance(rng, np.random.Generator) else rng
     return {"bit_generator": state["bit_generator"],
             "state": str(state["state"]["state"]), "inc": str(state["state"]["inc"]),
             "has_uint32": state["has_uint32"], "uinteger": state["uinteger"]}
@@ -125,7 +125,13 @@ class ArmSampler:
         self.epoch = 0
         self.cursor = 0
         self.windows_drawn = 0
-        self.order = self.rng.permutation(self.n_windows).astype(np.int64)
+        self.order = self._new_order()
+
+    def _new_order(self) -> np.ndarray:
+        """This epoch's permutation. The generator's state before it is drawn is what a
+        checkpoint stores: the order is recomputed from it, not saved (it is n_windows long)."""
+        self._epoch_generator = self.rng.bit_generator.state
+        return self.rng.permutation(self.n_windows).astype(np.int64)
 
     def next_windows(self) -> np.ndarray:
         """The next ``batch_size`` window indices, starting a new epoch as needed."""
@@ -133,7 +139,7 @@ class ArmSampler:
         need = self.batch_size
         while need:
             if self.cursor == self.n_windows:
-                self.order = self.rng.permutation(self.n_windows).astype(np.int64)
+                self.order = self._new_order()
                 self.epoch += 1
                 self.cursor = 0
             take = min(need, self.n_windows - self.cursor)
@@ -164,6 +170,13 @@ class ArmSampler:
         return self.epoch, self.cursor, self.windows_drawn
 
     def state_dict(self) -> dict[str, Any]:
+        epoch: dict[str, Any]
+        if self._epoch_generator is None:     # restored from the older format, same epoch
+            epoch = {"order": base64.b64encode(self.order.astype("<i4").tobytes()).decode("ascii")}
+        else:
+            # The generator before this epoch's permutation was drawn: the order is drawn
+            # again from it on load (storing it took n_windows x 4 bytes of base64).
+            epoch = {"epoch_generator": _generator_state(self._epoch_generator)}
         return {
             "arm": self.data.name,
             "source": self.data.source,
@@ -175,23 +188,44 @@ class ArmSampler:
             "epoch": self.epoch,
             "cursor": self.cursor,
             "windows_drawn": self.windows_drawn,
-            # The permutation of this epoch, little-endian int32, base64.
-            "order": base64.b64encode(self.order.astype("<i4").tobytes()).decode("ascii"),
+            **epoch,
             "generator": _generator_state(self.rng),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore; raises :class:`SamplerStateError` if the saved state is for other data."""
+        """Restore; raises :class:`SamplerStateError` if the saved state is for other data
+        or is damaged (nothing is changed then)."""
+        try:
+            self._load_state_dict(state)
+        except (KeyError, TypeError, ValueError) as err:
+            if isinstance(err, SamplerStateError):
+                raise
+            raise SamplerStateError(f"arm {self.data.name!r}: saved sampler state is damaged ({err!r})") from None
+
+    def _load_state_dict(self, state: dict[str, Any]) -> None:
         for key, mine in (("data_digest", self.data.digest), ("n_windows", self.n_windows),
                           ("block_size", self.block_size), ("batch_size", self.batch_size)):
             if state.get(key) != mine:
                 raise SamplerStateError(f"arm {self.data.name!r}: saved {key} {state.get(key)!r} differs from "
                                         f"the current {mine!r}")
-        order = np.frombuffer(base64.b64decode(state["order"]), dtype="<i4").astype(np.int64)
-        if len(order) != self.n_windows or not 0 <= state["cursor"] <= self.n_windows:
-            raise SamplerStateError(f"arm {self.data.name!r}: saved order or cursor does not fit {self.n_windows} windows")
-        self.order = order
+        if not 0 <= state["cursor"] <= self.n_windows:
+            raise SamplerStateError(f"arm {self.data.name!r}: saved cursor does not fit {self.n_windows} windows")
+        # Into a generator of its own first: a state that fails leaves this sampler fresh.
+        rng = np.random.Generator(np.random.PCG64())
+        if "order" in state:            # the format before epoch_generator: the order itself
+            order = np.frombuffer(base64.b64decode(state["order"]), dtype="<i4").astype(np.int64)
+            if len(order) != self.n_windows:
+                raise SamplerStateError(f"arm {self.data.name!r}: saved order does not fit {self.n_windows} windows")
+            epoch_generator = None      # unknown: the order is saved as it is until the next epoch
+            _set_generator_state(rng, state["generator"])
+        else:
+            _set_generator_state(rng, state["epoch_generator"])
+            epoch_generator = rng.bit_generator.state
+            order = rng.permutation(self.n_windows).astype(np.int64)
+            if _generator_state(rng) != state["generator"]:
+                raise SamplerStateError(f"arm {self.data.name!r}: the epoch's order drawn again does not end at the "
+                                        "saved generator state")
+        self.rng, self.order, self._epoch_generator = rng, order, epoch_generator
         self.epoch = int(state["epoch"])
         self.cursor = int(state["cursor"])
         self.windows_drawn = int(state["windows_drawn"])
-        _set_generator_state(self.rng, state["generator"])
