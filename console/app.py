@@ -24,6 +24,7 @@ from textual.worker import get_current_worker
 from rundir import checkpoint_stamps
 from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, CONFIG, DIRECTORY, STOP_SIGNAL, TRAINER
 
+from .format import printable
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
 from .plot import PlotOptions
@@ -83,7 +84,7 @@ class ConsoleApp(App[None]):
         self._lock = threading.Lock()
         self._stop_watch = threading.Event()
         self._child_reported = False
-        self.sub_title = self.run_dir.name
+        self.sub_title = printable(self.run_dir.name)
 
     # -- lifecycle ---------------------------------------------------------------
     def get_default_screen(self) -> DashboardScreen:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from rundir import HistoryEvent
 from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
-from .format import format_size, stall_text
+from .format import format_size, printable, stall_text
 from .views import Notice, RunSnapshot
 
 
@@ -24,7 +24,7 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
     requested = requested or {}
     out: list[Notice] = []
     if prev is None:
-        out.append(Notice(now, f"watching {snap.name}: trainer {snap.trainer.label}"
+        out.append(Notice(now, f"watching {printable(snap.name)}: trainer {snap.trainer.label}"
                           + (f" (pid {snap.trainer.pid})" if snap.trainer.pid and snap.trainer.state == "running"
                              else "") + f", {snap.history.n_steps:,} steps, {len(snap.checkpoints)} checkpoint(s)"))
         for problem in snap.problems():
@@ -35,24 +35,25 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
     if snap.checkpoints is not prev.checkpoints:
         before = {c.path.name: c for c in prev.checkpoints}
         after = {c.path.name: c for c in snap.checkpoints}
-        for name, c in after.items():
-            old = before.get(name)
+        for raw_name, c in after.items():
+            old, name = before.get(raw_name), printable(raw_name)
             if old is not None and (old.status, old.mtime, old.size) == (c.status, c.mtime, c.size):
                 continue
             if c.status == "invalid":
                 out.append(Notice(now, f"{name}: invalid: {c.reason}", "error"))
             elif old is None or old.mtime != c.mtime or old.status == "invalid":
                 kind = "complete" if c.status == "complete" else "foreign: weights, m and v only"
-                request = requested.get(name)
+                request = requested.get(raw_name)
                 what = (f"requested checkpoint landed, {now - request.sent_at:.1f} s after the signal"
                         if request is not None else "checkpoint landed")
                 out.append(Notice(now, f"{what}: {name} (step {c.step:,}, {format_size(c.size)}, {kind})",
                                   "good" if c.status == "complete" else "info"))
             elif c.status == "complete" and old.status == "foreign":
-                what = "requested checkpoint complete" if name in requested else "resume .json written, now complete"
+                what = ("requested checkpoint complete" if raw_name in requested
+                        else "resume .json written, now complete")
                 out.append(Notice(now, f"{name}: {what}", "good"))
         for name in before.keys() - after.keys():
-            out.append(Notice(now, f"checkpoint removed: {name}", "warn"))
+            out.append(Notice(now, f"checkpoint removed: {printable(name)}", "warn"))
     t0, t1 = prev.trainer, snap.trainer
     if (t0.state, t0.pid) != (t1.state, t1.pid):
         if t1.state == "running":
@@ -60,7 +61,7 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
         elif t0.state == "running" and t1.state == "stopped":
             final = snap.newest_checkpoint
             out.append(Notice(now, f"trainer exited cleanly (pid {t0.pid} removed its record)"
-                              + (f"; final checkpoint {final.path.name}" if final else ""), "good"))
+                              + (f"; final checkpoint {printable(final.path.name)}" if final else ""), "good"))
         elif t0.state == "running" and t1.state == "stale":
             out.append(Notice(now, f"trainer pid {t0.pid} is gone without a clean exit: {t1.reason}", "error"))
         elif t1.state != "stopped":
@@ -74,7 +75,7 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
     if snap.arms is not prev.arms:
         for name, reason in snap.zombies.items():
             if name not in prev.zombies:
-                out.append(Notice(now, f"zombie arm {name}: {reason}", "error"))
+                out.append(Notice(now, f"zombie arm {printable(name)}: {reason}", "error"))
         if snap.arms.error and snap.arms.error != prev.arms.error:
             out.append(Notice(now, snap.arms.error, "warn"))
     if snap.samples_error and snap.samples_error != prev.samples_error:
@@ -85,28 +86,35 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
 
 
 def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
+    """What a new history event means, as a notice's text and level (None: nothing to say)."""
     d = ev.data
+
+    def field(key: str, default: str = "") -> str:
+        # The event's fields are whatever the line held: shown printable, like every run-directory value.
+        value = d.get(key)
+        return printable(value) if value not in (None, "") else default
+
     at = f" at step {ev.step:,}" if ev.step is not None else ""
     if ev.event == EVENT_CHECKPOINT:
         return None                      # the checkpoint file landing says it, with its status
     if ev.event == EVENT_RESUME:
-        src = d.get("checkpoint") or d.get("path") or ""
-        return f"trainer resumed from step {d.get('from_step', ev.step)}" + (f" ({src})" if src else ""), "info"
+        src = field("checkpoint") or field("path")
+        return f"trainer resumed from step {field('from_step', str(ev.step))}" + (f" ({src})" if src else ""), "info"
     if ev.event == EVENT_ZOMBIE:
-        return f"trainer dropped zombie arm {d.get('arm', '?')}: {d.get('reason', '')}".rstrip(": "), "error"
+        return f"trainer dropped zombie arm {field('arm', '?')}: {field('reason')}".rstrip(": "), "error"
     if ev.event == EVENT_PIVOT:
         return f"polish pivot{at}", "info"
     if ev.event == EVENT_CHECKPOINT_FAILED:
-        return f"checkpoint FAILED{at}: {d.get('error', 'write error')}; the previous checkpoint is intact", "error"
+        return f"checkpoint FAILED{at}: {field('error', 'write error')}; the previous checkpoint is intact", "error"
     if ev.event == EVENT_WRITE_FAILED:
-        return f"could not write {d.get('file', 'a file')}{at}: {d.get('error', 'write error')}", "warn"
+        return f"could not write {field('file', 'a file')}{at}: {field('error', 'write error')}", "warn"
     if ev.event == EVENT_STOP and d.get("reason") == "nonfinite":
-        return (f"trainer STOPPED{at}: the run diverged ({d.get('in_a_row', '?')} non-finite steps in a row; "
-                f"last good step {d.get('last_good_step')})"), "error"
+        return (f"trainer STOPPED{at}: the run diverged ({field('in_a_row', '?')} non-finite steps in a row; "
+                f"last good step {field('last_good_step', 'None')})"), "error"
     if ev.event == EVENT_STOP:
-        return f"trainer logged stop{at}" + (f" ({d.get('reason')})" if d.get("reason") else ""), "info"
+        return f"trainer logged stop{at}" + (f" ({field('reason')})" if d.get("reason") else ""), "info"
     if ev.event == EVENT_SIGNAL:
-        return f"trainer got {d.get('signal', 'a signal')}{at}", "info"
+        return f"trainer got {field('signal', 'a signal')}{at}", "info"
     if ev.event == EVENT_START:
         return f"trainer started{at}", "info"
-    return f"{ev.event}{at}", "info"
+    return f"{printable(ev.event)}{at}", "info"

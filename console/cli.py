@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
+from rundir.text import printable
 
 from .prefetch import start_history_prefetch
 
@@ -74,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"andrea-console: {message}", file=sys.stderr)
+    # Messages quote run directories and what their files hold: one printable line each.
+    print(f"andrea-console: {printable(message, None)}", file=sys.stderr)
     return code
 
 
@@ -181,7 +183,7 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
     if not result.ok:
         return _fail(result.message, EXIT_REFUSED)
-    print(result.message, file=sys.stderr)
+    print(printable(result.message, None), file=sys.stderr)
     if args.checkpoint:
         info, why = wait_for_checkpoint(run_dir, result, args.timeout)
         if info is None:
@@ -189,7 +191,7 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
         print(info.path)
         return EXIT_OK
     exited, text = wait_for_exit(run_dir, result, args.timeout)
-    print(text)
+    print(printable(text, None))
     return EXIT_OK if exited else EXIT_TIMEOUT
 
 
@@ -200,7 +202,7 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
         return _fail(f"{run_dir}: no such run directory", EXIT_USAGE)
     if args.pivot_rollback:
         outcome = rollback_pivot(run_dir)
-        print(outcome.message)
+        print(printable(outcome.message, None))
         return EXIT_OK if outcome.ok else EXIT_REFUSED
     try:
         request = PivotRequest(parse_assignments(args.cap, "cap"), parse_assignments(args.floor, "floor"),
@@ -210,7 +212,7 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
 
     def report(step: str, text: str) -> None:
         title = STEP_TITLES.get(step, "plan")
-        print(f"[{step}] {title}: {text}", flush=True)
+        print(f"[{step}] {title}: {printable(text, None)}", flush=True)
 
     def confirm(question: str) -> bool:
         if args.yes:
@@ -224,7 +226,7 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
     outcome = PivotRunner(run_dir, request, confirm=confirm, report=report, timeout=args.timeout).run()
     if not outcome.ok:
         return _fail(f"pivot: {outcome.message}", EXIT_REFUSED)
-    print(outcome.message)
+    print(printable(outcome.message, None))
     return EXIT_OK
 
 

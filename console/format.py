@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+# Text from the run directory is made printable in one place, shared with rundir's own
+# messages; the panes and --once import it from here with the other formatters.
+from rundir.text import LINE_LIMIT, printable, printable_block  # noqa: F401
+
 if TYPE_CHECKING:
     from .views import TrainerView
 
@@ -54,11 +58,3 @@ def format_float(x: float | None, fmt: str = ".4f") -> str:
 
 def format_pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
-
-
-def printable(text: str) -> str:
-    """Model output can hold any byte: control characters would corrupt the terminal."""
-    text = text.expandtabs(4)
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() or ch == "\n" else "\ufffd" for ch in text)

@@ -27,7 +27,7 @@ from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, HISTORY, L
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
 from .changes import describe_changes, event_notice
-from .format import printable
+from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .probe import TrainerProbe
@@ -89,7 +89,7 @@ def read_pivots(run_dir: Path) -> tuple[tuple[PivotEntry, ...], str | None]:
         step = data.get("final_step")
         entries.append(PivotEntry(step if isinstance(step, int) else None, str(data.get("path", "")),
                                   str(data.get("stage", data.get("error", "?"))),
-                                  printable(policy_text(data.get("new_policy")))))
+                                  printable(policy_text(data.get("new_policy")), LINE_LIMIT)))
     journal, error = read_journal(run_dir)
     if error:
         return tuple(entries), error

@@ -13,7 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
-from .format import format_age, format_float, format_pct, format_rate, format_size, printable, stall_text
+from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
+                     printable_block, stall_text)
 from .plot import PlotOptions, plot_markers, plot_text
 from .views import RunSnapshot
 
@@ -38,7 +39,7 @@ def trainer_line(snap: RunSnapshot, now: float) -> str:
         parts.append(f"gpu {format_size(t.gpu_memory)}" if t.gpu_memory is not None else "gpu n/a")
     line = " · ".join(parts)
     if t.state != "running":
-        line += f" ({t.reason})"
+        line += f" ({printable(t.reason, LINE_LIMIT)})"
     elif t.stalled:
         line += f" (STALLED: {stall_text(t)})"
     return line
@@ -47,8 +48,9 @@ def trainer_line(snap: RunSnapshot, now: float) -> str:
 def checkpoint_lines(snap: RunSnapshot, now: float) -> list[str]:
     out = []
     for c in snap.checkpoints:
-        status = c.status + (f": {c.reason}" if c.reason else "")
-        out.append(f"  {c.path.name:<18} step {c.step:>9,}  age {format_age(now - c.mtime) if c.mtime else '-':>8}"
+        status = c.status + (f": {printable(c.reason, LINE_LIMIT)}" if c.reason else "")
+        age = format_age(now - c.mtime) if c.mtime else "-"
+        out.append(f"  {printable(c.path.name):<18} step {c.step:>9,}  age {age:>8}"
                    f"  {format_size(c.size):>10}  {status}")
     return out
 
@@ -58,11 +60,11 @@ def arm_lines(snap: RunSnapshot) -> list[str]:
     for a in snap.arms.rows:
         status = a.status.upper() if a.status == "zombie" else a.status
         if a.reason:
-            status += f": {a.reason}"
-        out.append(f"  {a.name:<20} pulls {('-' if a.pulls is None else f'{a.pulls:,}'):>8}  share {format_pct(a.share):>6}"
+            status += f": {printable(a.reason, LINE_LIMIT)}"
+        out.append(f"  {printable(a.name):<20} pulls {('-' if a.pulls is None else f'{a.pulls:,}'):>8}  share {format_pct(a.share):>6}"
                    f"  prob {format_float(a.prob, '.3f'):>5}  ema {format_float(a.ema_reward, '.4f'):>7}"
                    f"  cap {format_float(a.cap, '.2f'):>4}  floor {format_float(a.floor, '.2f'):>4}"
-                   f"  source {a.source or '-'}  {status}")
+                   f"  source {printable(a.source) or '-'}  {status}")
     return out
 
 
@@ -71,18 +73,19 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     """The whole dashboard as plain text (no colour)."""
     now = time.time() if now is None else now
     h = snap.history
-    lines = [f"andrea-console · run {snap.name} · {snap.run_dir}", ""]
+    lines = [f"andrea-console · run {printable(snap.name)} · {printable(snap.run_dir, LINE_LIMIT)}", ""]
     lines.append(f"directory    {snap.dir_state}")
     lines.append(f"trainer      {trainer_line(snap, now)}")
     step = f"{h.last_step:,}" if h.last_step is not None else "-"
     lines.append(f"step         {step} · loss {format_float(h.last_loss)} · "
                  f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
     newest = snap.newest_checkpoint
-    lines.append("checkpoint   " + (f"{newest.path.name} (step {newest.step:,}, {format_age(now - newest.mtime)} ago, {newest.status})"
+    lines.append("checkpoint   " + (f"{printable(newest.path.name)} (step {newest.step:,}, {format_age(now - newest.mtime)} ago, {newest.status})"
                                     if newest else "none usable"))
     lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
                  f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
-    lines.append("config       " + ("run.toml ok" if snap.config is not None else (snap.config_error or "-")))
+    lines.append("config       " + ("run.toml ok" if snap.config is not None
+                                    else printable(snap.config_error or "-", LINE_LIMIT)))
     lines.append("")
     if h.n_steps:
         opts = options or PlotOptions()
@@ -101,26 +104,28 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         for p in snap.pivots:
             at = f"P = {p.step:,}" if p.step is not None else "P = ?"
             state = "" if p.finished else " (unfinished)"
-            lines.append(f"  {at:<14} {p.archive}/{state}  {p.policy}")
+            lines.append(f"  {at:<14} {printable(p.archive)}/{state}  {printable(p.policy, LINE_LIMIT)}")
         lines.append("")
-    phase = ", ".join(f"{k}={v}" for k, v in snap.arms.phase.items())
+    phase = ", ".join(f"{printable(k)}={printable(v)}" for k, v in snap.arms.phase.items())
     lines.append(f"arms ({len(snap.arms.rows)}; policy from {snap.arms.policy_from}"
                  + (f"; phase {phase}" if phase else "") + ")")
     lines.extend(arm_lines(snap) or ["  none"])
     if snap.arms.error:
-        lines.append(f"  ! {snap.arms.error}")
+        lines.append(f"  ! {printable(snap.arms.error, LINE_LIMIT)}")
     lines.append("")
     lines.append("samples (newest per arm)")
     for s in snap.samples:
-        text = printable(s.prompt + s.completion).replace("\n", "⏎")
-        lines.append(f"  {s.arm:<20} step {s.step:>9,}  {text[:max(20, width - 40)]}")
+        room = max(20, width - 40)
+        text = printable_block(s.prompt + s.completion, room + 1)[:room].replace("\n", "⏎")
+        lines.append(f"  {printable(s.arm):<20} step {s.step:>9,}  {text}")
     if not snap.samples:
         lines.append("  none")
     if snap.samples_error:
-        lines.append(f"  ! {snap.samples_error}")
+        lines.append(f"  ! {printable(snap.samples_error, LINE_LIMIT)}")
     if snap.other_files:
         lines.append("")
-        lines.append("other files: " + ", ".join(snap.other_files[:20]) + (" ..." if len(snap.other_files) > 20 else ""))
+        lines.append("other files: " + ", ".join(printable(n) for n in snap.other_files[:20])
+                     + (" ..." if len(snap.other_files) > 20 else ""))
     problems = snap.problems()
     lines.append("")
     lines.append(f"problems ({len(problems)})")
@@ -128,8 +133,10 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     if snap.log_tail:
         lines.append("")
         lines.append("trainer.log (last 10 lines)")
-        lines.extend(f"  {ln}" for ln in snap.log_tail[-10:])
-    return "\n".join(lines) + "\n"
+        lines.extend(f"  {printable(ln, LINE_LIMIT)}" for ln in snap.log_tail[-10:])
+    # Each value above is made printable where it is placed; this makes sure of it for
+    # every line, so that nothing from the run directory reaches the terminal raw.
+    return "\n".join(printable(line, None) for line in lines) + "\n"
 
 
 def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import numpy as np
 from rundir import CheckpointInfo, HistoryEvent, RunConfig, Sample
 from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 
-from .format import stall_text
+from .format import LINE_LIMIT, printable, stall_text
 
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
@@ -31,6 +31,11 @@ class Notice:
     time: float
     text: str
     level: str = "info"                 # info | good | warn | error
+
+    def __post_init__(self) -> None:
+        # Notices quote the run directory (names, reasons, errors a trainer wrote): whoever
+        # builds one, the event log gets one printable line.
+        object.__setattr__(self, "text", printable(self.text, LINE_LIMIT))
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,11 @@ class RunSnapshot:
         return {a.name: a.reason for a in self.arms.rows if a.status == "zombie"}
 
     def problems(self) -> list[str]:
-        """Everything wrong, one line each, most important first."""
+        """Everything wrong, one printable line each (they quote the run directory), most
+        important first."""
+        return [printable(p, LINE_LIMIT) for p in self._problems()]
+
+    def _problems(self) -> list[str]:
         out = []
         if self.dir_state == "missing":
             out.append(f"run directory {self.run_dir} does not exist")
@@ -188,7 +197,7 @@ class RunSnapshot:
             out.append(f"trainer STALLED: {stall_text(self.trainer)}")
         failed = self.failed_checkpoint
         if failed is not None:
-            out.append(f"checkpoint FAILED at step {failed.step}: {failed.data.get('error', 'write error')}")
+            out.append(f"checkpoint FAILED at step {failed.step}: {printable(failed.data.get('error', 'write error'))}")
         stop = self.safety_stop
         if stop is not None:
             out.append(f"trainer stopped: the run diverged at step {stop.step} "
@@ -199,9 +208,9 @@ class RunSnapshot:
             out.append(self.config_error)
         for c in self.checkpoints:
             if c.status == "invalid":
-                out.append(f"{c.path.name}: invalid: {c.reason}")
+                out.append(f"{printable(c.path.name)}: invalid: {c.reason}")
         for name, reason in self.zombies.items():
-            out.append(f"zombie arm {name}: {reason}")
+            out.append(f"zombie arm {printable(name)}: {reason}")
         h = self.history
         if h.error:
             out.append(h.error)

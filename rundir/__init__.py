@@ -12,6 +12,7 @@ One module per file kind:
 - :mod:`.sources`     the arms' data sources; :mod:`.zombies` arms whose data is gone
 - :mod:`.atomic`      atomic replacement, the only way these files are rewritten
 - :mod:`.safe_read`   bounded, non-blocking reads that never raise, the only way they are read
+- :mod:`.text`        :func:`~rundir.text.printable`: what any of them holds, made safe to show on a terminal
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ TMP_PREFIX = ".tmp-"
 CHECKPOINT_PREFIX = "step_"
 CHECKPOINT_SUFFIX = ".bin"
 SIDECAR_SUFFIX = ".json"
-CHECKPOINT_NAME = re.compile(r"^step_(\d{6,})\.bin$")
-_CHECKPOINT_FILE = re.compile(r"^step_(\d+)\.(bin|json)$")
+CHECKPOINT_NAME = re.compile(r"\Astep_([0-9]{6,})\.bin\Z")   # ASCII digits; no trailing newline
 
 
 def checkpoint_name(step: int) -> str:

@@ -26,6 +26,7 @@ from .atomic import atomic_write_json
 from .identity import holds_run_lock, runs_trainer_entry_point
 from .layout import LOCK_FILE, TRAINER_JSON
 from .safe_read import PID_RECORD_MAX, read_json_object
+from .text import printable
 
 CREATE_TIME_TOLERANCE = 0.01
 # Every key of DESIGN.md's pid record: a record without one of them is not verified.
@@ -154,8 +155,7 @@ class Verification:
 def _shown(text: str, limit: int = 80) -> str:
     """Another process's command line, safe to print: one line, no control characters
     (a hostile argv must not forge log lines or send terminal escapes)."""
-    text = text[:limit]
-    return "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
+    return printable(text, limit)
 
 
 def _names_run_dir(proc: psutil.Process, argv: list[str], run_dir: Path) -> bool:

@@ -24,6 +24,7 @@ from textual.worker import get_current_worker
 from rundir import ConfigError
 from rundir.pivot_files import plan_policy
 
+from ..format import LINE_LIMIT, printable
 from ..messages import PivotProgress
 from ..pivot_runner import STEP_TITLES, PivotOutcome, PivotRequest, PivotRunner, rollback_pivot
 from ..views import RunSnapshot
@@ -60,7 +61,7 @@ class PivotScreen(Screen[PivotOutcome | None]):
     # -- layout ------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="pivot"):
-            yield Static(Text(f"Polish pivot of {self.run_dir.name}", style="bold"), id="pivot-title")
+            yield Static(Text(f"Polish pivot of {printable(self.run_dir.name)}", style="bold"), id="pivot-title")
             yield Static(self._intro(), id="pivot-intro")
             if self.config is not None:
                 yield Static(Text.assemble(("arm".ljust(22), "bold"), ("pulls".rjust(8), "bold"),
@@ -90,7 +91,7 @@ class PivotScreen(Screen[PivotOutcome | None]):
     def _intro(self) -> Text:
         if self.config is None:
             why = self.snapshot.config_error if self.snapshot else "the run has not been read yet"
-            return Text(f"No pivot possible: {why}", style="red")
+            return Text(f"No pivot possible: {printable(why, LINE_LIMIT)}", style="red")
         if self.pending:
             return Text(f"{self.pending}. ctrl+s completes it with its recorded policy; ctrl+r rolls it back.",
                         style="yellow")
@@ -183,12 +184,13 @@ class PivotScreen(Screen[PivotOutcome | None]):
         if message.step == "done":
             self._finish(message.outcome)
             return
+        text = printable(message.text, LINE_LIMIT)       # it names checkpoints and archives
         if message.step in STEP_TITLES:
-            waiting = message.text.endswith("...")
+            waiting = text.endswith("...")
             self.query_one(f"#step-{message.step}", Static).update(
-                self._step_text(message.step, message.text, "yellow" if waiting else "green"))
+                self._step_text(message.step, text, "yellow" if waiting else "green"))
         else:
-            self.query_one("#pivot-validation", Static).update(Text(message.text, style="green"))
+            self.query_one("#pivot-validation", Static).update(Text(text, style="green"))
 
     def _finish(self, outcome: PivotOutcome | None) -> None:
         self.running = False
@@ -197,7 +199,7 @@ class PivotScreen(Screen[PivotOutcome | None]):
             return
         style = "bold green" if outcome.ok else "bold red"
         self.query_one("#pivot-outcome", Static).update(
-            Text(f"{outcome.message}\nEscape returns to the dashboard.", style=style))
+            Text(f"{printable(outcome.message, LINE_LIMIT)}\nEscape returns to the dashboard.", style=style))
 
     @on(Input.Submitted)
     def submitted(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..format import format_float, format_pct
+from ..format import LINE_LIMIT, format_float, format_pct, printable
 from ..views import ArmsView
 
 STATUS_STYLES = {"ok": "green", "zombie": "bold red", "configured": "grey62"}
@@ -42,17 +42,17 @@ class ArmsPane(Static):
                      format_float(a.ema_reward, ".4f"),
                      f"{format_float(a.cap, '.2f')}/{format_float(a.floor, '.2f')}"]
             text.append("\n")
-            name = a.name if len(a.name) <= 18 else a.name[:17] + "…"
+            name = printable(a.name, 18)
             text.append(name.ljust(18) + "  ", style="bold red" if zombie else "bold")
             for cell, (_, width, _) in zip(cells, COLUMNS[1:6]):
                 text.append(cell.rjust(width) + "  ", style=style)
             text.append((a.status.upper() if zombie else a.status).ljust(10) + "  ",
                         style=STATUS_STYLES.get(a.status, ""))
-            text.append(a.source or "-", style=style or "grey62")
+            text.append(printable(a.source) or "-", style=style or "grey62")
         if not arms.rows:
             text.append("\nno arms: no .state.json and no run.toml" if not arms.error else "", style="grey62")
         text.append("\n\n")
-        phase = " ".join(f"{k}={_short(v)}" for k, v in arms.phase.items())
+        phase = " ".join(f"{printable(k)}={_short(v)}" for k, v in arms.phase.items())
         text.append("policy ", style="grey62")
         text.append(arms.policy_from)
         if phase:
@@ -60,9 +60,9 @@ class ArmsPane(Static):
             text.append(phase)
         for a in arms.rows:
             if a.status == "zombie":      # the reason, in full
-                text.append(f"\nzombie {a.name}: {a.reason}", style="bold red")
+                text.append(f"\nzombie {printable(a.name)}: {printable(a.reason, LINE_LIMIT)}", style="bold red")
         if arms.error:
-            text.append(f"\n{arms.error}", style="bold red")
+            text.append(f"\n{printable(arms.error, LINE_LIMIT)}", style="bold red")
         # The phase counters change at every step: relayout only when the line count changes.
         lines = text.plain.count("\n")
         self.update(text, layout=lines != self._lines)
@@ -72,4 +72,4 @@ class ArmsPane(Static):
 
 
 def _short(v: object) -> str:
-    return format(v, ".4g") if isinstance(v, float) else str(v)
+    return format(v, ".4g") if isinstance(v, float) else printable(v)

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from rundir import CheckpointInfo
 
-from ..format import format_age, format_size
+from ..format import LINE_LIMIT, format_age, format_size, printable
 from ..views import PivotEntry
 
 STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red"}
@@ -59,9 +59,10 @@ class CheckpointsPane(Static):
                 text.append((cell.rjust(width) if right else cell.ljust(width)) + " " * GAP)
             status = Text(c.status, style=STATUS_STYLES.get(c.status, ""))
             if c.reason:
-                status.append(f": {c.reason}", style="red" if c.status == "invalid" else "grey62")
+                status.append(f": {printable(c.reason, LINE_LIMIT)}",
+                              style="red" if c.status == "invalid" else "grey62")
             if c.step in by_step:           # the checkpoint a polish pivot resumed from
-                status.append(f" · pivot P → {by_step[c.step].archive}/", style="magenta")
+                status.append(f" · pivot P → {printable(by_step[c.step].archive)}/", style="magenta")
             text.append_text(_wrapped(status, status_width, STATUS_AT))
         if not checkpoints:
             text.append("\nno step_*.bin files yet", style="grey62")

@@ -11,6 +11,7 @@ from textual.widgets import RichLog
 
 from rundir.layout import TRAINER_LOG
 
+from ..format import LINE_LIMIT, printable
 from ..views import Notice
 
 LEVEL_STYLES = {"info": "", "good": "green", "warn": "yellow", "error": "bold red", "action": "bold cyan"}
@@ -47,5 +48,6 @@ class EventLog(RichLog):
             self.texts.append(skipped)
             self.write(Text(skipped, style="grey42"))
         for raw in tail[-shown:] if shown > 0 else ():
-            self.texts.append(f"log │ {raw}")
-            self.write(Text.assemble(("log │ ", "grey42"), (raw, "grey62")))
+            line = printable(raw, LINE_LIMIT)      # one log line stays one line, with no escapes
+            self.texts.append(f"log │ {line}")
+            self.write(Text.assemble(("log │ ", "grey42"), (line, "grey62")))

@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from rundir import Sample
 
-from ..format import printable
+from ..format import LINE_LIMIT, printable, printable_block
 
 
 class SamplesPane(Static):
@@ -24,12 +24,12 @@ class SamplesPane(Static):
         self._shown = key
         text = Text(no_wrap=False)
         for s in samples:
-            text.append(f"{s.arm}", style="bold cyan")
+            text.append(printable(s.arm), style="bold cyan")
             text.append(f" @ {s.step:,}\n", style="grey62")
-            text.append(printable(s.prompt), style="bold")
-            text.append(printable(s.completion.rstrip()) + "\n")
+            text.append(printable_block(s.prompt), style="bold")
+            text.append(printable_block(s.completion.rstrip()) + "\n")
         if error:
-            text.append(error + "\n", style="bold red")
+            text.append(printable(error, LINE_LIMIT) + "\n", style="bold red")
         if not samples and not error:
             text.append("no samples yet", style="grey62")
         self.update(text.rstrip() or text)

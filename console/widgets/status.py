@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..format import format_age, format_float, format_rate, format_size, stall_text
+from ..format import LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, stall_text
 from ..views import RunSnapshot
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
@@ -27,13 +27,13 @@ class StatusPane(Static):
         t, h = snap.trainer, snap.history
         rows: list[tuple[str, Text | str]] = []
         add = lambda label, value: rows.append((label, value))       # noqa: E731
-        add("run", Text(snap.name, style="bold"))
+        add("run", Text(printable(snap.name), style="bold"))
         state = Text(t.label, style=STATE_STYLES.get(t.label, "bold"))
         if t.pid is not None:
             state.append(f"  pid {t.pid}", style="default")
         add("trainer", state)
         if t.state != "running":
-            add("", Text(t.reason, style="grey62" if t.state == "stopped" else "yellow"))
+            add("", Text(printable(t.reason, LINE_LIMIT), style="grey62" if t.state == "stopped" else "yellow"))
         elif t.stalled:
             add("", Text(stall_text(t), style="bold red"))
         running = t.state == "running"
@@ -58,13 +58,13 @@ class StatusPane(Static):
             add("ALERT", Text(alert, style="bold red"))
         if snap.config is not None:
             c = snap.config
-            add("model", f"{c.run.preset} · {c.model.n_params():,} params · {len(c.arms)} arms")
+            add("model", f"{printable(c.run.preset)} · {c.model.n_params():,} params · {len(c.arms)} arms")
         if snap.dir_state != "ok":
-            add("directory", Text(snap.dir_state, style="bold red"))
+            add("directory", Text(printable(snap.dir_state), style="bold red"))
         elif snap.config_error:
-            add("config", Text(snap.config_error, style="yellow"))
+            add("config", Text(printable(snap.config_error, LINE_LIMIT), style="yellow"))
         if snap.other_files:
-            add("other files", Text(", ".join(snap.other_files[:4]), style="grey62"))
+            add("other files", Text(", ".join(printable(n) for n in snap.other_files[:4]), style="grey62"))
         # Plain Text, not a Rich Table: this pane repaints at every read, and a Table
         # measures and renders every cell each time.
         text = Text(no_wrap=False)
@@ -87,5 +87,5 @@ def _alert(snap: RunSnapshot) -> str:
         return f"run diverged: stopped at step {stop.step:,}"
     failed = snap.failed_checkpoint
     if failed is not None:
-        return f"checkpoint failed at step {failed.step:,}: {failed.data.get('error', 'write error')}"
+        return f"checkpoint failed at step {failed.step:,}: {printable(failed.data.get('error', 'write error'))}"
     return ""

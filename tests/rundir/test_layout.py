@@ -78,3 +78,8 @@ def test_names_round_trip():
     assert layout.kind_of(layout.LOSS_JSON) == layout.HISTORY
     assert layout.kind_of("notes.txt") == layout.DIRECTORY
     assert not layout.is_known("notes.txt") and layout.is_known(layout.RUN_TOML)
+
+
+def test_only_ascii_step_numbers_without_a_trailing_newline_name_a_checkpoint():
+    assert layout.checkpoint_step("step_000100.bin\n") is None
+    assert layout.checkpoint_step("step_\u0967\u0968\u0969\u096a\u096b\u096c.bin") is None   # Devanagari digits
