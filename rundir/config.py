@@ -176,6 +176,9 @@ class RunSection:
     state_every: int = 1
     log_every: int = 10
     max_nonfinite: int = 10         # non-finite steps in a row that stop the trainer (0: never)
+    keep_last: int = 5              # retention: the newest N complete checkpoints (0: keep all)
+    keep_every: int = 0             # retention: also every checkpoint whose step is a multiple of N (0: none)
+    async_checkpoint: bool = True   # write checkpoints in a background thread while training goes on
     launch: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -192,6 +195,10 @@ class RunSection:
         _check_int("run.state_every", self.state_every, minimum=1)
         _check_int("run.log_every", self.log_every, minimum=1)
         _check_int("run.max_nonfinite", self.max_nonfinite, minimum=0)
+        _check_int("run.keep_last", self.keep_last, minimum=0)
+        _check_int("run.keep_every", self.keep_every, minimum=0)
+        if not isinstance(self.async_checkpoint, bool):
+            _fail("run.async_checkpoint", self.async_checkpoint, "true or false")
         if not isinstance(self.launch, list) or not all(isinstance(a, str) for a in self.launch):
             _fail("run.launch", self.launch, "a list of strings (the command that starts the trainer)")
 

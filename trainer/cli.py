@@ -25,73 +25,38 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
 from rundir import LossHistory, RunLock, TrainerRecord, remove_trainer_record, write_run_config, write_trainer_record
 from rundir.atomic import remove_stale_temps
 from rundir.checkpoint import arrays_checksum
-from rundir.config import PRESETS
 from rundir.layout import LOSS_JSON
+from rundir.retention import finish_interrupted_prune
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
 from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
 from trainer.outputs import RunOutputs
-from trainer.preflight import BAD_INPUT, DEFAULT_PRESET, Plan, plan_and_lock, plan_run
+from trainer.args import PROG, build_parser
+from trainer.preflight import BAD_INPUT, Plan, plan_and_lock, plan_run
 from trainer.progress import Progress
 from trainer.resume import build_state
 from trainer.signals import SignalFlags
 from trainer.state import TrainingState, flat_moments, flat_weights
 from trainer.train import train
 
-PROG = "andrea-train"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:      # one line, not usage + message
-        self.exit(2, f"{PROG}: {message} (see --help)\n")
-
-
-def _integer(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is not >= {minimum}")
-        return value
-    return parse
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Train a small GPT on a run directory; resumes from its newest checkpoint.")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (created with a run.toml if new)")
-    p.add_argument("--preset", choices=sorted(PRESETS),
-                   help=f"model preset for a new run.toml (default {DEFAULT_PRESET}); must match an existing one")
-    p.add_argument("--max-steps", type=_integer(0), metavar="N",
-                   help="the step to stop at, counted from the run's start (0: until stopped)")
-    p.add_argument("--checkpoint-every", type=_integer(1), metavar="N",
-                   help="checkpoint cadence in steps (also sets --sample-every unless given)")
-    p.add_argument("--sample-every", type=_integer(1), metavar="N", help="sample-audit cadence in steps")
-    p.add_argument("--device", metavar="auto|cpu|cuda", help="where to train (auto: cuda when available)")
-    p.add_argument("--resume", default="latest", metavar="latest|PATH|none",
-                   help="latest (default): the newest complete checkpoint; PATH: that step_NNNNNN.bin; "
-                        "none: start fresh (refused when checkpoints exist)")
-    p.add_argument("--fresh-bandit", action="store_true",
-                   help="resume everything but start the bandit fresh under run.toml's caps and floors")
-    p.add_argument("--seed", type=_integer(0), metavar="N", help="seed of a fresh run (default 7)")
-    p.add_argument("--threads", type=_integer(1), default=1, metavar="N",
-                   help="torch CPU threads (default 1; a resume is bit-exact with the same count)")
-    p.add_argument("--nproc", type=_integer(1), default=1, metavar="N",
-                   help="train with N processes on this machine (DDP; one per GPU): runs "
-                        "torchrun --standalone --nproc_per_node N -m trainer with the other arguments")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.prune:
+        from trainer.prune import run_prune
+
+        return run_prune(args)
+    if args.dry_run:
+        print(f"{PROG}: --dry-run goes with --prune (see --help)", file=sys.stderr)
+        return 2
     ranks = Ranks.from_env()
     if args.nproc > 1 and "LOCAL_RANK" not in os.environ:      # not yet under torchrun: become it
         cmd = torchrun_command(strip_nproc(sys.argv[1:] if argv is None else argv), args.nproc)
@@ -188,6 +153,11 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         if stale:
             progress.message(f"removed {len(stale)} temporary file(s) left by a writer that died: "
                              f"{', '.join(p.name for p in stale)}")
+        history = LossHistory(run_dir / LOSS_JSON)
+        history.refresh()
+        unfinished = finish_interrupted_prune(run_dir, history.events)
+        if unfinished:
+            progress.message(f"finished a prune that was interrupted: removed {', '.join(p.name for p in unfinished)}")
         if plan.overrides and not plan.create_run_toml:
             progress.message(f"flags override run.toml for this process: {plan.overrides}")
         for name, reason in plan.zombies.items():
@@ -198,7 +168,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit,
                             ranks)
         state.ddp = ranks.wrap(state.model, state.device)
-        _announce(plan, state, out)
+        _announce(plan, state, out, history)
         if plan.fresh_bandit:
             _record_pivot(plan, out)
         reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
@@ -235,7 +205,7 @@ def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> int:
     return 0
 
 
-def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
+def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHistory) -> None:
     """The ``start`` or ``resume`` event: what this process runs, and what it could not restore."""
     common = dict(preset=plan.config.run.preset, n_params=plan.config.model.n_params(), device=plan.device,
                   threads=torch.get_num_threads(), arms=list(plan.arms), overrides=plan.overrides,
@@ -250,8 +220,6 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs) -> None:
     if ckpt.status == "foreign":
         fresh.insert(0, f"foreign checkpoint ({ckpt.reason}): samplers, RNG and bandit start fresh")
     rerun = None
-    history = LossHistory(plan.run_dir / LOSS_JSON)
-    history.refresh()
     if history.last_step is not None and history.last_step > ckpt.step:
         rerun = {"from": ckpt.step + 1, "to": history.last_step}
     exact = not fresh

@@ -2,7 +2,8 @@
 
 The console and the run-directory library install without torch (``pip install
 andrea-console``); the trainer needs it (``pip install 'andrea-console[train]'``). This
-module imports nothing heavy, so the check costs nothing when torch is there.
+module imports nothing heavy, so the check costs nothing when torch is there, and
+``--help`` and ``--prune`` (:mod:`trainer.prune`) work without it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ def torch_installed() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trainer.args import build_parser
+
+    args = build_parser().parse_args(argv)          # --help and bad flags need no torch either
+    if args.prune:
+        from trainer.prune import run_prune
+
+        return run_prune(args)
     if not torch_installed():
         print(INSTALL_HINT, file=sys.stderr)
         return EXIT_USAGE

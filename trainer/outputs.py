@@ -60,14 +60,18 @@ class RunOutputs:
             raise SafetyStop(f"cannot append to {LOSS_JSON}: {describe_os_error(err)}; the history up to its last "
                              "whole line and the checkpoints are intact; free space, then restart to resume") from None
 
-    def checkpoint_written(self, info: CheckpointInfo, reason: str) -> None:
-        self.event("checkpoint", info.step, f"checkpoint {info.path.name} ({reason})",
-                   path=info.path.name, reason=reason)
+    def checkpoint_written(self, info: CheckpointInfo, reason: str, **timing: Any) -> None:
+        """A checkpoint is complete: its event (with how long it held the loop), fsynced."""
+        held = f"; held training {timing['stall_s']:.2f} s" if "stall_s" in timing else ""
+        waited = f", after waiting {timing['waited_s']:.2f} s for the previous write" if timing.get("waited_s") else ""
+        self.event("checkpoint", info.step, f"checkpoint {info.path.name} ({reason}){held}{waited}",
+                   path=info.path.name, reason=reason, **timing)
         self.history.fsync()
 
-    def checkpoint_failed(self, step: int, reason: str, err: OSError, message: str) -> None:
+    def checkpoint_failed(self, step: int, reason: str, err: OSError, message: str, **timing: Any) -> None:
         """A checkpoint write failed (the library removed its temporary): event, log, fsync."""
-        self.event("checkpoint_failed", step, message, reason=reason, error=describe_os_error(err), errno=err.errno)
+        self.event("checkpoint_failed", step, message, reason=reason, error=describe_os_error(err), errno=err.errno,
+                   **timing)
         self.history.fsync()
 
     def _live_write(self, name: str, step: int, write: Callable[[], None]) -> None:

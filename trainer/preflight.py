@@ -23,13 +23,10 @@ from rundir.config import validate_policy
 from rundir.layout import LOCK_FILE, RUN_TOML
 from rundir.sidecars import ArmState, BanditState
 from rundir.zombies import find_zombies
+from trainer.args import DEFAULT_PRESET, RUN_FLAGS
 from trainer.data import ArmData, ArmDataError, ByteTokenizer
 from trainer.resume import ResumeError, check_compatible
 
-DEFAULT_PRESET = "tiny"
-# Flags that override run.toml's [run] section for this process (recorded in the
-# start/resume event, never written back to an existing run.toml).
-RUN_FLAGS = ("max_steps", "checkpoint_every", "sample_every", "device", "seed")
 
 
 class InputError(ValueError):

@@ -13,36 +13,47 @@ signal, final) and the signal flags.
 from __future__ import annotations
 
 import math
-from typing import Callable
-
 import torch
 
+from rundir.retention import RetentionPolicy
+from trainer.checkpointer import Checkpointer, resume_hint
 from trainer.faults import forced_nonfinite
-from trainer.guard import NonfiniteGuard, SafetyStop, describe_os_error
+from trainer.guard import NonfiniteGuard, SafetyStop
 from trainer.outputs import RunOutputs
-from trainer.resume import save_checkpoint
-from rundir import latest_resumable
 from trainer.samples import audit_samples
-from trainer.signals import STOP_NAMES, SignalFlags
+from trainer.signals import STOP_NAMES, SignalFlags, SignalRequests
 from trainer.state import TrainingState
 
 EMA_LOSS = 0.98       # smoothing of the displayed EMA loss
 
 
 def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: int = 0,
-          saved_step: int | None = None) -> str:
+          saved_step: int | None = None, ckpt: Checkpointer | None = None) -> str:
     """Train until step ``stop_at`` (0: until a stop signal). Returns why it stopped:
     ``"max_steps"`` (a final checkpoint was written) or ``"signal"`` (SIGTERM/SIGINT:
     a checkpoint at the last completed step was written). Raises :class:`SafetyStop`
     when the run diverged or a checkpoint it must write failed (:mod:`trainer.guard`).
     ``saved_step`` is the step of the checkpoint the state was restored from (a signal
-    before the first update needs no new one)."""
+    before the first update needs no new one, and retention keeps it until a newer one is
+    complete). Checkpoints go through ``ckpt`` (by default run.toml's: background writes
+    unless ``run.async_checkpoint`` is false, pruned by its retention policy)."""
+    run = state.config.run
+    ckpt = ckpt or Checkpointer(state, out, signals.mark, run.async_checkpoint,
+                                RetentionPolicy(run.keep_last, run.keep_every), saved_step)
+    try:
+        return _train(state, out, signals, ckpt, stop_at, saved_step)
+    finally:
+        ckpt.close()                      # never leave with a write in flight
+
+
+def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Checkpointer, stop_at: int,
+           saved_step: int | None) -> str:
     run, opt_config = state.config.run, state.config.optimizer
     model, optimizer = state.model, state.optimizer
     ranks, forward = state.ranks, state.forward_module     # under torchrun: every rank, in step (distributed.py)
     guard = NonfiniteGuard(run.max_nonfinite)
 
-    if signals.stop_pending and _checkpoint_and_signals(state, out, signals, None, saved_step):
+    if signals.stop_pending and _checkpoint_and_signals(state, out, signals, ckpt, None, saved_step):
         out.event("stop", state.step, "stopping on signal before the first update", reason="signal")
         return "signal"
     while True:
@@ -81,10 +92,11 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
             out.add_samples(audit_samples(state, state.config.samples))
 
         if guard.tripped:
-            _diverged(state, out, guard)
+            _diverged(state, out, ckpt, guard)
         final = bool(stop_at) and state.step >= stop_at
         cadence = state.step % run.checkpoint_every == 0
-        stop = _checkpoint_and_signals(state, out, signals, "final" if final else "cadence" if cadence else None)
+        stop = _checkpoint_and_signals(state, out, signals, ckpt,
+                                       "final" if final else "cadence" if cadence else None)
         if final:
             out.event("stop", state.step, f"reached max-steps {stop_at}: stopping", reason="max_steps")
             return "max_steps"
@@ -93,73 +105,69 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
             return "signal"
 
 
-def _checkpoint_and_signals(state: TrainingState, out: RunOutputs, signals: SignalFlags, reason: str | None,
-                            saved_step: int | None = None) -> bool:
-    """At a step boundary: write at most one checkpoint (for the cadence, the final step or
-    any signal) and return whether a stop was requested. A SIGUSR1 is answered by a
-    checkpoint only if it arrived before that checkpoint was complete: one that arrives
-    later stays pending for the next step's (a console that saw this checkpoint before
-    it signalled is waiting for a newer one). A stop is covered by this step's checkpoint
-    whenever it arrives."""
+def _checkpoint_and_signals(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Checkpointer,
+                            reason: str | None, saved_step: int | None = None) -> bool:
+    """At a step boundary: collect a finished background write, write at most one
+    checkpoint (for the cadence, the final step or any signal) and return whether a stop
+    was requested.
+
+    A SIGUSR1 is answered by a checkpoint only if it arrived before that checkpoint was
+    complete: one that arrives later stays pending for the next one (a console that saw
+    this checkpoint before it signalled is waiting for a newer one). While a background
+    write is in flight, pending SIGUSR1s wait for it: those that came before its ``.json``
+    are answered by it. A stop is never answered by an earlier step's checkpoint: it
+    writes one at this step (after the write in flight), waited for, like the final one."""
     stop = False
     written = saved_step == state.step
     failed = False
     during_write = False
+    if ckpt.busy:
+        must_wait = reason is not None or signals.stop_pending
+        done = ckpt.collect(wait=must_wait)
+        if done is None:
+            return False                  # still writing: what is pending waits for it
+        if done.ok:                       # what came before its .json is answered by it
+            stop = _log_signals(state, out, signals.take(done.mark), during_write=True).stop
     covered_until: int | None = None        # take everything that has arrived
     while True:
-        requests = signals.take(covered_until)
-        for name in requests.names:
-            action = "stop" if name in STOP_NAMES else "checkpoint"
-            out.event("signal", state.step, f"{name} received: {action} at step {state.step}",
-                      signal=name, action=action, during_checkpoint=during_write)
+        requests = _log_signals(state, out, signals.take(covered_until), during_write)
         stop = stop or requests.stop
-        if requests and reason is None:
+        if (requests or stop) and reason is None:
             reason = "signal"
         if reason is not None and not written:
-            complete_at: list[int] = []
-            failed = not _write_checkpoint(state, out, reason, continues=not stop and reason != "final",
-                                           before_complete=lambda: complete_at.append(signals.mark()))
-            written, during_write = True, True
-            covered_until = complete_at[0] if complete_at else None
+            continues = not stop and reason != "final"
+            done = ckpt.save(reason, wait=not continues)
+            if done is None:
+                return False                  # in the background: collected at a later boundary
+            failed, written, during_write = not done.ok, True, True
+            covered_until = done.mark
             continue
         if not signals.stop_pending:
             if failed and (stop or reason == "final"):
                 raise SafetyStop(f"the {'final' if reason == 'final' else 'stop'} checkpoint at step {state.step} "
-                                 f"could not be written; {_resume_hint(out)}")
+                                 f"could not be written; {resume_hint(out.run_dir)}")
             return stop
         covered_until = None
 
 
-def _write_checkpoint(state: TrainingState, out: RunOutputs, reason: str, continues: bool,
-                      before_complete: Callable[[], None] | None = None) -> bool:
-    """One checkpoint; a write that fails (a full disk) is logged and returns False. The
-    library removed its temporary file: the previous checkpoint stays the newest."""
-    try:
-        info = save_checkpoint(state, out.run_dir, before_complete)
-    except OSError as err:
-        out.checkpoint_failed(state.step, reason, err,
-                              f"checkpoint at step {state.step} ({reason}) FAILED: {describe_os_error(err)}; "
-                              f"{_resume_hint(out)}"
-                              + ("; training continues and the next checkpoint retries" if continues else ""))
-        return False
-    out.write_state(state.bandit, state.step, durable=True)
-    out.checkpoint_written(info, reason)
-    return True
+def _log_signals(state: TrainingState, out: RunOutputs, requests: SignalRequests,
+                 during_write: bool) -> SignalRequests:
+    for name in requests.names:
+        action = "stop" if name in STOP_NAMES else "checkpoint"
+        out.event("signal", state.step, f"{name} received: {action} at step {state.step}",
+                  signal=name, action=action, during_checkpoint=during_write)
+    return requests
 
 
-def _resume_hint(out: RunOutputs) -> str:
-    newest = latest_resumable(out.run_dir)
-    return f"the newest checkpoint is {newest.path.name}, intact" if newest else "there is no earlier checkpoint"
-
-
-def _diverged(state: TrainingState, out: RunOutputs, guard: NonfiniteGuard) -> None:
+def _diverged(state: TrainingState, out: RunOutputs, ckpt: Checkpointer, guard: NonfiniteGuard) -> None:
     """``run.max_nonfinite`` non-finite steps in a row: checkpoint the last good state and stop."""
     good = guard.last_good_step
     what = f"weights, m and v of step {good}" if good is not None else "the weights it started from"
-    if _write_checkpoint(state, out, "nonfinite", continues=False):
+    done = ckpt.save("nonfinite", wait=True)
+    if done is not None and done.ok:
         saved = f"the checkpoint at step {state.step} holds {what} (every update since was skipped)"
     else:
-        saved = f"no checkpoint could be written; {_resume_hint(out)}"
+        saved = f"no checkpoint could be written; {resume_hint(out.run_dir)}"
     message = (f"{guard.in_a_row} non-finite steps in a row (run.max_nonfinite = {guard.limit}): the run diverged; "
                f"{saved}; lower the learning rate or resume from an earlier checkpoint")
     out.event("stop", state.step, f"stopping: {message}", reason="nonfinite", in_a_row=guard.in_a_row,

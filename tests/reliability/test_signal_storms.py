@@ -12,6 +12,8 @@ import sys
 import time
 from collections import Counter
 
+import pytest
+
 from tests.trainer.trainer_runs import (ROOT, events, start_trainer, step_lines, stop_cleanly, stop_process,
                                         trainer_cmd, wait_for)
 from rundir import list_checkpoints, load_run_config, read_samples, verify_checksum, write_run_config
@@ -68,7 +70,7 @@ def test_two_consoles_at_once_are_harmless(trainer_run):
 
 
 def test_a_sigusr1_storm_gives_at_most_one_checkpoint_per_step(trainer_run, reliability_report):
-    run = trainer_run("storm")
+    run = trainer_run("storm", keep_last=0)        # every checkpoint stays, to be counted
     proc = start_trainer(run, "--checkpoint-every", "100000")
     try:
         wait_for(lambda: last_step(run) >= 5 and (run / ".trainer.json").exists(), what="training")
@@ -119,8 +121,9 @@ def test_sigterm_during_sample_generation_finishes_it_then_checkpoints_and_exits
     assert all_complete(run) == 1 and not (run / ".trainer.json").exists()
 
 
-def test_sigint_twice_during_a_checkpoint_write_exits_0_after_it(trainer_run):
-    run = trainer_run("sigint")
+@pytest.mark.parametrize("async_checkpoint", [False, True])
+def test_sigint_twice_during_a_checkpoint_write_exits_0_after_it(trainer_run, async_checkpoint):
+    run = trainer_run("sigint", async_checkpoint=async_checkpoint)
     env = {**os.environ, SLOW_WRITE_ENV: "0.3", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(trainer_cmd(run, "--checkpoint-every", "30"), cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -135,9 +138,12 @@ def test_sigint_twice_during_a_checkpoint_write_exits_0_after_it(trainer_run):
         stop_process(proc)
     assert proc.returncode == 0, err
     assert "KeyboardInterrupt" not in err
-    assert [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == [(30, "cadence")]
+    stopped_at = last_step(run)
+    expected = [(30, "cadence")] + ([(stopped_at, "signal")] if async_checkpoint else [])
+    assert stopped_at > 30 if async_checkpoint else stopped_at == 30
+    assert [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == expected
     sigs = events(run, "signal")
-    assert 1 <= len(sigs) <= 2 and all(s["signal"] == "SIGINT" and s["step"] == 30 for s in sigs)
+    assert 1 <= len(sigs) <= 2 and all(s["signal"] == "SIGINT" and s["step"] == stopped_at for s in sigs)
     assert sigs[0]["during_checkpoint"] is True
-    assert last_step(run) == 30 and events(run, "stop")[-1]["reason"] == "signal"
-    assert all_complete(run) == 1 and not [p for p in run.iterdir() if p.name.startswith(".tmp-")]
+    assert events(run, "stop")[-1]["reason"] == "signal"
+    assert all_complete(run) == len(expected) and not [p for p in run.iterdir() if p.name.startswith(".tmp-")]

@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 
+import pytest
+
 from tests.trainer.trainer_runs import (ROOT, events, run_trainer, start_trainer, step_lines, stop_process,
                                         trainer_cmd, wait_for, without_time)
 from rundir import inspect_checkpoint, read_trainer_record
@@ -82,8 +84,9 @@ def test_second_trainer_on_the_same_directory_is_refused(trainer_run):
     assert proc.returncode == 0
 
 
-def test_signal_during_a_checkpoint_write_is_honoured_after_it(trainer_run):
-    run = trainer_run()
+@pytest.mark.parametrize("async_checkpoint", [False, True])
+def test_signal_during_a_checkpoint_write_is_honoured_after_it(trainer_run, async_checkpoint):
+    run = trainer_run(async_checkpoint=async_checkpoint)
     # The library's test hook slows the checkpoint write so the signal lands inside it.
     env = {**os.environ, SLOW_WRITE_ENV: "0.3"}
     proc = subprocess.Popen(trainer_cmd(run, "--checkpoint-every", "50"), cwd=ROOT, env=env,
@@ -96,9 +99,16 @@ def test_signal_during_a_checkpoint_write_is_honoured_after_it(trainer_run):
     finally:
         stop_process(proc)
     assert proc.returncode == 0, err
-    assert [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == [(50, "cadence")]
     [sig] = events(run, "signal")
-    assert sig["signal"] == "SIGTERM" and sig["step"] == 50 and sig["during_checkpoint"] is True
-    assert last_step(run) == 50 and events(run, "stop")[-1]["reason"] == "signal"
+    stopped_at = last_step(run)
+    assert sig["signal"] == "SIGTERM" and sig["step"] == stopped_at and sig["during_checkpoint"] is True
+    assert events(run, "stop")[-1]["reason"] == "signal"
     assert inspect_checkpoint(run / "step_000050.bin").status == "complete"
+    if async_checkpoint:
+        # The loop trained on while step 50's checkpoint was written in the background: the
+        # stop waited for that write, then checkpointed the last completed step.
+        assert stopped_at > 50
+        assert [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == [(50, "cadence"), (stopped_at, "signal")]
+    else:
+        assert stopped_at == 50 and [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == [(50, "cadence")]
     assert not any(p.name.startswith(".tmp-") for p in run.iterdir())
