@@ -51,8 +51,11 @@ def assert_checkpoints_intact(run: Path) -> list[int]:
 
 # -- disk full -------------------------------------------------------------------------
 
-def test_enospc_keeps_the_previous_checkpoint_and_retries_at_the_next_cadence(trainer_run, reliability_report):
-    run = trainer_run("enospc")
+@pytest.mark.parametrize("async_checkpoint", [True, False])
+def test_enospc_keeps_the_previous_checkpoint_and_retries_at_the_next_cadence(trainer_run, reliability_report,
+                                                                             async_checkpoint):
+    """ENOSPC inside a checkpoint write: in the background (the default) and synchronously."""
+    run = trainer_run("enospc", async_checkpoint=async_checkpoint)
     assert run_trainer(run, *FLAGS, "--max-steps", "10").returncode == 0
     before = (run / "step_000010.bin").read_bytes()
     # The disk is "full" for the next two checkpoint writes (steps 20 and 30), then has room.
@@ -60,6 +63,7 @@ def test_enospc_keeps_the_previous_checkpoint_and_retries_at_the_next_cadence(tr
     assert r.returncode == 0, r.stderr
     failed = events(run, "checkpoint_failed")
     assert [(e["step"], e["reason"], e["errno"]) for e in failed] == [(20, "cadence", 28), (30, "cadence", 28)]
+    assert all(e["background"] is async_checkpoint for e in failed)
     assert all("ENOSPC" in e["error"] and "free space" in e["error"] for e in failed)
     log = (run / "trainer.log").read_text()
     assert log.count("FAILED: ENOSPC") == 2 and "the newest checkpoint is step_000010.bin, intact" in log
@@ -71,7 +75,8 @@ def test_enospc_keeps_the_previous_checkpoint_and_retries_at_the_next_cadence(tr
 
     # Resolved by the checkpoint at step 40: the console no longer raises it.
     assert "checkpoint FAILED" not in console(run, "--once").stdout
-    reliability_report("disk full (write hook)", failed_writes=len(failed), lost_history_lines=0)
+    if async_checkpoint:
+        reliability_report("disk full (write hook)", failed_writes=len(failed), lost_history_lines=0)
 
 
 def test_enospc_on_the_final_checkpoint_exits_3_with_the_previous_one_intact(trainer_run):
@@ -163,6 +168,16 @@ def test_a_real_full_disk(tmp_path, reliability_report):
         r = run_trainer(run, *FLAGS, "--max-steps", "35")
         assert r.returncode == 0, r.stderr
         assert events(run, "resume")[-1]["from_step"] == 30 and events(run, "resume")[-1]["exact"]
+
+        # Full again (20, 30 and 35 on disk): with a policy that keeps two, the disk guard prunes
+        # before the write instead of failing, and the run goes on.
+        failed_before = len(events(run, "checkpoint_failed"))
+        r = run_trainer(run, *FLAGS, "--max-steps", "60", "--keep-last", "2")
+        assert r.returncode == 0, r.stderr
+        assert len(events(run, "checkpoint_failed")) == failed_before
+        first_prune = next(e for e in events(run, "prune") if e["step"] > 35)
+        assert first_prune["steps"] == [20] and first_prune["step"] == 40       # before step 40's write
+        assert assert_checkpoints_intact(run) == [50, 60] and no_temporaries(run)
         reliability_report("disk full (real tmpfs)", checkpoints_kept=len(kept), failed_checkpoint_writes=len(
             events(run, "checkpoint_failed")), stopped_on_history_append=1)
     finally:

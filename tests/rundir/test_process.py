@@ -211,10 +211,11 @@ def test_a_lock_holder_that_is_not_a_trainer_is_refused(tmp_path):
 @pytest.mark.parametrize("who", ["tail", "shell", "console"])
 def test_bystanders_naming_the_run_directory_are_refused(tmp_path, who):
     """Processes whose command line mentions the run directory: tail -f, the shell that runs
-    the console, another andrea-console open on the run. None holds the lock."""
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / ".lock").touch()
+    the console, another andrea-console open on the run (waiting for a checkpoint from the
+    real trainer, a stand-in here). None holds the lock."""
+    run, log = tmp_path / "run", tmp_path / "signals.txt"
+    trainer = start_child(run, log)                  # holds the lock, as the run's trainer does
+    write_trainer_record(run, record_for(trainer.pid))
     cmd = {"tail": ["tail", "-f", "/dev/null", str(run)],
            "shell": ["sh", "-c", f"sleep 600 # {run}", str(run)],
            "console": [sys.executable, "-m", "console", str(run), "--checkpoint", "--timeout", "600"]}[who]
@@ -223,13 +224,17 @@ def test_bystanders_naming_the_run_directory_are_refused(tmp_path, who):
         deadline = time.monotonic() + 20
         while psutil.Process(victim.pid).cmdline() != cmd and time.monotonic() < deadline:
             time.sleep(0.02)         # until exec has replaced the forked child
+        if who == "console":         # it has signalled the trainer and waits for a checkpoint
+            while "SIGUSR1" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
         rec = record_for(victim.pid, argv=["andrea-train", str(run)])
         write_trainer_record(run, rec)
         v = _refused_and_untouched(run, victim, None)
         assert "is not a trainer" in v.reason or "does not hold" in v.reason, v.reason
     finally:
-        victim.kill()
-        victim.wait()
+        for proc in (victim, trainer):
+            proc.kill()
+            proc.wait()
 
 
 def test_a_waiter_for_the_lock_does_not_hold_it(tmp_path):
