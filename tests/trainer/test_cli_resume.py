@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
+from rundir.layout import checkpoint_name
 from tests.trainer.trainer_runs import events, run_trainer, step_lines, without_time
 from rundir import inspect_checkpoint, read_samples, read_state, verify_trainer
 
 
-def test_300_in_one_go_equals_200_then_300(trainer_run):
-    straight, stopped = trainer_run("straight"), trainer_run("stopped")
+@pytest.mark.parametrize("async_checkpoint", [True, False])
+def test_300_in_one_go_equals_200_then_300(trainer_run, async_checkpoint):
+    straight = trainer_run("straight", async_checkpoint=async_checkpoint)
+    stopped = trainer_run("stopped", async_checkpoint=async_checkpoint)
     r = run_trainer(straight, "--max-steps", "300")
     assert r.returncode == 0, r.stderr
     r = run_trainer(stopped, "--max-steps", "200")
@@ -33,6 +38,25 @@ def test_300_in_one_go_equals_200_then_300(trainer_run):
     assert len(events(stopped, "start")) == 1
 
 
+@pytest.mark.parametrize("async_checkpoint", [True, False])
+def test_a_cadence_checkpoint_resumes_exactly(trainer_run, async_checkpoint):
+    """Resumed from step 100's cadence checkpoint (written in the background by default),
+    the run reaches step 300's bytes as one that never stopped."""
+    straight = trainer_run("straight", async_checkpoint=async_checkpoint)
+    assert run_trainer(straight, "--max-steps", "300", "--keep-last", "0").returncode == 0
+    resumed = trainer_run("resumed", async_checkpoint=async_checkpoint)
+    for suffix in (".bin", ".json"):
+        name = checkpoint_name(100)[:-4] + suffix
+        (resumed / name).write_bytes((straight / name).read_bytes())
+    [cadence] = [e for e in events(straight, "checkpoint") if e["step"] == 100]
+    assert cadence["reason"] == "cadence" and cadence["background"] is async_checkpoint
+    r = run_trainer(resumed, "--max-steps", "300")
+    assert r.returncode == 0, r.stderr
+    assert events(resumed, "resume")[0]["exact"] is True
+    name = checkpoint_name(300)
+    assert (straight / name).read_bytes() == (resumed / name).read_bytes()
+
+
 def test_sidecars_after_a_run(trainer_run):
     run = trainer_run(sample_every=50)
     r = run_trainer(run, "--max-steps", "150")
@@ -47,7 +71,7 @@ def test_sidecars_after_a_run(trainer_run):
                                                   for arm in ("prose", "code", "notes")]
     assert all(s.temperature == 0.8 and s.completion for s in samples)
     log = (run / "trainer.log").read_text()
-    assert "step 150 loss" in log and "checkpoint step_000150.bin (final)" in log
+    assert "step 150 loss" in log and "checkpoint step_000150.bin (final); held training" in log
     # Plain lines on a pipe.
     assert "step 10 loss" in r.stdout
 
