@@ -21,7 +21,7 @@ demo: install
 	$(BIN)/andrea-console $(DEMO_DIR) --start --preset tiny
 
 test: install
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 bench: install
 	$(BIN)/python -m bench

@@ -19,6 +19,21 @@ def stall_text(t: "TrainerView") -> str:
             f"stall threshold {format_age(t.stall_threshold)})")
 
 
+def slurm_text(job: dict[str, str] | None) -> str:
+    """``SLURM job 123 (andrea:120m) RUNNING on node07, 1-02:03:04 of 2-00:00:00``, from the
+    record and what the scheduler said; "" outside SLURM."""
+    if not job:
+        return ""
+    name = f" ({job['job_name']})" if job.get("job_name") else ""
+    text = f"SLURM job {job.get('job_id', '?')}{name}"
+    if job.get("state"):
+        text += f" {job['state']}"
+    text += f" on {job.get('node') or '?'}"
+    if job.get("run_time"):
+        text += f", {job['run_time']} of {job.get('time_limit') or '?'}"
+    return printable(text, 200)
+
+
 def format_size(n: int | None) -> str:
     if n is None:
         return "-"

@@ -10,9 +10,19 @@ from pathlib import Path
 
 import psutil
 
-from rundir import verify_trainer
+from rundir import Verification, verify_trainer
 
 from .views import TRAINER_LABELS, TrainerView
+
+
+def _slurm(v: Verification) -> dict[str, str] | None:
+    recorded = v.record.extra.get("slurm") if v.record else None
+    if not isinstance(recorded, dict):
+        return None
+    job = {k: str(val) for k, val in recorded.items()}
+    if v.job is not None:
+        job.update(state=v.job.state, run_time=v.job.run_time, time_limit=v.job.time_limit)
+    return job
 
 
 class TrainerProbe:
@@ -36,8 +46,8 @@ class TrainerProbe:
         view = TrainerView(state=v.state, label=TRAINER_LABELS.get(v.state, v.state), reason=v.reason,
                            pid=rec.pid if rec else None,
                            started=(rec.started or rec.create_time) if rec else None,
-                           argv=tuple(rec.argv) if rec else ())
-        if not v.ok or rec is None:
+                           argv=tuple(rec.argv) if rec else (), slurm=_slurm(v))
+        if not v.ok or rec is None or v.via_slurm:       # a pid on another node is not measured here
             self._proc = self._key = None
             return view
         try:

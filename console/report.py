@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
-                     printable_block, stall_text)
+                     printable_block, slurm_text, stall_text)
 from .plot import PlotOptions, plot_markers, plot_text
 from .views import RunSnapshot
 
@@ -37,6 +37,8 @@ def trainer_line(snap: RunSnapshot, now: float) -> str:
         parts.append(f"cpu {t.cpu_percent:.0f}%" if t.cpu_percent is not None else "cpu -")
         parts.append(f"rss {format_size(t.rss)}")
         parts.append(f"gpu {format_size(t.gpu_memory)}" if t.gpu_memory is not None else "gpu n/a")
+    if t.slurm:
+        parts.append(slurm_text(t.slurm))
     line = " · ".join(parts)
     if t.state != "running":
         line += f" ({printable(t.reason, LINE_LIMIT)})"
@@ -148,7 +150,8 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
         "trainer": {"state": t.state, "label": t.label, "reason": t.reason, "pid": t.pid, "started": t.started,
                     "uptime": (now - t.started) if t.started and t.state == "running" else None,
                     "cpu_percent": t.cpu_percent, "rss": t.rss, "gpu_memory": t.gpu_memory, "argv": list(t.argv),
-                    "stalled": t.stalled, "stalled_for": t.stalled_for, "stall_threshold": t.stall_threshold},
+                    "stalled": t.stalled, "stalled_for": t.stalled_for, "stall_threshold": t.stall_threshold,
+                    "slurm": t.slurm},
         "history": {"format": h.format, "steps": h.n_steps, "last_step": h.last_step, "last_loss": _num(h.last_loss),
                     "tokens": h.tokens, "steps_per_s": _num(h.steps_per_s), "tokens_per_s": _num(h.tokens_per_s),
                     "events": len(h.events), "bad_lines": h.bad_lines, "problems": list(h.problems),

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import psutil
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, latest_resumable,
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
+from rundir.process import trainer_alive
 from rundir.layout import TRAINER_LOG
 
 POLL_S = 0.1
+SLURM_POLL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def send(run_dir: str | os.PathLike[str], sig: signal.Signals,
     if not v.ok:
         return SignalResult(False, f"{name} not sent: {refusal(v)}", v, sent_at, baseline)
     assert v.record is not None
-    return SignalResult(True, f"{name} sent to trainer pid {v.record.pid}", v, sent_at, baseline)
+    where = f" on {v.record.host}, through SLURM job {v.job.job_id}" if v.job is not None else ""
+    return SignalResult(True, f"{name} sent to trainer pid {v.record.pid}{where}", v, sent_at, baseline)
 
 
 def refusal(v: Verification) -> str:
@@ -107,23 +109,31 @@ def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, t
     run_dir = Path(run_dir)
     deadline = time.monotonic() + timeout
     record = result.verification.record
+    alive = _Liveness(run_dir, result.verification)
     while time.monotonic() < deadline and not cancelled():
         info = newest_complete_since(run_dir, result.baseline)
         if info is not None:
             return info, ""
-        if record is not None and not _alive(record.pid, record.create_time):
+        if record is not None and not alive():
             info = newest_complete_since(run_dir, result.baseline)
             return (info, "") if info else (None, f"trainer pid {record.pid} exited without a new checkpoint")
         time.sleep(POLL_S)
     return None, f"no new checkpoint within {timeout:g} s"
 
 
-def _alive(pid: int, create_time: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - create_time) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+class _Liveness:
+    """Whether the verified trainer still runs, asked at most every ``SLURM_POLL_S`` when the
+    answer comes from the scheduler (the shared directory is watched every ``POLL_S``)."""
+
+    def __init__(self, run_dir: Path, verification: Verification):
+        self.run_dir, self.verification = run_dir, verification
+        self.every = SLURM_POLL_S if verification.via_slurm else 0.0
+        self.asked, self.answer = 0.0, True
+
+    def __call__(self) -> bool:
+        if time.monotonic() - self.asked >= self.every:
+            self.asked, self.answer = time.monotonic(), trainer_alive(self.run_dir, self.verification)
+        return self.answer
 
 
 def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,
@@ -136,10 +146,11 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
     record = result.verification.record
     assert record is not None
     deadline = time.monotonic() + timeout
+    alive = _Liveness(run_dir, result.verification)
     while time.monotonic() < deadline and not cancelled():
         if child is not None and child.poll() is not None:
             break
-        if child is None and not _alive(record.pid, record.create_time):
+        if child is None and not alive():
             break
         time.sleep(POLL_S)
     else:

@@ -51,6 +51,9 @@ class TrainerView:
     rss: int | None = None
     gpu_memory: int | None = None       # bytes, where nvidia-smi reports the pid
     argv: tuple[str, ...] = ()
+    # The SLURM job the record names (job_id, step_id, cluster, node, job_name, user), with
+    # the scheduler's state, run_time and time_limit once it verified the job.
+    slurm: dict[str, str] | None = None
     stalled_for: float | None = None    # seconds without a new history line, when past the threshold
     stall_threshold: float | None = None
 

@@ -15,6 +15,7 @@ import fcntl
 import os
 import signal
 import socket
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from .atomic import atomic_write_json
 from .identity import holds_run_lock, runs_trainer_entry_point
 from .layout import LOCK_FILE, TRAINER_JSON
 from .safe_read import PID_RECORD_MAX, read_json_object
+from .slurm import JobInfo, check_job, query_job, scancel_command
 from .text import printable
 
 CREATE_TIME_TOLERANCE = 0.01
@@ -146,10 +148,16 @@ class Verification:
     state: TrainerState
     reason: str
     record: TrainerRecord | None = None
+    job: JobInfo | None = None          # verified through the scheduler: the trainer's SLURM job
 
     @property
     def ok(self) -> bool:
         return self.state == "running"
+
+    @property
+    def via_slurm(self) -> bool:
+        """Verified, and signalled, through SLURM (the trainer runs on another node)."""
+        return self.job is not None
 
 
 def _shown(text: str, limit: int = 80) -> str:
@@ -191,7 +199,11 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
     if record is None:
         return Verification("stopped", "no trainer is recorded (no .trainer.json)")
     if record.host != socket.gethostname():
-        return Verification("unverified", f"the trainer runs on host {record.host!r}, not this one", record)
+        recorded_job = record.extra.get("slurm")
+        if isinstance(recorded_job, dict) and recorded_job.get("job_id"):
+            return _verify_through_slurm(run_dir, record, recorded_job)
+        return Verification("unverified", f"the trainer runs on host {record.host!r}, not this one (and not in a "
+                                          "SLURM job this console could ask about)", record)
     if record.pid == 1:
         return Verification("unverified", "the record names pid 1 (init), which is never a trainer", record)
     if record.pid == os.getpid():
@@ -219,13 +231,60 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
     return Verification("running", f"pid {record.pid} verified", record)
 
 
+def _verify_through_slurm(run_dir: Path, record: TrainerRecord, recorded_job: dict[str, Any]) -> Verification:
+    """A trainer on another node, in a SLURM job: the scheduler vouches for it (the job is
+    RUNNING, is this user's, runs on the recorded node and names this run directory)."""
+    job_id = str(recorded_job.get("job_id"))
+    job, why = query_job(job_id)
+    if job is None:
+        return Verification("unverified", f"SLURM job {printable(job_id)}: {why}", record)
+    problem = check_job(job, recorded_job, run_dir)
+    if problem is not None:
+        state: TrainerState = "stale" if job.state not in ("RUNNING", "PENDING", "SUSPENDED", "") else "unverified"
+        return Verification(state, problem, record)
+    return Verification("running", f"pid {record.pid} on {printable(record.host)}, SLURM job {job.job_id} verified",
+                        record, job)
+
+
+def trainer_alive(run_dir: str | os.PathLike[str], verification: Verification) -> bool:
+    """Whether the verified trainer still runs: its pid with the recorded start time here,
+    or, through SLURM, its record still in place and its job still RUNNING."""
+    record = verification.record
+    if record is None:
+        return False
+    if not verification.via_slurm:
+        try:
+            proc = psutil.Process(record.pid)
+            return abs(proc.create_time() - record.create_time) < CREATE_TIME_TOLERANCE and \
+                proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+    now, _ = read_trainer_record(run_dir)
+    if now is None or (now.pid, now.create_time, now.host) != (record.pid, record.create_time, record.host):
+        return False                         # a clean exit removes the record
+    job, _ = query_job(verification.job.job_id)
+    return job is not None and job.state == "RUNNING"
+
+
 def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Verification:
     """Send ``sig`` to the verified trainer of ``run_dir``; a process that fails verification
-    is never signalled. Returns the verification (``ok`` False: nothing was sent)."""
+    is never signalled. Returns the verification (``ok`` False: nothing was sent). A trainer
+    on another node, in a SLURM job, is signalled with ``scancel`` (see
+    :func:`rundir.slurm.scancel_command`)."""
     verification = verify_trainer(run_dir)
     if not verification.ok:
         return verification
     assert verification.record is not None
+    if verification.via_slurm:
+        command = scancel_command(verification.record.extra["slurm"], signal.Signals(sig).name.removeprefix("SIG"))
+        try:
+            r = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as err:
+            return Verification("unverified", f"{' '.join(command)} failed: {err}", verification.record)
+        if r.returncode != 0:
+            return Verification("unverified", f"{' '.join(command)} failed: {printable(r.stderr.strip())}",
+                                verification.record)
+        return verification
     try:
         # psutil re-checks the create time, closing the window in which the pid could be reused.
         proc = psutil.Process(verification.record.pid)

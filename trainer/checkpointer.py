@@ -98,6 +98,7 @@ class Checkpointer:
         self._done: CheckpointDone | None = None
         self._buffers = _Buffers()
         self._waited = 0.0
+        self.last: CheckpointDone | None = None     # the newest finished write
 
     @property
     def busy(self) -> bool:
@@ -141,6 +142,7 @@ class Checkpointer:
         done, self._done, self._waited = self._done, None, 0.0
         if done is None:
             return None
+        self.last = done
         if done.info is not None:
             self.out.checkpoint_written(done.info, done.reason, **self._timing(done))
             self.out.write_state(self.state.bandit, self.state.step, durable=True)

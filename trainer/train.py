@@ -98,10 +98,11 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
         stop = _checkpoint_and_signals(state, out, signals, ckpt,
                                        "final" if final else "cadence" if cadence else None)
         if final:
-            out.event("stop", state.step, f"reached max-steps {stop_at}: stopping", reason="max_steps")
+            out.event("stop", state.step, f"reached max-steps {stop_at}: stopping{_took(ckpt)}", reason="max_steps",
+                      **_final_timing(ckpt))
             return "max_steps"
         if stop:
-            out.event("stop", state.step, "stopping on signal", reason="signal")
+            out.event("stop", state.step, f"stopping on signal{_took(ckpt)}", reason="signal", **_final_timing(ckpt))
             return "signal"
 
 
@@ -148,6 +149,18 @@ def _checkpoint_and_signals(state: TrainingState, out: RunOutputs, signals: Sign
                                  f"could not be written; {resume_hint(out.run_dir)}")
             return stop
         covered_until = None
+
+
+def _final_timing(ckpt: Checkpointer) -> dict[str, float]:
+    """How long the final checkpoint took, waiting for a write in flight included: what a
+    scheduler's grace period after SIGTERM (SLURM's KillWait) must cover."""
+    done = ckpt.last
+    return {} if done is None else {"checkpoint_s": round(done.waited_s + done.write_s, 3)}
+
+
+def _took(ckpt: Checkpointer) -> str:
+    timing = _final_timing(ckpt)
+    return f" (the final checkpoint took {timing['checkpoint_s']:.2f} s)" if timing else ""
 
 
 def _log_signals(state: TrainingState, out: RunOutputs, requests: SignalRequests,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..format import LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, stall_text
+from ..format import LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, slurm_text, stall_text
 from ..views import RunSnapshot
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
@@ -32,6 +32,8 @@ class StatusPane(Static):
         if t.pid is not None:
             state.append(f"  pid {t.pid}", style="default")
         add("trainer", state)
+        if t.slurm:
+            add("slurm", Text(slurm_text(t.slurm)))
         if t.state != "running":
             add("", Text(printable(t.reason, LINE_LIMIT), style="grey62" if t.state == "stopped" else "yellow"))
         elif t.stalled:

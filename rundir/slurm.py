@@ -1,0 +1,164 @@
+"""SLURM: the job a trainer runs in, as the pid record carries it and the scheduler reports it.
+
+A trainer started inside a SLURM job records ``"slurm": {"job_id", "step_id", "cluster",
+"node", "job_name", "user"}`` in ``.trainer.json`` (DESIGN.md section 1), from the
+environment SLURM gives every task. :func:`query_job` asks the scheduler about a job
+(``scontrol show job -o``), with a timeout, never raising.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .safe_read import read_bytes
+
+SCONTROL_TIMEOUT_S = 10.0
+BATCH_STEP = "batch"            # the step id recorded by a trainer that is the batch script's process
+
+# The record's keys and the environment variables they come from.
+_FROM_ENV = {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID", "cluster": "SLURM_CLUSTER_NAME",
+             "node": "SLURMD_NODENAME", "job_name": "SLURM_JOB_NAME", "user": "SLURM_JOB_USER"}
+
+
+def job_from_env(env: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """This process's SLURM job, for the pid record; None outside SLURM."""
+    env = os.environ if env is None else env
+    if not env.get("SLURM_JOB_ID"):
+        return None
+    job = {key: env.get(var, "") for key, var in _FROM_ENV.items()}
+    job["user"] = job["user"] or env.get("USER", "")
+    job["step_id"] = job["step_id"] or BATCH_STEP        # the batch step has no SLURM_STEP_ID
+    return job
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What ``scontrol show job`` says of a job (the fields the console uses)."""
+
+    job_id: str
+    state: str                  # RUNNING, PENDING, COMPLETED, ...
+    user: str                   # the user name, without the uid
+    uid: int | None
+    nodes: str                  # NodeList, e.g. node01 or node[01-04]
+    command: str
+    work_dir: str
+    run_time: str
+    time_limit: str
+    fields: dict[str, str]
+
+
+def parse_job(line: str) -> JobInfo | None:
+    """One ``scontrol show job -o`` line; None when it is not a job."""
+    fields: dict[str, str] = {}
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            fields[key] = value
+        elif fields:                      # a value with spaces (Command=, Comment=): continue it
+            last = next(reversed(fields))
+            fields[last] += " " + token
+    if "JobId" not in fields:
+        return None
+    user, _, uid = fields.get("UserId", "").partition("(")
+    uid_text = uid.rstrip(")")
+    return JobInfo(job_id=fields["JobId"], state=fields.get("JobState", ""), user=user,
+                   uid=int(uid_text) if uid_text.isdigit() else None, nodes=fields.get("NodeList", ""),
+                   command=fields.get("Command", ""), work_dir=fields.get("WorkDir", ""),
+                   run_time=fields.get("RunTime", ""), time_limit=fields.get("TimeLimit", ""), fields=fields)
+
+
+def query_job(job_id: str) -> tuple[JobInfo | None, str]:
+    """``(job, "")`` or ``(None, why not)``; never raises, never waits past a timeout."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return None, "scontrol is not installed here (no SLURM client)"
+    if not job_id.isdigit() and not job_id.replace("_", "").isdigit():
+        return None, f"job id {job_id!r} is not a SLURM job id"
+    try:
+        r = subprocess.run([scontrol, "show", "job", "-o", job_id], capture_output=True, text=True,
+                           timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"scontrol show job {job_id} failed: {err}"
+    if r.returncode != 0:
+        return None, f"the scheduler does not know job {job_id} ({(r.stderr or r.stdout).strip()[:200]})"
+    job = parse_job(r.stdout.strip().splitlines()[0] if r.stdout.strip() else "")
+    return (job, "") if job else (None, f"scontrol said nothing usable about job {job_id}")
+
+
+def _node_names(nodes: str) -> list[str]:
+    """A NodeList's host names (``node[01-03]`` expanded by ``scontrol show hostnames``)."""
+    if "[" not in nodes:
+        return [n for n in nodes.split(",") if n]
+    scontrol = shutil.which("scontrol")
+    try:
+        r = subprocess.run([scontrol or "scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                           timeout=SCONTROL_TIMEOUT_S)
+        return r.stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return []
+
+
+def _names_run_dir(job: JobInfo, run_dir: Path) -> bool:
+    """The job's working directory is the run directory, or its command (the batch script's
+    path and arguments, or the script's own text) names it."""
+    target = run_dir.resolve()
+    work_dir = Path(job.work_dir) if job.work_dir else None
+    if work_dir is not None and _same(work_dir, target):
+        return True
+    words = job.command.split()
+    for word in words:
+        candidate = Path(word)
+        if not candidate.is_absolute() and work_dir is not None:
+            candidate = work_dir / candidate
+        if _same(candidate, target):
+            return True
+    if words:                               # the batch script itself: does it name the run directory?
+        script = Path(words[0]) if Path(words[0]).is_absolute() or work_dir is None else work_dir / words[0]
+        read = read_bytes(script, 64 << 10)
+        if read.ok:
+            text = read.value.decode("utf-8", "replace")
+            names = {str(target)} | ({os.path.relpath(target, work_dir)} if work_dir else set())
+            return any(name in text.split() or f"{name}/" in text.split() for name in names)
+    return False
+
+
+def _same(path: Path, target: Path) -> bool:
+    try:
+        return path.resolve() == target
+    except (OSError, RuntimeError):
+        return False
+
+
+def check_job(job: JobInfo, recorded: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> str | None:
+    """Why the job cannot be the trainer of ``run_dir`` that the pid record describes (one
+    line naming the failed check), or None when every check holds: the job is RUNNING,
+    belongs to this user, runs on the recorded node, and its working directory or command
+    names the run directory."""
+    if job.state != "RUNNING":
+        return f"SLURM job {job.job_id} is {job.state or 'in an unknown state'}, not RUNNING"
+    if job.uid is not None and job.uid != os.getuid():
+        return f"SLURM job {job.job_id} belongs to user {job.user or job.uid}, not to you"
+    node = str(recorded.get("node", ""))
+    if not node or node not in _node_names(job.nodes):
+        return f"SLURM job {job.job_id} runs on {job.nodes or 'no node'}, not on the recorded node {node!r}"
+    if not _names_run_dir(job, Path(run_dir)):
+        return (f"SLURM job {job.job_id}'s command ({job.command or '-'}) and working directory "
+                f"({job.work_dir or '-'}) do not name this run directory")
+    return None
+
+
+def scancel_command(recorded: Mapping[str, Any], signal_name: str) -> list[str]:
+    """The ``scancel`` that delivers ``signal_name`` (``USR1``, ``TERM``) to the recorded
+    trainer and to nothing else of its job: the batch step when the batch script ``exec``ed
+    the trainer (``--batch``; a trainer that is a mere child of the batch shell cannot be
+    reached: the signal would end the shell and the job), else the trainer's own step
+    (``JOB.STEP``, as ``srun`` starts it)."""
+    job_id, step = str(recorded["job_id"]), str(recorded.get("step_id") or BATCH_STEP)
+    if step == BATCH_STEP:
+        return ["scancel", f"--signal={signal_name}", "--batch", job_id]
+    return ["scancel", f"--signal={signal_name}", f"{job_id}.{step}"]

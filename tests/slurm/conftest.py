@@ -1,0 +1,19 @@
+"""The ``slurm`` fixture: a real one-node cluster for the session (see cluster.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.slurm import cluster
+from tests.trainer.conftest import trainer_run  # noqa: F401  (the fixture)
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    why = cluster.missing()
+    if why:
+        pytest.skip(why)
+    started = cluster.start()
+    yield
+    if started:
+        cluster.stop()

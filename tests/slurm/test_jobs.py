@@ -1,0 +1,144 @@
+"""Operating a trainer that runs as a SLURM job, from a console on "another node".
+
+The cluster is real (tests/slurm/cluster.py); the console runs in a UTS namespace of its
+own with another host name, so the pid record's host is never this one and only the SLURM
+path can verify and signal. Jobs that must receive nothing are batch scripts that trap and
+log USR1 and TERM.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rundir import latest_resumable, read_trainer_record, write_trainer_record
+from rundir.slurm import parse_job, query_job
+from tests.trainer.trainer_runs import ROOT, step_lines, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+
+TRAP = """#!/bin/bash
+trap 'echo got USR1 >> {log}' USR1
+trap 'echo got TERM >> {log}; exit 0' TERM
+echo ready >> {log}
+while true; do sleep 0.2; done
+"""
+
+
+def submit(script: Path, body: str, *sbatch: str, chdir: Path = ROOT) -> str:
+    script.write_text(body)
+    script.chmod(0o755)
+    r = subprocess.run(["sbatch", "--parsable", f"--chdir={chdir}", "-o", f"{script}.out", "-J", script.stem,
+                        *sbatch, str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split(";")[0]
+
+
+def job_state(job_id: str) -> str:
+    job, _ = query_job(job_id)
+    return job.state if job else "GONE"
+
+
+def elsewhere(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``andrea-console ARGS`` in a UTS namespace whose host name is not this one."""
+    return subprocess.run(["unshare", "--uts", "sh", "-c", 'hostname login-node && exec "$@"', "sh", sys.executable,
+                           "-m", "console", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def training_job(trainer_run, name: str, launch: str) -> tuple[Path, str]:
+    """A micro trainer as a job: ``launch`` is ``exec`` (the batch script becomes the trainer)
+    or ``srun`` (a job step)."""
+    run = trainer_run(name)
+    cmd = f"{sys.executable} -m trainer {run} --checkpoint-every 100000"
+    body = f"#!/bin/bash\n{'exec ' + cmd if launch == 'exec' else 'srun --ntasks=1 ' + cmd}\n"
+    job_id = submit(run.parent / f"{name}.sh", body)
+
+    def recorded():
+        record, _ = read_trainer_record(run)
+        return record is not None and record.extra.get("slurm", {}).get("job_id") == job_id and \
+            len(step_lines(run)) > 5
+    wait_for(recorded, timeout=180, what=f"job {job_id} training")
+    return run, job_id
+
+
+@pytest.mark.parametrize("launch, step", [("exec", "batch"), ("srun", "0")])
+def test_checkpoint_and_stop_a_job_from_another_node(slurm, trainer_run, launch, step):
+    run, job_id = training_job(trainer_run, f"job-{launch}", launch)
+    record, _ = read_trainer_record(run)
+    assert record.extra["slurm"]["step_id"] == step and record.extra["slurm"]["node"] == socket.gethostname()
+    try:
+        once = elsewhere(str(run), "--json", timeout=60)
+        trainer = __import__("json").loads(once.stdout)["trainer"]
+        assert trainer["state"] == "running" and trainer["slurm"]["state"] == "RUNNING", once.stdout
+        before = latest_resumable(run)
+        r = elsewhere(str(run), "--checkpoint", "--timeout", "120")
+        assert r.returncode == 0, r.stderr
+        assert f"through SLURM job {job_id}" in r.stderr
+        landed = Path(r.stdout.strip())
+        assert landed.exists() and (before is None or landed.name != before.path.name)
+        r = elsewhere(str(run), "--stop", "--timeout", "120")
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: job_state(job_id) in ("COMPLETED", "FAILED", "CANCELLED", "GONE"), timeout=60,
+                 what="the job's end")
+        job, _ = query_job(job_id)
+        assert job is None or (job.state == "COMPLETED" and job.fields.get("ExitCode") == "0:0"), job
+        final = latest_resumable(run)
+        assert final.step == step_lines(run)[-1]["step"]         # the last logged step, nothing lost
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def forged(run: Path, job_id: str, node: str | None = None) -> None:
+    write_trainer_record(run, __import__("rundir").TrainerRecord(
+        pid=4242, create_time=1.0, host="compute-1", argv=["andrea-train", str(run)], started=1.0,
+        extra={"slurm": {"job_id": job_id, "step_id": "batch", "node": node or socket.gethostname(),
+                         "cluster": "local", "job_name": "x", "user": "root"}}))
+
+
+@pytest.mark.parametrize("case, why", [
+    ("not-naming", "do not name this run directory"),
+    ("other-node", "not on the recorded node"),
+    ("finished", "not RUNNING"),
+])
+def test_a_record_naming_the_wrong_job_is_refused_and_nothing_is_signalled(slurm, tmp_path, case, why):
+    run = tmp_path / "run"
+    run.mkdir()
+    elsewhere_dir = tmp_path / "elsewhere"
+    elsewhere_dir.mkdir()
+    log = tmp_path / "trap.log"
+    if case == "finished":
+        job_id = submit(tmp_path / "done.sh", "#!/bin/bash\ntrue\n", chdir=elsewhere_dir)
+        wait_for(lambda: job_state(job_id) in ("COMPLETED", "GONE"), timeout=120, what="the job's end")
+    else:
+        job_id = submit(tmp_path / "trap.sh", TRAP.format(log=log), chdir=elsewhere_dir)
+        wait_for(lambda: log.exists() and "ready" in log.read_text(), timeout=120, what="the trap job")
+    try:
+        forged(run, job_id, node="node-99" if case == "other-node" else None)
+        for flag in ("--checkpoint", "--stop"):
+            r = elsewhere(str(run), flag, "--timeout", "5", timeout=60)
+            assert r.returncode == 1 and why in r.stderr, r.stderr
+            assert r.stderr.count("\n") == 1
+        if case != "finished":
+            time.sleep(1)
+            assert log.read_text().splitlines() == ["ready"]          # nothing reached it
+            assert job_state(job_id) == "RUNNING"
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def test_parse_job_reads_a_real_scontrol_line(slurm, tmp_path):
+    job_id = submit(tmp_path / "p.sh", "#!/bin/bash\nsleep 30\n", chdir=tmp_path)
+    try:
+        wait_for(lambda: job_state(job_id) == "RUNNING", timeout=120, what="the job running")
+        line = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+        job = parse_job(line)
+        assert job.job_id == job_id and job.uid == os.getuid() and job.work_dir == str(tmp_path)
+        assert job.command == str(tmp_path / "p.sh") and job.nodes == socket.gethostname()
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
