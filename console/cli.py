@@ -12,7 +12,7 @@
                                            undo an interrupted pivot that has not resumed
 
 Exit status: 0 done; 1 nothing verified to signal, or the trainer did not do it;
-2 bad usage or a missing run directory; 3 timed out waiting.
+2 bad usage or a missing (or unreadable) run directory; 3 timed out waiting.
 
 Textual is imported only when the dashboard opens, so the twins start fast; torch is
 never imported.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shlex
 import sys
 import time
 from contextlib import contextmanager
@@ -61,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="launch andrea-train RUN_DIR (or run.toml's run.launch) detached, output to "
                         "RUN_DIR/trainer.log, then open the dashboard")
     p.add_argument("--preset", metavar="NAME", help="with --start: passed to the trainer as --preset NAME")
+    p.add_argument("--slurm", action="store_true",
+                   help="with --start: submit the trainer as a SLURM job (sbatch, job name andrea:<run name>, "
+                        "output appended to RUN_DIR/trainer.log) instead of starting it here")
+    p.add_argument("--sbatch", action="append", default=[], metavar="ARG",
+                   help="with --slurm: an option for sbatch, e.g. --sbatch=--time=2-00:00:00 --sbatch=--gres=gpu:1")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="seconds to wait for a checkpoint or an exit (default 300)")
     p.add_argument("--stall-after", type=float, default=None, metavar="S",
@@ -83,8 +89,10 @@ def _fail(message: str, code: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run_dir = Path(args.run_dir)
-    if args.preset and not args.start:
-        return _fail("--preset goes with --start", EXIT_USAGE)
+    if (args.preset or args.slurm or args.sbatch) and not args.start:
+        return _fail("--preset, --slurm and --sbatch go with --start", EXIT_USAGE)
+    if args.sbatch and not args.slurm:
+        return _fail("--sbatch goes with --slurm", EXIT_USAGE)
     if not 0.0 <= args.smooth < 1.0:
         return _fail(f"--smooth {args.smooth}: expected 0 <= BETA < 1", EXIT_USAGE)
     if args.stall_after is not None:
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return _pivot(run_dir, args)
     child = None
     if args.start:
-        child, code = _start(run_dir, args.preset)
+        child, code = _start(run_dir, args.preset, list(args.sbatch) if args.slurm else None)
         if code:
             return code
     elif run_dir.exists() and not run_dir.is_dir():
@@ -170,7 +178,7 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
                                      options=PlotOptions(smoothing=args.smooth)))
-    if snap.dir_state in ("missing", "not a directory"):
+    if snap.dir_state in ("missing", "not a directory") or snap.dir_state.startswith("unreadable"):
         return _fail(f"{run_dir}: {snap.dir_state}", EXIT_USAGE)
     return EXIT_OK
 
@@ -230,10 +238,11 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _start(run_dir: Path, preset: str | None):
+def _start(run_dir: Path, preset: str | None, sbatch_args: list[str] | None = None):
+    """Start the trainer (locally, or as a SLURM job with ``sbatch_args``); ``(child, exit code)``."""
     from rundir import verify_trainer
 
-    from .supervise import launch_command, start_trainer
+    from .supervise import start_trainer
 
     if run_dir.exists() and not run_dir.is_dir():
         return None, _fail(f"{run_dir} is not a directory", EXIT_USAGE)
@@ -242,10 +251,13 @@ def _start(run_dir: Path, preset: str | None):
         print(f"andrea-console: a trainer already runs {run_dir} (pid {v.record.pid}); attaching", file=sys.stderr)
         return None, 0
     try:
-        child = start_trainer(run_dir, preset)
+        launch = start_trainer(run_dir, preset, sbatch_args=sbatch_args)
     except OSError as err:
-        return None, _fail(f"cannot start {' '.join(launch_command(run_dir, preset))}: {err}", EXIT_REFUSED)
-    return child, 0
+        return None, _fail(f"cannot start the trainer: {err}", EXIT_REFUSED)
+    if launch.job_id is not None:
+        print(f"andrea-console: submitted SLURM job {launch.job_id} ({shlex.join(launch.command)})", file=sys.stderr)
+        print(launch.job_id)
+    return launch.child, 0
 
 
 if __name__ == "__main__":

@@ -202,7 +202,8 @@ class PivotRunner:
         if not v.ok:
             checkpoint = checkpoint_path(self.run_dir, p)
             self.report("6", f"launching the trainer from {checkpoint.name} with a fresh bandit ...")
-            child = supervise.start_trainer(self.run_dir, extra_args=["--resume", str(checkpoint), "--fresh-bandit"])
+            launch = supervise.start_trainer(self.run_dir, extra_args=["--resume", str(checkpoint), "--fresh-bandit"])
+            child = launch.child          # None for a SLURM job: its progress is read from the run directory
         else:
             child = None     # relaunched by an earlier, interrupted attempt
         deadline = time.monotonic() + self.timeout

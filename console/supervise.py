@@ -10,6 +10,7 @@ checkpoint compares the checkpoints with those before the signal
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -65,18 +66,57 @@ def launch_command(run_dir: str | os.PathLike[str], preset: str | None = None,
     return [*cmd, *extra_args]
 
 
-def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None,
-                  extra_args: Sequence[str] = ()) -> subprocess.Popen:
-    """Launch the trainer detached in its own session, stdout and stderr appended to
-    ``RUN_DIR/trainer.log``, so that the console quitting never stops training."""
+@dataclass(frozen=True)
+class Launch:
+    """A started trainer: a local ``child`` process, or a SLURM ``job_id`` (submitted with sbatch)."""
+
+    command: list[str]
+    child: subprocess.Popen | None = None
+    job_id: str | None = None
+
+    def describe(self) -> str:
+        return f"submitted SLURM job {self.job_id}" if self.job_id else f"started pid {self.child.pid}"
+
+
+def is_sbatch(cmd: Sequence[str]) -> bool:
+    return bool(cmd) and Path(cmd[0]).name == "sbatch"
+
+
+def sbatch_command(run_dir: str | os.PathLike[str], preset: str | None = None, extra_args: Sequence[str] = (),
+                   sbatch_args: Sequence[str] = ()) -> list[str]:
+    """``sbatch`` for the trainer as a batch job of its own: named ``andrea:<run name>``, in the
+    run directory, its output appended to ``trainer.log``, the batch script ``exec``-ing the
+    trainer (so that ``scancel --batch`` reaches it); ``sbatch_args`` (``--time``, ``--gres``,
+    ``--partition``...) go to sbatch."""
+    run = Path(run_dir).resolve()
+    trainer = [*trainer_executable(), str(run), *(["--preset", preset] if preset else []), *extra_args]
+    return ["sbatch", "--parsable", f"--job-name=andrea:{run.name}", f"--chdir={run}", f"--output={run / TRAINER_LOG}",
+            "--open-mode=append", *sbatch_args, f"--wrap=exec {shlex.join(trainer)}"]
+
+
+def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None, extra_args: Sequence[str] = (),
+                  sbatch_args: Sequence[str] | None = None) -> Launch:
+    """Launch the trainer so that the console quitting never stops training: detached in its
+    own session, stdout and stderr appended to ``RUN_DIR/trainer.log``; or, with
+    ``sbatch_args`` (``--start --slurm``) or a ``run.launch`` that is an sbatch command line,
+    submitted as a SLURM job (raises ``OSError`` naming sbatch's complaint)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = launch_command(run_dir, preset, extra_args)
+    cmd = sbatch_command(run_dir, preset, extra_args, sbatch_args) if sbatch_args is not None \
+        else launch_command(run_dir, preset, extra_args)
     with open(run_dir / TRAINER_LOG, "ab") as log:
-        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} andrea-console --start: {' '.join(cmd)}\n".encode())
+        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} andrea-console --start: {shlex.join(cmd)}\n".encode())
         log.flush()
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+        if not is_sbatch(cmd):
+            return Launch(cmd, child=subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                                      close_fds=True))
+    if "--parsable" not in cmd:
+        cmd = [cmd[0], "--parsable", *cmd[1:]]
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise OSError(f"sbatch refused: {(r.stderr or r.stdout).strip()}")
+    return Launch(cmd, job_id=r.stdout.strip().split(";")[0])
 
 
 def send(run_dir: str | os.PathLike[str], sig: signal.Signals,

@@ -276,6 +276,13 @@ def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Veri
         return verification
     assert verification.record is not None
     if verification.via_slurm:
+        world = verification.record.extra.get("world_size")
+        if sig == signal.SIGUSR1 and isinstance(world, int) and world > 1:
+            # scancel reaches torchrun's agent, never its workers (sessions of their own).
+            return Verification("unverified", f"a checkpoint request cannot reach the {world} torchrun workers of "
+                                              f"SLURM job {verification.job.job_id} through scancel; a stop "
+                                              "(SIGTERM, forwarded by torchrun) checkpoints and exits",
+                                verification.record, verification.job)
         command = scancel_command(verification.record.extra["slurm"], signal.Signals(sig).name.removeprefix("SIG"))
         try:
             r = subprocess.run(command, capture_output=True, text=True, timeout=30)

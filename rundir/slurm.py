@@ -154,11 +154,14 @@ def check_job(job: JobInfo, recorded: Mapping[str, Any], run_dir: str | os.PathL
 
 def scancel_command(recorded: Mapping[str, Any], signal_name: str) -> list[str]:
     """The ``scancel`` that delivers ``signal_name`` (``USR1``, ``TERM``) to the recorded
-    trainer and to nothing else of its job: the batch step when the batch script ``exec``ed
-    the trainer (``--batch``; a trainer that is a mere child of the batch shell cannot be
-    reached: the signal would end the shell and the job), else the trainer's own step
-    (``JOB.STEP``, as ``srun`` starts it)."""
+    trainer's step: the batch step (``--full``: its every process) when the batch script runs
+    the trainer, else the trainer's own step (``JOB.STEP``, as ``srun`` starts it). Checked
+    against SLURM 22.05: a batch script that ``exec``s the trainer is reached; one that runs it
+    as a child must trap the signal (``trap '' USR1``), or the signal ends the shell and the job;
+    torchrun's workers are not reached (see the README)."""
     job_id, step = str(recorded["job_id"]), str(recorded.get("step_id") or BATCH_STEP)
     if step == BATCH_STEP:
-        return ["scancel", f"--signal={signal_name}", "--batch", job_id]
+        # --full, not --batch: every process of the batch step (an exec'd trainer is the
+        # only one; --batch alone would miss a trainer started under a trapping shell).
+        return ["scancel", f"--signal={signal_name}", "--full", job_id]
     return ["scancel", f"--signal={signal_name}", f"{job_id}.{step}"]

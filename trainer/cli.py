@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -63,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         cmd = torchrun_command(strip_nproc(sys.argv[1:] if argv is None else argv), args.nproc)
         sys.stdout.flush()
         sys.stderr.flush()
+        # torchrun's agent has no SIGUSR1 handler: the default action would end it and the run.
+        # Ignored across exec, a SIGUSR1 that reaches every process (scancel --full, or
+        # JOB.STEP) reaches only the workers, which install their own handlers.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         os.execv(cmd[0], cmd)
     if ranks.distributed:
         return _main_distributed(args, ranks)

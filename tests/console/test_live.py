@@ -149,7 +149,7 @@ def test_start_launches_detached_with_output_in_trainer_log(tmp_path):
     config = RunConfig.from_preset("micro")
     config.run.launch = [a for a in train_command(Path("{run_dir}")) if a not in ("--preset", "micro")]
     write_run_config(run, config)
-    child = start_trainer(run, preset="micro")
+    child = start_trainer(run, preset="micro").child
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not verify_trainer(run).ok:

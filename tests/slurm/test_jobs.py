@@ -142,3 +142,54 @@ def test_parse_job_reads_a_real_scontrol_line(slurm, tmp_path):
         assert job.command == str(tmp_path / "p.sh") and job.nodes == socket.gethostname()
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def test_a_submitted_job_stopped_and_resubmitted_resumes_exactly(slurm, trainer_run):
+    """What --start --slurm submits (sbatch --wrap, the batch step exec-ing the trainer); a
+    chain of jobs, each resuming the newest complete checkpoint, reaches the bytes of a run
+    that never stopped."""
+    from console.supervise import start_trainer
+    from tests.trainer.trainer_runs import run_trainer
+
+    steps = ("--max-steps", "1500", "--checkpoint-every", "500")
+    straight = trainer_run("straight")
+    assert run_trainer(straight, *steps, timeout=600).returncode == 0
+    run = trainer_run("chained")
+    first = start_trainer(run, extra_args=steps, sbatch_args=[])
+    try:
+        assert first.child is None and first.job_id
+        job, _ = query_job(first.job_id)
+        assert job.fields.get("JobName") == f"andrea:{run.name}" and job.work_dir == str(run.resolve())
+        wait_for(lambda: len(step_lines(run)) > 50, timeout=180, what="the first job training")
+        r = elsewhere(str(run), "--stop", "--timeout", "120")
+        assert r.returncode == 0, r.stderr
+        stopped_at = latest_resumable(run).step
+        assert stopped_at < 1500
+        second = start_trainer(run, extra_args=steps, sbatch_args=[])
+        wait_for(lambda: job_state(second.job_id) in ("COMPLETED", "GONE"), timeout=600, what="the second job")
+    finally:
+        subprocess.run(["scancel", first.job_id], capture_output=True)
+    resume = [e for e in __import__("tests.trainer.trainer_runs", fromlist=["events"]).events(run, "resume")]
+    assert resume[-1]["from_step"] == stopped_at and resume[-1]["exact"] is True
+    name = "step_001500.bin"
+    assert (run / name).read_bytes() == (straight / name).read_bytes()
+
+
+def test_a_job_at_its_time_limit_ends_with_a_complete_final_checkpoint(slurm, trainer_run):
+    """SLURM sends SIGTERM at the time limit (then SIGKILL after KillWait, 30 s here): the
+    trainer checkpoints its last completed step within it and says how long that took."""
+    from console.supervise import start_trainer
+    from tests.trainer.trainer_runs import events
+
+    run = trainer_run("limited")
+    launch = start_trainer(run, extra_args=("--checkpoint-every", "100000"), sbatch_args=["--time=1"])
+    try:
+        wait_for(lambda: job_state(launch.job_id) in ("TIMEOUT", "COMPLETED", "FAILED", "CANCELLED", "GONE"), timeout=300,
+                 what="the job to reach its time limit")
+        assert job_state(launch.job_id) in ("TIMEOUT", "GONE")
+    finally:
+        subprocess.run(["scancel", launch.job_id], capture_output=True)
+    [stop] = events(run, "stop")
+    assert stop["reason"] == "signal" and stop["checkpoint_s"] < 30
+    final = latest_resumable(run)
+    assert final.status == "complete" and final.step == step_lines(run)[-1]["step"]

@@ -179,7 +179,7 @@ def test_signals_to_the_recorded_process_and_the_console_checkpoint_pivot_and_st
     config.run.launch = [*TORCHRUN, "{run_dir}", "--checkpoint-every", "100000"]
     write_run_config(run, config)
     assert launch_command(run)[:len(TORCHRUN)] == TORCHRUN
-    child = start_trainer(run)                    # what the console's --start runs: detached, into trainer.log
+    child = start_trainer(run).child              # what the console's --start runs: detached, into trainer.log
     try:
         wait_for(lambda: last_step(run) > stopped_at + 10, timeout=120, what="the relaunched run training")
         r = console(run, "--pivot", "--cap", "prose=0.6", "--yes")
