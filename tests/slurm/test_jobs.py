@@ -193,3 +193,28 @@ def test_a_job_at_its_time_limit_ends_with_a_complete_final_checkpoint(slurm, tr
     assert stop["reason"] == "signal" and stop["checkpoint_s"] < 30
     final = latest_resumable(run)
     assert final.status == "complete" and final.step == step_lines(run)[-1]["step"]
+
+
+def test_a_checkpoint_request_to_a_torchrun_job_is_refused_and_a_stop_goes_through(slurm, tmp_path):
+    """No scancel form reaches torchrun's workers: the console says so instead of sending a
+    SIGUSR1 that would never arrive. SIGTERM is forwarded by torchrun's agent."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = tmp_path / "trap.log"
+    job_id = submit(tmp_path / "ddp.sh", TRAP.format(log=log), chdir=run)      # its working directory is the run
+    wait_for(lambda: log.exists() and "ready" in log.read_text(), timeout=120, what="the job")
+    try:
+        forged(run, job_id)
+        record, _ = read_trainer_record(run)
+        write_trainer_record(run, __import__("rundir").TrainerRecord(
+            record.pid, record.create_time, record.host, record.argv, record.started,
+            {**record.extra, "rank": 0, "world_size": 2}))
+        r = elsewhere(str(run), "--checkpoint", "--timeout", "5", timeout=60)
+        assert r.returncode == 1 and "cannot reach the 2 torchrun workers" in r.stderr, r.stderr
+        time.sleep(1)
+        assert log.read_text().splitlines() == ["ready"]
+        r = elsewhere(str(run), "--stop", "--timeout", "30", timeout=90)
+        assert f"SIGTERM sent to trainer pid 4242 on compute-1, through SLURM job {job_id}" in r.stderr, r.stderr
+        wait_for(lambda: "got TERM" in log.read_text(), timeout=30, what="the TERM trap")
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
