@@ -23,6 +23,7 @@ instead of leaving bare ``.bin`` files that no policy would ever remove.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -32,6 +33,10 @@ from .checkpoint import CheckpointInfo, checkpoint_path, sidecar_path
 from .history import HistoryEvent
 from .layout import EVENT_PRUNE, EVENT_ROLLBACK
 from .pivot_files import list_pivots, read_journal
+
+# Test-only: seconds to sleep between a checkpoint's .json and .bin removal, so that a
+# fault-injection test can land a SIGKILL inside a prune. Never set in normal use.
+SLOW_PRUNE_ENV = "ANDREA_TEST_SLOW_PRUNE"
 
 # Why a checkpoint is kept, in the order the console lists them.
 NEWEST, LAST, EVERY, PIVOT, ROLLBACK, RESUMED, FOREIGN, INVALID, ALL = (
@@ -134,10 +139,13 @@ def remove_checkpoints(run_dir: str | os.PathLike[str], doomed: Iterable[Verdict
     ``.bin``), then ``.bin``; then make the removals durable. A file already gone is no
     error (an operator or another prune); one that cannot be removed is reported."""
     steps, freed, errors = [], 0, []
+    delay = float(os.environ.get(SLOW_PRUNE_ENV, "0") or 0)
     for verdict in doomed:
         size = verdict.bytes
         try:
             sidecar_path(verdict.info.path).unlink(missing_ok=True)
+            if delay:
+                time.sleep(delay)
             verdict.info.path.unlink(missing_ok=True)
         except OSError as err:
             errors.append(f"{verdict.info.path.name}: {err.strerror or err}")

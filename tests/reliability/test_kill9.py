@@ -2,8 +2,10 @@
 write, and check after every kill that nothing written is lost or torn under its final
 name; at the end the run's final checkpoint equals an uninterrupted run's, byte for byte.
 
-``KILL9_KILLS`` sets the number of kills (30 by default, the CI figure); ``KILL9_SEED``
-replays one sequence of moments (the seed is printed in the reliability summary).
+``KILL9_KILLS`` sets the number of kills (30 by default, the CI figure; ``make soak`` runs
+1,000); ``KILL9_SEED`` replays one sequence of moments (the seed is printed in the
+reliability summary). The test's time limit grows with the number of kills (about 3 s
+each was measured; 6 s each are allowed, on top of the uninterrupted runs).
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.lines import events, step_lines
 from tests.trainer.trainer_runs import ROOT, run_trainer, trainer_cmd, wait_for
 from rundir import (LossHistory, inspect_checkpoint, latest_resumable, list_checkpoints, read_samples,
                             read_state, verify_checksum)
 from rundir.layout import TMP_PREFIX
 from rundir.checkpoint import SLOW_WRITE_ENV
+from rundir.retention import SLOW_PRUNE_ENV
 
 KILLS = int(os.environ.get("KILL9_KILLS", "30"))
 SEED = int(os.environ.get("KILL9_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)
+TIMEOUT_S = 300 + 6 * KILLS
 CADENCE = 10
 FLAGS = ("--checkpoint-every", str(CADENCE), "--threads", "1")
 # The micro checkpoint is four chunks (header, weights, m, v): three pauses of this
@@ -65,35 +71,50 @@ def _check_after_kill(run: Path, previous: bytes, counts: dict) -> bytes:
     return data
 
 
-def test_kill9_at_random_moments_loses_nothing(trainer_run, reliability_report):
+@pytest.mark.timeout(TIMEOUT_S)
+@pytest.mark.parametrize("async_checkpoint", [True, False])
+def test_kill9_at_random_moments_loses_nothing(trainer_run, reliability_report, async_checkpoint):
+    """Background checkpoint writes (the default) for KILLS kills, synchronous ones for a
+    third as many; kills land inside writes, inside prunes and during start-up."""
     try:
-        _kill9(trainer_run, reliability_report)
+        _kill9(trainer_run, reliability_report, async_checkpoint,
+               KILLS if async_checkpoint else max(5, KILLS // 3))
     except AssertionError as err:
         # Enough to replay the same sequence of moments: KILL9_SEED=... KILL9_KILLS=...
         raise AssertionError(f"KILL9_SEED={SEED} KILL9_KILLS={KILLS}: {err}") from err
 
 
-def _kill9(trainer_run, reliability_report) -> None:
+def _pruned_leftovers(run: Path) -> list[int]:
+    """Steps a prune event listed whose bare .bin is still there (a prune a kill interrupted)."""
+    listed = {s for e in events(run, "prune") for s in e["steps"]}
+    return sorted(c.step for c in list_checkpoints(run) if c.step in listed and c.status == "foreign")
+
+
+def _kill9(trainer_run, reliability_report, async_checkpoint: bool, kills: int) -> None:
     rng = random.Random(SEED)
-    run = trainer_run("killed")
+    run = trainer_run("killed", async_checkpoint=async_checkpoint, keep_last=3)
     # A first complete checkpoint, so that every later resume is exact (a kill between the
     # very first .bin and its .json would leave only a bare .bin, which resumes inexactly).
     r = run_trainer(run, *FLAGS, "--max-steps", str(CADENCE))
     assert r.returncode == 0, r.stderr
-    counts = dict(kills=0, inside_write=0, during_startup=0, resumes=0, torn_tails=0, checkpoints_verified=0,
-                  bytes_checksummed=0, bare_bins=0)
+    counts = dict(kills=0, inside_write=0, inside_prune=0, during_startup=0, resumes=0, torn_tails=0,
+                  checkpoints_verified=0, bytes_checksummed=0, bare_bins=0)
     previous = (run / ".loss.json").read_bytes()
     log = open(run.parent / "killed.out", "ab")
     base_env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
-        for i in range(KILLS):
+        for i in range(kills):
             expected = latest_resumable(run)
             assert expected is not None and expected.status == "complete"
             before = _lifecycle_events(run)
             slow = i % 2 == 1
+            in_prune = i % 6 == 4          # aim inside a prune: between a .json's removal and its .bin's
             env = {**base_env, SLOW_WRITE_ENV: SLOW_WRITE_S} if slow else base_env
+            if in_prune:
+                env = {**env, SLOW_PRUNE_ENV: "0.3"}
+            prunes_before = len(events(run, "prune"))
             proc = subprocess.Popen(trainer_cmd(run, *FLAGS), cwd=ROOT, env=env, stdout=log, stderr=log)
-            progress = f"kill {i + 1} of {KILLS}"
+            progress = f"kill {i + 1} of {kills}"
             try:
                 if i % 10 == 9:
                     # A moment in start-up: importing, planning, restoring, or the first steps.
@@ -106,7 +127,13 @@ def _kill9(trainer_run, reliability_report) -> None:
                     # The newest complete checkpoint is the one resumed from, exactly.
                     assert resume["from_step"] == expected.step and resume["exact"], (progress, resume)
                     counts["resumes"] += 1
-                    if slow and rng.random() < 0.7:
+                    # The next trainer finished any prune a kill interrupted before it resumed.
+                    assert not _pruned_leftovers(run), (progress, _pruned_leftovers(run))
+                    if in_prune:
+                        wait_for(lambda: len(events(run, "prune")) > prunes_before or proc.poll() is not None,
+                                 timeout=180, what=f"a prune ({progress})")
+                        time.sleep(rng.uniform(0.0, 0.25))
+                    elif slow and rng.random() < 0.7:
                         # Aim inside a write: wait for a checkpoint's temporary, then a moment more.
                         wait_for(lambda: _temps(run, proc.pid) or proc.poll() is not None, timeout=180,
                                  what=f"a checkpoint write ({progress})")
@@ -124,6 +151,8 @@ def _kill9(trainer_run, reliability_report) -> None:
                 counts["inside_write"] += 1
             if not started:
                 counts["during_startup"] += 1
+            if _pruned_leftovers(run):
+                counts["inside_prune"] += 1
             try:
                 previous = _check_after_kill(run, previous, counts)
             except AssertionError as err:
@@ -152,7 +181,8 @@ def _kill9(trainer_run, reliability_report) -> None:
     history.refresh()
     assert history.bad_lines == counts["torn_tails"]          # each torn line became one counted bad line
 
-    never_killed = trainer_run("never-killed")
+    assert not _pruned_leftovers(run)
+    never_killed = trainer_run("never-killed", async_checkpoint=async_checkpoint, keep_last=3)
     r = run_trainer(never_killed, *FLAGS, "--max-steps", str(target))
     assert r.returncode == 0, r.stderr
     name = f"step_{target:06d}.bin"
@@ -166,5 +196,5 @@ def _kill9(trainer_run, reliability_report) -> None:
     counts["final_bytes_compared"] = len(ours)
     counts["final_step"] = target
     counts["seed"] = SEED
-    reliability_report("kill -9", **counts)
+    reliability_report("kill -9" if async_checkpoint else "kill -9 (synchronous writes)", **counts)
     assert counts["inside_write"] >= max(1, KILLS // 10), counts
