@@ -218,3 +218,37 @@ def test_a_checkpoint_request_to_a_torchrun_job_is_refused_and_a_stop_goes_throu
         wait_for(lambda: "got TERM" in log.read_text(), timeout=30, what="the TERM trap")
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def test_a_polish_pivot_from_another_node_resubmits_the_job(slurm, trainer_run):
+    """run.toml's run.launch is an sbatch command line: the pivot audits, stops the job,
+    archives, writes the policy and submits the resumed trainer as a new job, all through the
+    scheduler and the shared directory."""
+    from console.supervise import start_trainer
+    from rundir import load_run_config, write_run_config
+    from tests.trainer.trainer_runs import events
+
+    run = trainer_run("pivoted")
+    script = run.parent / "pivoted.sh"
+    script.write_text(f'#!/bin/bash\nexec {sys.executable} -m trainer "$@"\n')
+    script.chmod(0o755)
+    config = load_run_config(run)
+    config.run.launch = ["sbatch", f"--chdir={ROOT}", f"--output={run / 'trainer.log'}", "--open-mode=append",
+                         str(script), "{run_dir}", "--checkpoint-every", "100000"]
+    write_run_config(run, config)
+    first = start_trainer(run)
+    jobs = [first.job_id]
+    try:
+        wait_for(lambda: (read_trainer_record(run)[0] is not None and len(step_lines(run)) > 20), timeout=180,
+                 what="the first job training")
+        r = elsewhere(str(run), "--pivot", "--cap", "prose=0.6", "--yes", "--timeout", "180")
+        assert r.returncode == 0, r.stdout + r.stderr
+        record, _ = read_trainer_record(run)
+        jobs.append(record.extra["slurm"]["job_id"])
+        assert jobs[1] != jobs[0] and job_state(jobs[1]) == "RUNNING"
+        [pivot] = events(run, "pivot")
+        assert pivot["policy"]["caps"]["prose"] == 0.6
+        assert events(run, "resume")[-1]["fresh_bandit"] is True
+    finally:
+        for job_id in jobs:
+            subprocess.run(["scancel", job_id], capture_output=True)
