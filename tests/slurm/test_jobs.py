@@ -252,3 +252,26 @@ def test_a_polish_pivot_from_another_node_resubmits_the_job(slurm, trainer_run):
     finally:
         for job_id in jobs:
             subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def test_a_torchrun_job_of_two_processes_stops_from_another_node(slurm, trainer_run):
+    """andrea-train --nproc 2 as the batch script's process (torchrun's agent and two
+    workers): the stop reaches the agent, which forwards it; the ranks agree on one final
+    checkpoint at the last logged step. torchrun itself then exits 1 (its own status after a
+    SIGTERM), so SLURM reports the job FAILED although every worker exited 0."""
+    run = trainer_run("ddp-job")
+    body = f"#!/bin/bash\nexec {sys.executable} -m trainer {run} --nproc 2 --checkpoint-every 100000\n"
+    job_id = submit(run.parent / "ddp-job.sh", body)
+    try:
+        def recorded():
+            record, _ = read_trainer_record(run)
+            return record is not None and record.extra.get("world_size") == 2 and len(step_lines(run)) > 5
+        wait_for(recorded, timeout=240, what="the torchrun job training")
+        r = elsewhere(str(run), "--stop", "--timeout", "120")
+        assert r.returncode == 0, r.stderr
+        assert "exited cleanly" in r.stdout
+        wait_for(lambda: job_state(job_id) in ("COMPLETED", "FAILED", "GONE"), timeout=120, what="the job's end")
+        final = latest_resumable(run)
+        assert final.status == "complete" and final.step == step_lines(run)[-1]["step"]
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
