@@ -180,29 +180,19 @@ def _refused_and_untouched(run_dir, victim, log):
     return v
 
 
-def test_a_process_that_does_not_hold_the_lock_is_refused(tmp_path):
-    """A trainer-looking script that names the run directory and traps signals, but holds
-    no lock: what a forged record would point at."""
+@pytest.mark.parametrize("case, why", [("no-lock", "does not hold the run directory's .lock"),
+                                       ("not-a-trainer", "is not a trainer")])
+def test_a_record_naming_a_process_that_is_not_the_trainer_is_refused(tmp_path, case, why):
+    """What a forged record would point at: a trainer-looking script that names the run
+    directory and traps signals but holds no lock, or a lock holder run as ``python -c``."""
     run, log = tmp_path / "run", tmp_path / "signals.txt"
     run.mkdir()
     (run / ".lock").touch()
-    victim = start_child(run, log, "--no-lock")
+    victim = start_child(run, log, *(("--no-lock",) if case == "no-lock" else ()), as_script=case == "no-lock")
     try:
         write_trainer_record(run, record_for(victim.pid))
         v = _refused_and_untouched(run, victim, log)
-        assert "does not hold the run directory's .lock" in v.reason
-    finally:
-        victim.kill()
-        victim.wait()
-
-
-def test_a_lock_holder_that_is_not_a_trainer_is_refused(tmp_path):
-    run, log = tmp_path / "run", tmp_path / "signals.txt"
-    victim = start_child(run, log, as_script=False)       # python -c CODE RUN_DIR: holds the lock
-    try:
-        write_trainer_record(run, record_for(victim.pid))
-        v = _refused_and_untouched(run, victim, log)
-        assert "is not a trainer" in v.reason
+        assert why in v.reason
     finally:
         victim.kill()
         victim.wait()
