@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR ?= runs/demo
 
-.PHONY: install demo test bench screenshots clean
+.PHONY: install demo test bench soak screenshots clean
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ test: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# The long reliability runs: the kill -9 campaign at 1,000 kills (about an hour) and the
+# readers' fuzzing at 10,000 cases a property; the figures are printed at the end.
+# Smaller: make soak KILL9_KILLS=5 FUZZ_EXAMPLES=200
+KILL9_KILLS ?= 1000
+FUZZ_EXAMPLES ?= 10000
+soak: install
+	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:xdist -q \
+		tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py
 
 screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots

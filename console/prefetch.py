@@ -129,7 +129,7 @@ def _send(out, history: "LossHistory", update: "HistoryUpdate") -> None:
         "meta": meta,
         "update": {"new_steps": update.new_steps, "new_events": len(update.new_events),
                    "new_problems": update.new_problems, "new_nonfinite": update.new_nonfinite,
-                   "rewound": update.rewound, "reset": update.reset},
+                   "rewound": update.rewound, "reset": update.reset, "new_bad_lines": update.new_bad_lines},
         "columns": [[name, arr.dtype.str, len(arr)] for name, arr in columns.items()],
     }).encode()
     out.write(_LENGTH.pack(len(header)))
@@ -171,5 +171,5 @@ def _receive(data: bytes) -> "tuple[LossHistory, HistoryUpdate]":
     u = header["update"]
     new_events = history.events[len(history.events) - int(u["new_events"]):] if u["new_events"] else []
     update = HistoryUpdate(int(u["new_steps"]), new_events, list(u["new_problems"]), int(u["new_nonfinite"]),
-                           bool(u["rewound"]), bool(u["reset"]))
+                           bool(u["rewound"]), bool(u["reset"]), int(u.get("new_bad_lines", 0)))
     return history, update

@@ -5,14 +5,23 @@ reads incrementally, remembering a byte offset and parsing only new bytes, and k
 the step lines as numpy columns sorted by step with the newest line for a step winning.
 It also reads a whole-file JSON array (other engines write that), ``NaN``/``Infinity``
 tokens, unknown keys and a torn last line.
+
+The file is data from elsewhere, so the reader never raises and never hangs: it opens
+without blocking and refuses what is not a regular file (a FIFO, ``/dev/zero``), reads
+in bounded blocks (memory follows the columns, not the file), and a line it cannot use
+(invalid, binary, nested past what a parser takes, longer than :data:`MAX_LINE_BYTES`)
+is counted in ``bad_lines`` while the lines around it are kept.
 """
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import math
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -22,11 +31,25 @@ import msgspec
 import numpy as np
 import orjson
 
+from .safe_read import _kind, open_regular
 
-# Lines are parsed in blocks this size, so one bad line sends only its block down the
-# slow per-line path.
+
+# Reads go in blocks of at most this many bytes, so that a read's memory follows the
+# columns it builds, not the file's size.
+BLOCK_BYTES = 16 << 20
+# A line (or JSON array element) longer than this is skipped and counted, never parsed.
+MAX_LINE_BYTES = 1 << 20
+# Lines are decoded in batches this size; a batch that fails is halved until each bad
+# line is among at most LEAF_LINES, which are read one by one.
 BLOCK_LINES = 4096
-MAX_PROBLEMS = 20
+LEAF_LINES = 32
+# A JSON array is decoded in pieces of about this size, cut where one object ends and
+# the next begins.
+ARRAY_PIECE_BYTES = 512 << 10
+# Events are kept whole (and handed on): one nested deeper than this is not kept.
+MAX_EVENT_NESTING = 64
+MAX_PROBLEMS = 20               # reasons kept in ``LossHistory.problems``
+MAX_UPDATE_PROBLEMS = 1000      # reasons kept in one update's ``new_problems`` (all are counted)
 
 _FLOAT_COLUMNS = ("loss", "lr", "grad_norm", "time")
 
@@ -57,20 +80,29 @@ def _nonfinite_label(value: float) -> str | None:
     return None
 
 
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / (1 << 10):g} KiB" if n >= 1 << 10 else f"{n} bytes"
+
+
 class LossHistoryWriter:
     """Appends history lines: one ``write`` per line (so a reader sees whole lines or a torn
-    tail, never interleaving), flushed at once, fsynced on demand (at every checkpoint)."""
+    tail, never interleaving), flushed at once, fsynced on demand (at every checkpoint).
+    Refuses (``OSError``) a path that is not a regular file, without blocking on a FIFO."""
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        # A torn last line from a crashed writer must not swallow our first line.
-        size = os.fstat(self._fd).st_size
-        if size:
-            with open(self.path, "rb") as fh:
-                fh.seek(size - 1)
-                if fh.read(1) != b"\n":
-                    os.write(self._fd, b"\n")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
+        try:
+            st = os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(f"{self.path.name}: is {_kind(st.st_mode)}, not a regular file")
+            # A torn last line from a crashed writer must not swallow our first line.
+            if st.st_size and os.pread(self._fd, 1, st.st_size - 1) != b"\n":
+                os.write(self._fd, b"\n")
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            raise
 
     def append(self, record: dict[str, Any]) -> None:
         """Append one record as a line. A non-finite ``loss`` is written as null plus ``nonfinite``."""
@@ -118,7 +150,8 @@ class HistoryEvent:
 
 @dataclass
 class HistoryUpdate:
-    """What one :meth:`LossHistory.refresh` picked up."""
+    """What one :meth:`LossHistory.refresh` picked up. ``new_problems`` holds the first
+    :data:`MAX_UPDATE_PROBLEMS` reasons; ``new_bad_lines`` counts them all."""
 
     new_steps: int = 0
     new_events: list[HistoryEvent] = field(default_factory=list)
@@ -126,16 +159,21 @@ class HistoryUpdate:
     new_nonfinite: int = 0
     rewound: bool = False      # a step at or before one already seen (a resume re-ran steps)
     reset: bool = False        # the file shrank or was replaced: everything was re-read
+    new_bad_lines: int = 0
+
+    def __post_init__(self) -> None:
+        self.new_bad_lines = max(self.new_bad_lines, len(self.new_problems))
 
     @property
     def changed(self) -> bool:
-        return bool(self.new_steps or self.new_events or self.new_problems or self.reset)
+        return bool(self.new_steps or self.new_events or self.new_bad_lines or self.reset)
 
     def then(self, later: "HistoryUpdate") -> "HistoryUpdate":
         """This update followed by ``later``, as if one refresh had picked up both."""
         return HistoryUpdate(self.new_steps + later.new_steps, self.new_events + later.new_events,
-                             self.new_problems + later.new_problems, self.new_nonfinite + later.new_nonfinite,
-                             self.rewound or later.rewound, self.reset or later.reset)
+                             (self.new_problems + later.new_problems)[:MAX_UPDATE_PROBLEMS],
+                             self.new_nonfinite + later.new_nonfinite, self.rewound or later.rewound,
+                             self.reset or later.reset, self.new_bad_lines + later.new_bad_lines)
 
 
 class _Columns:
@@ -156,14 +194,22 @@ class _Columns:
         return [("step", self.step), ("tokens", self.tokens), ("arm", self.arm),
                 *self.floats.items()]
 
+    def reserve(self, total: int) -> None:
+        """Room for ``total`` rows, exactly: a read that knows about how many rows are
+        coming grows the columns once, not by doubling (pages not yet written cost no memory)."""
+        if total > len(self.step):
+            self._grow(total)
+
     def _reserve(self, total: int) -> None:
-        if total <= len(self.step):
-            return
-        capacity = max(total, 2 * len(self.step), 1024)
+        if total > len(self.step):
+            self._grow(max(total, 2 * len(self.step), 1024))
+
+    def _grow(self, capacity: int) -> None:
         for name, old in self._arrays():
             new = np.empty(capacity, old.dtype)
             new[: self.n] = old[: self.n]
             self.replace(name, new)
+            del old
 
     def replace(self, name: str, arr: np.ndarray) -> None:
         if name in self.floats:
@@ -177,24 +223,37 @@ class _Columns:
         if not k:
             return False
         steps = block["step"]
-        in_order = bool(np.all(steps[1:] > steps[:-1])) and (self.n == 0 or steps[0] > self.step[self.n - 1])
-        self._reserve(self.n + k)
+        old_n = self.n
+        in_order = bool(np.all(steps[1:] > steps[:-1])) and (old_n == 0 or steps[0] > self.step[old_n - 1])
+        self._reserve(old_n + k)
         for name, arr in self._arrays():
-            arr[self.n:self.n + k] = block[name]
+            arr[old_n:old_n + k] = block[name]
         self.n += k
         if not in_order:
-            self._keep_newest_per_step()
+            # Rows before the block's smallest step are sorted, unique and untouched by it.
+            self._keep_newest_per_step(int(np.searchsorted(self.step[:old_n], steps.min())))
         return not in_order
 
-    def _keep_newest_per_step(self) -> None:
-        steps = self.step[: self.n]
+    def _keep_newest_per_step(self, lo: int = 0) -> None:
+        steps = self.step[lo: self.n]
         order = np.argsort(steps, kind="stable")      # equal steps stay in file order
         sorted_steps = steps[order]
         is_last = np.append(sorted_steps[1:] != sorted_steps[:-1], True)
-        keep = order[is_last]
+        keep = order[is_last] + lo
         for _, arr in self._arrays():
-            arr[: len(keep)] = arr[: self.n][keep]
-        self.n = len(keep)
+            arr[lo: lo + len(keep)] = arr[keep]
+        self.n = lo + len(keep)
+
+
+class _Careful:
+    """The state of a careful read of a JSON array's elements, whose bounds come from a
+    scan of its structure: two unparsable elements in a row mean the scan lost its way
+    (binary junk with a stray quote), and the reader looks for the next element anew."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self) -> None:
+        self.failed = False
 
 
 class LossHistory:
@@ -205,7 +264,8 @@ class LossHistory:
     ``tokens``, ``time``, ``arm`` codes into ``arm_names``) are numpy views sorted by
     step, one row per step (the newest line for a step wins). A null loss is NaN.
     Events are kept in file order in ``events``; lines that cannot be read are counted
-    in ``bad_lines`` with the first few reasons in ``problems``.
+    in ``bad_lines`` with the first few reasons in ``problems``. A file that cannot be
+    read at all (not a regular file, no permission) is named in ``error``.
     """
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -247,7 +307,14 @@ class LossHistory:
         cols = history._cols
         cols.n = len(columns["step"])
         for name, empty in cols._arrays():
-            arr = np.array(columns[name], empty.dtype)       # a writable copy of the right type
+            given = columns[name]
+            if isinstance(given, np.ndarray) and given.dtype == empty.dtype and not given.flags.writeable:
+                # Read-only (over bytes received from another process): kept as it is, since
+                # no one can change it, and the first rows appended move the columns to new
+                # arrays (they are full). Half the memory of a copy for a large history.
+                arr = given
+            else:
+                arr = np.array(given, empty.dtype)           # a copy of the right type: no shared rows
             if arr.shape != (cols.n,):
                 raise ValueError(f"history column {name!r} has shape {arr.shape}, expected ({cols.n},)")
             cols.replace(name, arr)
@@ -283,139 +350,341 @@ class LossHistory:
 
     # -- reading ---------------------------------------------------------------
     def refresh(self) -> HistoryUpdate:
-        """Read what was appended since the last call; never raises."""
+        """Read what was appended since the last call; never raises, never blocks."""
         update = HistoryUpdate()
         try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            if self._identity is not None:
-                self._reset_state()
-                update.reset = True
-            self.error = None
-            return update
-        except OSError as err:
-            self.error = f"cannot read {self.path.name}: {err.strerror}"
-            return update
+            self._refresh(update)
+        except Exception as err:        # a last guard: no content of the file may make the reader raise
+            self.error = f"{self.path.name}: could not be read ({type(err).__name__})"
+        return update
+
+    def _refresh(self, update: HistoryUpdate) -> None:
+        name = self.path.name
         try:
-            st = os.fstat(fd)
-            identity = (st.st_dev, st.st_ino)
-            shrank = st.st_size < self._offset + self.torn_tail
-            if self._identity is not None and (identity != self._identity or shrank):
+            fd, st = open_regular(self.path)
+        except FileNotFoundError:
+            self._forget(update)
+            self.error = None
+            return
+        except ValueError as err:       # a FIFO, a device, a directory: never read
+            self._forget(update)
+            self.error = f"{name}: {err}"
+            return
+        except OSError as err:
+            self.error = f"{name}: cannot read: {err.strerror or err}"
+            return
+        try:
+            identity, size = (st.st_dev, st.st_ino), st.st_size
+            if self._identity is not None and (identity != self._identity or size < self._offset + self.torn_tail):
                 self._reset_state()
                 update.reset = True
             self._identity = identity
             self.error = None
-            if self.format is None and st.st_size:
-                head = os.pread(fd, 64, 0).lstrip()
-                if head:
-                    self.format = "array" if head[:1] == b"[" else "jsonl"
+            array_stamp = (st.st_mtime_ns, size)
+            if size and (self.format is None or (self.format == "array" and self._array_mtime != array_stamp)):
+                # Seen again while it may be the first line of JSON Lines that opens an array.
+                detected = _detect_format(os.pread(fd, 64 << 10, 0))
+                if self.format == "array" and detected == "jsonl":
+                    self._reset_state()
+                    self._identity = identity
+                    update.reset = True
+                self.format = detected or self.format
             if self.format == "array":
-                if self._array_mtime != (st.st_mtime_ns, st.st_size):
-                    self._read_array(os.pread(fd, st.st_size, 0), update)
-                    self._array_mtime = (st.st_mtime_ns, st.st_size)
-            elif st.st_size > self._offset:
-                self._read_lines(os.pread(fd, st.st_size - self._offset, self._offset), update)
+                if self._array_mtime != array_stamp:
+                    self._read_array(fd, size, update)
+                    self._array_mtime = array_stamp
+            elif size > self._offset + self.torn_tail:
+                self._read_lines(fd, size, update)
         except OSError as err:
-            self.error = f"cannot read {self.path.name}: {err.strerror}"
+            self.error = f"{name}: cannot read: {err.strerror or err}"
         finally:
             os.close(fd)
-        return update
 
-    def _read_lines(self, data: bytes, update: HistoryUpdate) -> None:
-        end = data.rfind(b"\n") + 1
-        self.torn_tail = len(data) - end
-        if not end:
-            return
-        self._offset += end
-        newlines = np.flatnonzero(np.frombuffer(data, np.uint8, end) == 10)
-        # One translated copy serves every block: with a pad byte in front, the byte
-        # before a block and its last newline become "[" and "]", so each block of
-        # lines decodes as one JSON array without being copied again.
-        buf = bytearray(b" ")
-        buf += data[:end].replace(b"\n", b",")
-        view = memoryview(buf)
-        with _gc_paused():
-            start = 0
-            for first in range(0, len(newlines), BLOCK_LINES):
-                ends = newlines[first:first + BLOCK_LINES]
-                last = int(ends[-1]) + 1          # one past the block's last newline
-                buf[start], buf[last] = 0x5B, 0x5D  # "[" and "]"
-                self._ingest(view[start:last + 1], len(ends),
-                             lambda i, s=start, e=ends: data[(e[i - 1] + 1 if i else s):e[i]], update)
-                self._lines += len(ends)
-                start = last
-        view.release()
-
-    def _read_array(self, data: bytes, update: HistoryUpdate) -> None:
-        if len(self) or self.events or self.bad_lines:
+    def _forget(self, update: HistoryUpdate) -> None:
+        """The file is gone (or is no file): what was read from it is no longer the history."""
+        if self._identity is not None:
             self._reset_state()
-            self.format = "array"
             update.reset = True
+
+    @property
+    def _unit(self) -> str:
+        return "element" if self.format == "array" else "line"
+
+    # -- JSON Lines --------------------------------------------------------------
+    def _read_lines(self, fd: int, size: int, update: HistoryUpdate) -> None:
+        """Lines from the remembered offset to the end, a block of at most BLOCK_BYTES at a time."""
+        pos = self._offset
+        if self.torn_tail > MAX_LINE_BYTES:         # an over-long line: only its end is looked for
+            pos = self._skip_long_line(fd, pos, pos + self.torn_tail, size, update)
+        buf: bytearray | None = None
+        estimated = False
         with _gc_paused():
-            try:
-                decoded = _decode_block(data)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                records = _parse_array(data)
-                if isinstance(records, str):
-                    self._problem(update, f"{self.path.name}: {records}")
-                else:
-                    self._add_block(self._slow_columns(records, 1, update), update)
-                return
-            wanted = [(i, r.event, r.step) for i, r in enumerate(decoded) if r.event is not None]
-            spans = _event_elements(data, wanted) if wanted else {}
-            elements: list[msgspec.Raw] = []
+            while 0 <= pos < size:
+                want = min(BLOCK_BYTES, size - pos)
+                if buf is None or len(buf) < want + 1:
+                    buf = None
+                    buf = bytearray(want + 1)       # byte 0: room for the "[" before the first line
+                got = _read_into(fd, buf, 1, want, pos)
+                last = buf.rfind(b"\n", 1, got + 1)
+                if last < 0:
+                    if got <= MAX_LINE_BYTES:
+                        break                       # the unfinished last line
+                    pos = self._skip_long_line(fd, pos, pos + got, size, update)
+                    continue
+                lines = self._ingest_lines(buf, last, update)
+                pos += last
+                self._offset = pos
+                if got < want or (pos + got - last >= size and got - last <= MAX_LINE_BYTES):
+                    break                           # the end (an unfinished line at most)
+                if not estimated:
+                    # About as many rows to come as the bytes left hold lines like these.
+                    self._cols.reserve(self._cols.n + int((size - pos) * lines / last * 1.15) + 1024)
+                    estimated = True
+        self.torn_tail = max(0, size - self._offset)
 
-            def element(i: int) -> bytes:
-                if spans is not None:
-                    return spans[i]
-                if not elements:         # events not found for certain: split the whole array
-                    elements.extend(_decode_raw_array(data))
-                return bytes(elements[i])
+    def _skip_long_line(self, fd: int, start: int, search_from: int, size: int, update: HistoryUpdate) -> int:
+        """Step over the line at ``start``, longer than MAX_LINE_BYTES: where the next line
+        starts, or -1 while its end is not written yet."""
+        newline = _find_newline(fd, search_from, size)
+        if newline < 0:
+            self._offset = start
+            return -1
+        self._lines += 1
+        self._problem(update, f"{self.path.name} line {self._lines}: longer than {_size(MAX_LINE_BYTES)}: skipped")
+        self._offset = newline + 1
+        return newline + 1
 
-            # Columns are taken a cache-sized batch of records at a time, as for lines.
-            for first in range(0, len(decoded), BLOCK_LINES):
-                block = self._typed_columns(decoded[first:first + BLOCK_LINES], lambda i, f=first: element(f + i),
-                                            first + 1, update)
-                self._add_block(block if block is not None else _columns_from_rows([]), update)
+    def _ingest_lines(self, buf: bytearray, last: int, update: HistoryUpdate) -> int:
+        """The lines in ``buf[1:last + 1]`` (``last`` is a newline); their count.
 
-    def _ingest(self, text: memoryview, n: int, line_at: Callable[[int], bytes], update: HistoryUpdate) -> None:
-        """Add a block of ``n`` lines, ``text`` being them as one JSON array and
-        ``line_at(i)`` the i-th line alone."""
-        first_line = self._lines + 1
-        block = self._typed_block(text, n, line_at, first_line, update)
-        if block is None:
-            block = self._slow_columns([_parse_line(line_at(i)) for i in range(n)], first_line, update)
-        self._add_block(block, update)
+        The newlines become commas in place, and the byte before a batch and its last
+        newline become "[" and "]", so each batch decodes as one JSON array uncopied."""
+        arr = np.frombuffer(buf, np.uint8, last + 1)
+        ends = np.flatnonzero(arr == 10)
+        arr[ends] = 0x2C
+        del arr
+        seps = np.empty(len(ends) + 1, np.int64)
+        seps[0] = 0
+        seps[1:] = ends
+        self._ingest_elements(buf, memoryview(buf), seps, self._lines + 1, update, None)
+        self._lines += len(ends)
+        return len(ends)
 
-    def _typed_block(self, text: bytes | memoryview, n: int, line_at: Callable[[int], bytes],
-                     first_line: int, update: HistoryUpdate) -> dict[str, Any] | None:
-        """The fast path: one typed decode of a clean block (None if anything is off)."""
+    # -- both ----------------------------------------------------------------------
+    def _ingest_elements(self, buf: bytearray, view: memoryview, seps: np.ndarray, first: int,
+                         update: HistoryUpdate, careful: _Careful | None) -> int | None:
+        """Add the elements between consecutive separators ``seps`` (buffer offsets), the
+        first numbered ``first``, a batch at a time. Careful: the index of an element that
+        was not read because the one before it and it could not be parsed (else None)."""
+        for i in range(0, len(seps) - 1, BLOCK_LINES):
+            stop = self._ingest_span(buf, view, seps[i:i + BLOCK_LINES + 1], first + i, update, careful)
+            if stop is not None:
+                return i + stop
+        return None
+
+    def _ingest_span(self, buf: bytearray, view: memoryview, seps: np.ndarray, first: int,
+                     update: HistoryUpdate, careful: _Careful | None) -> int | None:
+        """One batch: a typed decode of it all, else of each half in turn, down to a few
+        elements read one by one."""
+        n = len(seps) - 1
+        s, e = int(seps[0]), int(seps[-1])
+        if e - s <= MAX_LINE_BYTES + 1 or int(np.diff(seps).max()) <= MAX_LINE_BYTES + 1:
+            buf[s], buf[e] = 0x5B, 0x5D             # "[" and "]"
+            if self._typed_block(view[s:e + 1], lambda i, _: bytes(view[seps[i] + 1:seps[i + 1]]), first, update,
+                                 n) >= 0:
+                if careful is not None:
+                    careful.failed = False
+                return None
+        if n > LEAF_LINES:
+            mid = n // 2
+            stop = self._ingest_span(buf, view, seps[:mid + 1], first, update, careful)
+            if stop is None:
+                stop = self._ingest_span(buf, view, seps[mid:], first + mid, update, careful)
+                stop = None if stop is None else mid + stop
+            return stop
+        records: list[Any] = []
+        stop = None
+        for i in range(n):
+            a, b = int(seps[i]) + 1, int(seps[i + 1])
+            record = _BadLine(f"longer than {_size(MAX_LINE_BYTES)}: skipped") if b - a > MAX_LINE_BYTES \
+                else _parse_line(bytes(view[a:b]))
+            if careful is not None:
+                failed = isinstance(record, _BadLine)
+                if failed and careful.failed:
+                    stop = i
+                    break
+                careful.failed = failed
+            records.append(record)
+        block = self._slow_columns(records, first, update)
+        if len(block["step"]):
+            self._add_block(block, update)
+        return stop
+
+    def _typed_block(self, text: memoryview, element: Callable[[int, list[_Line]], bytes], first: int,
+                     update: HistoryUpdate, n: int | None = None) -> int:
+        """The fast path: one typed decode of a clean batch, added; its element count,
+        or -1 (and nothing added) if anything is off."""
         try:
             decoded = _decode_block(text)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        if len(decoded) != n:
-            return None
-        return self._typed_columns(decoded, line_at, first_line, update)
+        except Exception:               # invalid, or nested deeper than the decoder goes
+            return -1
+        if n is not None and len(decoded) != n:
+            return -1
+        block = self._typed_columns(decoded, element, first, update)
+        if block is None:
+            return -1
+        self._add_block(block, update)
+        return len(decoded)
 
-    def _typed_columns(self, decoded: list[_Line], line_at: Callable[[int], bytes], first_line: int,
+    def _typed_columns(self, decoded: list[_Line], element: Callable[[int, list[_Line]], bytes], first: int,
                        update: HistoryUpdate) -> dict[str, Any] | None:
-        """Columns of decoded records; their events are added (read whole by ``line_at``)."""
+        """Columns of decoded records, their events added (read whole by ``element``); None,
+        with nothing added, when a record needs the careful path."""
         if not decoded:
             return _columns_from_rows([])
         step, tokens, arms, *floats, events = zip(*map(_get_row, decoded))
-        block = {"step": np.array(step, np.int64), "tokens": np.array(tokens, np.int64), "arm_names": arms,
-                 **{name: np.array(col, np.float64) for name, col in zip(_FLOAT_COLUMNS, floats)}}
+        try:
+            block = {"step": np.array(step, np.int64), "tokens": np.array(tokens, np.int64), "arm_names": arms,
+                     **{name: np.array(col, np.float64) for name, col in zip(_FLOAT_COLUMNS, floats)}}
+        except OverflowError:           # a step or token count past 64 bits
+            return None
+        found: list[tuple[dict[str, Any], int]] = []
         if events.count(None) != len(decoded):
             is_step = np.equal(np.array(events, object), None)
             for i in np.flatnonzero(~is_step):     # events are rare: read them whole
-                self._add_event(orjson.loads(line_at(int(i))), first_line + int(i), update)
+                record = _parse_line(element(int(i), decoded))
+                if not isinstance(record, dict) or "event" not in record \
+                        or _nested_deeper(record, MAX_EVENT_NESTING):
+                    return None
+                found.append((record, first + int(i)))
             block = {name: (col[is_step] if name != "arm_names" else np.array(col, object)[is_step].tolist())
                      for name, col in block.items()}
         if len(block["step"]) and block["step"].min() < 0:
             return None
+        for record, line in found:
+            self._add_event(record, line, update)
         return block
 
+    # -- JSON arrays -------------------------------------------------------------
+    def _read_array(self, fd: int, size: int, update: HistoryUpdate) -> None:
+        """The whole array (another engine rewrites it), a block at a time."""
+        if len(self) or self.events or self.bad_lines:
+            identity = self._identity
+            self._reset_state()
+            self._identity, self.format = identity, "array"
+            update.reset = True
+        pos = os.pread(fd, 64 << 10, 0).find(b"[")  # where the format was told: after whitespace only
+        number = 1
+        buf: bytearray | None = None
+        with _gc_paused():
+            while 0 <= pos < size:
+                want = min(BLOCK_BYTES, size - pos)
+                if buf is None or len(buf) < want:
+                    buf = None
+                    buf = bytearray(want)
+                got = _read_into(fd, buf, 0, want, pos)
+                if not got:
+                    break
+                at_eof = pos + got >= size
+                close = _closing_bracket(buf, got) if at_eof else -1
+                cur, number, state = self._array_block(buf, got, close, at_eof, number, update)
+                if state == "done":
+                    break
+                if state == "more":
+                    pos += cur
+                elif state == "long":
+                    pos, number = self._long_element(fd, pos + cur + 1, size, number, update)
+                else:                                # junk past this block: find the next element
+                    pos = _find_resync(fd, pos + cur + 1, size)
+
+    def _long_element(self, fd: int, start: int, size: int, number: int, update: HistoryUpdate) -> tuple[int, int]:
+        """The array element at ``start`` that goes on past a scan: followed through the
+        file to its end, read if short enough, else counted. Where to go on (-1: the end)."""
+        end, after = _skip_element(fd, start, size)
+        where = f"{self.path.name} element {number}"
+        if end < 0:         # torn at the end, or junk that opens more than it closes: start again after it
+            self._problem(update, f"{where}: " + ("torn or invalid element at the end of the JSON array"
+                                                  if after == "torn" else "not readable JSON: skipped"))
+            return _find_resync(fd, start, size), number + 1
+        if end - start <= MAX_LINE_BYTES:
+            record = _parse_line(os.pread(fd, end - start, start))
+            self._add_block(self._slow_columns([record], number, update), update)
+        else:
+            self._problem(update, f"{where}: longer than {_size(MAX_LINE_BYTES)}: skipped")
+        return (-1 if after == "]" else end), number + 1
+
+    def _array_block(self, buf: bytearray, end: int, close: int, at_eof: bool, number: int,
+                     update: HistoryUpdate) -> tuple[int, int, str]:
+        """The elements of ``buf[:end]``, which starts at a separator ("[" or ","): the
+        offset of the separator to read on from, the next element's number, and "done",
+        "more" (read on from there) or "lost" (no next element in this block)."""
+        view = memoryview(buf)
+        limit = close + 1 if close >= 0 else end
+        cur = 0
+        while True:
+            if cur == close:
+                return cur, number, "done"
+            b = _piece_end(buf, cur, end, close)
+            if 0 < b - cur <= min(2 * ARRAY_PIECE_BYTES, MAX_LINE_BYTES):
+                buf[cur], buf[b] = 0x5B, 0x5D
+                n = self._typed_block(view[cur:b + 1], _piece_elements(view[cur:b + 1]), number, update)
+                if n >= 0:
+                    number, cur = number + n, b
+                    continue
+                if b != close:
+                    buf[b] = 0x2C                   # "," again, for the scan below
+            elif b < 0 and cur > 0 and not at_eof:
+                return cur, number, "more"
+            # The careful path: the exact structure of the next stretch.
+            scan_to = min(limit, cur + 1 + MAX_LINE_BYTES + 2 * ARRAY_PIECE_BYTES)
+            commas, closed, broken, in_string = _array_separators(buf, cur, scan_to)
+            seps = np.array([cur, *commas, *([closed] if closed >= 0 else [])], np.int64)
+            if len(seps) > 1:
+                stop = self._ingest_elements(buf, view, seps, number, update, _Careful())
+                if stop is None:
+                    number += len(seps) - 1
+                    cur = int(seps[-1])
+                    if closed >= 0:
+                        if _has_content(buf, closed + 1, end):
+                            self._problem(update, f"{self.path.name}: data after the end of the JSON array: ignored")
+                        return cur, number, "done"
+                    continue
+                # Two elements in a row unparsable: the scan lost its way (a stray quote in
+                # junk). The first is counted; look for a new start inside it, in the
+                # bytes as they were (the batches' "[" and "]" made commas again).
+                if commas:
+                    np.frombuffer(buf, np.uint8)[commas] = 0x2C
+                number += stop
+                resync_from = int(seps[stop - 1]) + 1
+                found = _resync(buf, resync_from, limit, at_eof)
+                # The elements skipped from the second one on: as many as the scan saw if it
+                # saw right (unreadable elements in a row), else one.
+                m = int(np.searchsorted(seps, found)) if found >= 0 else len(seps) - 1
+                skipped = m - stop if found < 0 or (m < len(seps) and seps[m] == found) else max(1, m - stop)
+                for _ in range(max(0, skipped)):
+                    self._problem(update, f"{self.path.name} element {number}: not readable JSON: skipped")
+                    number += 1
+            elif scan_to == limit and not at_eof and cur > 0 and not broken:
+                return cur, number, "more"          # the element goes on in the next block
+            elif not broken and ((not in_string and scan_to < limit) or (cur == 0 and not at_eof)):
+                return cur, number, "long"          # an element that goes on past the scan: followed to its end
+            else:
+                # No element ends here: junk (not even delimited) or a torn end. It is
+                # counted; the next one starts after a comma, with an object or array.
+                resync_from = cur + 1
+                found = _resync(buf, resync_from, limit, at_eof)
+                if found < 0 and at_eof:
+                    if _has_content(buf, cur + 1, limit):
+                        self._problem(update, f"{self.path.name} element {number}: torn or invalid element at the "
+                                              "end of the JSON array")
+                    return cur, number, "done"
+                self._problem(update, f"{self.path.name} element {number}: not readable JSON: skipped")
+                number += 1
+            if found < 0:
+                return resync_from - 1, number, "done" if at_eof else "lost"
+            cur = found
+
+    # -- adding --------------------------------------------------------------------
     def _add_block(self, block: dict[str, Any], update: HistoryUpdate) -> None:
         arms = block.pop("arm_names")
         codes = self._arm_codes
@@ -432,37 +701,62 @@ class LossHistory:
 
     def _add_event(self, record: dict[str, Any], line: int, update: HistoryUpdate) -> None:
         step = record.get("step")
-        step = step if isinstance(step, int) and not isinstance(step, bool) else None
+        step = step if _is_int(step) else None
         t = record.get("time")
-        t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+        t = _as_float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
         event = HistoryEvent(str(record["event"]), step, t, line, record)
         self.events.append(event)
         update.new_events.append(event)
 
     def _problem(self, update: HistoryUpdate, message: str) -> None:
         self.bad_lines += 1
-        update.new_problems.append(message)
+        update.new_bad_lines += 1
+        if len(update.new_problems) < MAX_UPDATE_PROBLEMS:
+            update.new_problems.append(message)
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(message)
+
+    def _bad(self, update: HistoryUpdate, number: int, reason: str) -> None:
+        """Line (or element) ``number`` is unreadable; its message is made only if kept."""
+        if len(update.new_problems) < MAX_UPDATE_PROBLEMS or len(self.problems) < MAX_PROBLEMS:
+            self._problem(update, f"{self.path.name} {self._unit} {number}: {reason}")
+        else:
+            self.bad_lines += 1
+            update.new_bad_lines += 1
 
     def _slow_columns(self, records: list[Any], first_line: int, update: HistoryUpdate) -> dict[str, Any]:
         """The careful path: every record checked on its own, bad ones counted with their line."""
         rows = []
         for i, rec in enumerate(records):
-            line = first_line + i
             if isinstance(rec, _BadLine):
-                self._problem(update, f"{self.path.name} line {line}: {rec.reason}")
+                self._bad(update, first_line + i, rec.reason)
             elif not isinstance(rec, dict):
-                self._problem(update, f"{self.path.name} line {line}: not a JSON object")
-            elif "event" in rec:
-                self._add_event(rec, line, update)
+                self._bad(update, first_line + i, "not a JSON object")
+            elif rec.get("event") is not None:
+                if _nested_deeper(rec, MAX_EVENT_NESTING):
+                    self._bad(update, first_line + i, f"an event nested more than {MAX_EVENT_NESTING} levels deep")
+                else:
+                    self._add_event(rec, first_line + i, update)
             elif not _is_int(step := rec.get("step")) or step < 0:
-                self._problem(update, f"{self.path.name} line {line}: no valid \"step\" (got {step!r})")
+                self._bad(update, first_line + i, f"no valid \"step\" (got {_short_repr(step)})")
             else:
                 tokens, arm = rec.get("tokens"), rec.get("arm")
                 rows.append((step, tokens if _is_int(tokens) else -1, arm if isinstance(arm, str) else "",
                              *(_as_float(rec.get(name)) for name in _FLOAT_COLUMNS)))
         return _columns_from_rows(rows)
+
+
+def _detect_format(head: bytes) -> str | None:
+    """"array" for a file that is one JSON array, "jsonl" for JSON Lines (whose first
+    line may itself be an array: a line that ends with "]" and more lines after it),
+    None while only whitespace is written."""
+    head = head.lstrip()
+    if not head:
+        return None
+    if head[:1] != b"[":
+        return "jsonl"
+    first, newline, rest = head.partition(b"\n")
+    return "jsonl" if newline and first.rstrip().endswith(b"]") and rest.strip() else "array"
 
 
 def _is_int(value: Any) -> bool:
@@ -476,6 +770,28 @@ def _as_float(value: Any) -> float:
         except OverflowError:
             return math.inf
     return math.nan
+
+
+def _short_repr(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    if isinstance(value, int) and not isinstance(value, bool) and not -10**30 < value < 10**30:
+        return "a number too large"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests objects and arrays more than ``limit`` deep
+    (found without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _columns_from_rows(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
@@ -507,20 +823,275 @@ class _BadLine:
         self.reason = reason
 
 
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def _parse_line(line: bytes) -> Any:
+    """One line (or element) parsed, or a :class:`_BadLine` saying why not; never raises."""
     if not line.strip():
         return _BadLine("blank line")
+    if _CONTROL.search(line) is not None:      # JSON has none, in strings or out: binary junk
+        return _BadLine("not text (binary data)")
     try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
+        return orjson.loads(line)       # caps nesting itself (1,024 levels)
+    except (ValueError, RecursionError):
         pass
-    try:  # NaN / Infinity tokens, which orjson rejects and the stdlib accepts
-        return json.loads(line)
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return _BadLine("not text (binary data)")
+    try:        # NaN / Infinity tokens and numbers past 64 bits, which orjson refuses and the stdlib takes
+        value = json.loads(text)
     except (ValueError, RecursionError) as err:
         return _BadLine(f"not valid JSON ({str(err)[:80]})")
+    if "\\u" in text and not _encodable(value):
+        return _BadLine("not valid JSON (an unpaired surrogate)")
+    return value
+
+
+def _encodable(value: Any) -> bool:
+    """Whether a value from the stdlib's parser can be written as UTF-8 (no lone surrogates)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return True
+    except (ValueError, RecursionError):
+        return False
+
+
+# -- reading in blocks -------------------------------------------------------------
+def _read_into(fd: int, buf: bytearray, at: int, want: int, pos: int) -> int:
+    """Read ``want`` bytes at file offset ``pos`` into ``buf[at:]``; how many were read."""
+    view = memoryview(buf)[at:at + want]
+    got = 0
+    while got < want:
+        if hasattr(os, "preadv"):
+            n = os.preadv(fd, [view[got:]], pos + got)
+        else:                           # pragma: no cover (no preadv on this system)
+            chunk = os.pread(fd, want - got, pos + got)
+            n = len(chunk)
+            view[got:got + n] = chunk
+        if n <= 0:
+            break
+        got += n
+    return got
+
+
+_SCAN_BYTES = 1 << 20
+
+
+def _next_data(fd: int, pos: int) -> int:
+    """The first offset at or after ``pos`` that is not in a hole of a sparse file (a
+    hole reads as zeros: nothing to find there); -1 if only a hole is left."""
+    if not hasattr(os, "SEEK_DATA"):   # pragma: no cover
+        return pos
+    try:
+        return os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as err:
+        return -1 if err.errno == errno.ENXIO else pos
+
+
+def _find_newline(fd: int, pos: int, size: int) -> int:
+    """The offset of the first newline at or after ``pos`` (before ``size``), or -1."""
+    while pos < size:
+        pos = _next_data(fd, pos)
+        if pos < 0 or pos >= size:
+            return -1
+        chunk = os.pread(fd, min(_SCAN_BYTES, size - pos), pos)
+        if not chunk:
+            return -1
+        i = chunk.find(b"\n")
+        if i >= 0:
+            return pos + i
+        pos += len(chunk)
+    return -1
+
+
+def _find_resync(fd: int, pos: int, size: int) -> int:
+    """The offset of the next "," where an object or array ends and another begins, at
+    or after ``pos``; -1 if none."""
+    overlap = 256
+    while pos < size:
+        pos = _next_data(fd, pos)
+        if pos < 0 or pos >= size:
+            return -1
+        chunk = os.pread(fd, min(_SCAN_BYTES, size - pos), pos)
+        if not chunk:
+            return -1
+        found = _RESYNC.search(chunk)
+        if found is not None:
+            return pos + found.start(1)
+        if pos + len(chunk) >= size:
+            return -1
+        pos += max(1, len(chunk) - overlap)
+    return -1
+
+
+_WS = b" \t\r\n"
+# Where one object ends and the next begins: the fast path's cuts (checked by the decode).
+_BOUNDARY = re.compile(rb"\}[ \t\r\n]*(,)[ \t\r\n]*\{")
+# Where an object or array begins after a comma: a new start after junk.
+_RESYNC = re.compile(rb"(,)[ \t\r\n]*[{\[]")
+
+
+def _resync(buf: bytearray, start: int, limit: int, at_eof: bool, tries: int = 64) -> int:
+    """After junk in a JSON array: the first "," at or after ``start`` that an object or
+    array follows, and the element after it is whole, readable JSON (or runs past the
+    end of a block that is not the file's last); -1 if none."""
+    pos = start
+    for _ in range(tries):
+        found = _RESYNC.search(buf, pos, limit)
+        if found is None:
+            return -1
+        comma = found.start(1)
+        window = min(limit, comma + 1 + (64 << 10))
+        commas, closed, _, _ = _array_separators(buf, comma, window)
+        end = commas[0] if commas else closed
+        if end < 0 and window == limit and not at_eof:
+            return comma                # the element goes on in the next block
+        if end > 0 and not isinstance(_parse_line(bytes(buf[comma + 1:end])), _BadLine):
+            return comma
+        pos = comma + 1
+    return -1
+
+
+def _closing_bracket(buf: bytearray, end: int) -> int:
+    """The offset of the "]" that ends ``buf[:end]`` (past trailing whitespace), or -1."""
+    j = end - 1
+    while j > 0 and buf[j] in _WS:
+        j -= 1
+    return j if j > 0 and buf[j] == 0x5D else -1
+
+
+def _has_content(buf: bytearray, start: int, end: int) -> bool:
+    return bool(bytes(buf[start:end]).strip()) if start < end else False
+
+
+def _piece_end(buf: bytearray, cur: int, end: int, close: int) -> int:
+    """The "," (or the closing "]") ending a piece of about ARRAY_PIECE_BYTES from ``cur``,
+    cut where an object ends and the next begins; -1 if none in ``buf[cur:end]``."""
+    target = cur + ARRAY_PIECE_BYTES
+    stop = close if close >= 0 else end
+    if target < stop:
+        found = _BOUNDARY.search(buf, target, stop)
+        if found is not None:
+            return found.start(1)
+    if close >= 0:
+        return close
+    k = end                 # the last cut before the end
+    for _ in range(64):
+        k = buf.rfind(b"}", cur + 1, k)
+        if k < 0:
+            return -1
+        found = _BOUNDARY.match(buf, k, end)
+        if found is not None:
+            return found.start(1)
+    return -1
+
+
+# Structural bytes: +1 opens, -1 closes, 2 is a comma.
+_STRUCTURE = np.zeros(256, np.int8)
+_STRUCTURE[[ord("["), ord("{")]] = 1
+_STRUCTURE[[ord("]"), ord("}")]] = -1
+_STRUCTURE[ord(",")] = 2
+
+
+def _structure(w: np.ndarray, depth: int = 0, in_string: int = 0, backslashes: int = 0
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int, int]]:
+    """The structural bytes of ``w`` outside strings (escaped quotes skipped): their
+    offsets, kinds (1 opens, -1 closes, 2 a comma) and the depth after each, starting
+    from a state (depth, inside a string, backslashes just before) that is returned for
+    the bytes after ``w``."""
+    quotes = np.flatnonzero(w == 0x22)
+    if len(quotes):
+        after_backslash = quotes[quotes > 0]
+        after_backslash = after_backslash[w[after_backslash - 1] == 0x5C].tolist()
+        if quotes[0] == 0 and backslashes:
+            after_backslash.insert(0, 0)
+        escaped = [q for q in after_backslash if _odd_backslashes(w, q, backslashes)]
+        if escaped:
+            quotes = np.setdiff1d(quotes, escaped, assume_unique=True)
+    kinds = _STRUCTURE[w]
+    marks = np.flatnonzero(kinds)
+    if len(quotes):
+        marks = marks[((np.searchsorted(quotes, marks) + in_string) & 1) == 0]   # outside strings
+    kinds = kinds[marks]
+    depths = depth + np.cumsum(np.where(kinds == 2, 0, kinds), dtype=np.int64)
+    trailing = len(w) - len(bytes(w[-64:]).rstrip(b"\\")) if len(w) else 0
+    state = (int(depths[-1]) if len(depths) else depth, (in_string + len(quotes)) & 1,
+             trailing + (backslashes if trailing == len(w) else 0))
+    return marks, kinds, depths, state
+
+
+def _array_separators(buf: bytearray, at: int, end: int) -> tuple[list[int], int, bool, bool]:
+    """The exact structure of a JSON array's elements from the separator at ``at`` up
+    to ``end``: the offsets of the commas between elements, of the "]" that closes the
+    array if it closes before ``end`` (else -1), whether a "}" with no element open
+    stopped the scan (broken structure), and whether ``end`` is inside a string."""
+    lo = at + 1
+    w = np.frombuffer(buf, np.uint8, end - lo, lo)
+    marks, kinds, depth, (_, in_string, _) = _structure(w)
+    closed, broken = -1, False
+    below = np.flatnonzero(depth < 0)
+    if len(below):
+        k = int(below[0])
+        if w[marks[k]] == 0x5D:
+            closed = lo + int(marks[k])
+        else:
+            broken = True
+        marks, kinds, depth = marks[:k], kinds[:k], depth[:k]
+    commas = marks[(kinds == 2) & (depth == 0)] + lo
+    return commas.tolist(), closed, broken, closed < 0 and not broken and bool(in_string)
+
+
+def _skip_element(fd: int, pos: int, size: int) -> tuple[int, str]:
+    """From the first byte of a JSON array's element at file offset ``pos``, its end:
+    the offset of the "," or "]" after it and which one; or -1 and "torn" (the file ends
+    first) or "broken" (a "}" closes what was not open)."""
+    state = (0, 0, 0)
+    while pos < size:
+        chunk = os.pread(fd, min(_SCAN_BYTES, size - pos), pos)
+        if not chunk:
+            break
+        w = np.frombuffer(chunk, np.uint8)
+        marks, kinds, depth, state = _structure(w, *state)
+        ends = np.flatnonzero(((kinds == 2) & (depth == 0)) | (depth < 0))
+        if len(ends):
+            at = int(marks[ends[0]])
+            if depth[ends[0]] < 0 and w[at] != 0x5D:
+                return -1, "broken"
+            return pos + at, chr(w[at])
+        pos += len(chunk)
+    return -1, "torn"
+
+
+def _odd_backslashes(w: np.ndarray, q: int, before: int = 0) -> bool:
+    """Whether the quote at ``w[q]`` is escaped: an odd run of backslashes before it
+    (``before`` more of them just before ``w``)."""
+    n = 0
+    while q - n - 1 >= 0 and w[q - n - 1] == 0x5C:
+        n += 1
+    if n == q:
+        n += before
+    return n % 2 == 1
 
 
 _decode_raw_array = msgspec.json.Decoder(list[msgspec.Raw]).decode
+
+
+def _piece_elements(text: memoryview) -> Callable[[int, list[_Line]], bytes]:
+    """The i-th element's bytes of a decoded piece of a JSON array (``text`` is the piece
+    as an array): found around event keys, or by splitting the piece, when first asked."""
+    spans: dict[int, bytes] = {}
+
+    def element(i: int, decoded: list[_Line]) -> bytes:
+        if not spans:
+            data = bytes(text)
+            wanted = [(j, r.event, r.step) for j, r in enumerate(decoded) if r.event is not None]
+            found = _event_elements(data, wanted)
+            spans.update(found if found is not None else dict(enumerate(map(bytes, _decode_raw_array(data)))))
+        return spans[i]
+
+    return element
 
 
 def _event_elements(data: bytes, wanted: list[tuple[int, str, int]]) -> dict[int, bytes] | None:
@@ -564,7 +1135,7 @@ def _element_around(data: bytes, at: int, decoder: json.JSONDecoder,
         # structure and the ASCII "event"/"step" values are looked at here.
         try:
             record, length = decoder.raw_decode(data[start:start + window].decode("latin-1"))
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         end = start + length
         if end <= at:
@@ -584,30 +1155,3 @@ def _next_byte(data: bytes, i: int, direction: int) -> int:
             return data[i]
         i += direction
     return -1
-
-
-def _parse_array(data: bytes) -> list[Any] | str:
-    """A whole-file JSON array the fast path refused: NaN tokens, or a torn end."""
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):
-        pass
-    else:
-        return value if isinstance(value, list) else "a JSON array file whose top level is not an array"
-    # Torn: keep every complete element before the break.
-    decoder = json.JSONDecoder()
-    text = data.decode("utf-8", errors="replace")
-    pos = text.find("[") + 1
-    out: list[Any] = []
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= len(text) or text[pos] == "]":
-            break
-        try:
-            value, pos = decoder.raw_decode(text, pos)
-        except (ValueError, RecursionError):
-            out.append(_BadLine("torn or invalid element at the end of the JSON array"))
-            break
-        out.append(value)
-    return out

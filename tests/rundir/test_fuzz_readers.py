@@ -1,8 +1,11 @@
 """Property-based fuzzing of every reader: hostile bytes become error values, never exceptions.
 
-``FUZZ_EXAMPLES`` sets the cases per reader (300 by default: 2,400 in all in CI). The
-cases tried and the bad inputs refused (turned into an error value) are counted into the
-reliability summary at the end of the run.
+``FUZZ_EXAMPLES`` sets the cases per property (300 by default; ``make soak`` runs 10,000).
+Besides mangled documents, the history is fed hostile shapes (deep nesting, NUL bytes, huge
+numbers, NaN/Infinity tokens, binary junk) and read in tiny blocks against a line-by-line
+reading; every reader is given a FIFO and /dev/zero in place of its file. The cases tried
+and the bad inputs refused (turned into an error value) are counted into the reliability
+summary at the end of the run.
 """
 
 from __future__ import annotations
@@ -13,17 +16,22 @@ from collections import Counter
 import struct
 import tempfile
 from pathlib import Path
+from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rundir import (ConfigError, LossHistory, inspect_checkpoint, load_run_config, read_samples,
                             read_sidecar, read_state, read_trainer_record, verify_trainer)
+from rundir import history as history_module
 from rundir.pivot_files import read_journal
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 fuzz = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A case takes up to about 0.1 s (the history's, with its 30 lines): the time limit grows with the count.
+pytestmark = pytest.mark.timeout(max(300, EXAMPLES // 5))
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
                          st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20))
@@ -104,20 +112,170 @@ def test_resume_sidecar(data):
         tally("resume .json", error is not None)
 
 
+# Whole lines of the history's hostile shapes.
+hostile_lines = st.one_of(
+    st.integers(1, 3000).map(lambda d: b"[" * d + b"]" * d),                        # 1,000 deep is 2 KB
+    st.integers(1, 3000).map(lambda d: b'{"step": 7, "x": ' + b"[" * d + b"]" * d + b"}"),
+    st.integers(1, 300).map(lambda d: b'{"event": "pivot", "policy": ' + b'{"a": ' * d + b"1" + b"}" * d + b"}"),
+    st.binary(max_size=80),
+    st.integers(1, 100).map(lambda n: b"\x00" * n),
+    st.integers(-2**80, 2**80).map(lambda n: b'{"step": %d, "loss": 1.5, "tokens": %d}' % (n, n * 3)),
+    st.integers(1, 5000).map(lambda n: b'{"step": 5, "loss": 1' + b"0" * n + b', "time": 1e' + str(n).encode() + b"}"),
+    st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e400"]).map(
+        lambda tok: b'{"step": 9, "loss": %s, "lr": %s, "grad_norm": %s}' % (tok, tok, tok)),
+    st.sampled_from([b'{"event": "resume", "step": 3, "data": [NaN, Infinity]}', b'{"event": null, "step": 4}',
+                     b'{"step": 6, "event": 5}', b'"\\ud800"', b'{"step": 1, "arm": "\\ud800", "loss": NaN}',
+                     b"\xfe\xff\x00{\x00\"", b"\xff\xd8\xff\xe0", b'\x1b]0;x\x07{"step": 2}']),
+)
+history_lines = st.one_of(mangled(records.map(dumps)), hostile_lines,
+                          records.map(lambda r: {**r, "step": abs(hash(str(r))) % 50}).map(dumps))
+
+
 @fuzz
-@given(lines=st.lists(mangled(records.map(dumps)), max_size=30), torn=st.binary(max_size=30),
-       as_array=st.booleans())
+@given(lines=st.lists(history_lines, max_size=30), torn=st.binary(max_size=30), as_array=st.booleans())
 def test_loss_history(lines, torn, as_array):
     data = (b"[" + b",".join(lines) + b"]" if as_array else b"\n".join(lines) + b"\n") + torn
     tmp, run = in_tmp(".loss.json", data)
     with tmp:
         history = LossHistory(run / ".loss.json")
-        history.refresh()
+        update = history.refresh()
+        assert history.error is None
         assert len(history.step) == len(history.loss) == len(history.arm)
         assert (history.step[1:] > history.step[:-1]).all() and (history.step >= 0).all()
-        assert all(isinstance(p, str) and p for p in history.problems)
-        assert history.bad_lines >= len(history.problems)
+        assert all(isinstance(p, str) and p and "codec" not in p for p in history.problems)
+        assert history.bad_lines >= len(history.problems) and update.new_bad_lines == history.bad_lines
+        json.dumps([e.data for e in history.events])        # what the console hands on, whole
         tally(".loss.json", history.bad_lines or history.torn_tail or history.error)
+
+
+TINY_BLOCKS = dict(BLOCK_BYTES=256, MAX_LINE_BYTES=200, ARRAY_PIECE_BYTES=48, BLOCK_LINES=4, LEAF_LINES=1)
+
+
+def _line_by_line(lines: list[bytes]) -> tuple[list[int], list[float], list[tuple[str, int]], int]:
+    """The history as each line read alone gives it: steps, losses, (event, line), bad lines."""
+    rows, events, bad = {}, [], 0
+    for number, line in enumerate(lines, 1):
+        record = history_module._parse_line(line) if len(line) <= history_module.MAX_LINE_BYTES else None
+        if not isinstance(record, dict):
+            bad += 1
+        elif record.get("event") is not None:
+            if history_module._nested_deeper(record, history_module.MAX_EVENT_NESTING):
+                bad += 1
+            else:
+                events.append((str(record["event"]), number))
+        elif not history_module._is_int(step := record.get("step")) or step < 0:
+            bad += 1
+        else:
+            rows[step] = history_module._as_float(record.get("loss"))
+    steps = sorted(rows)
+    return steps, [rows[s] for s in steps], events, bad
+
+
+def _summary(history: LossHistory) -> tuple[list[int], list[float], list[tuple[str, int]], int]:
+    return history.step.tolist(), history.loss.tolist(), [(e.event, e.line) for e in history.events], history.bad_lines
+
+
+def _same(a, b) -> bool:
+    return a[0] == b[0] and np.array_equal(np.array(a[1], float), np.array(b[1], float), equal_nan=True) \
+        and a[2:] == b[2:]
+
+
+@fuzz
+@given(lines=st.lists(history_lines.map(lambda line: line.replace(b"\n", b" ")), max_size=40),
+       cuts=st.lists(st.integers(1, 300), min_size=1, max_size=8))
+def test_loss_history_in_tiny_blocks_is_each_line_alone(lines, cuts):
+    """JSON Lines read in blocks of 256 bytes (lines longer than 200 skipped), whole and
+    appended in pieces cut anywhere: exactly what reading each line alone gives, so no good
+    line is lost beside a bad one and every bad one is counted once."""
+    data = b"\n".join(lines) + b"\n"
+    if history_module._detect_format(data) != "jsonl":
+        return                          # a first line that opens an array and nothing after it
+    tmp, run = in_tmp(".loss.json", data)
+    with tmp, mock.patch.multiple(history_module, **TINY_BLOCKS):
+        path = run / ".loss.json"
+        expected = _line_by_line(lines)
+        whole = LossHistory(path)
+        whole.refresh()
+        assert whole.error is None and whole.torn_tail == 0
+        assert _same(_summary(whole), expected), (_summary(whole), expected)
+        path.write_bytes(b"")
+        appended = LossHistory(path)
+        at, i = 0, 0
+        while at < len(data):
+            n = cuts[i % len(cuts)]
+            with open(path, "ab") as fh:
+                fh.write(data[at:at + n])
+            at, i = at + n, i + 1
+            appended.refresh()
+        assert _same(_summary(appended), expected) and appended.torn_tail == 0
+        tally(".loss.json in blocks", whole.bad_lines > 0)
+
+
+sound_elements = st.one_of(records.map(dumps), json_values.map(dumps), hostile_lines.filter(
+    lambda line: not isinstance(history_module._parse_line(line), history_module._BadLine)
+    or line.startswith(b"[[")))
+
+
+@fuzz
+@given(elements=st.lists(sound_elements, max_size=40))
+def test_loss_history_json_array_in_tiny_blocks_is_each_element_alone(elements):
+    """A JSON array whose elements are each whole JSON (NaN and 3,000-deep nesting included)
+    read in blocks of 256 bytes: what reading each element alone gives."""
+    tmp, run = in_tmp(".loss.json", b"[" + b",".join(elements) + b"]")
+    with tmp, mock.patch.multiple(history_module, **TINY_BLOCKS):
+        history = LossHistory(run / ".loss.json")
+        history.refresh()
+        expected = _line_by_line(elements)
+        assert history.format == "array" and history.error is None
+        assert _same(_summary(history), expected), (_summary(history), expected)
+        tally(".loss.json array in blocks", history.bad_lines > 0)
+
+
+# Every reader given a FIFO (open() would wait for a writer) and /dev/zero (endless) in place of its file.
+def _checkpoint(run: Path):
+    info = inspect_checkpoint(run / "step_000001.bin")
+    assert info.status == "invalid" and info.reason
+    return info.reason
+
+
+def _raises_config_error(run: Path):
+    with pytest.raises(ConfigError) as err:
+        load_run_config(run)
+    return str(err.value)
+
+
+def _history(run: Path):
+    history = LossHistory(run / ".loss.json")
+    history.refresh()
+    assert len(history) == 0
+    return history.error
+
+
+READERS = {
+    "step_000001.bin": _checkpoint,
+    "step_000001.json": lambda run: read_sidecar(run / "step_000001.json")[1],
+    ".state.json": lambda run: read_state(run).error,
+    ".samples.json": lambda run: read_samples(run).error,
+    "run.toml": _raises_config_error,
+    ".trainer.json": lambda run: read_trainer_record(run)[1],
+    ".pivot.json": lambda run: read_journal(run)[1],
+    ".loss.json": _history,
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+@pytest.mark.parametrize("name", list(READERS))
+def test_reader_given_a_fifo_or_dev_zero(tmp_path, name, kind):
+    if kind == "fifo":
+        os.mkfifo(tmp_path / name)
+    else:
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("no /dev/zero")
+        (tmp_path / name).symlink_to("/dev/zero")
+    error = READERS[name](tmp_path)
+    assert ("a FIFO" if kind == "fifo" else "a character device") in error, error
+    tally(f"{name} as {kind}", True)
 
 
 @fuzz

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import orjson
@@ -11,6 +12,7 @@ import pytest
 
 from tests.rundirs import make_run
 from rundir import LossHistory, LossHistoryWriter
+from rundir import history as history_module
 from rundir.history import _event_elements
 
 
@@ -246,3 +248,277 @@ def test_json_array_event_search_gives_up_rather_than_guess(tmp_path):
     # An event the typed decode saw but whose text is not where a search finds it whole.
     assert _event_elements(b'[{"step": 1, "event": "x"}]', [(0, "y", 1)]) is None
     assert _event_elements(b'[{"step": 1}]', [(0, "x", 1)]) is None
+
+
+# -- hostile files: nothing escapes, nothing blocks, good lines around bad ones are kept ----------
+
+DEEP = b"[" * 1000 + b"]" * 1000                                   # 2 KB, 1,000 deep
+DEEP_OBJECT = b'{"a":' * 1000 + b"1" + b"}" * 1000
+DEEPER = b"[" * 5000 + b"]" * 5000                                 # past what any parser takes
+
+
+def _as_file(path, lines, fmt):
+    path.write_bytes(b"\n".join(lines) + b"\n" if fmt == "jsonl" else b"[" + b",\n".join(lines) + b"]\n")
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "array"])
+def test_deep_nesting_between_good_lines(tmp_path, fmt):
+    """A line nested 1,000 deep (and 5,000) raises nothing out of the fast path: it is one
+    unreadable line, and the good lines before and after it (in the same batch) are kept."""
+    path = tmp_path / ".loss.json"
+    good = [orjson.dumps(step_line(s)) for s in range(1, 7)]
+    _as_file(path, [good[0], DEEP, good[1], DEEP_OBJECT, good[2], DEEPER, good[3], DEEP, DEEP, good[4],
+                    b'{"event": "pivot", "policy": ' + DEEP + b"}", good[5]], fmt)
+    h = LossHistory(path)
+    u = h.refresh()
+    assert h.error is None and h.format == fmt
+    assert h.step.tolist() == [1, 2, 3, 4, 5, 6] and u.new_steps == 6
+    assert h.bad_lines == u.new_bad_lines == 6 and h.events == []
+    unit = "line" if fmt == "jsonl" else "element"
+    assert [p.split(":", 1)[0] for p in h.problems] == [f".loss.json {unit} {n}" for n in (2, 4, 6, 8, 9, 11)]
+
+
+def test_deep_nesting_in_a_live_history_does_not_stop_the_reader(tmp_path):
+    """The dashboard's case: a deep line arrives in the middle of a live run; later lines still come in."""
+    path = tmp_path / ".loss.json"
+    write_lines(path, [step_line(s) for s in range(1, 101)])
+    h = LossHistory(path)
+    h.refresh()
+    with open(path, "ab") as fh:
+        fh.write(DEEP + b"\n")
+    write_lines(path, [step_line(s) for s in range(101, 201)])
+    u = h.refresh()
+    assert u.new_steps == 100 and u.new_bad_lines == 1 and h.step.tolist() == list(range(1, 201))
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_is_reported_not_read(tmp_path):
+    """open() on a FIFO blocks until a writer comes: the reader must return at once."""
+    path = tmp_path / ".loss.json"
+    os.mkfifo(path)
+    h = LossHistory(path)
+    u = h.refresh()
+    assert h.error == ".loss.json: is a FIFO, not a regular file"
+    assert len(h) == 0 and not u.changed
+    with pytest.raises(OSError, match="is a FIFO, not a regular file"):
+        LossHistoryWriter(path)
+
+
+@pytest.mark.timeout(30)
+def test_a_history_replaced_by_a_fifo_is_forgotten_and_reported(tmp_path):
+    path = tmp_path / ".loss.json"
+    write_lines(path, [step_line(s) for s in range(1, 6)])
+    h = LossHistory(path)
+    h.refresh()
+    path.unlink()
+    os.mkfifo(path)
+    u = h.refresh()
+    assert u.reset and len(h) == 0 and "FIFO" in h.error
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+def test_dev_zero_through_a_symlink_is_reported_not_read(tmp_path):
+    path = tmp_path / ".loss.json"
+    path.symlink_to("/dev/zero")
+    h = LossHistory(path)
+    u = h.refresh()
+    assert h.error == ".loss.json: is a character device, not a regular file"
+    assert len(h) == 0 and not u.changed
+    with pytest.raises(OSError, match="character device"):
+        LossHistoryWriter(path)
+
+
+def test_a_directory_in_place_of_the_history_is_reported(tmp_path):
+    (tmp_path / ".loss.json").mkdir()
+    h = LossHistory(tmp_path / ".loss.json")
+    h.refresh()
+    assert h.error == ".loss.json: is a directory, not a regular file"
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of a few hundred bytes, so that a few lines cross every kind of boundary."""
+    monkeypatch.setattr(history_module, "BLOCK_BYTES", 300)
+    monkeypatch.setattr(history_module, "MAX_LINE_BYTES", 120)
+    monkeypatch.setattr(history_module, "ARRAY_PIECE_BYTES", 64)
+    monkeypatch.setattr(history_module, "BLOCK_LINES", 8)
+    monkeypatch.setattr(history_module, "LEAF_LINES", 2)
+
+
+def _same_columns(a: LossHistory, b: LossHistory) -> None:
+    for name in ("step", "tokens", "loss", "lr", "grad_norm", "time"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
+    assert [a.arm_names[i] for i in a.arm] == [b.arm_names[i] for i in b.arm]
+    assert [(e.event, e.line, e.data) for e in a.events] == [(e.event, e.line, e.data) for e in b.events]
+    assert (a.bad_lines, a.nonfinite, a.torn_tail) == (b.bad_lines, b.nonfinite, b.torn_tail)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "array"])
+def test_block_boundaries_in_the_middle_of_lines(tmp_path, monkeypatch, fmt):
+    """Read in blocks of 300 bytes (lines of about 60: every block ends inside a line), the
+    history is the one read in one block; with bad lines, NaN, events and rewinds mixed in."""
+    path = tmp_path / ".loss.json"
+    lines = []
+    for s in range(1, 121):
+        lines.append(orjson.dumps({"step": s, "loss": s / 7, "arm": "ab"[s % 2], "tokens": s}))
+        if s % 17 == 0:
+            lines.append(b'{"step": %d, "loss": NaN}' % (s + 1000))
+        if s % 23 == 0:
+            lines.append(orjson.dumps({"event": "checkpoint", "step": s, "nested": {"a": [1, {"b": "},{"}]}}))
+        if s % 29 == 0:
+            lines.append(b"not json")
+        if s == 60:
+            lines.append(orjson.dumps({"event": "resume", "step": 40}))
+            lines.extend(orjson.dumps({"step": r, "loss": 9.0}) for r in range(41, 61))
+    _as_file(path, lines, fmt)
+    whole = LossHistory(path)
+    whole.refresh()
+    assert len(whole) == 127 and whole.bad_lines == 4 and len(whole.events) == 6 and whole.nonfinite == 7
+    monkeypatch.setattr(history_module, "BLOCK_BYTES", 300)
+    monkeypatch.setattr(history_module, "ARRAY_PIECE_BYTES", 64)
+    monkeypatch.setattr(history_module, "BLOCK_LINES", 8)
+    blocks = LossHistory(path)
+    blocks.refresh()
+    _same_columns(whole, blocks)
+
+
+def test_lines_appended_a_few_bytes_at_a_time_across_blocks(tmp_path, small_blocks):
+    """Torn tails, long lines and their ends arriving later, with blocks smaller than some lines."""
+    path = tmp_path / ".loss.json"
+    lines = [orjson.dumps({"step": s, "loss": 1.0, "pad": "x" * (s * 37 % 200)}) for s in range(1, 60)]
+    data = b"\n".join(lines) + b"\n"
+    path.write_bytes(b"")
+    h = LossHistory(path)
+    for i in range(0, len(data), 23):
+        with open(path, "ab") as fh:
+            fh.write(data[i:i + 23])
+        h.refresh()
+    too_long = [s for s, line in enumerate(lines, 1) if len(line) > 120]
+    assert too_long and h.step.tolist() == [s for s in range(1, 60) if s not in too_long]
+    assert h.bad_lines == len(too_long) and h.torn_tail == 0
+    assert all("longer than 120 bytes: skipped" in p for p in h.problems)
+
+
+def test_a_very_long_line_is_skipped_and_counted(tmp_path):
+    """A line past MAX_LINE_BYTES (1 MiB) is skipped unparsed, also while it is still being
+    written and when it is longer than a whole read block."""
+    path = tmp_path / ".loss.json"
+    long_line = b'{"step": 3, "loss": 1.0, "pad": "' + b"x" * (2 << 20) + b'"}'
+    path.write_bytes(orjson.dumps(step_line(1)) + b"\n" + orjson.dumps(step_line(2)) + b"\n" + long_line[:1500000])
+    h = LossHistory(path)
+    h.refresh()
+    assert h.step.tolist() == [1, 2] and h.torn_tail == 1500000 and h.bad_lines == 0
+    with open(path, "ab") as fh:
+        fh.write(long_line[1500000:] + b"\n" + orjson.dumps(step_line(4)) + b"\n")
+    u = h.refresh()
+    assert h.step.tolist() == [1, 2, 4] and h.torn_tail == 0 and u.new_bad_lines == 1
+    assert h.problems == [".loss.json line 3: longer than 1 MiB: skipped"]
+
+
+def test_a_huge_sparse_history_is_not_read_byte_by_byte(tmp_path):
+    """A 64 GiB hole (zeros, no newline) between good lines: skipped as one over-long line."""
+    path = tmp_path / ".loss.json"
+    write_lines(path, [step_line(1), step_line(2)])
+    with open(path, "r+b") as fh:
+        fh.seek(64 << 30, os.SEEK_END)
+        fh.write(b"\n" + orjson.dumps(step_line(3)) + b"\n")
+    h = LossHistory(path)
+    h.refresh()
+    assert h.step.tolist() == [1, 2, 3] and h.bad_lines == 1 and "longer than 1 MiB" in h.problems[0]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "array"])
+def test_binary_junk_is_unreadable_lines_not_a_codec_error(tmp_path, fmt):
+    path = tmp_path / ".loss.json"
+    junk = [b"\x00\x00\x00\x01", b"\x00\x01\x00\x02\x00{", b"\xfe\xff\x00\x7b\x00\x22", b"\xff\xd8\xff\xe0\x00\x10JFIF",
+            b"\x00" * 50, b"\x1b[2J\x1b]0;title\x07", b'\xfe"\x00ab']
+    lines = [orjson.dumps(step_line(1))]
+    for i, j in enumerate(junk, 2):
+        lines += [j, orjson.dumps(step_line(i))]
+    _as_file(path, lines, fmt)
+    h = LossHistory(path)
+    h.refresh()
+    assert h.error is None and h.step.tolist() == list(range(1, len(junk) + 2))
+    assert h.bad_lines == len(junk)
+    assert not any("codec" in p or "utf-16" in p for p in h.problems), h.problems
+    assert all("\x1b" not in p and "\x00" not in p for p in h.problems)
+
+
+def test_huge_numbers_are_read_or_counted_not_raised(tmp_path):
+    """Numbers past 64 bits or past a double: infinite floats, no token count, an event
+    without a step; a step past 64 bits is no step. Nothing raises (the fast path's columns
+    are int64)."""
+    path = tmp_path / ".loss.json"
+    path.write_bytes(b'{"step": 1, "loss": 1.0}\n'
+                     b'{"step": 18446744073709551615, "loss": 1.0}\n'
+                     b'{"step": 2, "tokens": 99999999999999999999999}\n'
+                     b'{"step": 3, "loss": 1e400}\n'
+                     b'{"step": 4, "loss": NaN, "time": 1' + b"0" * 400 + b'}\n'
+                     b'{"event": "x", "step": 1' + b"0" * 400 + b', "time": 1' + b"0" * 400 + b', "loss": NaN}\n'
+                     b'{"event": "y", "step": 1' + b"0" * 5000 + b'}\n'
+                     b'{"step": 5, "loss": 5.0}\n')
+    h = LossHistory(path)
+    h.refresh()
+    assert h.error is None
+    assert h.step.tolist() == [1, 2, 3, 4, 5] and h.bad_lines == 2 and h.nonfinite == 3   # no loss is NaN too
+    assert h.tokens.tolist()[:2] == [-1, -1] and math.isinf(h.loss[2]) and math.isinf(h.time[3])
+    assert [(e.event, e.step, e.time) for e in h.events] == [("x", None, math.inf)]
+    json.dumps([e.data for e in h.events])
+
+
+def test_an_update_keeps_the_first_reasons_and_counts_them_all(tmp_path):
+    path = tmp_path / ".loss.json"
+    path.write_bytes(b"junk\n" * 5000 + orjson.dumps(step_line(1)) + b"\n")
+    h = LossHistory(path)
+    u = h.refresh()
+    assert h.bad_lines == u.new_bad_lines == 5000 and len(u.new_problems) == 1000 and len(h.problems) == 20
+    assert h.step.tolist() == [1] and u.changed
+
+
+def test_json_array_with_garbage_between_elements_keeps_the_rest(tmp_path):
+    """The elements of a JSON array come from its structure; junk that breaks it costs the
+    element it is in, and the reader starts again at the next object."""
+    path = tmp_path / ".loss.json"
+    good = [orjson.dumps(step_line(s)) for s in range(1, 6)]
+    path.write_bytes(b"[" + good[0] + b", {\"a\": [1, 2}, " + good[1] + b", }}}, " + good[2] + b", \"unterminated, "
+                     + good[3] + b", " + good[4] + b"]")
+    h = LossHistory(path)
+    h.refresh()
+    assert h.step.tolist()[:3] == [1, 2, 3] and h.step.tolist()[-1] == 5 and h.bad_lines >= 3
+
+
+def test_json_array_torn_keeps_every_whole_element(tmp_path):
+    path = tmp_path / ".loss.json"
+    good = [orjson.dumps(step_line(s)) for s in range(1, 4)]
+    data = b"[" + b", ".join(good) + b', {"step": 4, "arms": [{"a": 1}, {"b'
+    path.write_bytes(data)
+    h = LossHistory(path)
+    h.refresh()
+    assert h.step.tolist() == [1, 2, 3] and h.bad_lines == 1 and "torn" in h.problems[0]
+
+
+def test_a_jsonl_history_whose_first_line_is_an_array_is_read_as_lines(tmp_path):
+    path = tmp_path / ".loss.json"
+    path.write_bytes(b"[1, 2]\n" + orjson.dumps(step_line(1)) + b"\n")
+    h = LossHistory(path)
+    h.refresh()
+    assert h.format == "jsonl" and h.step.tolist() == [1] and h.bad_lines == 1
+
+
+def test_state_dict_columns_received_read_only_are_not_copied(tmp_path):
+    """Columns handed over as read-only arrays (over the bytes another process sent) are
+    kept without a copy, and rows appended later, a rewind included, leave them untouched."""
+    path = tmp_path / ".loss.json"
+    write_lines(path, [step_line(s, loss=1.0) for s in range(1, 101)])
+    original = LossHistory(path)
+    original.refresh()
+    meta, columns = original.state_dict()
+    received = {name: np.frombuffer(arr.tobytes(), arr.dtype) for name, arr in columns.items()}
+    kept = {name: arr.copy() for name, arr in received.items()}
+    copy = LossHistory.from_state_dict(json.loads(json.dumps(meta)), received)
+    assert np.shares_memory(copy.step, received["step"]) and not received["step"].flags.writeable
+    write_lines(path, [step_line(s, loss=2.0) for s in range(90, 111)])
+    assert original.refresh() == copy.refresh()
+    _same_reader(original, copy)
+    assert all(np.array_equal(received[name], kept[name]) for name in received)
