@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -20,8 +21,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, checkpoint_stamps,
+from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.sources import SourceCache
 from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, HISTORY, LOG, LOSS_JSON, RUN_TOML, SAMPLES,
                            STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
@@ -43,6 +45,24 @@ STALL_STEPS = 10
 
 # A checkpoint request that no read has seen answered after this long is forgotten.
 REQUEST_TIMEOUT_S = 3600.0
+
+# A sample is shown whole up to this many characters (its prompt up to PROMPT_CHARS); a
+# longer one, a runaway or hostile completion, is cut, saying how much was left out.
+SAMPLE_CHARS = 2000
+PROMPT_CHARS = 500
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f" … [{len(text) - limit:,} more characters not shown]"
+
+
+def _shown_sample(sample: Sample) -> Sample:
+    """``sample`` as the views show it: prompt and completion cut to their caps."""
+    if len(sample.completion) <= SAMPLE_CHARS and len(sample.prompt) <= PROMPT_CHARS:
+        return sample
+    return replace(sample, prompt=_cut(sample.prompt, PROMPT_CHARS), completion=_cut(sample.completion, SAMPLE_CHARS))
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,6 +143,10 @@ class RunReader:
         self._torn_seen = 0
         self._torn_reported = 0
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
+        self._ckpt_written = 0.0                # mtime of the newest checkpoint file
+        self._sources = SourceCache()           # arm source checks, between reads of .state.json
+        self._dir_id: tuple[int, int, bool] | None = None   # the run directory last listed (_dir_identity)
+        self._lost_pid: int | None = None       # the trainer that ran when the directory went away
 
     @property
     def snapshot(self) -> RunSnapshot | None:
@@ -146,16 +170,23 @@ class RunReader:
         kinds = ALL_KINDS if prev is None else frozenset(kinds)
         now = self.now()
         notices: list[Notice] = []
-        dir_state, other = self._dir_state() if (DIRECTORY in kinds or prev is None or kinds & {CHECKPOINTS, CONFIG}) \
+        # One stat tells whether the directory is still the one last listed: a run directory
+        # renamed away or replaced is seen at the next read, whatever kinds it was asked for.
+        moved = prev is not None and self._dir_identity() != self._dir_id
+        dir_state, other = self._dir_state() if (DIRECTORY in kinds or prev is None or moved
+                                                 or kinds & {CHECKPOINTS, CONFIG}) \
             else (prev.dir_state, prev.other_files)
-        if prev is not None and prev.dir_state != dir_state:
+        if prev is not None and (prev.dir_state != dir_state or moved):
             kinds = ALL_KINDS
-            notices.append(Notice(now, f"run directory is now {dir_state}", "warn" if dir_state != "ok" else "info"))
+            if prev.dir_state != dir_state:
+                notices.append(Notice(now, f"run directory is now {dir_state}",
+                                      "warn" if dir_state != "ok" else "info"))
         config, config_error = (prev.config, prev.config_error) if prev and CONFIG not in kinds else self._config(dir_state)
         history = self._history(now, notices, first=prev is None) if HISTORY in kinds else prev.history
         checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
         trainer = self.probe(self.run_dir) if TRAINER in kinds else prev.trainer
-        if kinds & {TRAINER, HISTORY}:
+        trainer = self._out_of_sight(trainer, prev, dir_state)
+        if kinds & {TRAINER, HISTORY, CHECKPOINTS}:
             trainer = self._stall(trainer, now)
         if STATE in kinds or CONFIG in kinds or prev is None:
             arms = self._arms(config)
@@ -163,7 +194,7 @@ class RunReader:
             arms = prev.arms
         if SAMPLES in kinds:
             read = read_samples(self.run_dir)
-            samples = tuple(newest_per_arm(read.value or []).values())
+            samples = tuple(_shown_sample(s) for s in newest_per_arm(read.value or []).values())
             samples_error = None if read.error and "not written yet" in read.error else read.error
         else:
             samples, samples_error = prev.samples, prev.samples_error
@@ -196,10 +227,12 @@ class RunReader:
         return max(STALL_MIN_S, STALL_STEPS * float(np.median(dt))) if len(dt) else STALL_MIN_S
 
     def _stall(self, trainer: TrainerView, now: float) -> TrainerView:
-        """A verified trainer whose history (and checkpoint temporaries) stopped changing."""
+        """A verified trainer whose history, checkpoints and checkpoint temporaries stopped changing."""
         if trainer.state != "running":
             return replace(trainer, stalled_for=None, stall_threshold=None) if trainer.stalled_for else trainer
-        latest = trainer.started or 0.0
+        # A checkpoint that landed is progress: a long write must not read as a stall the
+        # moment its temporary is renamed into place (a clock ahead of ours counts as now).
+        latest = max(trainer.started or 0.0, min(self._ckpt_written, now))
         try:
             latest = max(latest, (self.run_dir / LOSS_JSON).stat().st_mtime)
         except OSError:
@@ -218,7 +251,34 @@ class RunReader:
         label = "stalled" if stalled else TRAINER_LABELS.get(trainer.state, trainer.state)
         return replace(trainer, label=label, stalled_for=idle if stalled else None, stall_threshold=threshold)
 
+    def _out_of_sight(self, trainer: TrainerView, prev: RunSnapshot | None, dir_state: str) -> TrainerView:
+        """A trainer that was running when its run directory went away (renamed, removed,
+        emptied, no longer readable) has not been seen to exit: its record is out of sight,
+        and it may well train on under another name. Until the directory is back it is shown
+        as not verified, never as stopped."""
+        if dir_state == "ok":
+            self._lost_pid = None
+            return trainer
+        if prev is None or trainer.state not in ("stopped", "unreadable"):
+            return trainer
+        if prev.trainer.state == "running":
+            self._lost_pid = prev.trainer.pid
+        if self._lost_pid is None:
+            return trainer
+        return TrainerView(state="unverified", label=TRAINER_LABELS["unverified"], pid=self._lost_pid,
+                           reason=f"the run directory is {dir_state} (renamed or removed?): pid {self._lost_pid}, "
+                                  "the trainer that was running, can no longer be verified")
+
+    def _dir_identity(self) -> tuple[int, int, bool] | None:
+        """(device, inode, is a directory) of the run directory's path; None: nothing there."""
+        try:
+            st = os.stat(self.run_dir)
+        except (OSError, ValueError):
+            return None
+        return st.st_dev, st.st_ino, stat.S_ISDIR(st.st_mode)
+
     def _dir_state(self) -> tuple[str, tuple[str, ...]]:
+        self._dir_id = self._dir_identity()
         try:
             names = os.listdir(self.run_dir)
         except FileNotFoundError:
@@ -226,7 +286,7 @@ class RunReader:
         except NotADirectoryError:
             return "not a directory", ()
         except OSError as err:
-            return f"unreadable ({err.strerror})", ()
+            return f"unreadable ({(err.strerror or type(err).__name__).lower()})", ()
         if not names:
             return "empty", ()
         return "ok", tuple(sorted(n for n in names if not is_known(n)))
@@ -236,11 +296,21 @@ class RunReader:
         only files whose ``.bin`` or ``.json`` changed since the last read, and keeping no
         sidecar contents (the console never shows them)."""
         stamps = checkpoint_stamps(self.run_dir)
-        stale = {name: hit[0] for name, hit in self._ckpt_cache.items() if name in stamps}
+        # The newest .bin or .json written: a checkpoint landing is progress (see _stall).
+        self._ckpt_written = max((max(b[0], s[0] if s else 0) for b, s in stamps.values()), default=0) / 1e9
+        old = self._ckpt_cache
+        if (prev is not None and len(stamps) == len(old)
+                and all(old.get(name, (None,))[0] == stamp for name, stamp in stamps.items())):
+            return prev.checkpoints            # nothing new, changed or gone: no inspection, no sort
+        stale = {name: hit[0] for name, hit in old.items() if name in stamps}
         fresh = {info.path.name: info for info in checkpoints_since(self.run_dir, stale, stamps)}
         cache = {}
         for name, stamp in stamps.items():
-            info = replace(fresh[name], sidecar=None) if name in fresh else self._ckpt_cache[name][1]
+            info = fresh.get(name)
+            if info is None:
+                info = old[name][1]
+            elif info.sidecar is not None:
+                info = replace(info, sidecar=None)
             cache[name] = (stamp, info)
         self._ckpt_cache = cache
         result = tuple(sorted((info for _, info in cache.values()), key=lambda i: (i.step, i.path.name)))
@@ -297,8 +367,8 @@ class RunReader:
                 notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", "warn"))
         for problem in update.new_problems[:5]:
             notices.append(Notice(now, f"skipped: {problem}", "warn"))
-        if len(update.new_problems) > 5:
-            notices.append(Notice(now, f"skipped {len(update.new_problems) - 5} more unreadable line(s)", "warn"))
+        if update.new_bad_lines > 5:
+            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", "warn"))
         if update.new_nonfinite:
             loss = h.loss
             tail = loss[-max(update.new_steps, 1):]
@@ -345,8 +415,9 @@ class RunReader:
         rows: list[ArmRow] = []
         if state is not None:
             try:
-                zombies = find_zombies(state, config, self.run_dir)
-            except Exception as err:          # never let one odd source crash the dashboard
+                # Each arm on its own: a source that cannot be checked is that arm's reason.
+                zombies = find_zombies(state, config, self.run_dir, self._sources)
+            except Exception as err:          # a library bug: never let it crash the dashboard
                 zombies, error = {}, f"zombie check failed: {err}"
             total = sum(a.pulls for a in state.arms.values())
             for name, arm in state.arms.items():

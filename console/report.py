@@ -1,7 +1,9 @@
 """``--once`` and ``--json``: the dashboard as plain text and as JSON, from a :class:`RunSnapshot`.
 
 The panes of the TUI format their cells with the same helpers, so the three views agree.
-Every checkpoint file and every arm gets its own line with its status.
+Every checkpoint file and every arm gets its own line with its status, up to
+:data:`ROWS_LISTED` of each (the newest checkpoints, the first arms); past that a line
+counts the rest by status. ``--json`` lists every one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_ra
                      printable_block, slurm_text, stall_text)
 from .plot import PlotOptions, plot_markers, plot_text
 from .views import RunSnapshot
+
+# Lines of checkpoints and of arms in --once, each: a run directory of 100,000 files or
+# arms prints a page, not 100,000 lines.
+ROWS_LISTED = 200
 
 
 def _num(x: Any) -> Any:
@@ -47,9 +53,24 @@ def trainer_line(snap: RunSnapshot, now: float) -> str:
     return line
 
 
+def _statuses(items: Any, key: str) -> str:
+    """``19,950 invalid, 3 foreign``: how many of each status."""
+    counts: dict[str, int] = {}
+    for item in items:
+        status = getattr(item, key)
+        counts[status] = counts.get(status, 0) + 1
+    return ", ".join(f"{n:,} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 def checkpoint_lines(snap: RunSnapshot, now: float) -> list[str]:
+    """One line per checkpoint file, oldest first: the newest :data:`ROWS_LISTED` of them,
+    after a line counting the older ones (``--json`` lists every one)."""
     out = []
-    for c in snap.checkpoints:
+    shown = snap.checkpoints[-ROWS_LISTED:]
+    older = snap.checkpoints[:-ROWS_LISTED] if len(snap.checkpoints) > ROWS_LISTED else ()
+    if older:
+        out.append(f"  … {len(older):,} older files not listed ({_statuses(older, 'status')}; --json lists them)")
+    for c in shown:
         status = c.status + (f": {printable(c.reason, LINE_LIMIT)}" if c.reason else "")
         age = format_age(now - c.mtime) if c.mtime else "-"
         out.append(f"  {printable(c.path.name):<18} step {c.step:>9,}  age {age:>8}"
@@ -58,8 +79,11 @@ def checkpoint_lines(snap: RunSnapshot, now: float) -> list[str]:
 
 
 def arm_lines(snap: RunSnapshot) -> list[str]:
+    """One line per arm, the first :data:`ROWS_LISTED` of them, then a line counting the
+    rest (``--json`` lists every one)."""
     out = []
-    for a in snap.arms.rows:
+    rows = snap.arms.rows
+    for a in rows[:ROWS_LISTED]:
         status = a.status.upper() if a.status == "zombie" else a.status
         if a.reason:
             status += f": {printable(a.reason, LINE_LIMIT)}"
@@ -67,6 +91,9 @@ def arm_lines(snap: RunSnapshot) -> list[str]:
                    f"  prob {format_float(a.prob, '.3f'):>5}  ema {format_float(a.ema_reward, '.4f'):>7}"
                    f"  cap {format_float(a.cap, '.2f'):>4}  floor {format_float(a.floor, '.2f'):>4}"
                    f"  source {printable(a.source) or '-'}  {status}")
+    if len(rows) > ROWS_LISTED:
+        out.append(f"  … and {len(rows) - ROWS_LISTED:,} more arms not listed "
+                   f"({_statuses(rows[ROWS_LISTED:], 'status')}; --json lists them)")
     return out
 
 

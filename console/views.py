@@ -9,6 +9,8 @@ by the dashboard, ``--once`` and ``--json``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,22 @@ from .format import LINE_LIMIT, printable, stall_text
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
                   "unverified": "not supervised", "unreadable": "not supervised"}
+
+# Problems and notices about files or arms take one line each up to this many; more make
+# one line that names the first few and counts the rest (a hostile run directory can hold
+# 100,000 of them, and neither a list nor an event log is read that far).
+LISTED = 3
+
+
+def many(n: int, noun: str) -> str:
+    """``1 zombie arm``, ``100,000 zombie arms``."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def names_and_more(names: list[str], total: int) -> str:
+    """``a, b, c and 99,997 more`` (the names made printable)."""
+    shown = ", ".join(printable(n) for n in names)
+    return shown + (f" and {total - len(names):,} more" if total > len(names) else "")
 
 
 @dataclass(frozen=True)
@@ -150,10 +168,16 @@ class RunSnapshot:
     pivots: tuple[PivotEntry, ...] = ()  # finished or archived polish pivots, oldest first
     pending_pivot: str | None = None    # an interrupted pivot's journal, described
 
-    @property
+    # The snapshot is immutable: what is derived from its (possibly 100,000) checkpoints or
+    # arms is computed once, not at every repaint of a pane that asks.
+    @cached_property
     def newest_checkpoint(self) -> CheckpointInfo | None:
-        usable = [c for c in self.checkpoints if c.status != "invalid"]
-        return usable[-1] if usable else None
+        return next((c for c in reversed(self.checkpoints) if c.status != "invalid"), None)
+
+    @cached_property
+    def invalid_checkpoints(self) -> tuple[CheckpointInfo, ...]:
+        """The invalid ones, newest first."""
+        return tuple(c for c in reversed(self.checkpoints) if c.status == "invalid")
 
     @property
     def failed_checkpoint(self) -> HistoryEvent | None:
@@ -177,7 +201,7 @@ class RunSnapshot:
                 return None
         return None
 
-    @property
+    @cached_property
     def zombies(self) -> dict[str, str]:
         return {a.name: a.reason for a in self.arms.rows if a.status == "zombie"}
 
@@ -194,6 +218,11 @@ class RunSnapshot:
             out.append(f"{self.run_dir} is not a directory")
         elif self.dir_state == "empty":
             out.append("the run directory is empty: nothing has been written yet")
+        elif self.dir_state.startswith("unreadable"):
+            out.append(f"cannot read the run directory{self.dir_state[len('unreadable'):]}")
+            if self.trainer.pid is not None:        # the trainer that ran it, out of sight
+                out.append(f"trainer {self.trainer.label}: {self.trainer.reason}")
+            return out                  # every file in it is unreadable for that one reason
         if self.trainer.state in ("stale", "unverified", "unreadable"):
             out.append(f"trainer {self.trainer.label}: {self.trainer.reason}")
         if self.trainer.stalled:
@@ -209,11 +238,20 @@ class RunSnapshot:
             out.append(self.pending_pivot)
         if self.config_error and self.dir_state == "ok":
             out.append(self.config_error)
-        for c in self.checkpoints:
-            if c.status == "invalid":
-                out.append(f"{printable(c.path.name)}: invalid: {c.reason}")
-        for name, reason in self.zombies.items():
-            out.append(f"zombie arm {printable(name)}: {reason}")
+        invalid = self.invalid_checkpoints
+        if len(invalid) <= LISTED:
+            out.extend(f"{printable(c.path.name)}: invalid: {c.reason}" for c in invalid)
+        else:
+            out.append(f"{many(len(invalid), 'invalid checkpoint file')} (newest first): "
+                       + names_and_more([c.path.name for c in invalid[:LISTED]], len(invalid))
+                       + f"; {printable(invalid[0].path.name)}: {invalid[0].reason}")
+        zombies = self.zombies
+        if len(zombies) <= LISTED:
+            out.extend(f"zombie arm {printable(name)}: {reason}" for name, reason in zombies.items())
+        else:
+            first = next(iter(zombies.items()))
+            out.append(f"{many(len(zombies), 'zombie arm')}: {names_and_more(list(islice(zombies, LISTED)), len(zombies))}"
+                       f"; {printable(first[0])}: {first[1]}")
         h = self.history
         if h.error:
             out.append(h.error)

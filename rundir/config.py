@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -322,12 +323,37 @@ def load_run_config(run_dir: str | os.PathLike[str]) -> RunConfig:
     if not read.ok:
         raise ConfigError(read.error)
     try:
-        data = tomllib.loads(read.value.decode("utf-8"))
+        text = read.value.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    _refuse_long_keys(text, path)
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    except (RecursionError, MemoryError) as err:
+        raise ConfigError(f"{path}: not readable TOML: nested too deeply ({type(err).__name__})") from None
     return RunConfig.from_dict(data)
+
+
+# No key of a run.toml has more than three parts (arms.NAME.cap), and the TOML parser's
+# time grows with the square of a dotted key's parts (100,000 parts: minutes). A key of
+# more parts than this is refused before parsing.
+MAX_KEY_PARTS = 16
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+# A run of dot-joined parts, found only where one starts (the lookbehind), so that the
+# scan stays linear in the file's size.
+_LONG_DOTTED_KEY = re.compile(rf"""(?<![A-Za-z0-9_\-."']){_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART}){{{MAX_KEY_PARTS}}}""")
+
+
+def _refuse_long_keys(text: str, path: Path) -> None:
+    """Raise :class:`ConfigError` for a dotted key (or table header) of more than
+    :data:`MAX_KEY_PARTS` parts, before the parser can spend minutes on it."""
+    match = _LONG_DOTTED_KEY.search(text)
+    if match is not None:
+        line = text.count("\n", 0, match.start()) + 1
+        raise ConfigError(f"{path}: line {line}: a dotted key of more than {MAX_KEY_PARTS} parts is not allowed "
+                          f"(run.toml's keys have at most 3): not parsed")
 
 
 def dump_run_config(config: RunConfig) -> str:

@@ -29,7 +29,8 @@ MiB = 1 << 20
 # What each kind of file may weigh: generous for what the trainer writes, small enough
 # that a hostile file costs no memory worth mentioning.
 PID_RECORD_MAX = 64 * KiB
-RUN_TOML_MAX = 1 * MiB
+RUN_TOML_MAX = 256 * KiB              # a run.toml is a few KiB; its parser is slow on odd input
+SAMPLES_MAX = 16 * MiB                # .samples.json: the last samples.keep completions
 RESUME_JSON_MAX = 16 * MiB
 SIDECAR_MAX = 64 * MiB
 JOURNAL_MAX = 1 * MiB

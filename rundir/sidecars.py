@@ -16,7 +16,7 @@ from typing import Any
 
 from .atomic import atomic_write_json
 from .layout import SAMPLES_JSON, STATE_JSON
-from .safe_read import SIDECAR_MAX, FileRead, read_json
+from .safe_read import SAMPLES_MAX, SIDECAR_MAX, FileRead, read_json
 
 STATE_VERSION = 1
 SAMPLES_VERSION = 1
@@ -63,8 +63,8 @@ class Sample:
     time: float = math.nan
 
 
-def _read_json(path: Path) -> tuple[Any, str | None]:
-    read = read_json(path, SIDECAR_MAX)
+def _read_json(path: Path, max_bytes: int = SIDECAR_MAX) -> tuple[Any, str | None]:
+    read = read_json(path, max_bytes)
     if read.missing:
         return None, f"{path.name}: not written yet"
     return read.value, read.error
@@ -92,6 +92,9 @@ def write_state(run_dir: str | os.PathLike[str], state: dict[str, Any], durable:
     atomic_write_json(Path(run_dir) / STATE_JSON, state, durable=durable)
 
 
+_KNOWN_ARM_KEYS = frozenset({"pulls", "ema_reward", "prob", "source"})
+
+
 def read_state(run_dir: str | os.PathLike[str]) -> SidecarRead[BanditState]:
     """Read ``.state.json``; never raises."""
     path = Path(run_dir) / STATE_JSON
@@ -104,14 +107,14 @@ def read_state(run_dir: str | os.PathLike[str]) -> SidecarRead[BanditState]:
     if not isinstance(arms_data, dict):
         return SidecarRead(None, f"{path.name}: no \"arms\" object")
     arms = {}
+    known = _KNOWN_ARM_KEYS
     for name, arm in arms_data.items():
         if not isinstance(arm, dict):
             return SidecarRead(None, f"{path.name}: arm {name!r} is not an object")
-        known = {"pulls", "ema_reward", "prob", "source"}
         arms[str(name)] = ArmState(
             name=str(name), pulls=_count(arm.get("pulls")), ema_reward=_number(arm.get("ema_reward")),
             prob=_number(arm.get("prob")), source=str(arm.get("source") or ""),
-            extra={k: v for k, v in arm.items() if k not in known})
+            extra={k: v for k, v in arm.items() if k not in known} if arm.keys() - known else {})
     policy = data.get("policy") if isinstance(data.get("policy"), dict) else {}
     phase = data.get("phase") if isinstance(data.get("phase"), dict) else {}
     state = BanditState(version=_count(data.get("version")), step=_count(data.get("step")),
@@ -126,9 +129,10 @@ def write_samples(run_dir: str | os.PathLike[str], samples: list[dict[str, Any]]
 
 
 def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
-    """Read ``.samples.json`` (an object with ``samples``, or a bare list); never raises."""
+    """Read ``.samples.json`` (an object with ``samples``, or a bare list); never raises.
+    A file over :data:`~rundir.safe_read.SAMPLES_MAX` is refused unread."""
     path = Path(run_dir) / SAMPLES_JSON
-    data, error = _read_json(path)
+    data, error = _read_json(path, SAMPLES_MAX)
     if error:
         return SidecarRead(None, error)
     items = data.get("samples") if isinstance(data, dict) else data

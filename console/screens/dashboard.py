@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import var
 from textual.screen import Screen
 
 from ..plot import plot_markers
 from ..views import Notice, RunSnapshot
-from ..widgets import ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, SamplesPane, StatusPane
+from ..widgets import ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusPane
 
 
 class DashboardScreen(Screen):
@@ -39,12 +39,18 @@ class DashboardScreen(Screen):
                 yield CheckpointsPane(id="checkpoints", classes="pane")
                 yield ArmsPane(id="arms", classes="pane")
             with Horizontal(id="row-bottom", classes="row"):
-                yield EventLog(id="events", classes="pane")
+                # The current problems are pinned above the event log: log lines scroll
+                # the log, never them.
+                with Vertical(id="events-box"):
+                    yield ProblemsBar(id="problems")
+                    yield EventLog(id="events", classes="pane")
                 yield SamplesPane(id="samples", classes="pane")
         yield KeyBar()
 
     _ready = False
     _early_notices: list[Notice]
+    _markers_from: tuple | None = None      # (checkpoints, events) the plot's markers were made from
+    _markers: list = []
 
     def on_mount(self) -> None:
         # A read can finish before the panes exist (the reader is a thread): what came
@@ -61,7 +67,13 @@ class DashboardScreen(Screen):
             return
         now = self.app.now()
         self.query_one(StatusPane).show(snap, now)
-        self.query_one(LossPlot).show(snap.history, plot_markers(snap.checkpoints, snap.history.events))
+        self.query_one(ProblemsBar).show(snap.problems())
+        # The markers are made again only when the checkpoints or the events changed: with
+        # thousands of checkpoints, not at every read.
+        made_from = (snap.checkpoints, snap.history.events)
+        if self._markers_from is None or any(a is not b for a, b in zip(made_from, self._markers_from)):
+            self._markers_from, self._markers = made_from, plot_markers(*made_from)
+        self.query_one(LossPlot).show(snap.history, self._markers)
         self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now)
         self.query_one(ArmsPane).show(snap.arms)
         self.query_one(SamplesPane).show(snap.samples, snap.samples_error)

@@ -6,7 +6,9 @@ from .checkpoints import CheckpointsPane
 from .events import EventLog
 from .keybar import KeyBar
 from .loss_plot import LossPlot
+from .problems import ProblemsBar
 from .samples import SamplesPane
 from .status import StatusPane
 
-__all__ = ["ArmsPane", "CheckpointsPane", "EventLog", "KeyBar", "LossPlot", "SamplesPane", "StatusPane"]
+__all__ = ["ArmsPane", "CheckpointsPane", "EventLog", "KeyBar", "LossPlot", "ProblemsBar", "SamplesPane",
+           "StatusPane"]

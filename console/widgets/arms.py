@@ -10,9 +10,13 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ..format import LINE_LIMIT, format_float, format_pct, printable
-from ..views import ArmsView
+from ..views import LISTED, ArmRow, ArmsView
 
 STATUS_STYLES = {"ok": "green", "zombie": "bold red", "configured": "grey62"}
+# Rows drawn (the arms that are not zombies first), zombie reasons spelled out, phase
+# counters shown: past these, one line counts the rest (andrea-console --json lists all).
+ROWS = 50
+PHASE_KEYS = 12
 # (header, width, right-aligned); the source column takes what is left.
 COLUMNS = (("arm", 18, False), ("pulls", 7, True), ("share", 6, True), ("prob", 5, True), ("ema", 7, True),
            ("cap/floor", 9, True), ("status", 10, False))
@@ -35,7 +39,8 @@ class ArmsPane(Static):
             header.append((name.rjust(width) if right else name.ljust(width)) + "  ")
         header.append("source")
         text.append_text(header)
-        for a in arms.rows:
+        shown = _rows_shown(arms.rows)
+        for a in shown:
             zombie = a.status == "zombie"
             style = "red" if zombie else ""
             cells = ["-" if a.pulls is None else f"{a.pulls:,}", format_pct(a.share), format_float(a.prob, ".3f"),
@@ -49,26 +54,44 @@ class ArmsPane(Static):
             text.append((a.status.upper() if zombie else a.status).ljust(10) + "  ",
                         style=STATUS_STYLES.get(a.status, ""))
             text.append(printable(a.source) or "-", style=style or "grey62")
+        zombies = [a for a in arms.rows if a.status == "zombie"]
+        if len(shown) < len(arms.rows):
+            rest = len(arms.rows) - len(shown)
+            rest_zombies = len(zombies) - sum(a.status == "zombie" for a in shown)
+            text.append(f"\n… and {rest:,} more arm{'s' if rest != 1 else ''}"
+                        + (f" ({rest_zombies:,} zombie)" if rest_zombies else ""), style="grey62")
         if not arms.rows:
             text.append("\nno arms: no .state.json and no run.toml" if not arms.error else "", style="grey62")
         text.append("\n\n")
-        phase = " ".join(f"{printable(k)}={_short(v)}" for k, v in arms.phase.items())
+        phase = " ".join(f"{printable(k)}={_short(v)}" for k, v in list(arms.phase.items())[:PHASE_KEYS])
+        if len(arms.phase) > PHASE_KEYS:
+            phase += f" … ({len(arms.phase) - PHASE_KEYS:,} more)"
         text.append("policy ", style="grey62")
         text.append(arms.policy_from)
         if phase:
             text.append("  phase ", style="grey62")
             text.append(phase)
-        for a in arms.rows:
-            if a.status == "zombie":      # the reason, in full
-                text.append(f"\nzombie {printable(a.name)}: {printable(a.reason, LINE_LIMIT)}", style="bold red")
+        for a in zombies[:LISTED]:          # the reason, in full
+            text.append(f"\nzombie {printable(a.name)}: {printable(a.reason, LINE_LIMIT)}", style="bold red")
+        if len(zombies) > LISTED:
+            text.append(f"\n… and {len(zombies) - LISTED:,} more zombie arms", style="bold red")
         if arms.error:
             text.append(f"\n{printable(arms.error, LINE_LIMIT)}", style="bold red")
         # The phase counters change at every step: relayout only when the line count changes.
         lines = text.plain.count("\n")
         self.update(text, layout=lines != self._lines)
         self._lines = lines
-        zombies = sum(a.status == "zombie" for a in arms.rows)
-        self.border_subtitle = f"{zombies} zombie" + ("s" if zombies != 1 else "") if zombies else ""
+        self.border_subtitle = f"{len(zombies):,} zombie" + ("s" if len(zombies) != 1 else "") if zombies else ""
+
+
+def _rows_shown(rows: tuple[ArmRow, ...]) -> tuple[ArmRow, ...]:
+    """All rows, up to ROWS; past that the arms that are not zombies first, then zombies,
+    ROWS in all, in their order."""
+    if len(rows) <= ROWS:
+        return rows
+    chosen = [i for i, a in enumerate(rows) if a.status != "zombie"][:ROWS]
+    chosen += [i for i, a in enumerate(rows) if a.status == "zombie"][:ROWS - len(chosen)]
+    return tuple(rows[i] for i in sorted(chosen))
 
 
 def _short(v: object) -> str:

@@ -1,4 +1,5 @@
-"""The checkpoints table: every step_*.bin with its age, size and status (newest first).
+"""The checkpoints table: the step_*.bin files with their age, size and status (newest
+first; past :data:`ROWS` of them, the older ones are counted on one line).
 
 An invalid or foreign checkpoint's reason wraps inside the status column, so the whole
 reason is readable at any width. Drawn as aligned Text, not a DataTable: a DataTable
@@ -21,6 +22,9 @@ STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red"
 COLUMNS = (("step", 8, True), ("age", 7, False), ("size", 9, True))
 GAP = 2
 STATUS_AT = sum(width + GAP for _, width, _ in COLUMNS)
+# Rows drawn, newest first; older files are counted on one line (andrea-console --json
+# lists every one).
+ROWS = 50
 
 
 class CheckpointsPane(Static):
@@ -52,7 +56,9 @@ class CheckpointsPane(Static):
             text.append(" " * GAP)
         text.append("status", style="bold")
         by_step = {p.step: p for p in pivots}
-        for c in reversed(checkpoints):
+        # The newest ROWS are drawn and the rest counted: a redraw (every ten seconds, as
+        # the ages move) must not cost the whole directory.
+        for c in checkpoints[:-ROWS - 1:-1]:
             cells = (f"{c.step:,}", format_age(now - c.mtime) if c.mtime else "-", format_size(c.size))
             text.append("\n")
             for cell, (_, width, right) in zip(cells, COLUMNS):
@@ -64,6 +70,11 @@ class CheckpointsPane(Static):
             if c.step in by_step:           # the checkpoint a polish pivot resumed from
                 status.append(f" · pivot P → {printable(by_step[c.step].archive)}/", style="magenta")
             text.append_text(_wrapped(status, status_width, STATUS_AT))
+        if len(checkpoints) > ROWS:
+            older = checkpoints[:-ROWS]
+            invalid = sum(c.status == "invalid" for c in older)
+            text.append(f"\n… and {len(older):,} older file{'s' if len(older) != 1 else ''}"
+                        + (f" ({invalid:,} invalid)" if invalid else ""), style="grey62")
         if not checkpoints:
             text.append("\nno step_*.bin files yet", style="grey62")
         self.update(text)

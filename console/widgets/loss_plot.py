@@ -41,6 +41,7 @@ class LossPlot(Widget):
         self.set_reactive(LossPlot.smoothing, smoothing)
         self._history: HistoryView | None = None
         self._markers: list[Marker] = []
+        self._markers_version = 0           # bumped when the markers change: the render cache's key
         self._ema: np.ndarray | None = None
         self._ema_key: tuple | None = None
         self._ema_carry = (0.0, 0.0)
@@ -53,10 +54,12 @@ class LossPlot(Widget):
     # -- data ------------------------------------------------------------------
     def show(self, history: HistoryView, markers: list[Marker]) -> None:
         """Plot ``history`` with ``markers``; a no-op when neither changed."""
-        if history is self._history and markers == self._markers:
+        same_markers = markers is self._markers or markers == self._markers
+        if history is self._history and same_markers:
             return
-        grew_only = (self._history is not None and markers == self._markers
-                     and history.rewinds == self._history.rewinds)
+        grew_only = (self._history is not None and same_markers and history.rewinds == self._history.rewinds)
+        if not same_markers:
+            self._markers_version += 1
         self._history, self._markers = history, markers
         wait = self._built_at + DATA_REPAINT_S - time.monotonic()
         if not grew_only or wait <= 0:
@@ -126,7 +129,8 @@ class LossPlot(Widget):
     def _build(self) -> None:
         h = self._history
         width, height = self.size.width, self.size.height
-        key = (h.version if h else None, id(h), tuple((m.step, m.kind) for m in self._markers), width, height,
+        # Asked once per line of the pane: the key costs nothing however many markers there are.
+        key = (h.version if h else None, id(h), self._markers_version, width, height,
                self.log_y, self.window, self.smoothing)
         if key == self._cache_key:
             return
