@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import time
+
+import psutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -193,24 +195,40 @@ class PivotRunner:
         self.report("2", f"stopped; final checkpoint at step P = {final.step}")
         return True
 
+    def _relaunch(self, journal: PivotJournal, p: int):
+        """Step 6's launch, recorded in the journal before (a kill right after must not make
+        the next attempt launch a second trainer) and after (its pid or SLURM job)."""
+        checkpoint = checkpoint_path(self.run_dir, p)
+        self.report("6", f"launching the trainer from {checkpoint.name} with a fresh bandit ...")
+        journal.relaunch = {"time": time.time()}
+        write_journal(self.run_dir, journal)
+        launch = supervise.start_trainer(self.run_dir, extra_args=["--resume", str(checkpoint), "--fresh-bandit"])
+        journal.relaunch = {**journal.relaunch,
+                            **({"pid": launch.child.pid} if launch.child else {"job_id": launch.job_id})}
+        write_journal(self.run_dir, journal)
+        return launch.child            # None for a SLURM job: its progress is read from the run directory
+
     def _resume(self, journal: PivotJournal) -> None:
         p = journal.final_step
         assert p is not None
         v = verify_trainer(self.run_dir)
         history = LossHistory(self.run_dir / LOSS_JSON)
         history.refresh()
-        if not v.ok:
-            checkpoint = checkpoint_path(self.run_dir, p)
-            self.report("6", f"launching the trainer from {checkpoint.name} with a fresh bandit ...")
-            launch = supervise.start_trainer(self.run_dir, extra_args=["--resume", str(checkpoint), "--fresh-bandit"])
-            child = launch.child          # None for a SLURM job: its progress is read from the run directory
+        child, launched = None, False
+        if v.ok:
+            pass                          # relaunched by an earlier, interrupted attempt, and running
+        elif _relaunch_pending(journal.relaunch, time.time()):
+            self.report("6", "an earlier attempt launched the trainer: waiting for it to resume ...")
         else:
-            child = None     # relaunched by an earlier, interrupted attempt
+            child, launched = self._relaunch(journal, p), True
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline and not self.cancelled():
             history.refresh()
             if _pivot_event(history, journal) and verify_trainer(self.run_dir).ok:
                 break
+            if not launched and not _relaunch_pending(journal.relaunch, time.time()) and \
+                    not verify_trainer(self.run_dir).ok:
+                child, launched = self._relaunch(journal, p), True     # the earlier one never came up
             if child is not None and child.poll() is not None:
                 raise PivotFailed(f"step 6: the trainer exited with code {child.returncode} instead of resuming "
                                   f"({_last_log_line(self.run_dir)}); run the pivot again to retry step 6, "
@@ -224,6 +242,31 @@ class PivotRunner:
                           {**journal.to_dict(), "finished": time.time()})
         remove_journal(self.run_dir)
         self.report("6", f"running again from step {p}, bandit fresh under the new policy")
+
+
+RELAUNCH_GRACE_S = 60.0      # how long a relaunch without a recorded pid may take to show itself
+
+
+def _relaunched_process_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _relaunch_pending(relaunch: dict | None, now: float) -> bool:
+    """Whether step 6's relaunch by an earlier attempt may still come up: its process is
+    alive, or it was started moments ago and its pid was never recorded (killed between
+    the two journal writes)."""
+    if not relaunch:
+        return False
+    pid = relaunch.get("pid")
+    if isinstance(pid, int):
+        return _relaunched_process_alive(pid)
+    if relaunch.get("job_id"):
+        return True                  # a SLURM job: it reports through the run directory
+    started = relaunch.get("time")
+    return isinstance(started, (int, float)) and now - started < RELAUNCH_GRACE_S
 
 
 def _last_log_line(run_dir: Path) -> str:

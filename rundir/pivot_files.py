@@ -48,6 +48,10 @@ class PivotJournal:
     final_step: int | None = None
     archive: str | None = None          # relative to the run directory
     log: list[dict[str, Any]] = field(default_factory=list)
+    # Step 6's relaunch, recorded before it happens ({"time"}) and after ({"pid"} or
+    # {"job_id"}): a pivot resumed after a kill waits for that trainer instead of starting
+    # a second one.
+    relaunch: dict[str, Any] | None = None
 
     def advance(self, stage: str, note: str = "", now: float | None = None) -> None:
         if stage not in STAGES:
