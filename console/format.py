@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from rundir.text import LINE_LIMIT, printable, printable_block  # noqa: F401
 
 if TYPE_CHECKING:
+    from rundir.storage import Storage
+
     from .views import TrainerView
 
 
@@ -34,6 +36,19 @@ def slurm_text(job: dict[str, str] | None) -> str:
     return printable(text, 200)
 
 
+def storage_text(storage: "Storage") -> str:
+    """``1.2 GiB used · 310.5 GiB free · full in ~3d04h`` (``~`` only: a steady-state estimate)."""
+    used = ("≥ " if storage.approximate else "") + format_size(storage.used)
+    text = f"{used} used · {format_size(storage.free)} free"
+    full_in = storage.full_in_s
+    if full_in is not None:
+        age = format_age(full_in)
+        text += f" · full in {'' if age == 'over a year' else '~'}{age}"
+    if storage.too_full:
+        text += f" · room for {storage.checkpoints_that_fit} checkpoint(s)"
+    return text
+
+
 def format_size(n: int | None) -> str:
     if n is None:
         return "-"
@@ -56,6 +71,8 @@ def format_age(seconds: float | None) -> str:
         return f"{s // 60}m{s % 60:02d}s"
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 365 * 86400:
+        return "over a year"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 

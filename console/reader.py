@@ -23,9 +23,13 @@ import numpy as np
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.config import RunSection
+from rundir.retention import RetentionPolicy, plan_retention, protected_steps
 from rundir.sources import SourceCache
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, HISTORY, LOG, LOSS_JSON, RUN_TOML, SAMPLES,
-                           STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
+from rundir.storage import Storage, free_bytes, growth_per_step
+from rundir.storage import measure as measure_storage
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, HISTORY, LOG, LOSS_JSON,
+                           RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
 from .changes import describe_changes, event_notice
@@ -33,10 +37,12 @@ from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .probe import TrainerProbe
-from .views import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RunSnapshot,
+from .views import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView, RunSnapshot,
                     TrainerView)
 
 RATE_WINDOW_STEPS = 200
+# The run directory's size is walked again at most this often (and when checkpoints change).
+STORAGE_EVERY_S = 10.0
 
 # A verified trainer whose history has not grown for this long is shown as stalled: the
 # larger of STALL_MIN_S and STALL_STEPS median step times, unless --stall-after sets it.
@@ -127,8 +133,9 @@ class RunReader:
 
     def __init__(self, run_dir: str | os.PathLike[str], now: Callable[[], float] = time.time,
                  probe: Callable[[Path], TrainerView] | None = None, stall_after: float | None = None,
-                 prefetch: HistoryPrefetch | None = None):
+                 prefetch: HistoryPrefetch | None = None, free_space: Callable[[Path], int | None] = free_bytes):
         self.run_dir = Path(run_dir)
+        self.free_space = free_space            # the filesystem's free bytes (tests fix it: screens hold no machine)
         self.stall_after = stall_after
         self.now = now
         self.probe = probe or TrainerProbe()
@@ -143,6 +150,7 @@ class RunReader:
         self._torn_seen = 0
         self._torn_reported = 0
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
+        self._storage_at = 0.0
         self._ckpt_written = 0.0                # mtime of the newest checkpoint file
         self._sources = SourceCache()           # arm source checks, between reads of .state.json
         self._dir_id: tuple[int, int, bool] | None = None   # the run directory last listed (_dir_identity)
@@ -203,11 +211,20 @@ class RunReader:
             pivots, pending_pivot = read_pivots(self.run_dir)
         else:
             pivots, pending_pivot = prev.pivots, prev.pending_pivot
+        if prev is None or kinds & {CHECKPOINTS, CONFIG, DIRECTORY}:
+            retention = self._retention(config, checkpoints, history)
+        else:
+            retention = prev.retention
+        if prev is None or kinds & {CHECKPOINTS, CONFIG, DIRECTORY} or now - self._storage_at >= STORAGE_EVERY_S:
+            storage = self._storage(config, checkpoints, history, dir_state, trainer.state == "running", now)
+        else:
+            storage = prev.storage
         snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=now,
                            dir_state=dir_state, config=config, config_error=config_error, trainer=trainer,
                            history=history, checkpoints=checkpoints, arms=arms, samples=samples,
                            samples_error=samples_error, log_tail=log_tail, other_files=other,
-                           log_seen=self.log.seen, pivots=pivots, pending_pivot=pending_pivot)
+                           log_seen=self.log.seen, pivots=pivots, pending_pivot=pending_pivot,
+                           retention=retention, storage=storage)
         changes = describe_changes(prev, snap, now, self._answered_requests(prev, snap, now))
         if prev is None:
             notices[:0] = changes                            # the summary first
@@ -290,6 +307,36 @@ class RunReader:
         if not names:
             return "empty", ()
         return "ok", tuple(sorted(n for n in names if not is_known(n)))
+
+    def _retention(self, config: RunConfig | None, checkpoints: tuple[CheckpointInfo, ...],
+                   history: HistoryView) -> RetentionView:
+        """What the trainer's retention policy (run.toml's, or the defaults) keeps, and why."""
+        run = config.run if config is not None else RunSection()
+        policy = RetentionPolicy(run.keep_last, run.keep_every)
+        resumes = [ev for ev in history.events if ev.event == EVENT_RESUME]
+        resumed = resumes[-1].data.get("from_step") if resumes else None
+        verdicts = plan_retention(checkpoints, policy, protected_steps(self.run_dir, history.events),
+                                  resumed if isinstance(resumed, int) else None)
+        return RetentionView(policy.describe(), {v.info.path.name: v.keep for v in verdicts})
+
+    def _storage(self, config: RunConfig | None, checkpoints: tuple[CheckpointInfo, ...], history: HistoryView,
+                 dir_state: str, training: bool, now: float) -> Storage | None:
+        """The directory's size and room (a walk and a statvfs, at most every STORAGE_EVERY_S);
+        it grows only while a trainer runs."""
+        self._storage_at = now
+        if dir_state != "ok":
+            return None
+        run = config.run if config is not None else RunSection()
+        usable = [c for c in checkpoints if c.status != "invalid"]
+        size = usable[-1].size if usable else None
+        try:
+            history_bytes = os.stat(self.run_dir / LOSS_JSON).st_size
+        except OSError:
+            history_bytes = 0
+        per_step = growth_per_step(history_bytes, history.last_step, size, run.checkpoint_every, run.keep_last,
+                                   run.keep_every)
+        return measure_storage(self.run_dir, size, per_step if training else None, history.steps_per_s,
+                               free=self.free_space(self.run_dir))
 
     def _checkpoints(self, prev: RunSnapshot | None) -> tuple[CheckpointInfo, ...]:
         """Every ``step_*.bin``, as :func:`rundir.list_checkpoints` sees them, but inspecting

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
-                     printable_block, slurm_text, stall_text)
+                     printable_block, slurm_text, stall_text, storage_text)
 from .plot import PlotOptions, plot_markers, plot_text
 from .views import RunSnapshot
 
@@ -72,6 +72,9 @@ def checkpoint_lines(snap: RunSnapshot, now: float) -> list[str]:
         out.append(f"  … {len(older):,} older files not listed ({_statuses(older, 'status')}; --json lists them)")
     for c in shown:
         status = c.status + (f": {printable(c.reason, LINE_LIMIT)}" if c.reason else "")
+        why = snap.retention.why(c.path.name) if snap.retention is not None else ""
+        if why:
+            status += f" · {why}"
         age = format_age(now - c.mtime) if c.mtime else "-"
         out.append(f"  {printable(c.path.name):<18} step {c.step:>9,}  age {age:>8}"
                    f"  {format_size(c.size):>10}  {status}")
@@ -125,7 +128,10 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot)")
         lines.extend(buf.getvalue().rstrip("\n").splitlines())
         lines.append("")
-    lines.append(f"checkpoints ({len(snap.checkpoints)})")
+    lines.append(f"checkpoints ({len(snap.checkpoints)})"
+                 + (f" · retention: {snap.retention.policy}" if snap.retention is not None else ""))
+    if snap.storage is not None:
+        lines.append(f"disk: {storage_text(snap.storage)}")
     lines.extend(checkpoint_lines(snap, now) or ["  none"])
     lines.append("")
     if snap.pivots:
@@ -187,7 +193,14 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
         "config": {"ok": snap.config is not None, "error": snap.config_error},
         "checkpoints": [{"path": str(c.path), "name": c.path.name, "step": c.step, "size": c.size, "mtime": c.mtime,
                          "age": now - c.mtime if c.mtime else None, "status": c.status, "reason": c.reason,
-                         "n_params": c.n_params} for c in snap.checkpoints],
+                         "n_params": c.n_params,
+                         "keep": list(snap.retention.keep.get(c.path.name, ())) if snap.retention else None}
+                        for c in snap.checkpoints],
+        "retention": {"policy": snap.retention.policy, "next_prune": list(snap.retention.next_prune)}
+        if snap.retention else None,
+        "storage": {"used": s.used, "approximate": s.approximate, "free": s.free, "checkpoint_size": s.checkpoint_size,
+                    "checkpoints_that_fit": s.checkpoints_that_fit, "growth_per_s": _num(s.growth_per_s),
+                    "full_in_s": _num(s.full_in_s), "too_full": s.too_full} if (s := snap.storage) else None,
         "newest_checkpoint": str(snap.newest_checkpoint.path) if snap.newest_checkpoint else None,
         "pivots": [{"step": p.step, "archive": p.archive, "stage": p.stage, "policy": p.policy} for p in snap.pivots],
         "pending_pivot": snap.pending_pivot,

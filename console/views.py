@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from rundir import CheckpointInfo, HistoryEvent, RunConfig, Sample
+from rundir.storage import Storage
 from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 
-from .format import LINE_LIMIT, printable, stall_text
+from .format import LINE_LIMIT, format_size, printable, stall_text
 
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
@@ -146,6 +147,38 @@ class PivotEntry:
         return self.stage == "resumed"
 
 
+# The most specific reason first: what makes a file survive any policy, then the policy's rules.
+RULE_ORDER = ("pivot", "rollback", "resumed", "foreign", "invalid", "every", "last", "newest", "all")
+
+
+@dataclass(frozen=True)
+class RetentionView:
+    """run.toml's retention policy applied to the checkpoints on disk (as the trainer would)."""
+
+    policy: str                                  # "keep the last 5 and every multiple of 1,000 steps"
+    keep: dict[str, tuple[str, ...]]             # file name -> why it is kept (empty: the next prune removes it)
+
+    @property
+    def next_prune(self) -> tuple[str, ...]:
+        return tuple(name for name, why in self.keep.items() if not why)
+
+    def rule(self, name: str) -> str:
+        """The one rule that best says why a file is kept (``pivot`` over ``last``...), or
+        ``prune`` when the next prune removes it: a column of the checkpoints pane."""
+        if name not in self.keep:
+            return ""
+        reasons = self.keep[name]
+        if not reasons:
+            return "prune"
+        return min(reasons, key=lambda r: RULE_ORDER.index(r) if r in RULE_ORDER else len(RULE_ORDER))
+
+    def why(self, name: str) -> str:
+        """``kept: last, every`` or ``removed by the next prune`` ("" for a file it does not know)."""
+        if name not in self.keep:
+            return ""
+        return "kept: " + ", ".join(self.keep[name]) if self.keep[name] else "removed by the next prune"
+
+
 @dataclass(frozen=True)
 class RunSnapshot:
     """Everything the dashboard shows, read at one moment."""
@@ -167,6 +200,8 @@ class RunSnapshot:
     log_seen: int = 0                   # trainer.log lines read so far (new ones = the difference)
     pivots: tuple[PivotEntry, ...] = ()  # finished or archived polish pivots, oldest first
     pending_pivot: str | None = None    # an interrupted pivot's journal, described
+    retention: RetentionView | None = None   # why each checkpoint is kept, and what the next prune removes
+    storage: Storage | None = None      # the run directory's size and its filesystem's room
 
     # The snapshot is immutable: what is derived from its (possibly 100,000) checkpoints or
     # arms is computed once, not at every repaint of a pane that asks.
@@ -212,6 +247,10 @@ class RunSnapshot:
 
     def _problems(self) -> list[str]:
         out = []
+        if self.storage is not None and self.storage.too_full:
+            s = self.storage
+            out.append(f"disk nearly FULL: {format_size(s.free)} free on the run directory's filesystem, room for "
+                       f"{s.checkpoints_that_fit} checkpoint(s) of {format_size(s.checkpoint_size)}")
         if self.dir_state == "missing":
             out.append(f"run directory {self.run_dir} does not exist")
         elif self.dir_state == "not a directory":

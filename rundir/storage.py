@@ -88,13 +88,19 @@ def growth_per_step(history_bytes: int, last_step: int | None, checkpoint_size: 
     return per_step
 
 
-def measure(run_dir: str | os.PathLike[str], checkpoint_size: int | None, growth_per_step_bytes: float | None,
-            steps_per_s: float | None) -> Storage:
-    """The run directory's :class:`Storage` (a directory walk and one statvfs)."""
-    used, approximate = directory_size(run_dir)
+def free_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Free bytes for this user on the filesystem of ``path`` (None: it cannot be asked)."""
     try:
-        free: int | None = shutil.disk_usage(run_dir).free
+        return shutil.disk_usage(path).free
     except OSError:
-        free = None
+        return None
+
+
+def measure(run_dir: str | os.PathLike[str], checkpoint_size: int | None, growth_per_step_bytes: float | None,
+            steps_per_s: float | None, free: int | None = None) -> Storage:
+    """The run directory's :class:`Storage` (a directory walk, and one statvfs unless ``free``
+    is given)."""
+    used, approximate = directory_size(run_dir)
+    free = free_bytes(run_dir) if free is None else free
     growth = growth_per_step_bytes * steps_per_s if growth_per_step_bytes and steps_per_s else None
     return Storage(used, free, checkpoint_size, growth, approximate)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from rundir import CheckpointInfo, latest_resumable, list_checkpoints, write_che
 from rundir.checkpoint import expected_size
 from rundir.layout import EVENT_PRUNE, sidecar_name
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps, remove_checkpoints
+from rundir.storage import free_bytes
 from trainer.guard import describe_os_error
 from trainer.resume import checkpoint_payload
 from trainer.state import TrainingState, flat_moments, flat_weights
@@ -193,11 +193,11 @@ class Checkpointer:
     def _no_room(self, step: int) -> OSError | None:
         """ENOSPC, before any byte is written, when the checkpoint cannot fit even after a prune."""
         need = expected_size(self.state.optimizer.weights.numel()) + JSON_ALLOWANCE
-        free = _free_bytes(self.run_dir)
+        free = free_bytes(self.run_dir)
         if free is None or free >= need:
             return None
         self.prune(None)
-        free = _free_bytes(self.run_dir) or 0
+        free = free_bytes(self.run_dir) or 0
         if free >= need:
             return None
         return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: the checkpoint needs {need:,} bytes, "
@@ -247,13 +247,6 @@ def resume_hint(run_dir: Path) -> str:
     """Which checkpoint a run would resume from now, for a message about a failure."""
     newest = latest_resumable(run_dir)
     return f"the newest checkpoint is {newest.path.name}, intact" if newest else "there is no earlier checkpoint"
-
-
-def _free_bytes(path: Path) -> int | None:
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return None
 
 
 def _mib(n: int) -> str:

@@ -74,7 +74,7 @@ class DashboardScreen(Screen):
         if self._markers_from is None or any(a is not b for a, b in zip(made_from, self._markers_from)):
             self._markers_from, self._markers = made_from, plot_markers(*made_from)
         self.query_one(LossPlot).show(snap.history, self._markers)
-        self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now)
+        self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now, snap.retention)
         self.query_one(ArmsPane).show(snap.arms)
         self.query_one(SamplesPane).show(snap.samples, snap.samples_error)
         self.query_one(EventLog).log_lines(snap.log_tail, snap.log_seen)

@@ -15,13 +15,18 @@ from textual.widgets import Static
 from rundir import CheckpointInfo
 
 from ..format import LINE_LIMIT, format_age, format_size, printable
-from ..views import PivotEntry
+from ..views import PivotEntry, RetentionView
 
 STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red"}
 # (header, width, right-aligned) of the columns before the status, which takes what is left.
 COLUMNS = (("step", 8, True), ("age", 7, False), ("size", 9, True))
 GAP = 2
 STATUS_AT = sum(width + GAP for _, width, _ in COLUMNS)
+# The retention rule that keeps each file (last, every, pivot...) gets a column of its own
+# when the status still has this much room beside it; in a narrow pane only "prune next"
+# is said, in the status.
+KEPT_COLUMN = ("kept", 7, False)
+KEPT_FROM_STATUS_WIDTH = 24
 # Rows drawn, newest first; older files are counted on one line (andrea-console --json
 # lists every one).
 ROWS = 50
@@ -32,26 +37,31 @@ class CheckpointsPane(Static):
         super().__init__("", **kwargs)
         self.border_title = "checkpoints"
         self._shown: tuple | None = None
-        self._last: tuple[tuple[CheckpointInfo, ...], tuple[PivotEntry, ...], float] | None = None
+        self._last: tuple | None = None
 
     def on_resize(self, event: events.Resize) -> None:
         if self._last is not None:
             self.show(*self._last)
 
-    def show(self, checkpoints: tuple[CheckpointInfo, ...], pivots: tuple[PivotEntry, ...], now: float) -> None:
+    def show(self, checkpoints: tuple[CheckpointInfo, ...], pivots: tuple[PivotEntry, ...], now: float,
+             retention: RetentionView | None = None) -> None:
         """Every checkpoint file, newest first; the one each pivot resumed from is marked."""
-        self._last = (checkpoints, pivots, now)
+        self._last = (checkpoints, pivots, now, retention)
         if not self.size.width:         # not laid out yet: the first resize draws it
             return
-        status_width = max(10, self.scrollable_content_region.width - STATUS_AT)
+        room = self.scrollable_content_region.width - STATUS_AT
+        with_kept = retention is not None and room - KEPT_COLUMN[1] - GAP >= KEPT_FROM_STATUS_WIDTH
+        columns = (*COLUMNS, KEPT_COLUMN) if with_kept else COLUMNS
+        status_at = STATUS_AT + (KEPT_COLUMN[1] + GAP if with_kept else 0)
+        status_width = max(10, self.scrollable_content_region.width - status_at)
         # Ages move with the clock: redraw when the checkpoints, the width or the
         # ten-second tick of the clock change.
-        key = (checkpoints, pivots, int(now // 10), status_width)
+        key = (checkpoints, pivots, int(now // 10), status_width, retention)
         if key == self._shown:
             return
         self._shown = key
         text = Text(no_wrap=True, overflow="ellipsis")
-        for name, width, right in COLUMNS:
+        for name, width, right in columns:
             text.append(name.rjust(width) if right else name.ljust(width), style="bold")
             text.append(" " * GAP)
         text.append("status", style="bold")
@@ -59,9 +69,10 @@ class CheckpointsPane(Static):
         # The newest ROWS are drawn and the rest counted: a redraw (every ten seconds, as
         # the ages move) must not cost the whole directory.
         for c in checkpoints[:-ROWS - 1:-1]:
-            cells = (f"{c.step:,}", format_age(now - c.mtime) if c.mtime else "-", format_size(c.size))
+            rule = retention.rule(c.path.name) if retention is not None else ""
+            cells = (f"{c.step:,}", format_age(now - c.mtime) if c.mtime else "-", format_size(c.size), rule)
             text.append("\n")
-            for cell, (_, width, right) in zip(cells, COLUMNS):
+            for cell, (_, width, right) in zip(cells, columns):
                 text.append((cell.rjust(width) if right else cell.ljust(width)) + " " * GAP)
             status = Text(c.status, style=STATUS_STYLES.get(c.status, ""))
             if c.reason:
@@ -69,7 +80,9 @@ class CheckpointsPane(Static):
                               style="red" if c.status == "invalid" else "grey62")
             if c.step in by_step:           # the checkpoint a polish pivot resumed from
                 status.append(f" · pivot P → {printable(by_step[c.step].archive)}/", style="magenta")
-            text.append_text(_wrapped(status, status_width, STATUS_AT))
+            if rule == "prune" and not with_kept:
+                status.append(" · prune next", style="yellow")
+            text.append_text(_wrapped(status, status_width, status_at))
         if len(checkpoints) > ROWS:
             older = checkpoints[:-ROWS]
             invalid = sum(c.status == "invalid" for c in older)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..format import LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, slurm_text, stall_text
+from ..format import (LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, slurm_text, stall_text,
+                      storage_text)
 from ..views import RunSnapshot
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
@@ -50,6 +51,9 @@ class StatusPane(Static):
         cpu = f"{t.cpu_percent:.0f}%" if t.cpu_percent is not None else "-"
         add("cpu · rss", f"{cpu} · {format_size(t.rss)}" if running else "-")
         add("gpu mem", format_size(t.gpu_memory) if t.gpu_memory is not None else "n/a")
+        if snap.storage is not None:
+            disk = storage_text(snap.storage)
+            add("disk", Text(disk, style="bold red") if snap.storage.too_full else disk)
         health = Text(f"{h.n_steps:,} steps")
         for count, label in ((h.bad_lines, "bad"), (h.nonfinite, "non-finite"), (1 if h.torn_tail else 0, "torn")):
             if count:

@@ -133,3 +133,27 @@ def test_once_text_lists_every_checkpoint_and_arm_with_status(make_run_dir):
     json.dumps(data)
     assert [c["status"] for c in data["checkpoints"]] == ["complete", "invalid", "complete"]
     assert {a["name"]: a["status"] for a in data["arms"]}["repo-docstrings"] == "zombie"
+
+
+def test_storage_and_retention_are_shown(make_run_dir):
+    """The console's view of #11: the rule that keeps each checkpoint, what the next prune
+    removes, the directory's size, its filesystem's room, and a problem when fewer than three
+    checkpoints fit."""
+    run = make_run_dir(checkpoints=(100, 200, 300))
+    (run / "run.toml").write_text((run / "run.toml").read_text().replace("keep_last = 5", "keep_last = 2"))
+    snap, _ = RunReader(run, now=fixed_now, free_space=lambda _: 10 << 30).read()
+    assert snap.retention.policy == "keep the last 2"
+    assert snap.retention.keep == {"step_000100.bin": (), "step_000200.bin": ("last",),
+                                   "step_000300.bin": ("newest", "last")}
+    assert snap.retention.next_prune == ("step_000100.bin",) and snap.retention.rule("step_000100.bin") == "prune"
+    assert snap.storage.used == sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+    assert snap.storage.free == 10 << 30 and not snap.storage.too_full
+    out = json.loads(json.dumps(to_json(snap, NOW), default=str))
+    assert out["retention"]["next_prune"] == ["step_000100.bin"] and out["storage"]["free"] == 10 << 30
+    assert [c["keep"] for c in out["checkpoints"]] == [[], ["last"], ["newest", "last"]]
+    text = render_text(snap, NOW)
+    assert "retention: keep the last 2" in text and "removed by the next prune" in text
+
+    nearly_full, _ = RunReader(run, now=fixed_now, free_space=lambda _: 2 * snap.storage.checkpoint_size).read()
+    assert nearly_full.storage.too_full
+    assert any("disk nearly FULL" in p and "room for 2 checkpoint(s)" in p for p in nearly_full.problems())

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from console.app import ConsoleApp
+from console.reader import RunReader
 from console.views import TrainerView
 from tests.console.conftest import NOW, fixed_now
 from tests.rundirs import EPOCH, make_run
@@ -28,8 +29,12 @@ def live_probe(run_dir: Path) -> TrainerView:
                        argv=("andrea-train", "runs/run"))
 
 
-def app_for(run_dir: Path, probe=None) -> ConsoleApp:
-    return ConsoleApp(run_dir, now=fixed_now, probe=probe, watch=False, tick=None)
+FREE_SPACE = 500 << 30          # a fixed filesystem: free space is not the machine's on screen
+
+
+def app_for(run_dir: Path, probe=None, **options) -> ConsoleApp:
+    reader = RunReader(run_dir, now=fixed_now, probe=probe, free_space=lambda _: FREE_SPACE)
+    return ConsoleApp(run_dir, now=fixed_now, probe=probe, watch=False, tick=None, reader=reader, **options)
 
 
 async def settled(pilot) -> None:
@@ -98,5 +103,5 @@ def test_log_y_and_window(snap_compare, tmp_path):
         await pilot.press("l", "w")
         await pilot.pause()
 
-    app = ConsoleApp(healthy(tmp_path), now=fixed_now, probe=live_probe, watch=False, tick=None, window=500)
+    app = app_for(healthy(tmp_path), live_probe, window=500)
     assert snap_compare(app, terminal_size=WIDE, run_before=toggled)
