@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 from rich.segment import Segment
-from rich.text import Text
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..format import (LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, slurm_text, stall_text,
-                      storage_text)
+from ..format import (LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, slurm_text,
+                      stall_text, storage_text)
 from ..views import RunSnapshot
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
