@@ -890,8 +890,10 @@ def _next_data(fd: int, pos: int) -> int:
         return -1 if err.errno == errno.ENXIO else pos
 
 
-def _find_newline(fd: int, pos: int, size: int) -> int:
-    """The offset of the first newline at or after ``pos`` (before ``size``), or -1."""
+def _scan(fd: int, pos: int, size: int, find: Callable[[bytes], int], overlap: int = 0) -> int:
+    """The offset of the first match of ``find`` (an index into a chunk, or -1) at or after
+    ``pos`` (before ``size``), reading bounded chunks and jumping sparse holes; -1 if none.
+    ``overlap`` bytes are read again across chunks, for matches longer than one byte."""
     while pos < size:
         pos = _next_data(fd, pos)
         if pos < 0 or pos >= size:
@@ -899,32 +901,27 @@ def _find_newline(fd: int, pos: int, size: int) -> int:
         chunk = os.pread(fd, min(_SCAN_BYTES, size - pos), pos)
         if not chunk:
             return -1
-        i = chunk.find(b"\n")
+        i = find(chunk)
         if i >= 0:
             return pos + i
-        pos += len(chunk)
-    return -1
-
-
-def _find_resync(fd: int, pos: int, size: int) -> int:
-    """The offset of the next "," where an object or array ends and another begins, at
-    or after ``pos``; -1 if none."""
-    overlap = 256
-    while pos < size:
-        pos = _next_data(fd, pos)
-        if pos < 0 or pos >= size:
-            return -1
-        chunk = os.pread(fd, min(_SCAN_BYTES, size - pos), pos)
-        if not chunk:
-            return -1
-        found = _RESYNC.search(chunk)
-        if found is not None:
-            return pos + found.start(1)
         if pos + len(chunk) >= size:
             return -1
         pos += max(1, len(chunk) - overlap)
     return -1
 
+
+def _find_newline(fd: int, pos: int, size: int) -> int:
+    """The offset of the first newline at or after ``pos`` (before ``size``), or -1."""
+    return _scan(fd, pos, size, lambda chunk: chunk.find(b"\n"))
+
+
+def _find_resync(fd: int, pos: int, size: int) -> int:
+    """The offset of the next "," where an object or array ends and another begins, at
+    or after ``pos``; -1 if none."""
+    def find(chunk: bytes) -> int:
+        found = _RESYNC.search(chunk)
+        return found.start(1) if found is not None else -1
+    return _scan(fd, pos, size, find, overlap=256)
 
 _WS = b" \t\r\n"
 # Where one object ends and the next begins: the fast path's cuts (checked by the decode).
