@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .atomic import fsync_dir
 from .checkpoint import CheckpointInfo, checkpoint_path, sidecar_path
@@ -49,6 +49,9 @@ class RetentionPolicy:
 
     keep_last: int = 5
     keep_every: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"keep_last": self.keep_last, "keep_every": self.keep_every}
 
     def describe(self) -> str:
         last = "all" if self.keep_last == 0 else f"the last {self.keep_last}"
@@ -155,6 +158,17 @@ def remove_checkpoints(run_dir: str | os.PathLike[str], doomed: Iterable[Verdict
     if steps:
         fsync_dir(run_dir)
     return PruneResult(tuple(steps), freed, tuple(errors))
+
+
+def prune(run_dir: str | os.PathLike[str], doomed: Sequence[Verdict], policy: RetentionPolicy,
+          record: Callable[[dict[str, Any]], None]) -> PruneResult:
+    """Remove ``doomed`` so that a kill at any moment leaves a run that resumes exactly:
+    ``record`` appends the ``prune`` event with these fields (steps, bytes, policy) and makes
+    it durable *before* the first removal, so that :func:`finish_interrupted_prune` can
+    complete what a kill interrupts; then :func:`remove_checkpoints`."""
+    record({"steps": [v.info.step for v in doomed], "bytes": sum(v.bytes for v in doomed),
+            "policy": policy.as_dict()})
+    return remove_checkpoints(run_dir, doomed)
 
 
 def finish_interrupted_prune(run_dir: str | os.PathLike[str], events: Iterable[HistoryEvent]) -> list[Path]:

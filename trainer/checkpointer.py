@@ -38,7 +38,7 @@ import torch
 from rundir import CheckpointInfo, latest_resumable, list_checkpoints, write_checkpoint
 from rundir.checkpoint import expected_size
 from rundir.layout import EVENT_PRUNE, sidecar_name
-from rundir.retention import RetentionPolicy, plan_retention, protected_steps, remove_checkpoints
+from rundir.retention import RetentionPolicy, plan_retention, protected_steps, prune
 from rundir.storage import free_bytes
 from trainer.guard import describe_os_error
 from trainer.resume import checkpoint_payload
@@ -214,16 +214,15 @@ class Checkpointer:
         doomed = [v for v in verdicts if v.removed_next]
         if not doomed:
             return
-        steps = [v.info.step for v in doomed]
-        size = sum(v.bytes for v in doomed)
         at = self.state.step if just_written is None else just_written
-        self.out.event(EVENT_PRUNE, at, f"prune: removing {len(steps)} checkpoint(s) ({_mib(size)}) by "
-                                        f"the retention policy ({self.policy.describe()}): "
-                                        + ", ".join(v.info.path.name for v in doomed),
-                       steps=steps, bytes=size, policy={"keep_last": self.policy.keep_last,
-                                                        "keep_every": self.policy.keep_every})
-        self.out.history.fsync()             # the list is durable before the first removal
-        result = remove_checkpoints(self.run_dir, doomed)
+
+        def record(fields: dict[str, Any]) -> None:
+            self.out.event(EVENT_PRUNE, at, f"prune: removing {len(doomed)} checkpoint(s) ({_mib(fields['bytes'])}) "
+                                            f"by the retention policy ({self.policy.describe()}): "
+                                            + ", ".join(v.info.path.name for v in doomed), **fields)
+            self.out.history.fsync()
+
+        result = prune(self.run_dir, doomed, self.policy, record)
         for verdict in doomed:
             if verdict.info.step in result.steps:
                 self.out.progress.message(f"prune: removed {sidecar_name(verdict.info.path.name)} and "

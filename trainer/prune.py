@@ -17,8 +17,7 @@ from pathlib import Path
 
 from rundir import ConfigError, LossHistory, LossHistoryWriter, RunLock, RunLockedError, list_checkpoints, load_run_config
 from rundir.layout import EVENT_PRUNE, LOSS_JSON, RUN_TOML, TRAINER_LOG
-from rundir.retention import (RetentionPolicy, finish_interrupted_prune, plan_retention, protected_steps,
-                              remove_checkpoints)
+from rundir.retention import RetentionPolicy, finish_interrupted_prune, plan_retention, protected_steps, prune
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
@@ -69,12 +68,12 @@ def run_prune(args: argparse.Namespace, out=sys.stdout) -> int:
             print(f"{len(doomed)} checkpoint(s) {'would be removed' if args.dry_run else 'to remove'}, "
                   f"{size / (1 << 20):,.1f} MiB", file=out)
             return EXIT_OK
-        steps = [v.info.step for v in doomed]
-        with LossHistoryWriter(run_dir / LOSS_JSON) as writer:     # the list is durable before the first removal
-            writer.event(EVENT_PRUNE, step=history.last_step, time=time.time(), steps=steps, bytes=size,
-                         policy={"keep_last": policy.keep_last, "keep_every": policy.keep_every}, by="andrea-train --prune")
-            writer.fsync()
-        result = remove_checkpoints(run_dir, doomed)
+        def record(fields: dict) -> None:
+            with LossHistoryWriter(run_dir / LOSS_JSON) as writer:
+                writer.event(EVENT_PRUNE, step=history.last_step, time=time.time(), by="andrea-train --prune", **fields)
+                writer.fsync()
+
+        result = prune(run_dir, doomed, policy, record)
         line = (f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} prune ({prog}): removed "
                 f"{len(result.steps)} checkpoint(s), {result.bytes_freed / (1 << 20):,.1f} MiB freed, "
                 f"{policy.describe()}")
