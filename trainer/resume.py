@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 import platform
 import time
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -24,10 +23,9 @@ from trainer.data import ArmData, ArmSampler, ByteTokenizer, SamplerStateError
 from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
 from trainer.optim import FlatAdamW
-from rundir.checkpoint import CheckpointInfo, open_checkpoint, write_checkpoint
+from rundir.checkpoint import CheckpointInfo, open_checkpoint
 from rundir.config import RunConfig
-from trainer.state import (TrainingState, decode_rng, encode_rng, flat_moments, flat_weights, load_flat,
-                           make_optimizer)
+from trainer.state import TrainingState, decode_rng, encode_rng, load_flat, make_optimizer
 
 TRAINER_FORMAT = "andrea-train/1"
 
@@ -195,17 +193,3 @@ def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "time": time.time(),
     }
-
-
-def save_checkpoint(state: TrainingState, run_dir: str | Path,
-                    before_complete: Callable[[], None] | None = None) -> CheckpointInfo | None:
-    """Write ``step_NNNNNN.bin`` and its ``.json`` for the current step boundary
-    (``before_complete``: see :func:`~rundir.checkpoint.write_checkpoint`). Under
-    torchrun only rank 0 writes (every rank holds the same weights, m and v); the others
-    return None and wait for it in the next collective."""
-    if not state.ranks.writer:
-        return None
-    weights = flat_weights(state.optimizer)
-    m, v = flat_moments(state.optimizer)
-    return write_checkpoint(run_dir, state.step, weights, m, v, resume=checkpoint_payload(state),
-                            before_complete=before_complete)
