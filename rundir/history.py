@@ -1152,3 +1152,110 @@ def _next_byte(data: bytes, i: int, direction: int) -> int:
             return data[i]
         i += direction
     return -1
+
+
+# -- the newest lines only ------------------------------------------------------------
+# A summary of many runs reads this many bytes at the end of each history, never more:
+# a few thousand steps of JSON Lines, whatever the file's size.
+TAIL_BYTES = 64 << 10
+_FLAT_OBJECT = re.compile(rb"\{[^{}]*\}")
+
+
+@dataclass(frozen=True)
+class HistoryTail:
+    """The newest steps of a history (the last :data:`TAIL_BYTES` of the file), as columns
+    sorted by step, and its events in file order. ``complete`` is True when the whole file
+    fit in the tail (the columns are then the whole history)."""
+
+    format: str | None
+    step: np.ndarray
+    loss: np.ndarray
+    tokens: np.ndarray
+    time: np.ndarray
+    events: tuple[HistoryEvent, ...]
+    size: int = 0
+    mtime: float | None = None
+    complete: bool = True
+    bad_lines: int = 0
+    torn_tail: int = 0
+    error: str | None = None
+
+
+def _empty_tail(**fields: Any) -> HistoryTail:
+    empty = np.empty(0)
+    return HistoryTail(fields.pop("format", None), np.empty(0, np.int64), empty, np.empty(0, np.int64), empty, (),
+                       **fields)
+
+
+def read_history_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES) -> HistoryTail:
+    """The newest lines of ``.loss.json``: one bounded read at the end of the file, the
+    first (cut) line of it dropped; never raises, never reads more than ``max_bytes``.
+    A JSON array (another engine's history) gives its newest flat elements the same way."""
+    path = Path(path)
+    try:
+        fd, st = open_regular(path)
+    except FileNotFoundError:
+        return _empty_tail()
+    except ValueError as err:
+        return _empty_tail(error=f"{path.name}: {err}")
+    except OSError as err:
+        return _empty_tail(error=f"{path.name}: cannot read: {err.strerror or err}")
+    try:
+        size = st.st_size
+        start = max(0, size - max_bytes)
+        head = os.pread(fd, min(size, 64 << 10), 0) if start else b""
+        data = os.pread(fd, size - start, start)
+    except OSError as err:
+        return _empty_tail(error=f"{path.name}: cannot read: {err.strerror or err}", size=st.st_size)
+    finally:
+        os.close(fd)
+    fmt = _detect_format(head if start else data)
+    records: list[Any] = []
+    bad = torn = 0
+    if fmt == "array":
+        # Elements cut by the read, or nested, are not flat objects: only whole ones are taken.
+        pieces = [match.group() for match in _FLAT_OBJECT.finditer(data)]
+    else:
+        pieces = data.split(b"\n")
+        if start:
+            pieces = pieces[1:]                    # cut by the read: not a whole line
+        if pieces and pieces[-1].strip():
+            torn = len(pieces[-1])                 # not a line until its newline lands
+        pieces = [line for line in pieces[:-1] if line.strip()]
+    try:                                           # the usual case: every piece is plain JSON
+        records = orjson.loads(b"[" + b",".join(pieces) + b"]") if pieces else []
+        if len(records) != len(pieces):            # a line holding a comma-joined pair
+            raise orjson.JSONDecodeError("pieces", "", 0)
+    except orjson.JSONDecodeError:
+        records = []
+        for piece in pieces:
+            value = _parse_line(piece)
+            if isinstance(value, _BadLine):
+                bad += 1
+            else:
+                records.append(value)
+    steps: list[tuple[int, float, int, float]] = []
+    events = []
+    for number, record in enumerate(records):
+        if not isinstance(record, dict):
+            bad += 1
+            continue
+        step = record.get("step")
+        if "event" in record:
+            if isinstance(record["event"], str) and not _nested_deeper(record, MAX_EVENT_NESTING):
+                events.append(HistoryEvent(record["event"], step if _is_int(step) else None,
+                                           _as_float(record.get("time")), number, record))
+            continue
+        if not _is_int(step) or "loss" not in record:
+            bad += 1
+            continue
+        tokens = record.get("tokens")
+        steps.append((int(step), _as_float(record.get("loss")), int(tokens) if _is_int(tokens) else -1,
+                      _as_float(record.get("time"))))
+    steps.sort(key=lambda row: row[0])
+    # The newest line for a step wins (a resumed run writes its steps again).
+    unique = list({row[0]: row for row in steps}.values())
+    cols = list(zip(*unique)) if unique else [(), (), (), ()]
+    return HistoryTail(fmt, np.array(cols[0], np.int64), np.array(cols[1], np.float64), np.array(cols[2], np.int64),
+                       np.array(cols[3], np.float64), tuple(events), size=size, mtime=st.st_mtime,
+                       complete=start == 0, bad_lines=bad, torn_tail=torn)
