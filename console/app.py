@@ -193,28 +193,38 @@ class ConsoleApp(App[None]):
         self.checkpoint_now()
 
     @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
-    def checkpoint_now(self) -> None:
+    def checkpoint_now(self, run_dir: Path | None = None) -> None:
+        """SIGUSR1 to the trainer of ``run_dir`` (the dashboard's run when None)."""
         worker = get_current_worker()
+        run_dir = self.run_dir if run_dir is None else run_dir
+        reader = self.reader if run_dir == self.run_dir else None
         # The reader reports the landing (one notice, with the delay), so it learns of the
         # request before the signal can be answered; this worker only makes sure a read
         # happens, and reports a request that is never answered.
-        request = CheckpointRequest(time.time(), checkpoint_stamps(self.run_dir))
-        self.reader.expect_checkpoint(request)
-        result = send(self.run_dir, CHECKPOINT_SIGNAL, request.baseline)
+        request = CheckpointRequest(time.time(), checkpoint_stamps(run_dir))
+        if reader is not None:
+            reader.expect_checkpoint(request)
+        result = send(run_dir, CHECKPOINT_SIGNAL, request.baseline)
         self.notify_from_thread(result.message, "action" if result.ok else "warn")
         if not result.ok:
-            self.reader.forget_checkpoint(request)
+            if reader is not None:
+                reader.forget_checkpoint(request)
             return
-        info, why = wait_for_checkpoint(self.run_dir, result, SIGNAL_TIMEOUT_S, lambda: worker.is_cancelled)
+        info, why = wait_for_checkpoint(run_dir, result, SIGNAL_TIMEOUT_S, lambda: worker.is_cancelled)
         if worker.is_cancelled:
             return
         if info is None:
             self.notify_from_thread(f"checkpoint request: {why}", "error")
             return
+        if reader is None:
+            self.notify_from_thread(f"checkpoint landed: {info.path.name} (step {info.step:,})", "good")
         self.post_message(FilesChanged(frozenset({CHECKPOINTS})))
 
     def action_stop(self) -> None:
-        trainer = self.snapshot.trainer if self.snapshot else None
+        self.confirm_stop(self.run_dir, self.snapshot.trainer if self.snapshot else None)
+
+    def confirm_stop(self, run_dir: Path, trainer: TrainerView | None) -> None:
+        """Ask, then SIGTERM the verified trainer of ``run_dir`` (``trainer`` as last seen)."""
         if trainer is None or not trainer.signallable:
             why = f"the trainer is {trainer.label}: {trainer.reason}" if trainer else "the run is still being read"
             self.say(f"s: nothing verified to stop ({why})", "warn")
@@ -223,7 +233,7 @@ class ConsoleApp(App[None]):
         def decided(yes: bool | None) -> None:
             if yes:
                 self.say(f"stop confirmed: sending SIGTERM to pid {trainer.pid}")
-                self.stop_trainer()
+                self.stop_trainer(run_dir)
             else:
                 self.say("stop cancelled: the trainer keeps training")
 
@@ -231,16 +241,17 @@ class ConsoleApp(App[None]):
                                        "It finishes its step, writes a final checkpoint and exits."), decided)
 
     @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
-    def stop_trainer(self) -> None:
+    def stop_trainer(self, run_dir: Path | None = None) -> None:
         worker = get_current_worker()
-        result = send(self.run_dir, STOP_SIGNAL)
+        run_dir = self.run_dir if run_dir is None else run_dir
+        result = send(run_dir, STOP_SIGNAL)
         self.notify_from_thread(result.message, "action" if result.ok else "warn")
         if not result.ok:
             return
         child = self.child
         if child is not None and result.verification.record and child.pid != result.verification.record.pid:
             child = None
-        exited, text = wait_for_exit(self.run_dir, result, SIGNAL_TIMEOUT_S, child, lambda: worker.is_cancelled)
+        exited, text = wait_for_exit(run_dir, result, SIGNAL_TIMEOUT_S, child, lambda: worker.is_cancelled)
         if child is not None:
             self._child_reported = True
         if not worker.is_cancelled:

@@ -1,6 +1,8 @@
 """``andrea-console RUN_DIR``: the dashboard, and its scriptable twins.
 
     andrea-console RUN_DIR                 open the dashboard
+    andrea-console RUNS_DIR                a directory of run directories: the overview of them all
+                                           (--once and --json print it)
     andrea-console RUN_DIR --start         launch the trainer detached, then open the dashboard
     andrea-console RUN_DIR --once          the dashboard as plain text, then exit
     andrea-console RUN_DIR --json          the same as JSON
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
+from rundir.runs import is_runs_dir
 from rundir.text import printable
 
 from .prefetch import start_history_prefetch
@@ -101,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.start and (args.once or args.json or args.checkpoint or args.stop):
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)
+    if is_runs_dir(run_dir):             # runs/: every run at once
+        from .overview_cli import run_overview
+
+        return run_overview(run_dir, args, _fail)
     if args.once or args.json:
         return _report(run_dir, args)
     if args.checkpoint or args.stop:

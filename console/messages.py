@@ -15,6 +15,9 @@ from textual.message import Message
 from .views import Notice, RunSnapshot
 
 if TYPE_CHECKING:
+    from rundir.run_summary import RunSummary
+    from rundir.runs import RunsListing
+
     from .pivot_runner import PivotOutcome
 
 
@@ -54,3 +57,22 @@ class PivotProgress(Message):
     step: str
     text: str
     outcome: "PivotOutcome | None" = None
+
+
+@dataclass
+class RunsScanned(Message):
+    """The overview's worker summarized every run of the runs directory (most active first)."""
+
+    summaries: "list[RunSummary]"
+    listing: "RunsListing"
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RunsScanned)
+
+
+@dataclass
+class CompareReady(Message):
+    """The comparison's worker parsed the marked runs' whole histories: one series each."""
+
+    series: list = field(default_factory=list)        # [(name, steps, tokens, loss)]
+    problems: list[str] = field(default_factory=list)

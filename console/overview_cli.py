@@ -1,0 +1,52 @@
+"""``andrea-console runs/``: a directory of run directories opens the overview.
+
+``--once`` and ``--json`` print it; the keys that act on one run (``--checkpoint``,
+``--stop``, ``--pivot``, ``--start``) ask for that run's directory instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from rundir.text import printable
+
+
+def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int], int]) -> int:
+    """The overview for ``andrea-console ROOT [--once | --json]``; an exit status."""
+    one_run = [flag for flag, on in (("--checkpoint", args.checkpoint), ("--stop", args.stop),
+                                     ("--pivot", args.pivot), ("--pivot-rollback", args.pivot_rollback),
+                                     ("--start", args.start)) if on]
+    if one_run:
+        return fail(f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})", 2)
+    if args.once or args.json:
+        from rundir.run_summary import summarize_runs
+
+        from .overview_report import overview_json, render_overview_text
+
+        now = time.time()
+        summaries, listing = summarize_runs(root, now, stall_after=args.stall_after)
+        if args.json:
+            sys.stdout.write(json.dumps(overview_json(root, summaries, listing, now), indent=2, default=str) + "\n")
+        else:
+            sys.stdout.write(render_overview_text(root, summaries, listing, now, width=max(40, args.width)))
+        return 1 if listing.error else 0
+    open_overview(root, smoothing=args.smooth, window=args.window, stall_after=args.stall_after)
+    return 0
+
+
+def open_overview(root: Path, *, smoothing: float = 0.98, customize: Callable[[type], type] | None = None,
+                  run_options: dict[str, Any] | None = None, **app_options: Any) -> None:
+    """Open the overview on ``root`` and return when it quits (``customize`` wraps the app
+    class for benchmarks; ``run_options`` go to ``App.run``)."""
+    from .overview_app import OverviewApp
+    from .plot import PlotOptions
+
+    app_class = customize(OverviewApp) if customize else OverviewApp
+    app_class(root, options=PlotOptions(smoothing=smoothing), **app_options).run(**(run_options or {}))
+
+

@@ -1,0 +1,73 @@
+"""The comparison: the marked runs' whole histories parsed (in a worker thread), their loss
+curves overlaid. ``x`` plots by step or by tokens, ``l`` switches log y, Escape returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Static
+
+from rundir import LossHistory
+from rundir.layout import LOSS_JSON
+
+from ..format import LINE_LIMIT, printable
+from ..messages import CompareReady
+from ..widgets import KeyBar
+from ..widgets.compare_plot import ComparePlot
+
+
+def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
+    """Each run's whole history: ``(name, steps, tokens, loss)`` and the problems met."""
+    series, problems = [], []
+    for name, path in runs:
+        history = LossHistory(path / LOSS_JSON)
+        history.refresh()
+        if history.error:
+            problems.append(f"{name}: {history.error}")
+        series.append((name, history.step.copy(), history.tokens.copy(), history.loss.copy()))
+    return CompareReady(series, problems)
+
+
+class CompareScreen(Screen):
+    BINDINGS = [
+        Binding("x", "x_axis", "step/tokens"),
+        Binding("l", "log_y", "log-y"),
+        Binding("escape", "back", "overview"),
+    ]
+
+    def __init__(self, runs: list[tuple[str, Path]]) -> None:
+        super().__init__(id="compare")
+        self.runs = runs
+
+    def compose(self) -> ComposeResult:
+        yield ComparePlot(id="compare-plot", classes="pane")
+        yield Static("", id="compare-problems")
+        yield KeyBar()
+
+    def on_mount(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
+    def load(self) -> None:
+        self.post_message(read_series(self.runs))
+
+    def on_compare_ready(self, message: CompareReady) -> None:
+        self.query_one(ComparePlot).show(message.series)
+        self.query_one("#compare-problems", Static).update(
+            Text("; ".join(printable(p, LINE_LIMIT) for p in message.problems), style="red"))
+
+    def action_x_axis(self) -> None:
+        plot = self.query_one(ComparePlot)
+        plot.by_tokens = not plot.by_tokens
+
+    def action_log_y(self) -> None:
+        plot = self.query_one(ComparePlot)
+        plot.log_y = not plot.log_y
+
+    def action_back(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,233 @@
+"""A cheap summary of each run of a runs directory, for the console's overview.
+
+:func:`summarize_run` reads only what is small:
+the tail of the history (:func:`~rundir.history.read_history_tail`, never the whole
+file), ``run.toml``, ``.trainer.json`` (verified), ``.state.json`` for zombie arms, the
+newest checkpoints' headers and the directory's size. It never raises: what it cannot
+read is one of the run's problems.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .checkpoint import CheckpointInfo, inspect_checkpoint
+from .config import ConfigError, RunConfig, load_run_config
+from .history import HistoryTail, read_history_tail
+from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
+                     RUN_TOML, TRAINER_JSON, is_checkpoint_bin)
+from .pivot_files import read_journal
+from .process import Verification, verify_trainer
+from .runs import RunsListing, list_runs
+from .sidecars import read_state
+from .storage import directory_size
+from .zombies import find_zombies
+
+# A verified trainer whose history has not grown for this long is stalled: the larger of
+# STALL_MIN_S and STALL_STEPS median step times (the dashboard's reader uses the same).
+STALL_MIN_S = 60.0
+STALL_STEPS = 10
+# The overview's loss is a debiased EMA with this weight of the past, over the tail.
+EMA_BETA = 0.98
+# Steps per second over at most this many of the newest steps.
+RATE_STEPS = 200
+# Only the newest checkpoints are inspected (header and sidecar): a run with 20,000 of
+# them costs what one with 20 does.
+CHECKPOINTS_INSPECTED = 20
+# Zombie arms named one per problem up to this many (more make one line).
+ZOMBIES_LISTED = 3
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One row of the overview: what a run is doing, read cheaply. Strings are as read
+    (a viewer makes them printable)."""
+
+    path: Path
+    name: str
+    trainer_state: str                  # running | stopped | stale | unverified | unreadable
+    trainer_reason: str
+    pid: int | None
+    stalled: bool
+    last_step: int | None
+    ema_loss: float | None
+    steps_per_s: float | None
+    tokens: int | None
+    max_steps: int | None
+    eta_s: float | None
+    newest_checkpoint: CheckpointInfo | None
+    checkpoints: int
+    disk_used: int
+    disk_approximate: bool
+    last_activity: float                # newest mtime among the history, checkpoints, record and directory
+    history_format: str | None
+    problems: tuple[str, ...]
+    finished: bool = False              # the history's last event is a clean stop
+
+    @property
+    def key(self) -> str:
+        return str(self.path)
+
+
+def _ema(loss: np.ndarray, beta: float = EMA_BETA) -> float | None:
+    """The debiased EMA at the last value (non-finite values skipped): a weighted mean."""
+    ok = np.isfinite(loss)
+    if not ok.any():
+        return None
+    weights = beta ** np.arange(len(loss) - 1, -1, -1, dtype=np.float64) * ok
+    return float(np.sum(np.where(ok, loss, 0.0) * weights) / np.sum(weights))
+
+
+def _rate(x: np.ndarray, t: np.ndarray) -> float | None:
+    ok = np.isfinite(t) & (x >= 0)
+    x, t = x[ok][-RATE_STEPS:], t[ok][-RATE_STEPS:]
+    if len(t) < 2 or t[-1] <= t[0]:
+        return None
+    return float(x[-1] - x[0]) / float(t[-1] - t[0])
+
+
+def stall_threshold(step_times: np.ndarray, stall_after: float | None = None) -> float:
+    """``stall_after``, else the larger of :data:`STALL_MIN_S` and :data:`STALL_STEPS` median
+    step times of ``step_times``."""
+    if stall_after is not None:
+        return stall_after
+    dt = np.diff(step_times[np.isfinite(step_times)])
+    dt = dt[dt > 0]
+    return max(STALL_MIN_S, STALL_STEPS * float(np.median(dt))) if len(dt) else STALL_MIN_S
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _checkpoints(run: Path) -> tuple[list[CheckpointInfo], int]:
+    """The newest :data:`CHECKPOINTS_INSPECTED` checkpoints inspected (oldest first), and how many there are."""
+    try:
+        names = [e.name for e in os.scandir(run) if is_checkpoint_bin(e.name)]
+    except OSError:
+        return [], 0
+    names.sort()
+    infos = [inspect_checkpoint(run / name) for name in names[-CHECKPOINTS_INSPECTED:]]
+    return sorted(infos, key=lambda i: (i.step, i.path.name)), len(names)
+
+
+def _tail_problems(tail: HistoryTail, newest: CheckpointInfo | None) -> list[str]:
+    out = []
+    if tail.error:
+        out.append(tail.error)
+    for ev in reversed(tail.events):
+        if ev.event == EVENT_CHECKPOINT_FAILED:
+            step = ev.step if ev.step is not None else -1
+            if newest is None or newest.step < step:
+                out.append(f"checkpoint FAILED at step {ev.step}: {ev.data.get('error', 'write error')}")
+            break
+        if ev.event in (EVENT_CHECKPOINT, EVENT_START, EVENT_RESUME):
+            break
+    for ev in reversed(tail.events):
+        if ev.event == EVENT_STOP:
+            if ev.data.get("reason") == "nonfinite":
+                out.append(f"trainer stopped: the run diverged at step {ev.step}")
+            break
+        if ev.event in (EVENT_START, EVENT_RESUME):
+            break
+    if tail.bad_lines:
+        out.append(f"{LOSS_JSON}: {tail.bad_lines} unreadable line(s) among the newest")
+    if tail.torn_tail:
+        out.append(f"{LOSS_JSON}: torn last line ({tail.torn_tail} bytes)")
+    nonfinite = int(np.count_nonzero(~np.isfinite(tail.loss)))
+    if nonfinite:
+        out.append(f"{LOSS_JSON}: {nonfinite} non-finite loss value(s) among the newest steps")
+    return out
+
+
+def summarize_run(run: str | os.PathLike[str], now: float | None = None,
+                  verify: Callable[[Path], Verification] = verify_trainer,
+                  stall_after: float | None = None) -> RunSummary:
+    """The overview's row for ``run`` (see the module's docstring for what is read); never raises."""
+    run = Path(run)
+    now = time.time() if now is None else now
+    problems: list[str] = []
+    try:
+        os.listdir(run)
+    except OSError as err:
+        return RunSummary(run, run.name, "unreadable", f"cannot read the run directory: {err.strerror or err}", None,
+                          False, None, None, None, None, None, None, None, 0, 0, False, _mtime(run), None,
+                          (f"cannot read the run directory: {err.strerror or err}",))
+    tail = read_history_tail(run / LOSS_JSON)
+    config: RunConfig | None = None
+    if (run / RUN_TOML).exists():
+        try:
+            config = load_run_config(run)
+        except ConfigError as err:
+            problems.append(str(err))
+    try:
+        v = verify(run)
+    except Exception as err:            # a verification bug must not hide the other runs
+        v = Verification("unreadable", f"verification failed: {err}")
+    checkpoints, n_checkpoints = _checkpoints(run)
+    newest = next((c for c in reversed(checkpoints) if c.status != "invalid"), None)
+    # What the run last did, as the run itself dates it (its newest step, its newest
+    # checkpoint); a run that has neither is dated by its files.
+    dated = [float(t) for t in tail.time[-1:] if math.isfinite(t)] + [c.mtime for c in checkpoints[-1:] if c.mtime]
+    last_activity = max(dated) if dated else max(tail.mtime or 0.0, _mtime(run / TRAINER_JSON), _mtime(run))
+    stalled = False
+    if v.state in ("stale", "unverified", "unreadable"):
+        problems.insert(0, f"trainer {v.state}: {v.reason}")
+    elif v.ok:
+        started = (v.record.started or v.record.create_time) if v.record else 0.0
+        latest = max(started or 0.0, tail.mtime or 0.0, *(c.mtime for c in checkpoints[-1:]))
+        threshold = stall_threshold(tail.time[-2 * RATE_STEPS:], stall_after)
+        if now - latest > threshold:
+            stalled = True
+            problems.insert(0, f"trainer STALLED: no new step for {now - latest:.0f} s")
+    problems.extend(_tail_problems(tail, newest))
+    invalid = [c for c in checkpoints if c.status == "invalid"]
+    if invalid:
+        problems.append(f"{len(invalid)} invalid checkpoint(s) among the newest {len(checkpoints)}: "
+                        f"{invalid[-1].path.name}: {invalid[-1].reason}")
+    state = read_state(run)
+    if state.value is not None:
+        try:
+            zombies = find_zombies(state.value, config, run)
+        except Exception as err:
+            zombies = {"?": f"zombie check failed: {err}"}
+        if len(zombies) <= ZOMBIES_LISTED:
+            problems.extend(f"zombie arm {name}: {reason}" for name, reason in zombies.items())
+        else:
+            name, reason = next(iter(zombies.items()))
+            problems.append(f"{len(zombies):,} zombie arms; {name}: {reason}")
+    journal, journal_error = read_journal(run)
+    if journal_error or journal is not None:
+        problems.append(journal_error or f"a polish pivot is unfinished (last completed stage: {journal.stage})")
+    last_step = int(tail.step[-1]) if len(tail.step) else None
+    rate = _rate(tail.step, tail.time)
+    max_steps = config.run.max_steps if config is not None and config.run.max_steps else None
+    eta = None
+    if max_steps and rate and last_step is not None and v.ok and max_steps > last_step:
+        eta = (max_steps - last_step) / rate
+    tokens = int(tail.tokens[-1]) if len(tail.tokens) and tail.tokens[-1] >= 0 else None
+    used, approximate = directory_size(run)
+    finished = bool(tail.events) and tail.events[-1].event == EVENT_STOP and not v.ok
+    return RunSummary(run, run.name, v.state, v.reason, v.record.pid if v.record else None, stalled, last_step,
+                      _ema(tail.loss), rate, tokens, max_steps, eta if eta is None or math.isfinite(eta) else None,
+                      newest, n_checkpoints, used, approximate, last_activity, tail.format, tuple(problems), finished)
+
+
+def summarize_runs(root: str | os.PathLike[str], now: float | None = None,
+                   verify: Callable[[Path], Verification] = verify_trainer,
+                   stall_after: float | None = None) -> tuple[list[RunSummary], RunsListing]:
+    """Every run under ``root`` summarized, the most recently active first."""
+    listing = list_runs(root)
+    summaries = [summarize_run(run, now, verify, stall_after) for run in listing.runs]
+    summaries.sort(key=lambda s: (-s.last_activity, s.name))
+    return summaries, listing
