@@ -1,0 +1,141 @@
+"""``andrea-console runs/``: the overview against real trainers, finished runs, another
+engine's run and junk subdirectories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from console.overview_app import OverviewApp
+from console.screens import ConfirmScreen, DashboardScreen
+from console.screens.compare import CompareScreen
+from console.widgets.compare_plot import ComparePlot
+from tests.console.trainer_proc import ROOT, Trainer
+from tests.rundirs import make_run
+
+SIZE = (140, 40)
+
+
+def make_runs_dir(root):
+    """Two finished runs, another engine's run (a JSON array, no run.toml) and junk."""
+    make_run(root / "finished", steps=600, checkpoints=(300, 600),
+             events=({"event": "stop", "step": 600, "reason": "signal"},))
+    make_run(root / "diverged", steps=400, checkpoints=(200,), nonfinite=(398, 399, 400),
+             events=({"event": "stop", "step": 400, "reason": "nonfinite", "in_a_row": 3},))
+    make_run(root / "other-engine", steps=500, checkpoints=(), history_format="array", with_run_toml=False,
+             with_state=False, with_samples=False)
+    (root / "junk").mkdir()
+    (root / "junk" / "notes.txt").write_text("not a run")
+    (root / "empty").mkdir()
+    (root / "stray-file.txt").write_text("a file, not a run directory")
+    return root
+
+
+def console(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "console", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
+async def until(pilot, condition, timeout: float = 90.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what or condition}")
+
+
+def select(app: OverviewApp, name: str) -> None:
+    table = app.overview.table
+    index = next(i for i, s in enumerate(table.summaries) if s.name == name)
+    table.move_cursor(row=index, animate=False)
+
+
+def by_name(app: OverviewApp) -> dict:
+    return {s.name: s for s in app.summaries}
+
+
+def test_once_and_json_with_live_trainers(tmp_path):
+    root = make_runs_dir(tmp_path / "runs")
+    with Trainer(root / "live-a"), Trainer(root / "live-b"):
+        out = console(str(root), "--json")
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        runs = {r["run"]: r for r in data["runs"]}
+        assert set(runs) == {"live-a", "live-b", "finished", "diverged", "other-engine"}
+        assert runs["live-a"]["trainer"]["state"] == runs["live-b"]["trainer"]["state"] == "running"
+        assert runs["live-a"]["trainer"]["pid"] and runs["live-a"]["last_step"] is not None
+        assert runs["finished"]["trainer"]["label"] == "finished" and runs["finished"]["last_step"] == 600
+        assert runs["finished"]["newest_checkpoint"]["step"] == 600 and runs["finished"]["problems"] == []
+        assert any("diverged" in p for p in runs["diverged"]["problems"])
+        assert runs["other-engine"]["history_format"] == "array" and runs["other-engine"]["last_step"] == 500
+        assert {s["name"] for s in data["skipped"]} == {"junk", "empty"}
+        # The live runs wrote last: they come first.
+        assert [r["run"] for r in data["runs"]][:2] != ["finished", "diverged"]
+
+        out = console(str(root), "--once", "--width", "120")
+        assert out.returncode == 0, out.stderr
+        assert "live-a" in out.stdout and "running" in out.stdout and "finished" in out.stdout
+        assert "junk/: not a run" in out.stdout and "diverged: trainer stopped: the run diverged" in out.stdout
+
+        out = console(str(root), "--stop")
+        assert out.returncode == 2 and "acts on one run" in out.stderr
+        assert psutil.pid_exists(runs["live-a"]["trainer"]["pid"])
+
+
+@pytest.mark.asyncio
+async def test_overview_live(tmp_path):
+    """New runs appear while the overview is open; Enter opens a run's dashboard and Escape
+    returns; s on the overview stops the selected trainer after the confirmation; space
+    marks runs and v compares them."""
+    root = make_runs_dir(tmp_path / "runs")
+    with Trainer(root / "live") as trainer:
+        app = OverviewApp(root, refresh=0.5)
+        async with app.run_test(size=SIZE, notifications=False) as pilot:
+            await until(pilot, lambda: "live" in by_name(app), what="the first scan")
+            await until(pilot, lambda: by_name(app)["live"].trainer_state == "running", what="live verified")
+            assert set(by_name(app)) == {"live", "finished", "diverged", "other-engine"}
+
+            make_run(root / "newcomer", steps=50, checkpoints=())
+            await until(pilot, lambda: "newcomer" in by_name(app), what="the new run to appear")
+
+            select(app, "finished")
+            await pilot.press("enter")
+            await until(pilot, lambda: app.snapshot is not None and app.snapshot.name == "finished",
+                        what="the finished run's dashboard")
+            assert isinstance(app.screen, DashboardScreen)
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is app.overview, what="back to the overview")
+
+            select(app, "finished")
+            await pilot.press("space")
+            select(app, "other-engine")
+            await pilot.press("space", "v")
+            await until(pilot, lambda: isinstance(app.screen, CompareScreen)
+                        and app.screen.query_one(ComparePlot).series is not None, what="the comparison")
+            names = [name for name, *_ in app.screen.query_one(ComparePlot).series]
+            assert names == ["finished", "other-engine"]
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is app.overview, what="back from the comparison")
+
+            select(app, "live")
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+            await pilot.press("n")                  # any other key cancels: nothing is sent
+            await pilot.pause(0.5)
+            assert trainer.proc.poll() is None
+            select(app, "live")
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+            await pilot.press("y")
+            deadline = time.monotonic() + 120
+            while trainer.proc.poll() is None and time.monotonic() < deadline:
+                await pilot.pause(0.2)
+            assert trainer.proc.returncode == 0
+            await until(pilot, lambda: by_name(app)["live"].trainer_state == "stopped", what="the stop to show")
+            await pilot.press("q")
