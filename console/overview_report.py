@@ -18,8 +18,9 @@ from .format import LINE_LIMIT, format_age, format_float, format_size, printable
 from .views import TRAINER_LABELS
 
 # (header, width, right-aligned) of each column; the run's name takes what is left.
-COLUMNS = (("run", 0, False), ("trainer", 16, False), ("step", 9, True), ("loss", 7, True), ("steps/s", 7, True),
-           ("ETA", 7, True), ("ckpt", 9, True), ("ckpt age", 9, True), ("disk", 9, True), ("problems", 8, True))
+# The problems count comes right after the trainer: on 80 columns it is in sight.
+COLUMNS = (("run", 0, False), ("trainer", 16, False), ("problems", 8, True), ("step", 9, True), ("loss", 7, True),
+           ("steps/s", 7, True), ("ETA", 7, True), ("ckpt", 9, True), ("ckpt age", 9, True), ("disk", 9, True))
 NAME_WIDTH = 18
 
 
@@ -35,12 +36,11 @@ def row_cells(s: RunSummary, now: float) -> tuple[str, ...]:
     """The overview's cells for one run, in :data:`COLUMNS` order."""
     newest = s.newest_checkpoint
     rate = "-" if s.steps_per_s is None or not math.isfinite(s.steps_per_s) else f"{s.steps_per_s:,.1f}"
-    return (printable(s.name, LINE_LIMIT), trainer_label(s),
+    return (printable(s.name, LINE_LIMIT), trainer_label(s), str(len(s.problems)),
             "-" if s.last_step is None else f"{s.last_step:,}", format_float(s.ema_loss, ".4f"), rate,
             format_age(s.eta_s), "-" if newest is None else f"{newest.step:,}",
             "-" if newest is None or not newest.mtime else format_age(now - newest.mtime),
-            ("≥ " if s.disk_approximate else "") + format_size(s.disk_used),
-            str(len(s.problems)) if s.problems else "0")
+            ("≥ " if s.disk_approximate else "") + format_size(s.disk_used))
 
 
 def _line(cells: tuple[str, ...], name_width: int) -> str:
