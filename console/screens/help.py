@@ -23,6 +23,15 @@ KEYS = [
     ("?", "this help; any key closes it"),
 ]
 
+# On the overview of a runs directory (andrea-console runs/).
+OVERVIEW_KEYS = [
+    ("Enter", "open the selected run's dashboard; Escape there returns to the overview"),
+    ("c / s", "checkpoint / stop the selected run's trainer (verified; s asks first, as on the dashboard)"),
+    ("space", "mark or unmark the selected run"),
+    ("v", "compare the marked runs (or the selected one): loss curves overlaid, min/max envelope per run; "
+          "x step / tokens, l log / linear y, Escape returns"),
+]
+
 PANES = [
     ("status", "trainer state: running (verified pid), stopped, not supervised (a record that fails "
                "verification: never signalled), stale pid record (the pid is gone or reused)"),
@@ -47,9 +56,16 @@ class HelpScreen(ModalScreen[None]):
         panes.add_column()
         for name, what in PANES:
             panes.add_row(name, what)
+        overview = Table.grid(padding=(0, 2))
+        overview.add_column(style="bold cyan", no_wrap=True)
+        overview.add_column()
+        for key, what in OVERVIEW_KEYS:
+            overview.add_row(key, what)
         with VerticalScroll(id="help-box"):
             yield Static(Text("andrea-console: keys", style="bold"))
             yield Static(keys)
+            yield Static(Text("\noverview of a runs directory (andrea-console runs/)", style="bold"))
+            yield Static(overview)
             yield Static(Text("\npanes", style="bold"))
             yield Static(panes)
             yield Static(Text("\nany key closes this help", style="grey62"))
