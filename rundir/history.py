@@ -1157,7 +1157,7 @@ def _next_byte(data: bytes, i: int, direction: int) -> int:
 # -- the newest lines only ------------------------------------------------------------
 # A summary of many runs reads this many bytes at the end of each history, never more:
 # a few thousand steps of JSON Lines, whatever the file's size.
-TAIL_BYTES = 64 << 10
+TAIL_BYTES = 32 << 10
 _FLAT_OBJECT = re.compile(rb"\{[^{}]*\}")
 
 
@@ -1210,7 +1210,6 @@ def read_history_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES)
     finally:
         os.close(fd)
     fmt = _detect_format(head if start else data)
-    records: list[Any] = []
     bad = torn = 0
     if fmt == "array":
         # Elements cut by the read, or nested, are not flat objects: only whole ones are taken.
@@ -1222,21 +1221,46 @@ def read_history_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES)
         if pieces and pieces[-1].strip():
             torn = len(pieces[-1])                 # not a line until its newline lands
         pieces = [line for line in pieces[:-1] if line.strip()]
-    try:                                           # the usual case: every piece is plain JSON
-        records = orjson.loads(b"[" + b",".join(pieces) + b"]") if pieces else []
-        if len(records) != len(pieces):            # a line holding a comma-joined pair
-            raise orjson.JSONDecodeError("pieces", "", 0)
-    except orjson.JSONDecodeError:
-        records = []
-        for piece in pieces:
-            value = _parse_line(piece)
-            if isinstance(value, _BadLine):
-                bad += 1
-            else:
-                records.append(value)
-    steps: list[tuple[int, float, int, float]] = []
-    events = []
-    for number, record in enumerate(records):
+    parsed = _tail_typed(pieces) if pieces else ([], [], 0)
+    steps, events, bad_pieces = parsed if parsed is not None else _tail_careful(pieces)
+    bad += bad_pieces
+    steps.sort(key=lambda row: row[0])
+    # The newest line for a step wins (a resumed run writes its steps again).
+    unique = list({row[0]: row for row in steps}.values())
+    cols = list(zip(*unique)) if unique else [(), (), (), ()]
+    return HistoryTail(fmt, np.array(cols[0], np.int64), np.array(cols[1], np.float64), np.array(cols[2], np.int64),
+                       np.array(cols[3], np.float64), tuple(events), size=size, mtime=st.st_mtime,
+                       complete=start == 0, bad_lines=bad, torn_tail=torn)
+
+
+def _tail_typed(pieces: list[bytes]) -> tuple[list[tuple[int, float, int, float]], list[HistoryEvent], int] | None:
+    """``(steps, events, bad)`` through the typed decoder in one call; None when a piece
+    needs the careful path (not JSON, NaN tokens, a field of another type)."""
+    try:
+        decoded = _decode_block(b"[" + b",".join(pieces) + b"]")
+    except msgspec.DecodeError:
+        return None
+    if len(decoded) != len(pieces):                # a line holding a comma-joined pair
+        return None
+    steps, events, bad = [], [], 0
+    for number, line in enumerate(decoded):
+        if line.event is not None:
+            record = orjson.loads(pieces[number])
+            if not _nested_deeper(record, MAX_EVENT_NESTING):
+                events.append(HistoryEvent(line.event, line.step if line.step != -1 else None, line.time, number,
+                                           record))
+        elif line.step == -1 or line.loss is None and b'"loss"' not in pieces[number]:
+            bad += 1
+        else:
+            steps.append((line.step, math.nan if line.loss is None else line.loss, line.tokens, line.time))
+    return steps, events, bad
+
+
+def _tail_careful(pieces: list[bytes]) -> tuple[list[tuple[int, float, int, float]], list[HistoryEvent], int]:
+    """``(steps, events, bad)``, piece by piece (each parsed on its own, checked field by field)."""
+    steps, events, bad = [], [], 0
+    for number, piece in enumerate(pieces):
+        record = _parse_line(piece)
         if not isinstance(record, dict):
             bad += 1
             continue
@@ -1252,10 +1276,4 @@ def read_history_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES)
         tokens = record.get("tokens")
         steps.append((int(step), _as_float(record.get("loss")), int(tokens) if _is_int(tokens) else -1,
                       _as_float(record.get("time"))))
-    steps.sort(key=lambda row: row[0])
-    # The newest line for a step wins (a resumed run writes its steps again).
-    unique = list({row[0]: row for row in steps}.values())
-    cols = list(zip(*unique)) if unique else [(), (), (), ()]
-    return HistoryTail(fmt, np.array(cols[0], np.int64), np.array(cols[1], np.float64), np.array(cols[2], np.int64),
-                       np.array(cols[3], np.float64), tuple(events), size=size, mtime=st.st_mtime,
-                       complete=start == 0, bad_lines=bad, torn_tail=torn)
+    return steps, events, bad
