@@ -18,7 +18,7 @@ from textual.binding import Binding
 
 from rundir import Verification, verify_trainer
 from rundir.layout import ALL_KINDS
-from rundir.run_summary import summarize_runs
+from rundir.run_summary import RunsSummarizer
 from rundir.storage import free_bytes
 
 from .app import ConsoleApp
@@ -48,7 +48,7 @@ class OverviewApp(ConsoleApp):
                  refresh: float | None = REFRESH_S):
         self.root = Path(root)
         super().__init__(self.root, now=now, probe=probe, watch=watch, options=options, window=window, tick=tick)
-        self.verify = verify
+        self.summarizer = RunsSummarizer(self.root, verify, stall_after)
         self.probe = probe
         self.stall_after = stall_after
         self.free_space = free_space
@@ -57,6 +57,7 @@ class OverviewApp(ConsoleApp):
         self.summaries: list = []
         self._stop_runs = threading.Event()
         self._wake_runs = threading.Event()
+        self._scan_lock = threading.Lock()
         self.sub_title = printable(self.root.resolve().name or self.root)
 
     def get_default_screen(self) -> OverviewScreen:
@@ -76,7 +77,8 @@ class OverviewApp(ConsoleApp):
 
     # -- the overview ------------------------------------------------------------------
     def scan(self) -> RunsScanned:
-        summaries, listing = summarize_runs(self.root, self.now(), self.verify, self.stall_after)
+        with self._scan_lock:               # a one-shot rescan may overlap another
+            summaries, listing = self.summarizer.scan(self.now())
         return RunsScanned(summaries, listing)
 
     @work(thread=True, group="runs", exit_on_error=False)

@@ -22,7 +22,7 @@ from .checkpoint import CheckpointInfo, inspect_checkpoint
 from .config import ConfigError, RunConfig, load_run_config
 from .history import HistoryTail, read_history_tail
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
-                     RUN_TOML, TRAINER_JSON, is_checkpoint_bin)
+                     PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
 from .pivot_files import read_journal
 from .process import Verification, verify_trainer
 from .runs import RunsListing, list_runs
@@ -231,3 +231,53 @@ def summarize_runs(root: str | os.PathLike[str], now: float | None = None,
     summaries = [summarize_run(run, now, verify, stall_after) for run in listing.runs]
     summaries.sort(key=lambda s: (-s.last_activity, s.name))
     return summaries, listing
+
+
+# A summary kept from an earlier scan is made again at least this often, changed or not
+# (an arm's data can go away outside the run directory).
+KEPT_AT_MOST_S = 30.0
+
+
+def _stamp(run: Path) -> tuple:
+    """What changes when a run does: its directory's listing and its small files' stats."""
+    out = []
+    for path in (run, run / LOSS_JSON, run / RUN_TOML, run / TRAINER_JSON, run / STATE_JSON, run / PIVOT_JOURNAL):
+        try:
+            st = path.stat()
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+class RunsSummarizer:
+    """:func:`summarize_runs` with a memory, for a view that scans again and again: a run
+    whose trainer is not running and whose files did not change since the last scan keeps
+    its summary (for at most :data:`KEPT_AT_MOST_S`), so a directory of many finished
+    runs costs a few stats per run and scan. Not thread-safe: one scanning thread."""
+
+    def __init__(self, root: str | os.PathLike[str], verify: Callable[[Path], Verification] = verify_trainer,
+                 stall_after: float | None = None):
+        self.root = Path(root)
+        self.verify = verify
+        self.stall_after = stall_after
+        self._kept: dict[Path, tuple[tuple, float, RunSummary]] = {}
+
+    def scan(self, now: float | None = None) -> tuple[list[RunSummary], RunsListing]:
+        """Every run under the root summarized (again where needed), the most recently active first."""
+        now = time.time() if now is None else now
+        listing = list_runs(self.root)
+        kept: dict[Path, tuple[tuple, float, RunSummary]] = {}
+        summaries = []
+        for run in listing.runs:
+            stamp = _stamp(run)
+            old = self._kept.get(run)
+            if old is not None and old[0] == stamp and old[2].trainer_state != "running" \
+                    and time.monotonic() - old[1] < KEPT_AT_MOST_S:
+                kept[run] = old
+            else:
+                kept[run] = (stamp, time.monotonic(), summarize_run(run, now, self.verify, self.stall_after))
+            summaries.append(kept[run][2])
+        self._kept = kept
+        summaries.sort(key=lambda s: (-s.last_activity, s.name))
+        return summaries, listing

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 
 from tests.console import conftest  # noqa: F401  (UTC, so that times are the same everywhere)
+from tests.console.test_overview_snapshots import app_for as overview_for
+from tests.console.test_overview_snapshots import runs_dir
 from tests.console.test_snapshots import NARROW, WIDE, app_for, healthy, live_probe, settled
 from tests.rundirs import make_run
 
@@ -33,6 +35,9 @@ def states(tmp: Path):
     yield "help", app_for(healthy(tmp / "g"), live_probe), WIDE, ("question_mark",)
     yield "stop-confirmation", app_for(healthy(tmp / "h"), live_probe), WIDE, ("s",)
     yield "pivot", app_for(healthy(tmp / "i"), live_probe), WIDE, ("p",)
+    yield "overview", overview_for(runs_dir(tmp / "j")), WIDE, ()
+    yield "comparison", overview_for(runs_dir(tmp / "k")), WIDE, ("space", "down", "space", "down", "down",
+                                                                  "space", "v")
 
 
 async def shoot(name: str, app, size, keys) -> Path:

@@ -6,7 +6,7 @@ import math
 
 from rundir.history import TAIL_BYTES, LossHistory, read_history_tail
 from rundir.layout import LOSS_JSON
-from rundir.run_summary import summarize_run, summarize_runs
+from rundir.run_summary import RunsSummarizer, summarize_run, summarize_runs
 from rundir.runs import is_run_dir, is_runs_dir, list_runs
 from tests.rundirs import make_run
 
@@ -93,3 +93,17 @@ def test_summaries_sorted_by_latest_activity(tmp_path):
     make_run(root / "new", steps=900, checkpoints=(900,))
     summaries, _ = summarize_runs(root, now=0.0)
     assert [s.name for s in summaries] == ["new", "old"]
+
+
+def test_the_summarizer_keeps_what_did_not_change(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root / "done", steps=100, checkpoints=(100,))
+    summarizer = RunsSummarizer(root)
+    first, _ = summarizer.scan(now=0.0)
+    again, _ = summarizer.scan(now=0.0)
+    assert again[0] is first[0]                     # nothing changed: the same summary
+    make_run(root / "done", steps=200, checkpoints=(100, 200))
+    changed, _ = summarizer.scan(now=0.0)
+    assert changed[0] is not first[0] and changed[0].last_step == 200
+    make_run(root / "appeared", steps=10, checkpoints=())
+    assert {s.name for s in summarizer.scan(now=0.0)[0]} == {"done", "appeared"}
