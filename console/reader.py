@@ -25,6 +25,7 @@ from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, R
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
+from rundir.run_summary import stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
@@ -45,9 +46,8 @@ RATE_WINDOW_STEPS = 200
 STORAGE_EVERY_S = 10.0
 
 # A verified trainer whose history has not grown for this long is shown as stalled: the
-# larger of STALL_MIN_S and STALL_STEPS median step times, unless --stall-after sets it.
-STALL_MIN_S = 60.0
-STALL_STEPS = 10
+# larger of STALL_MIN_S and STALL_STEPS median step times, unless --stall-after sets it
+# (rundir.run_summary.stall_threshold, which the overview uses too).
 
 # A checkpoint request that no read has seen answered after this long is forgotten.
 REQUEST_TIMEOUT_S = 3600.0
@@ -238,10 +238,7 @@ class RunReader:
         """``--stall-after``, else the larger of 60 s and ten median step times."""
         if self.stall_after is not None:
             return self.stall_after
-        t = self.history.time[-2 * RATE_WINDOW_STEPS:]
-        dt = np.diff(t[np.isfinite(t)])
-        dt = dt[dt > 0]
-        return max(STALL_MIN_S, STALL_STEPS * float(np.median(dt))) if len(dt) else STALL_MIN_S
+        return stall_threshold(self.history.time[-2 * RATE_WINDOW_STEPS:])
 
     def _stall(self, trainer: TrainerView, now: float) -> TrainerView:
         """A verified trainer whose history, checkpoints and checkpoint temporaries stopped changing."""

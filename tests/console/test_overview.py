@@ -139,3 +139,21 @@ async def test_overview_live(tmp_path):
             assert trainer.proc.returncode == 0
             await until(pilot, lambda: by_name(app)["live"].trainer_state == "stopped", what="the stop to show")
             await pilot.press("q")
+
+
+def test_hostile_names_and_an_empty_root(tmp_path):
+    """A run's name and a junk subdirectory's name reach the terminal printable; a
+    directory without runs is not an overview (the single-run view says what it is)."""
+    root = tmp_path / "runs"
+    make_run(root / "evil\x1b[31mred\u202e", steps=50, checkpoints=())
+    (root / "junk\x07bell").mkdir()
+    out = console(str(root), "--once")
+    assert out.returncode == 0, out.stderr
+    assert "\x1b" not in out.stdout and "\x07" not in out.stdout and "\u202e" not in out.stdout
+    assert "evil\\x1b[31m" in out.stdout and "junk\\x07bell/: not a run" in out.stdout
+    data = json.loads(console(str(root), "--json").stdout)
+    assert data["runs"][0]["run"] == "evil\x1b[31mred\u202e"         # JSON carries the name as it is
+
+    (tmp_path / "nothing").mkdir()
+    out = console(str(tmp_path / "nothing"), "--json")
+    assert "runs" not in json.loads(out.stdout)                      # the single-run report
