@@ -21,7 +21,7 @@ from rundir.layout import ALL_KINDS
 from rundir.run_summary import RunsSummarizer
 from rundir.storage import free_bytes
 
-from .app import ConsoleApp
+from .app import DASHBOARD_ACTIONS, START_UP_S, ConsoleApp
 from .format import printable
 from .messages import ConsoleNotice, FilesChanged, RunsScanned, SnapshotReady
 from .overview_report import trainer_label
@@ -33,7 +33,7 @@ from .screens.compare import CompareScreen
 from .screens.overview import OverviewScreen
 from .views import Notice, TrainerView
 
-# The overview's own keys (besides its screen's): what acts on the selected run.
+# The app's keys that act on the overview too (on the selected run, for c and s).
 OVERVIEW_ACTIONS = frozenset({"checkpoint", "stop", "help", "quit"})
 
 
@@ -55,6 +55,7 @@ class OverviewApp(ConsoleApp):
         self.refresh_s = refresh if watch else None
         self.run_open = False
         self.summaries: list = []
+        self._scanned = False
         self._stop_runs = threading.Event()
         self._wake_runs = threading.Event()
         self._scan_lock = threading.Lock()
@@ -71,6 +72,7 @@ class OverviewApp(ConsoleApp):
         self.watch_runs_dir()
         if self.tick_s:
             self.set_interval(self.tick_s, self.tick)
+        self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def on_unmount(self) -> None:
         self._stop_runs.set()               # (the dashboard's handler stops its watcher)
@@ -89,7 +91,7 @@ class OverviewApp(ConsoleApp):
         watch_runs(self.scan, self.post_message, self._stop_runs, self._wake_runs, self.refresh_s)
 
     def on_runs_scanned(self, message: RunsScanned) -> None:
-        first = not self.summaries and message.summaries
+        first, self._scanned = not self._scanned, True
         self.summaries = message.summaries
         self.overview.show(message.summaries, message.listing, self.now())
         if first:
@@ -105,9 +107,9 @@ class OverviewApp(ConsoleApp):
         if action == "back":
             return self.run_open and self.screen is self.dashboard
         if self.screen is self.overview:
-            return action in OVERVIEW_ACTIONS or action not in ("pivot", "log_y", "window", "smoothing")
+            return action not in DASHBOARD_ACTIONS - OVERVIEW_ACTIONS
         if isinstance(self.screen, CompareScreen):
-            return action in ("help", "quit")
+            return action not in DASHBOARD_ACTIONS - {"help", "quit"}
         return super().check_action(action, parameters)
 
     def _selected_trainer(self) -> tuple[Path, TrainerView] | None:
