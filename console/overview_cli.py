@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rundir.text import printable
-
 
 def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int], int]) -> int:
     """The overview for ``andrea-console ROOT [--once | --json]``; an exit status."""
