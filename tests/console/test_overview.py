@@ -15,6 +15,7 @@ from console.overview_app import OverviewApp
 from console.screens import ConfirmScreen, DashboardScreen
 from console.screens.compare import CompareScreen
 from console.widgets.compare_plot import ComparePlot
+from rundir import list_checkpoints
 from tests.console.trainer_proc import ROOT, Trainer
 from tests.rundirs import make_run
 
@@ -91,8 +92,8 @@ def test_once_and_json_with_live_trainers(tmp_path):
 @pytest.mark.asyncio
 async def test_overview_live(tmp_path):
     """New runs appear while the overview is open; Enter opens a run's dashboard and Escape
-    returns; s on the overview stops the selected trainer after the confirmation; space
-    marks runs and v compares them."""
+    returns; space marks runs and v compares them; c on the overview checkpoints the
+    selected trainer, s stops it after the confirmation."""
     root = make_runs_dir(tmp_path / "runs")
     with Trainer(root / "live") as trainer:
         app = OverviewApp(root, refresh=0.5)
@@ -122,6 +123,12 @@ async def test_overview_live(tmp_path):
             assert names == ["finished", "other-engine"]
             await pilot.press("escape")
             await until(pilot, lambda: app.screen is app.overview, what="back from the comparison")
+
+            select(app, "live")
+            await pilot.press("c")                  # SIGUSR1 through the same verification as the dashboard
+            await until(pilot, lambda: list_checkpoints(root / "live"), what="the requested checkpoint")
+            await until(pilot, lambda: "checkpoint landed" in str(app.overview.query_one("#overview-notice").render()),
+                        what="the overview to say the checkpoint landed")
 
             select(app, "live")
             await pilot.press("s")
