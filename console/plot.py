@@ -25,11 +25,13 @@ from rundir.layout import EVENT_PIVOT, EVENT_RESUME
 
 if TYPE_CHECKING:
     from rundir import CheckpointInfo, HistoryEvent
+    from rundir.spikes import Spike
 
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
-MARKER_GLYPHS = {"checkpoint": ("▴", "cyan"), "resume": ("R", "yellow"), "pivot": ("P", "magenta")}
-MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "pivot": 2}
+MARKER_GLYPHS = {"checkpoint": ("▴", "cyan"), "resume": ("R", "yellow"), "pivot": ("P", "magenta"),
+                 "spike": ("!", "bold red"), "nonfinite": ("×", "bold red")}
+MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "pivot": 2, "spike": 3, "nonfinite": 4}
 
 
 def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (0.0, 0.0)
@@ -167,6 +169,11 @@ def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[History
             if isinstance(step, int):
                 marks.append(Marker(step, ev.event))
     return marks
+
+
+def finding_markers(spikes: Iterable[Spike], nonfinite_steps: Iterable[int]) -> list[Marker]:
+    """A marker at each spike's peak and at each non-finite step."""
+    return [*(Marker(s.peak_step, "spike") for s in spikes), *(Marker(int(n), "nonfinite") for n in nonfinite_steps)]
 
 
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:

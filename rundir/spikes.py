@@ -217,6 +217,10 @@ class SpikeDetector:
     def nonfinite_count(self) -> int:
         return len(self._nonfinite)
 
+    def newest_nonfinite_steps(self, n: int) -> list[int]:
+        """The newest ``n`` non-finite steps, ascending."""
+        return self._nonfinite.view()[-n:].tolist() if n > 0 else []
+
 
 class _Growing:
     """A numpy column that grows by appending (amortised O(rows added)) and shrinks by
