@@ -47,7 +47,8 @@ TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
 SIGNAL_TIMEOUT_S = 600.0
-DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "log_y", "window", "smoothing", "help", "quit"})
+DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "log_y", "window", "smoothing", "x_axis", "help",
+                               "quit"})
 
 
 class ConsoleApp(App[None]):
@@ -62,6 +63,7 @@ class ConsoleApp(App[None]):
         Binding("l", "log_y", "log-y"),
         Binding("w", "window", "window"),
         Binding("e", "smoothing", "smooth", show=False),
+        Binding("x", "x_axis", "x-axis", show=False),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help", key_display="?"),
     ]
@@ -307,6 +309,9 @@ class ConsoleApp(App[None]):
 
     def action_smoothing(self) -> None:
         self.dashboard.plot.cycle_smoothing()
+
+    def action_x_axis(self) -> None:
+        self.dashboard.plot.cycle_x_axis()
 
     def action_help(self) -> None:
         self.push_screen("help")

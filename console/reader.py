@@ -459,7 +459,8 @@ class RunReader:
             tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail) if len(tokens) and tokens[-1] >= 0 else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
-            last_nonfinite_step=int(bad_steps[-1]) if len(bad_steps) else None, **self.findings.view_fields())
+            last_nonfinite_step=int(bad_steps[-1]) if len(bad_steps) else None, **self.findings.view_fields(),
+            tokens_column=tokens.copy(), time_column=h.time.copy())
 
     def _arms(self, config: RunConfig | None) -> ArmsView:
         read = read_state(self.run_dir)

@@ -114,6 +114,8 @@ class HistoryView:
     nonfinite_steps: tuple[int, ...] = ()
     resume_checks: tuple[ResumeCheck, ...] = ()
     eta_s: float | None = None          # seconds to run.max_steps at the current segment's speed
+    tokens_column: np.ndarray | None = field(default=None, repr=False, compare=False)   # for the x axis
+    time_column: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ KEYS = [
     ("l", "loss plot: log / linear y"),
     ("w", "loss plot: all steps / the last N steps"),
     ("e", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)"),
+    ("x", "loss plot: x axis (step, tokens, wall clock); every marker stays at its step"),
     ("q", "quit the console; training continues"),
     ("?", "this help; any key closes it"),
 ]
