@@ -66,7 +66,16 @@ def findings_json(h: HistoryView) -> dict[str, Any]:
 
     return {"spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()} for s in h.spikes],
             "nonfinite_steps": list(h.nonfinite_steps),
-            "resume_checks": [c.to_dict() for c in h.resume_checks], "eta_s": h.eta_s}
+            "resume_checks": [{**c.to_dict(), "first_difference": _finite_values(c.first_difference)}
+                              for c in h.resume_checks], "eta_s": h.eta_s}
+
+
+def _finite_values(difference: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A first difference with NaN and infinities as null (JSON has neither)."""
+    if difference is None:
+        return None
+    return {k: [x if np.isfinite(x) else None for x in v] if isinstance(v, list) else v
+            for k, v in difference.items()}
 
 
 class HistoryFindings:
@@ -80,7 +89,6 @@ class HistoryFindings:
         self._events_seen = 0
         self._checks: tuple[ResumeCheck, ...] = ()
         self._told: set[tuple[int, str]] = set()       # (resume line, verdict) already noticed
-        self._spikes_told = 0
         self._eta: float | None = None
 
     def _params(self, config: RunConfig | None) -> tuple[int, float]:
@@ -91,20 +99,16 @@ class HistoryFindings:
 
     def update(self, history: LossHistory, update: HistoryUpdate, config: RunConfig | None, now: float,
                notices: list[Notice], first: bool) -> bool:
-        """Take in one refresh; notices for new spikes and resume verdicts go to ``notices``
-        (none for what the first read finds: the past is not news). Whether anything changed."""
+        """Take in one refresh; notices for resume verdicts (verified, changed) go to
+        ``notices`` (none for what the first read finds: the past is not news; spikes and
+        divergences are alerts). Whether anything changed."""
         window, k = self._params(config)
         changed = False
         if update.reset or self.detector is None or (self.detector.window, self.detector.k) != (window, k):
             self.detector = SpikeDetector(window, k)
-            self._processes, self._events_seen, self._spikes_told = [], 0, 0
+            self._processes, self._events_seen = [], 0
             changed = True
         changed |= self.detector.update(history.step, history.loss, update.rewound_from)
-        spikes = self.detector.spikes
-        if not first:
-            for spike in spikes[self._spikes_told:]:
-                notices.append(Notice(now, spike_text(spike), "warn"))
-        self._spikes_told = len(spikes)
         events = history.events
         if len(events) < self._events_seen:
             self._processes, self._events_seen = [], 0
@@ -116,7 +120,8 @@ class HistoryFindings:
             self._checks = checks
             for check in checks:
                 verdict = check.verdict
-                if verdict == "pending" or (verdict == "changed" and not check.complete):
+                # A divergence is an alert (console.alerts), which says it in the events pane.
+                if verdict in ("pending", "diverged") or (verdict == "changed" and not check.complete):
                     continue
                 key = (check.line, verdict)
                 if key not in self._told:

@@ -6,6 +6,8 @@ import json
 import sys
 import time
 
+import pytest
+
 from console.alerts import AlertTracker, check_report, current_alerts, run_notify
 from console.cli import main
 from console.reader import RunReader
@@ -91,3 +93,42 @@ def test_check_report_counts_a_diverged_resume_as_an_error(tmp_path):
     code, lines = check_report(snap)
     assert code == 2
     assert any(line.startswith("error: resume at 80 DIVERGED at step 81:") for line in lines)
+
+
+async def _raise_a_spike(tmp_path, name, notify):
+    """A dashboard on a quiet run; a spike lands; what the events pane says (and when
+    ``notify`` gets it, the caller's file has it)."""
+    from console.widgets import EventLog
+    from rundir.layout import HISTORY
+    from tests.console.test_snapshots import app_for, settled
+
+    run = make_run(tmp_path / name, RunSpec(steps=600))
+    app = app_for(run, notify=notify, notify_timeout=60, bell=False)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await settled(pilot)
+        with LossHistoryWriter(run / ".loss.json") as w:
+            w.step(601, 40.0, 3e-3, 0.5, "a", 6010, time.time())
+        app.request_read({HISTORY})
+        log = app.dashboard.query_one(EventLog)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any("--notify" in t for t in log.texts):
+            await settled(pilot)
+            if notify and notify[-1] == "ok" and (tmp_path / "got.json").exists():
+                break
+            await pilot.pause(0.1)
+        return list(log.texts)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_raises_the_alert_and_notify_failures_are_events(tmp_path):
+    out = tmp_path / "got.json"
+    ok = [sys.executable, "-c", f"import sys; open({str(out)!r}, 'w').write(sys.stdin.read())", "ok"]
+    texts = await _raise_a_spike(tmp_path, "ok", ok)
+    assert any("ALERT: loss spike at step 601" in t for t in texts)
+    alert = json.loads(out.read_text())
+    assert (alert["kind"], alert["level"], alert["key"], alert["step"]) == ("spike", "warning", "spike:601", 601)
+    assert alert["run_dir"].endswith("ok")
+    missing = await _raise_a_spike(tmp_path, "missing", [str(tmp_path / "no-such-notifier")])
+    assert any("--notify: command not found:" in t for t in missing)
+    failing = await _raise_a_spike(tmp_path, "failing", [sys.executable, "-c", "import sys; sys.exit(5)"])
+    assert any(t.endswith("exited with code 5") for t in failing)
