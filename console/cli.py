@@ -33,10 +33,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
-from rundir.spikes import MIN_WINDOW
+from rundir.config import MIN_WINDOW
 from rundir.text import printable
 
-from .alerts import NOTIFY_TIMEOUT_S
 from .prefetch import start_history_prefetch
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
@@ -69,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notify", metavar="CMD",
                    help="run CMD (split like a shell would, run without one) for each alert, the alert as JSON "
                         "on stdin; its failure is an event, never a crash")
-    p.add_argument("--notify-timeout", type=float, default=NOTIFY_TIMEOUT_S, metavar="S",
-                   help=f"--notify: kill CMD after S seconds (default {NOTIFY_TIMEOUT_S:g})")
+    p.add_argument("--notify-timeout", type=float, default=None, metavar="S",
+                   help="--notify: kill CMD after S seconds (default 10)")
     p.add_argument("--cap", action="append", default=[], metavar="ARM=X", help="--pivot: new cap of ARM")
     p.add_argument("--floor", action="append", default=[], metavar="ARM=Y", help="--pivot: new floor of ARM")
     p.add_argument("--drop", action="append", default=[], metavar="ARM", help="--pivot: drop ARM from run.toml")
@@ -119,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"--spike-window {args.spike_window}: expected an integer >= {MIN_WINDOW}", EXIT_USAGE)
     if args.spike_k is not None and not (math.isfinite(args.spike_k) and args.spike_k > 0):
         return _fail(f"--spike-k {args.spike_k}: expected a finite number > 0", EXIT_USAGE)
-    if not args.notify_timeout > 0:
+    if args.notify_timeout is not None and not args.notify_timeout > 0:
         return _fail(f"--notify-timeout {args.notify_timeout}: expected a number of seconds > 0", EXIT_USAGE)
     try:
         args.notify_argv = shlex.split(args.notify) if args.notify is not None else None
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{run_dir} is not a directory", EXIT_USAGE)
     open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window, stall_after=args.stall_after,
                    spikes=(args.spike_window, args.spike_k), bell=not args.no_bell, notify=args.notify_argv,
-                   notify_timeout=args.notify_timeout)
+                   **({"notify_timeout": args.notify_timeout} if args.notify_timeout is not None else {}))
     if child is not None and child.poll() is None:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
               f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)

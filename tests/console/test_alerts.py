@@ -132,3 +132,11 @@ async def test_dashboard_raises_the_alert_and_notify_failures_are_events(tmp_pat
     assert any("--notify: command not found:" in t for t in missing)
     failing = await _raise_a_spike(tmp_path, "failing", [sys.executable, "-c", "import sys; sys.exit(5)"])
     assert any(t.endswith("exited with code 5") for t in failing)
+
+
+def test_the_notify_timeout_help_names_the_default():
+    from console.alerts import NOTIFY_TIMEOUT_S
+    from console.cli import build_parser
+
+    [action] = [a for a in build_parser()._actions if "--notify-timeout" in a.option_strings]
+    assert f"(default {NOTIFY_TIMEOUT_S:g})" in action.help
