@@ -85,7 +85,8 @@ def current_alerts(snap: RunSnapshot) -> list[Alert]:
     h = snap.history
     out: list[Alert] = []
     if snap.storage is not None and snap.storage.too_full:
-        out.append(Alert("disk", "error", snap.problems()[0] if snap.problems() else "disk nearly full", "disk"))
+        text = next((p for p in snap.problems() if p.startswith("disk nearly FULL")), "disk nearly FULL")
+        out.append(Alert("disk", "error", text, "disk"))
     stop = snap.safety_stop
     if stop is not None:
         out.append(Alert("divergence", "error", f"trainer stopped: the run diverged at step {stop.step} "

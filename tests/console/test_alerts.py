@@ -140,3 +140,13 @@ def test_the_notify_timeout_help_names_the_default():
 
     [action] = [a for a in build_parser()._actions if "--notify-timeout" in a.option_strings]
     assert f"(default {NOTIFY_TIMEOUT_S:g})" in action.help
+
+
+def test_disk_nearly_full_and_a_zombie_arm_are_alerts(tmp_path):
+    run = make_run(tmp_path / "run", RunSpec(steps=300, state_arms=("stdlib-code", "gone-arm")))
+    snap, _ = RunReader(run, free_space=lambda _: 1000).read()
+    alerts = {a.kind: a for a in current_alerts(snap)}
+    assert alerts["disk"].level == "error" and alerts["disk"].text.startswith("disk nearly FULL")
+    assert alerts["zombie"].level == "warning" and "gone-arm" in alerts["zombie"].text
+    code, lines = check_report(snap)
+    assert code == 2 and lines[0].startswith("error: disk nearly FULL")

@@ -63,3 +63,12 @@ def test_eta_from_the_current_segment(tmp_path):
             w.step(s, 2.0, 3e-3, 0.5, "a", s * 10, 10_000.0 + (s - 300) / 4)
     snap, _ = RunReader(run).read()
     assert np.isclose(snap.history.eta_s, 800 / 4)
+
+
+def test_spikes_in_another_engines_json_array_history(tmp_path):
+    run = make_run(tmp_path / "run", RunSpec(steps=1000, history_format="array", spikes={700: 25.0},
+                                             nonfinite=(800,), with_run_toml=False))
+    snap, _ = RunReader(run, spike_window=50, spike_k=8).read()
+    assert snap.history.format == "array"
+    assert [s.start for s in snap.history.spikes] == [700]
+    assert snap.history.nonfinite_steps == (800,)
