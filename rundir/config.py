@@ -145,6 +145,31 @@ class SamplesConfig:
         _check_int("samples.prompt_bytes", self.prompt_bytes, minimum=1)
 
 
+# [alerts] defaults (rundir.spikes uses them too; kept here, where no numpy is imported).
+DEFAULT_WINDOW = 100        # W: finite steps in a spike baseline
+DEFAULT_K = 10.0            # k: MADs above the baseline's median that flag a step
+MIN_WINDOW = 8
+
+
+@dataclass
+class AlertsConfig:
+    """Spike detection (:mod:`rundir.spikes`) and the guided rollback's margin.
+
+    ``window`` (W) finite steps make a baseline; a step more than ``k`` median absolute
+    deviations above the baseline's median is flagged. A rollback proposes a checkpoint at
+    least ``rollback_margin`` steps before the newest spike's start.
+    """
+
+    window: int = DEFAULT_WINDOW
+    k: float = DEFAULT_K
+    rollback_margin: int = 100
+
+    def __post_init__(self) -> None:
+        _check_int("alerts.window", self.window, minimum=MIN_WINDOW)
+        _check_float("alerts.k", self.k, low=0.0, low_open=True)
+        _check_int("alerts.rollback_margin", self.rollback_margin, minimum=0)
+
+
 @dataclass
 class ArmConfig:
     """One data arm: a named source with a sampling-probability cap and floor."""
@@ -243,6 +268,7 @@ class RunConfig:
     bandit: BanditConfig = field(default_factory=BanditConfig)
     samples: SamplesConfig = field(default_factory=SamplesConfig)
     arms: dict[str, ArmConfig] = field(default_factory=dict)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def __post_init__(self) -> None:
         validate_policy(self.arms)
@@ -265,13 +291,13 @@ class RunConfig:
         """Build from parsed TOML, naming any unknown section or key."""
         if not isinstance(data, dict):
             raise ConfigError("run.toml: expected a table at the top level")
-        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms"}
+        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms", "alerts"}
         for key in data:
             if key not in allowed:
                 raise ConfigError(f"run.toml: unknown section [{key}]; allowed: {', '.join(sorted(allowed))}")
         kwargs: dict[str, Any] = {}
         sections = {"run": RunSection, "model": ModelConfig, "optimizer": OptimizerConfig,
-                    "bandit": BanditConfig, "samples": SamplesConfig}
+                    "bandit": BanditConfig, "samples": SamplesConfig, "alerts": AlertsConfig}
         for name, klass in sections.items():
             if name in data:
                 kwargs[name] = _build(klass, data[name], name)
