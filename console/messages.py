@@ -15,6 +15,8 @@ from textual.message import Message
 from .views import Notice, RunSnapshot
 
 if TYPE_CHECKING:
+    from rundir.inspect import InspectReport
+
     from .pivot_runner import PivotOutcome
 
 
@@ -54,3 +56,21 @@ class PivotProgress(Message):
     step: str
     text: str
     outcome: "PivotOutcome | None" = None
+
+
+@dataclass
+class InspectProgress(Message):
+    """The inspector's reader has read ``percent`` of the checkpoint."""
+
+    percent: int
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, InspectProgress)
+
+
+@dataclass
+class InspectFinished(Message):
+    """The inspector's reader is done: the report, or why there is none (one line)."""
+
+    report: "InspectReport | None"
+    error: str = ""
