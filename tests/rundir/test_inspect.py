@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from rundir import CheckpointError, RunConfig, inspect_checkpoint
-from rundir.inspect import (BARE_TENSOR_VALUES, InspectCancelled, chunk_layout, inspect_file, model_layout)
+from rundir.checkpoint_layout import BARE_TENSOR_VALUES, chunk_layout, model_layout
+from rundir.inspect import InspectCancelled, inspect_file
 from rundir.config import PRESETS
 from tests.rundirs import make_run
 

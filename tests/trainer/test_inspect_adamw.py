@@ -15,7 +15,8 @@ import torch
 
 from rundir import write_checkpoint
 from rundir.config import PRESETS, RunConfig
-from rundir.inspect import inspect_file, model_layout
+from rundir.checkpoint_layout import model_layout
+from rundir.inspect import inspect_file
 from tests.trainer.trainer_runs import run_trainer
 from trainer.model import GPT
 
