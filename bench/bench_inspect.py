@@ -73,8 +73,10 @@ def run() -> list[Result]:
         report = inspect_file(path)
         assert report.layout.kind == "model" and report.tensors[0].update_ratio is not None
         ours, base, ratio = paired_ratio(lambda: inspect_file(path), lambda: _bare_pass(path, n), repeat=9)
-        results.append(Result("inspect", f"inspect andrea-12m ({path.stat().st_size / 1e6:.0f} MB, "
-                                         f"{os.cpu_count()} CPUs)", ours, "s", base,
+        # The inspection sums on a few threads: how many CPUs there are, and how busy, matters.
+        load = os.getloadavg()[0]
+        results.append(Result("inspect", f"inspect andrea-12m ({path.stat().st_size / 1e6:.0f} MB; "
+                                         f"{os.cpu_count()} CPUs, load {load:.1f})", ours, "s", base,
                               "numpy memmap sum of squares of w, m, v", ratio, "<= 2x", ratio <= 2.0))
         path.unlink()
 
