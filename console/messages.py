@@ -60,17 +60,20 @@ class PivotProgress(Message):
 
 @dataclass
 class InspectProgress(Message):
-    """The inspector's reader has read ``percent`` of the checkpoint."""
+    """The inspector's read number ``read`` has read ``percent`` of the checkpoint."""
 
+    read: int
     percent: int
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, InspectProgress)
+        return isinstance(message, InspectProgress) and message.read == self.read
 
 
 @dataclass
 class InspectFinished(Message):
-    """The inspector's reader is done: the report, or why there is none (one line)."""
+    """The inspector's read number ``read`` is done: the report, or why there is none (one line).
+    A read the screen has moved on from may still finish; its number says so."""
 
+    read: int
     report: "InspectReport | None"
     error: str = ""

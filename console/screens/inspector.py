@@ -54,7 +54,7 @@ class InspectorScreen(Screen[None]):
         self.error = ""
         self.sort_column = "#"
         self.sort_reverse = False
-        self._percent = -1
+        self._read = 0                 # the number of the read whose messages count
 
     @property
     def path(self) -> Path:
@@ -76,7 +76,8 @@ class InspectorScreen(Screen[None]):
 
     # -- reading -----------------------------------------------------------------
     def start_read(self) -> None:
-        self.report, self.error, self._percent = None, "", -1
+        self.report, self.error = None, ""
+        self._read += 1
         name = printable(self.path.name, LINE_LIMIT)
         against = f" against {printable(self.against.name, LINE_LIMIT)}" if self.against else ""
         self.query_one("#inspect-head", Static).update(Text(f"reading {name}{against} …"))
@@ -85,10 +86,10 @@ class InspectorScreen(Screen[None]):
         bar.display = True
         self.query_one(DataTable).clear(columns=True)
         self.query_one("#inspect-totals", Static).update("")
-        self.read(self.path, self.against)
+        self.read(self._read, self.path, self.against)
 
     @work(thread=True, exclusive=True, group="inspect", exit_on_error=False)
-    def read(self, path: Path, against: Path | None) -> None:
+    def read(self, number: int, path: Path, against: Path | None) -> None:
         worker = get_current_worker()
         last = [-1]
 
@@ -96,26 +97,28 @@ class InspectorScreen(Screen[None]):
             percent = 100 * done // max(total, 1)
             if percent != last[0]:          # a message per percent, not per chunk
                 last[0] = percent
-                self.post_message(InspectProgress(percent))
+                self.post_message(InspectProgress(number, percent))
 
         try:
             report = inspect_file(path, against, progress=progress, cancelled=lambda: worker.is_cancelled)
         except InspectCancelled:
             return
         except CheckpointError as err:
-            self.post_message(InspectFinished(None, str(err)))
+            self.post_message(InspectFinished(number, None, str(err)))
             return
         except OSError as err:
-            self.post_message(InspectFinished(None, f"{path.name}: cannot read: {err.strerror or err}"))
+            self.post_message(InspectFinished(number, None, f"{path.name}: cannot read: {err.strerror or err}"))
             return
         if not worker.is_cancelled:
-            self.post_message(InspectFinished(report))
+            self.post_message(InspectFinished(number, report))
 
     def on_inspect_progress(self, message: InspectProgress) -> None:
-        if self.report is None and not self.error:
+        if message.read == self._read and self.report is None and not self.error:
             self.query_one(ProgressBar).update(progress=message.percent)
 
     def on_inspect_finished(self, message: InspectFinished) -> None:
+        if message.read != self._read:      # a read of a checkpoint no longer asked for
+            return
         self.query_one(ProgressBar).display = False
         if message.report is None:
             self.error = message.error

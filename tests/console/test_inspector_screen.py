@@ -101,6 +101,11 @@ async def test_older_newer_and_against(tmp_path):
         await pilot.press("left_square_bracket")
         await settled(pilot)
         assert screen.report.checkpoint.step == 100 and screen.report.against is None    # nothing before it
+        # Keys faster than the reads: what shows is the last asked for, never a read left behind.
+        await pilot.press("right_square_bracket", "right_square_bracket", "left_square_bracket")
+        await settled(pilot)
+        assert screen.report.checkpoint.step == 200 and screen.report.against.step == 100
+        assert str(screen.query_one("#inspect-head", Static).render()).startswith("step_000200.bin: step 200")
 
 
 @pytest.mark.asyncio
