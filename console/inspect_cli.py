@@ -32,7 +32,7 @@ class InspectUsageError(ValueError):
 def resolve(run_dir: Path, spec: str | None) -> Path:
     """The checkpoint ``spec`` names: digits are a step of ``run_dir``, anything else a
     path; none is the newest complete checkpoint (failing any, the newest foreign one)."""
-    if spec and not spec.isdigit():
+    if spec and not (spec.isascii() and spec.isdigit()):
         return Path(spec)
     if not run_dir.is_dir():
         raise InspectUsageError(f"{run_dir}: no such run directory", EXIT_USAGE)
