@@ -34,6 +34,7 @@ from .reader import CheckpointRequest, RunReader
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
 from .supervise import send, wait_for_checkpoint, wait_for_exit
 from .views import Notice, RunSnapshot, TrainerView
+from .widgets import CheckpointsPane
 from .watcher import watch_run
 
 # Reads are coalesced: at most one every MIN_READ_INTERVAL_S when a checkpoint, the
@@ -47,7 +48,7 @@ TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
 SIGNAL_TIMEOUT_S = 600.0
-DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "log_y", "window", "smoothing", "x_axis", "help",
+DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "inspect", "log_y", "window", "smoothing", "x_axis", "help",
                                "quit"})
 
 
@@ -60,6 +61,7 @@ class ConsoleApp(App[None]):
         Binding("c", "checkpoint", "checkpoint"),
         Binding("s", "stop", "stop"),
         Binding("p", "pivot", "pivot"),
+        Binding("i", "inspect", "inspect"),
         Binding("l", "log_y", "log-y"),
         Binding("w", "window", "window"),
         Binding("e", "smoothing", "smooth", show=False),
@@ -310,6 +312,23 @@ class ConsoleApp(App[None]):
         else:
             self.say(f"pivot: {outcome.message}", "good" if outcome.ok else "error")
             self.request_read(ALL_KINDS)
+
+    def action_inspect(self) -> None:
+        """The checkpoint a click selected in the checkpoints pane, else the newest
+        complete one (else the newest foreign one), in the inspector."""
+        checkpoints = self.snapshot.checkpoints if self.snapshot else ()
+        info = self.dashboard.query_one(CheckpointsPane).selected_info()
+        if info is None:
+            info = next((c for status in ("complete", "foreign") for c in reversed(checkpoints)
+                         if c.status == status), None)
+        if info is None:
+            self.say("i: no checkpoint to inspect", "warn")
+            return
+        # Imported here: the table and progress bar are not needed for the first frame.
+        from .screens.inspector import InspectorScreen
+
+        readable = [c.path for c in checkpoints if c.status != "invalid"]
+        self.push_screen(InspectorScreen(info.path, readable if info.path in readable else None))
 
     def action_log_y(self) -> None:
         plot = self.dashboard.plot

@@ -13,8 +13,11 @@
                                            the polish pivot, step by step
     andrea-console RUN_DIR --pivot-rollback
                                            undo an interrupted pivot that has not resumed
+    andrea-console RUN_DIR --inspect [STEP|PATH] [--against STEP|PATH] [--json]
+                                           per-tensor statistics of a checkpoint's weights, m and v
 
-Exit status: 0 done; 1 nothing verified to signal, or the trainer did not do it;
+Exit status: 0 done; 1 nothing verified to signal, the trainer did not do it, or no valid
+checkpoint to inspect (or two that cannot be compared);
 2 bad usage or a missing (or unreadable) run directory; 3 timed out waiting.
 
 Textual is imported only when the dashboard opens, so the twins start fast; torch is
@@ -73,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "on stdin; its failure is an event, never a crash")
     p.add_argument("--notify-timeout", type=float, default=None, metavar="S",
                    help="--notify: kill CMD after S seconds (default 10)")
+    p.add_argument("--inspect", nargs="?", const="", default=None, metavar="STEP|PATH",
+                   help="per-tensor statistics of a checkpoint's weights and Adam's m and v (default: the newest "
+                        "complete checkpoint); with --json, as JSON")
+    p.add_argument("--against", metavar="STEP|PATH",
+                   help="--inspect: also the relative weight change and the cosine of m against this checkpoint")
     p.add_argument("--cap", action="append", default=[], metavar="ARM=X", help="--pivot: new cap of ARM")
     p.add_argument("--floor", action="append", default=[], metavar="ARM=Y", help="--pivot: new floor of ARM")
     p.add_argument("--drop", action="append", default=[], metavar="ARM", help="--pivot: drop ARM from run.toml")
@@ -136,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         from .overview_cli import run_overview
 
         return run_overview(run_dir, args, _fail)
+    if args.inspect is not None or args.against:
+        from .inspect_cli import run_inspect
+        return run_inspect(run_dir, args)
     if args.once or args.json or args.check:
         return _report(run_dir, args)
     if args.checkpoint or args.stop:

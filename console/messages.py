@@ -17,6 +17,7 @@ from .views import Notice, RunSnapshot
 if TYPE_CHECKING:
     from rundir.run_summary import RunSummary
     from rundir.runs import RunsListing
+    from rundir.inspect import InspectReport
 
     from .pivot_runner import PivotOutcome
 
@@ -76,3 +77,21 @@ class CompareReady(Message):
 
     series: list = field(default_factory=list)        # [(name, steps, tokens, loss)]
     problems: list[str] = field(default_factory=list)
+class InspectProgress(Message):
+    """The inspector's read number ``read`` has read ``percent`` of the checkpoint."""
+
+    read: int
+    percent: int
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, InspectProgress) and message.read == self.read
+
+
+@dataclass
+class InspectFinished(Message):
+    """The inspector's read number ``read`` is done: the report, or why there is none (one line).
+    A read the screen has moved on from may still finish; its number says so."""
+
+    read: int
+    report: "InspectReport | None"
+    error: str = ""

@@ -1,7 +1,7 @@
 """``andrea-console runs/``: a directory of run directories opens the overview.
 
 ``--once`` and ``--json`` print it; the keys that act on one run (``--checkpoint``,
-``--stop``, ``--pivot``, ``--start``) ask for that run's directory instead.
+``--stop``, ``--pivot``, ``--start``, ``--check``, ``--inspect``) ask for that run's directory instead.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int]
     """The overview for ``andrea-console ROOT [--once | --json]``; an exit status."""
     one_run = [flag for flag, on in (("--checkpoint", args.checkpoint), ("--stop", args.stop),
                                      ("--pivot", args.pivot), ("--pivot-rollback", args.pivot_rollback),
-                                     ("--start", args.start)) if on]
+                                     ("--start", args.start), ("--check", args.check),
+                                     ("--inspect", args.inspect is not None or args.against)) if on]
     if one_run:
         return fail(f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})", 2)
     if args.once or args.json:

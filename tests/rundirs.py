@@ -7,6 +7,7 @@ holds no wall-clock time, pid or host.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -31,6 +32,9 @@ class RunSpec:
     steps: int = 300                       # history lines 1..steps
     checkpoints: tuple[int, ...] = (100, 200, 300)
     n_params: int = 1000                   # size of generated checkpoints (not a real model)
+    # Checkpoints of the preset's real model size, with its model and optimizer config in
+    # the .json, and plausible m and v (some coordinates never updated: v = 0).
+    model_sized: bool = False
     preset: str = "micro"
     arms: tuple[str, ...] = DEFAULT_ARMS
     history_format: str = "jsonl"          # or "array"
@@ -100,9 +104,16 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
             fh.write("".join(line + "\n" for line in spec.bad_lines).encode())
             fh.write(spec.torn_tail.encode())
     for step in spec.checkpoints:
-        weights = rng.standard_normal(spec.n_params).astype(np.float32)
-        write_checkpoint(run, step, weights, weights * 0.1, np.abs(weights) * 0.01,
-                         resume={"config": {"preset": spec.preset}, "tokens_seen": step * 512,
+        config: dict[str, Any] = {"preset": spec.preset}
+        if spec.model_sized:
+            preset = RunConfig.from_preset(spec.preset)
+            config.update(model=dataclasses.asdict(preset.model), optimizer=dataclasses.asdict(preset.optimizer))
+            weights, m, v = _model_arrays(rng, preset.model.n_params())
+        else:
+            weights = rng.standard_normal(spec.n_params).astype(np.float32)
+            m, v = weights * 0.1, np.abs(weights) * 0.01
+        write_checkpoint(run, step, weights, m, v,
+                         resume={"config": config, "tokens_seen": step * 512,
                                  "adam_step": step, "time": EPOCH + step * spec.step_seconds})
         os.utime(run / f"step_{step:06d}.bin", (EPOCH + step * spec.step_seconds,) * 2)
     for step in spec.truncated:
@@ -138,6 +149,18 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
     for name in spec.garbage_files:
         (run / name).write_bytes(b"\x00\xffnot a run file\n")
     return run
+
+
+def _model_arrays(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Weights of a small init's scale, m around 1e-3, v near m^2, and 2% of coordinates
+    that no gradient reached (m = v = 0)."""
+    weights = (rng.standard_normal(n) * 0.02).astype(np.float32)
+    m = (rng.standard_normal(n) * 1e-3).astype(np.float32)
+    v = (m.astype(np.float64) ** 2 * rng.uniform(0.5, 4.0, n)).astype(np.float32)
+    untouched = rng.random(n) < 0.02
+    m[untouched] = 0.0
+    v[untouched] = 0.0
+    return weights, m, v
 
 
 def _write_trainer_record(run: Path, record: str | dict[str, Any]) -> None:

@@ -16,6 +16,9 @@ KEYS = [
           "writes a final checkpoint and exits"),
     ("p", "polish pivot: edit caps and floors, ctrl+s runs the six steps (asks before the stop), "
           "ctrl+r rolls back an interrupted one, Escape returns"),
+    ("i", "inspect a checkpoint (the one clicked in the checkpoints pane, else the newest complete): "
+          "per tensor w_rms, w_maxabs, m_norm, sqrt_v_rms, dead v, update ratio, non-finite counts; "
+          "s/r or a header click sorts, [ ] older/newer, a compares with the previous, Escape returns"),
     ("l", "loss plot: log / linear y"),
     ("w", "loss plot: all steps / the last N steps"),
     ("e", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)"),
@@ -38,7 +41,8 @@ PANES = [
                "verification: never signalled), stale pid record (the pid is gone or reused)"),
     ("loss", "every step of .loss.json: each column shows the min and max of its steps, so no spike "
              "is hidden; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite step"),
-    ("checkpoints", "complete (.bin + .json), foreign (weights, m and v only), invalid (with the reason)"),
+    ("checkpoints", "complete (.bin + .json), foreign (weights, m and v only), invalid (with the reason); "
+                    "a click selects one for i"),
     ("bandit arms", "zombie arms (in .state.json, but their data is gone) in red with the reason"),
     ("events", "signals and confirmations, checkpoints landing, the trainer exiting, zombies, torn "
                "or non-finite lines, spikes, resume checks, ALERT lines (with the bell unless --no-bell, "

@@ -38,6 +38,8 @@ class CheckpointsPane(Static):
         self.border_title = "checkpoints"
         self._shown: tuple | None = None
         self._last: tuple | None = None
+        self.selected: str | None = None          # the file name a click chose (``i`` inspects it)
+        self._row_names: list[str | None] = []    # the file name drawn on each content line
 
     def on_resize(self, event: events.Resize) -> None:
         if self._last is not None:
@@ -56,7 +58,7 @@ class CheckpointsPane(Static):
         status_width = max(10, self.scrollable_content_region.width - status_at)
         # Ages move with the clock: redraw when the checkpoints, the width or the
         # ten-second tick of the clock change.
-        key = (checkpoints, pivots, int(now // 10), status_width, retention)
+        key = (checkpoints, pivots, int(now // 10), status_width, retention, self.selected)
         if key == self._shown:
             return
         self._shown = key
@@ -66,14 +68,17 @@ class CheckpointsPane(Static):
             text.append(" " * GAP)
         text.append("status", style="bold")
         by_step = {p.step: p for p in pivots}
+        rows: list[str | None] = [None]
         # The newest ROWS are drawn and the rest counted: a redraw (every ten seconds, as
         # the ages move) must not cost the whole directory.
         for c in checkpoints[:-ROWS - 1:-1]:
             rule = retention.rule(c.path.name) if retention is not None else ""
             cells = (f"{c.step:,}", format_age(now - c.mtime) if c.mtime else "-", format_size(c.size), rule)
             text.append("\n")
-            for cell, (_, width, right) in zip(cells, columns):
-                text.append((cell.rjust(width) if right else cell.ljust(width)) + " " * GAP)
+            for k, (cell, (_, width, right)) in enumerate(zip(cells, columns)):
+                chosen = k == 0 and c.path.name == self.selected
+                text.append(cell.rjust(width) if right else cell.ljust(width), style="reverse" if chosen else "")
+                text.append(" " * GAP)
             status = Text(c.status, style=STATUS_STYLES.get(c.status, ""))
             if c.reason:
                 status.append(f": {printable(c.reason, LINE_LIMIT)}",
@@ -82,7 +87,9 @@ class CheckpointsPane(Static):
                 status.append(f" · pivot P → {printable(by_step[c.step].archive)}/", style="magenta")
             if rule == "prune" and not with_kept:
                 status.append(" · prune next", style="yellow")
-            text.append_text(_wrapped(status, status_width, status_at))
+            wrapped = _wrapped(status, status_width, status_at)
+            text.append_text(wrapped)
+            rows += [c.path.name] * (wrapped.plain.count("\n") + 1)
         if len(checkpoints) > ROWS:
             older = checkpoints[:-ROWS]
             invalid = sum(c.status == "invalid" for c in older)
@@ -90,8 +97,26 @@ class CheckpointsPane(Static):
                         + (f" ({invalid:,} invalid)" if invalid else ""), style="grey62")
         if not checkpoints:
             text.append("\nno step_*.bin files yet", style="grey62")
+        self._row_names = rows
         self.update(text)
         self.border_subtitle = (f"{len(checkpoints)} files" if checkpoints else "none yet")
+
+    def on_click(self, event: events.Click) -> None:
+        """A click on a row selects that checkpoint (reversed step); ``i`` inspects it."""
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        line = offset.y + round(self.scroll_offset.y)
+        name = self._row_names[line] if 0 <= line < len(self._row_names) else None
+        if name is not None and self._last is not None:
+            self.selected = name
+            self.show(*self._last)
+
+    def selected_info(self) -> CheckpointInfo | None:
+        """The checkpoint a click selected, while it is still listed."""
+        if self._last is None or self.selected is None:
+            return None
+        return next((c for c in self._last[0] if c.path.name == self.selected), None)
 
 
 def _wrapped(status: Text, width: int, indent: int) -> Text:

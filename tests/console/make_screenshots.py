@@ -38,6 +38,8 @@ def states(tmp: Path):
     yield "overview", overview_for(runs_dir(tmp / "j")), WIDE, ()
     yield "comparison", overview_for(runs_dir(tmp / "k")), WIDE, ("space", "down", "space", "down", "down",
                                                                   "space", "v")
+    yield "inspector", app_for(make_run(tmp / "l" / "run", checkpoints=(100, 200, 300), model_sized=True),
+                               live_probe), WIDE, ("i", *"s" * 9)    # sorted by update_ratio, largest first
 
 
 async def shoot(name: str, app, size, keys) -> Path:
@@ -46,6 +48,11 @@ async def shoot(name: str, app, size, keys) -> Path:
         for key in keys:
             await pilot.press(key)
             await pilot.pause(0.3)     # the pivot screen opens once the journal has been looked at
+            # the inspector's read (not every worker: the pivot screen's lasts while it is open)
+            reads = [w for w in pilot.app.workers if w.group == "inspect"]
+            if reads:
+                await pilot.app.workers.wait_for_complete(reads)
+                await pilot.pause()
         return Path(app.save_screenshot(f"{name}.svg", str(OUT)))
 
 

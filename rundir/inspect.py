@@ -1,0 +1,434 @@
+"""Inspect a checkpoint: what its weights and Adam's m and v say, tensor by tensor.
+
+The ``.bin`` is memory-mapped and read in fixed-size chunks (each page is dropped from
+the mapping once read), so a 1.46 GB andrea-120m checkpoint is inspected with a
+bounded peak RSS. The tensors and Adam's settings are :mod:`rundir.checkpoint_layout`'s
+(from the ``.json``; fixed-size chunks of the flat vector without one). Validity is :func:`inspect_checkpoint`'s,
+so a truncated, header-mismatched or foreign file gets the checkpoints pane's reason.
+
+Every statistic is taken over the finite values of its array; the non-finite ones are
+counted in ``nonfinite``. Statistics (per tensor)::
+
+    w_rms        sqrt(mean(w^2))
+    w_maxabs     max |w|
+    m_norm       ||m||_2
+    sqrt_v_rms   RMS of sqrt(v) = sqrt(mean(v))
+    dead_v_frac  share of v below eps^2 (Adam divides by about eps there)
+    update_ratio lr * RMS(m_hat / (sqrt(v_hat) + eps)) / w_rms: the size of the step
+                 Adam took at ``adam_step`` relative to the weights (None when Adam's
+                 step count or lr is unknown, or w_rms is 0)
+
+and with a second checkpoint (``against``): ``w_rel_change`` = ||w - w'|| / ||w'|| and
+``m_cosine`` = cos(m, m').
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .checkpoint import HEADER_SIZE, CheckpointError, CheckpointInfo, expected_size, inspect_checkpoint
+from .checkpoint_layout import AdamSettings, Layout, TensorSlice, adam_settings, layout_of
+from .safe_read import open_regular
+
+# Values of each of w, m and v read per pass (1 MB each): small enough to stay in cache
+# while the several passes over a chunk run, large enough that numpy's per-call cost is noise.
+CHUNK_VALUES = 1 << 18
+# Threads summing chunks at once (numpy's ufuncs let go of the GIL): past a few, the
+# page cache is what limits.
+MAX_THREADS = 4
+
+Progress = Callable[[int, int], None]       # (values done, values in all)
+
+
+class InspectCancelled(Exception):
+    """The caller's ``cancelled()`` said stop (the inspector screen was closed)."""
+
+
+# -- results ------------------------------------------------------------------------
+@dataclass
+class TensorStats:
+    """The statistics of one tensor (see the module docstring); None where undefined."""
+
+    name: str
+    shape: tuple[int, ...]
+    count: int
+    w_rms: float | None
+    w_maxabs: float | None
+    m_norm: float
+    sqrt_v_rms: float | None
+    dead_v_frac: float
+    update_ratio: float | None
+    nonfinite: dict[str, int]
+    w_rel_change: float | None = None       # with ``against`` only
+    m_cosine: float | None = None
+
+    def to_json(self, against: bool) -> dict[str, Any]:
+        out = {"name": self.name, "shape": list(self.shape), "count": self.count, "w_rms": self.w_rms,
+               "w_maxabs": self.w_maxabs, "m_norm": self.m_norm, "sqrt_v_rms": self.sqrt_v_rms,
+               "dead_v_frac": self.dead_v_frac, "update_ratio": self.update_ratio, "nonfinite": dict(self.nonfinite)}
+        if against:
+            out.update(w_rel_change=self.w_rel_change, m_cosine=self.m_cosine)
+        return out
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    path: Path
+    step: int
+    n_params: int
+    adam_step: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "step": self.step, "n_params": self.n_params, "adam_step": self.adam_step}
+
+
+@dataclass
+class InspectReport:
+    """Everything :func:`inspect_file` found; :meth:`to_json` is ``--inspect --json``'s schema."""
+
+    checkpoint: CheckpointSummary
+    status: str                 # the checkpoint's status: complete or foreign
+    layout: Layout
+    adam: AdamSettings
+    tensors: list[TensorStats]
+    totals: dict[str, float | None]
+    against: CheckpointSummary | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.checkpoint.to_json()
+        out.update(status=self.status, layout=self.layout.kind, layout_note=self.layout.note,
+                   eps=self.adam.eps, lr=self.adam.lr, update_ratio_note=self.adam.unknown,
+                   tensors=[t.to_json(self.against is not None) for t in self.tensors], totals=dict(self.totals))
+        if self.against is not None:
+            out["against"] = self.against.to_json()
+        return out
+
+
+# -- reading ------------------------------------------------------------------------
+class _Mapped:
+    """A valid checkpoint's three arrays over one read-only mapping; pages are dropped
+    from the mapping as they are read, so the resident set stays about one chunk."""
+
+    def __init__(self, info: CheckpointInfo):
+        assert info.n_params is not None
+        self.path = info.path
+        self.n = n = info.n_params
+        size = expected_size(n)
+        fd, st = open_regular(info.path)
+        try:
+            if st.st_size != size:      # replaced or cut since the quick look
+                raise CheckpointError(f"{info.path.name}: changed while being opened ({st.st_size} bytes, "
+                                      f"expected {size})")
+            self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        if hasattr(mmap, "MADV_SEQUENTIAL"):
+            self._mm.madvise(mmap.MADV_SEQUENTIAL)
+        flat = np.frombuffer(self._mm, dtype="<f4", offset=HEADER_SIZE, count=3 * n)
+        self.w, self.m, self.v = flat[:n], flat[n:2 * n], flat[2 * n:]
+        self._dropped = [0, 0, 0]      # per array: values before this one are dropped from the mapping
+
+    def release(self, upto: int) -> None:
+        """Drop the pages of every array's values before ``upto`` (only whole pages)."""
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        for k in range(3):
+            lo = (HEADER_SIZE + 4 * (k * self.n + self._dropped[k])) // mmap.PAGESIZE * mmap.PAGESIZE
+            hi = (HEADER_SIZE + 4 * (k * self.n + upto)) // mmap.PAGESIZE * mmap.PAGESIZE
+            if hi > lo:
+                self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                self._dropped[k] = upto
+
+    def close(self) -> None:
+        del self.w, self.m, self.v
+        try:
+            self._mm.close()
+        except BufferError:         # a view still alive somewhere: the mapping goes with it
+            pass
+
+
+def open_valid(path: str | os.PathLike[str]) -> CheckpointInfo:
+    """The quick look at ``path``; a :class:`CheckpointError` with the checkpoints pane's
+    reason when it is invalid (truncated, header mismatched, not a checkpoint)."""
+    info = inspect_checkpoint(path)
+    if info.status == "invalid":
+        raise CheckpointError(f"{Path(path).name}: {info.reason}")
+    return info
+
+
+class _Buffers:
+    """Scratch arrays of one chunk, allocated once per inspection."""
+
+    def __init__(self, size: int):
+        self.values = np.empty(size, dtype=np.float32)
+        self.ones = np.ones(size, dtype=np.float32)
+        self.flags = np.empty(size, dtype=bool)
+
+
+@dataclass
+class _Sums:
+    """Running sums of one tensor (float64 Python floats; chunk sums are float32 numpy)."""
+
+    ww: float = 0.0
+    maxabs: float = 0.0
+    mm: float = 0.0
+    v_sum: float = 0.0
+    vv: float = 0.0
+    uu: float = 0.0
+    n_w: int = 0            # finite values of each
+    n_v: int = 0
+    n_u: int = 0
+    dead: int = 0
+    bad: dict[str, int] = field(default_factory=lambda: {"w": 0, "m": 0, "v": 0})
+    dd: float = 0.0         # against: sum of (w - w')^2, of w'^2, of m.m', of m'^2
+    ww_b: float = 0.0
+    mm_ab: float = 0.0
+    mm_b: float = 0.0
+
+    def add(self, other: "_Sums") -> None:
+        """Add another chunk's (or tensor's) sums to these."""
+        for key in ("ww", "mm", "v_sum", "vv", "uu", "n_w", "n_v", "n_u", "dead", "dd", "ww_b", "mm_ab", "mm_b"):
+            setattr(self, key, getattr(self, key) + getattr(other, key))
+        self.maxabs = max(self.maxabs, other.maxabs)
+        for key, count in other.bad.items():
+            self.bad[key] += count
+
+
+def _sumsq(x: np.ndarray) -> float:
+    return float(np.dot(x, x))
+
+
+def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buffers,
+               eps2: float, v_scale: float, eps: float, with_update: bool) -> None:
+    """Add one chunk of a tensor to its sums. A finite sum of squares proves that every
+    value is finite (a NaN or an Inf makes it non-finite), so clean chunks take the fast
+    path and only a chunk with a non-finite sum is masked."""
+    k = w.size
+    ww = _sumsq(w)
+    if math.isfinite(ww):
+        s.ww += ww
+        s.n_w += k
+        s.maxabs = max(s.maxabs, float(w.max()), -float(w.min()))
+    else:
+        ok = np.isfinite(w)
+        s.bad["w"] += k - int(np.count_nonzero(ok))
+        wf = w[ok].astype(np.float64)
+        s.ww += float(np.dot(wf, wf))
+        s.n_w += wf.size
+        if wf.size:
+            s.maxabs = max(s.maxabs, float(np.abs(wf).max()))
+    mm = _sumsq(m)
+    if math.isfinite(mm):
+        s.mm += mm
+    else:
+        ok = np.isfinite(m)
+        s.bad["m"] += k - int(np.count_nonzero(ok))
+        s.mm += _sumsq(m[ok].astype(np.float64))
+    v_sum, vv = float(np.dot(v, bufs.ones[:k])), _sumsq(v)
+    if math.isfinite(v_sum) and math.isfinite(vv):
+        s.v_sum += v_sum
+        s.vv += vv
+        s.n_v += k
+    else:
+        ok = np.isfinite(v)
+        s.bad["v"] += k - int(np.count_nonzero(ok))
+        vf = v[ok].astype(np.float64)
+        s.v_sum += float(vf.sum())
+        s.vv += float(np.dot(vf, vf))
+        s.n_v += vf.size
+    s.dead += int(np.count_nonzero(np.less(v, eps2, out=bufs.flags[:k])))
+    if with_update:
+        # m / (sqrt(v) * c + eps) = (1 / c) * m / (sqrt(v) + eps / c), with
+        # c = 1 / sqrt(1 - beta2^t): one pass fewer; the 1 / c and 1 / (1 - beta1^t)
+        # factors are applied once at the end.
+        u = bufs.values[:k]
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            np.sqrt(v, out=u)
+            np.add(u, np.float32(eps / v_scale), out=u)
+            np.divide(m, u, out=u)
+            uu = _sumsq(u)
+            if math.isfinite(uu):
+                s.uu += uu
+                s.n_u += k
+            else:
+                uf = u[np.isfinite(u)].astype(np.float64)
+                s.uu += float(np.dot(uf, uf))
+                s.n_u += uf.size
+
+
+def _add_against(s: _Sums, w: np.ndarray, m: np.ndarray, w_b: np.ndarray, m_b: np.ndarray, bufs: _Buffers) -> None:
+    """Add one chunk's comparison sums; pairs where either value is non-finite are left out."""
+    d = np.subtract(w, w_b, out=bufs.values[:w.size])
+    sums = (_sumsq(d), _sumsq(w_b), float(np.dot(m, m_b)), _sumsq(m_b))
+    if not all(math.isfinite(x) for x in sums):
+        ok = np.isfinite(w) & np.isfinite(w_b)
+        d = w[ok].astype(np.float64) - w_b[ok]
+        wb = w_b[ok].astype(np.float64)
+        okm = np.isfinite(m) & np.isfinite(m_b)
+        ma, mb = m[okm].astype(np.float64), m_b[okm].astype(np.float64)
+        sums = (float(np.dot(d, d)), float(np.dot(wb, wb)), float(np.dot(ma, mb)), float(np.dot(mb, mb)))
+    s.dd += sums[0]
+    s.ww_b += sums[1]
+    s.mm_ab += sums[2]
+    s.mm_b += sums[3]
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 and math.isfinite(a / b) else None
+
+
+def _rms(total: float, n: int) -> float | None:
+    return math.sqrt(total / n) if n else None
+
+
+def _same_shapes(a: Layout, b: Layout) -> str | None:
+    """None when two layouts can be compared, else why not."""
+    if a.kind != "model" or b.kind != "model":
+        return None                 # a bare .bin has no shapes to differ: n_params decides
+    for x, y in zip(a.tensors, b.tensors):
+        if x.name != y.name or x.shape != y.shape:
+            return f"{x.name} is {_shape(x.shape)} in one and {y.name} {_shape(y.shape)} in the other"
+    if len(a.tensors) != len(b.tensors):
+        return f"{len(a.tensors)} tensors against {len(b.tensors)}"
+    return None
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
+def inspect_file(path: str | os.PathLike[str], against: str | os.PathLike[str] | None = None, *,
+                 progress: Progress | None = None, cancelled: Callable[[], bool] | None = None,
+                 chunk_values: int = CHUNK_VALUES, threads: int | None = None) -> InspectReport:
+    """Read the checkpoint at ``path`` (and ``against``, a second one of the same shape)
+    chunk by chunk and return its statistics. Raises :class:`CheckpointError` with a
+    one-line reason for an invalid file or two that cannot be compared, and
+    :class:`InspectCancelled` when ``cancelled()`` turns true. ``progress(done, total)``
+    is called after each chunk (values of the flat vector). Chunks are summed by
+    ``threads`` threads (default: the CPUs, at most :data:`MAX_THREADS`) and the sums
+    added in file order, so the result does not depend on the count."""
+    info = open_valid(path)
+    assert info.n_params is not None
+    layout, adam = layout_of(info), adam_settings(info.sidecar)
+    other = None
+    if against is not None:
+        other = open_valid(against)
+        if other.n_params != info.n_params:
+            raise CheckpointError(f"cannot compare {info.path.name} ({info.n_params:,} parameters) with "
+                                  f"{other.path.name} ({other.n_params:,}): not the same shape")
+        other_layout = layout_of(other)
+        why = _same_shapes(layout, other_layout)
+        if why:
+            raise CheckpointError(f"cannot compare {info.path.name} with {other.path.name}: not the same shape ({why})")
+        if layout.kind != "model" and other_layout.kind == "model":
+            layout = other_layout   # the names and shapes the other's .json gives
+    a = _Mapped(info)
+    try:
+        b = _Mapped(other) if other is not None else None
+    except BaseException:
+        a.close()
+        raise
+    try:
+        tensors, grand = _read(a, b, layout, adam, progress, cancelled, chunk_values,
+                               threads or min(MAX_THREADS, os.cpu_count() or 1))
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    totals: dict[str, float | None] = {"w_norm": math.sqrt(grand.ww), "m_norm": math.sqrt(grand.mm),
+                                       "v_norm": math.sqrt(grand.vv)}
+    if b is not None:
+        totals["w_rel_change"] = _ratio(math.sqrt(grand.dd), math.sqrt(grand.ww_b))
+        totals["m_cosine"] = _ratio(grand.mm_ab, math.sqrt(grand.mm * grand.mm_b))
+    return InspectReport(_summary(info), info.status, layout, adam, tensors, totals,
+                         _summary(other) if other is not None else None)
+
+
+def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, progress: Progress | None,
+          cancelled: Callable[[], bool] | None, chunk_values: int, threads: int) -> tuple[list[TensorStats], _Sums]:
+    """Sum every chunk (in a pool of threads: numpy lets go of the GIL) and add the sums
+    up in order; at most ``2 * threads`` chunks are in flight, so the pages still mapped
+    stay a few chunks' worth."""
+    with_update = adam.step is not None and adam.lr is not None
+    t = adam.step or 1
+    v_scale = 1.0 / math.sqrt(1.0 - adam.beta2 ** t)
+    m_scale = 1.0 / (1.0 - adam.beta1 ** t)
+    eps2 = float(np.float32(adam.eps) * np.float32(adam.eps))
+    local = threading.local()
+
+    def chunk(lo: int, hi: int) -> _Sums:
+        bufs = getattr(local, "bufs", None)
+        if bufs is None:
+            bufs = local.bufs = _Buffers(chunk_values)
+        s = _Sums()
+        _add_chunk(s, a.w[lo:hi], a.m[lo:hi], a.v[lo:hi], bufs, eps2, v_scale, adam.eps, with_update)
+        if b is not None:
+            _add_against(s, a.w[lo:hi], a.m[lo:hi], b.w[lo:hi], b.m[lo:hi], bufs)
+        return s
+
+    # (tensor index, first value, end) of every chunk, in file order
+    pieces = ((i, lo, min(lo + chunk_values, ts.offset + ts.count)) for i, ts in enumerate(layout.tensors)
+              for lo in range(ts.offset, ts.offset + ts.count, chunk_values))
+    tensors: list[TensorStats] = []
+    grand, sums = _Sums(), _Sums()
+    done, n = 0, a.n
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="inspect") as pool:
+        flight: deque[tuple[int, int, int, Future[_Sums]]] = deque()
+        try:
+            while True:
+                while len(flight) < 2 * threads:
+                    piece = next(pieces, None)
+                    if piece is None:
+                        break
+                    if cancelled is not None and cancelled():
+                        raise InspectCancelled(str(a.path))
+                    flight.append((*piece, pool.submit(chunk, piece[1], piece[2])))
+                if not flight:
+                    break
+                i, lo, hi, future = flight.popleft()
+                sums.add(future.result())
+                a.release(hi)
+                if b is not None:
+                    b.release(hi)
+                done += hi - lo
+                if progress is not None:
+                    progress(done, n)
+                ts = layout.tensors[i]
+                if hi == ts.offset + ts.count:          # the tensor's last chunk
+                    tensors.append(_stats(ts, sums, adam, with_update, m_scale / v_scale, b is not None))
+                    grand.add(sums)
+                    sums = _Sums()
+        finally:
+            for *_, future in flight:
+                future.cancel()
+    return tensors, grand
+
+
+def _stats(ts: TensorSlice, s: _Sums, adam: AdamSettings, with_update: bool, u_scale: float,
+           against: bool) -> TensorStats:
+    """One tensor's statistics from its sums."""
+    w_rms, u_rms = _rms(s.ww, s.n_w), _rms(s.uu, s.n_u)
+    update = None
+    if with_update and adam.lr is not None and u_rms is not None and w_rms is not None:
+        update = _ratio(adam.lr * u_scale * u_rms, w_rms)
+    stats = TensorStats(ts.name, ts.shape, ts.count, w_rms, s.maxabs if s.n_w else None, math.sqrt(s.mm),
+                        _rms(s.v_sum, s.n_v) if s.v_sum >= 0 else None, s.dead / ts.count, update, dict(s.bad))
+    if against:
+        stats.w_rel_change = _ratio(math.sqrt(s.dd), math.sqrt(s.ww_b))
+        stats.m_cosine = _ratio(s.mm_ab, math.sqrt(s.mm * s.mm_b))
+    return stats
+
+
+def _summary(info: CheckpointInfo) -> CheckpointSummary:
+    assert info.n_params is not None
+    return CheckpointSummary(info.path, info.step, info.n_params, adam_settings(info.sidecar).step)
