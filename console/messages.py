@@ -77,6 +77,9 @@ class CompareReady(Message):
 
     series: list = field(default_factory=list)        # [(name, steps, tokens, loss)]
     problems: list[str] = field(default_factory=list)
+
+
+@dataclass
 class InspectProgress(Message):
     """The inspector's read number ``read`` has read ``percent`` of the checkpoint."""
 
