@@ -244,7 +244,9 @@ class ConsoleApp(App[None]):
         if child is not None:
             self._child_reported = True
         if not worker.is_cancelled:
-            self.notify_from_thread(text, "good" if exited else "error")
+            # The read that sees the record gone says the exit, once, with the final checkpoint.
+            if not exited or (child is not None and child.returncode != 0):
+                self.notify_from_thread(text, "good" if exited else "error")
             self.post_message(FilesChanged(ALL_KINDS))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,30 @@ from rundir.layout import TRAINER_LOG
 
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
+# A trainer this process started is waited for (reaped) within this long of its exit.
+REAP_S = 0.5
+
+_children: list[subprocess.Popen] = []
+_children_lock = threading.Lock()
+
+
+def _reap_loop() -> None:
+    while True:
+        time.sleep(REAP_S)
+        with _children_lock:
+            _children[:] = [c for c in _children if c.poll() is None]     # poll() reaps an exited child
+            if not _children:
+                return
+
+
+def reap_when_done(child: subprocess.Popen) -> None:
+    """Reap ``child`` as soon as it exits (a background thread polls it): a trainer the
+    console started (``--start``, the pivot's restart) must not stay a zombie until the
+    console quits, whoever stops it. Its exit code stays readable with ``child.poll()``."""
+    with _children_lock:
+        _children.append(child)
+        if len(_children) == 1:
+            threading.Thread(target=_reap_loop, name="reap-trainers", daemon=True).start()
 
 
 @dataclass(frozen=True)
@@ -108,9 +133,10 @@ def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None, ex
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} andrea-console --start: {shlex.join(cmd)}\n".encode())
         log.flush()
         if not is_sbatch(cmd):
-            return Launch(cmd, child=subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                                      close_fds=True))
+            child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, close_fds=True)
+            reap_when_done(child)
+            return Launch(cmd, child=child)
     if "--parsable" not in cmd:
         cmd = [cmd[0], "--parsable", *cmd[1:]]
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)

@@ -70,7 +70,7 @@ class DashboardScreen(Screen):
         self.query_one(ProblemsBar).show(snap.problems())
         # The markers are made again only when the checkpoints or the events changed: with
         # thousands of checkpoints, not at every read.
-        made_from = (snap.checkpoints, snap.history.events)
+        made_from = (snap.checkpoints, snap.history.events, snap.history.silent_rewinds)
         if self._markers_from is None or any(a is not b for a, b in zip(made_from, self._markers_from)):
             self._markers_from, self._markers = made_from, plot_markers(*made_from)
         self.query_one(LossPlot).show(snap.history, self._markers)
