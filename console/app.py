@@ -30,7 +30,7 @@ from .pivot_runner import pending_pivot
 from .plot import PlotOptions
 from .reader import CheckpointRequest, RunReader
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
-from .supervise import send, wait_for_checkpoint, wait_for_exit
+from .supervise import reap_children, send, wait_for_checkpoint, wait_for_exit
 from .views import Notice, RunSnapshot, TrainerView
 from .watcher import watch_run
 
@@ -114,6 +114,7 @@ class ConsoleApp(App[None]):
 
     def tick(self) -> None:
         self.request_read({TRAINER})
+        reap_children()             # a trainer this console started and someone stopped: no zombie
         if self.child is not None and not self._child_reported and self.child.poll() is not None:
             self._child_reported = True
             code = self.child.returncode

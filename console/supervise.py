@@ -29,30 +29,19 @@ from rundir.layout import TRAINER_LOG
 
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
-# A trainer this process started is waited for (reaped) within this long of its exit.
-REAP_S = 0.5
-
+# The trainers this process started that have not been seen to exit (see reap_children).
 _children: list[subprocess.Popen] = []
 _children_lock = threading.Lock()
 
 
-def _reap_loop() -> None:
-    while True:
-        time.sleep(REAP_S)
-        with _children_lock:
-            _children[:] = [c for c in _children if c.poll() is None]     # poll() reaps an exited child
-            if not _children:
-                return
-
-
-def reap_when_done(child: subprocess.Popen) -> None:
-    """Reap ``child`` as soon as it exits (a background thread polls it): a trainer the
-    console started (``--start``, the pivot's restart) must not stay a zombie until the
-    console quits, whoever stops it. Its exit code stays readable with ``child.poll()``."""
+def reap_children() -> None:
+    """Wait for (reap) every trainer this process started that has exited, whoever stopped
+    it: one the console started (``--start``, the pivot's restart) must not stay a zombie
+    until the console quits. The dashboard calls this at every tick; no thread of its own
+    (the history prefetch forks only while the process has a single thread). An exit code
+    stays readable with ``child.poll()``."""
     with _children_lock:
-        _children.append(child)
-        if len(_children) == 1:
-            threading.Thread(target=_reap_loop, name="reap-trainers", daemon=True).start()
+        _children[:] = [c for c in _children if c.poll() is None]     # poll() reaps an exited child
 
 
 @dataclass(frozen=True)
@@ -135,7 +124,8 @@ def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None, ex
         if not is_sbatch(cmd):
             child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True, close_fds=True)
-            reap_when_done(child)
+            with _children_lock:
+                _children.append(child)
             return Launch(cmd, child=child)
     if "--parsable" not in cmd:
         cmd = [cmd[0], "--parsable", *cmd[1:]]

@@ -132,9 +132,11 @@ def process_state(pid: int) -> str | None:
         return None
 
 
-def test_a_trainer_the_console_started_is_reaped_when_it_exits(tmp_path):
+@pytest.mark.asyncio
+async def test_a_trainer_the_console_started_is_reaped_when_it_exits(tmp_path):
     # As after the pivot's restart: the console started the trainer, and it is stopped by a
-    # signal and a wait that do not hold its process (the dashboard's s, another console's --stop).
+    # signal and a wait that do not hold its process (another console's --stop). The
+    # dashboard reaps it: it is not a zombie until the console quits.
     from console.supervise import send, wait_for_exit
     from rundir.layout import STOP_SIGNAL
 
@@ -145,18 +147,15 @@ def test_a_trainer_the_console_started_is_reaped_when_it_exits(tmp_path):
     write_run_config(run, config)
     child = start_trainer(run).child
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not verify_trainer(run).ok:
-            time.sleep(0.1)
-        result = send(run, STOP_SIGNAL)
-        assert result.ok, result.message
-        exited, text = wait_for_exit(run, result, 60)
-        assert exited, text
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and process_state(child.pid) is not None:
-            time.sleep(0.1)
-        assert process_state(child.pid) is None         # reaped, not a zombie until this process exits
-        assert child.poll() == 0                        # and its exit code is still there to read
+        app = ConsoleApp(run, tick=0.5)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: running(app), what="the trainer verified as running")
+            result = send(run, STOP_SIGNAL)
+            assert result.ok, result.message
+            exited, text = wait_for_exit(run, result, 60)
+            assert exited, text
+            await until(pilot, lambda: process_state(child.pid) is None, what="the exited trainer reaped")
+        assert child.poll() == 0                        # its exit code is still there to read
     finally:
         if child.poll() is None:
             child.kill()
