@@ -32,7 +32,7 @@ from .pivot_runner import pending_pivot
 from .plot import PlotOptions
 from .reader import CheckpointRequest, RunReader
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
-from .supervise import send, wait_for_checkpoint, wait_for_exit
+from .supervise import reap_children, send, wait_for_checkpoint, wait_for_exit
 from .views import Notice, RunSnapshot, TrainerView
 from .widgets import CheckpointsPane
 from .watcher import watch_run
@@ -124,6 +124,7 @@ class ConsoleApp(App[None]):
 
     def tick(self) -> None:
         self.request_read({TRAINER})
+        reap_children()             # a trainer this console started and someone stopped: no zombie
         if self.child is not None and not self._child_reported and self.child.poll() is not None:
             self._child_reported = True
             code = self.child.returncode
@@ -292,7 +293,9 @@ class ConsoleApp(App[None]):
         if child is not None:
             self._child_reported = True
         if not worker.is_cancelled:
-            self.notify_from_thread(text, "good" if exited else "error")
+            # The read that sees the record gone says the exit, once, with the final checkpoint.
+            if not exited or (child is not None and child.returncode != 0):
+                self.notify_from_thread(text, "good" if exited else "error")
             self.post_message(FilesChanged(ALL_KINDS))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -30,6 +30,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -140,19 +141,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.start and (args.once or args.json or args.checkpoint or args.stop or args.check):
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)
+    if (args.cap or args.floor or args.drop or args.yes) and not args.pivot:
+        return _fail("--cap, --floor, --drop and --yes go with --pivot", EXIT_USAGE)
+    bad_path = run_dir_problem(run_dir, may_create=args.start)
+    if bad_path:
+        return _fail(bad_path, EXIT_USAGE)
+    inspect = args.inspect is not None or args.against
+    dashboard = not (args.once or args.json or args.check or inspect or args.checkpoint or args.stop
+                     or args.pivot or args.pivot_rollback)
+    if dashboard and not sys.stdout.isatty():
+        return _fail("the dashboard needs a terminal, and stdout is not one: use --once (text) or --json",
+                     EXIT_USAGE)
     if is_runs_dir(run_dir):             # runs/: every run at once
         from .overview_cli import run_overview
 
         return run_overview(run_dir, args, _fail)
-    if args.inspect is not None or args.against:
+    if inspect:
         from .inspect_cli import run_inspect
         return run_inspect(run_dir, args)
     if args.once or args.json or args.check:
         return _report(run_dir, args)
     if args.checkpoint or args.stop:
         return _signal(run_dir, args)
-    if (args.cap or args.floor or args.drop or args.yes) and not args.pivot:
-        return _fail("--cap, --floor, --drop and --yes go with --pivot", EXIT_USAGE)
     if args.pivot or args.pivot_rollback:
         return _pivot(run_dir, args)
     child = None
@@ -160,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
         child, code = _start(run_dir, args.preset, list(args.sbatch) if args.slurm else None)
         if code:
             return code
-    elif run_dir.exists() and not run_dir.is_dir():
-        return _fail(f"{run_dir} is not a directory", EXIT_USAGE)
     open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window, stall_after=args.stall_after,
                    spikes=(args.spike_window, args.spike_k), bell=not args.no_bell, notify=args.notify_argv,
                    **({"notify_timeout": args.notify_timeout} if args.notify_timeout is not None else {}))
@@ -169,6 +177,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
               f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
     return EXIT_OK
+
+
+def run_dir_problem(run_dir: Path, may_create: bool = False) -> str | None:
+    """Why ``run_dir`` cannot be what any mode reads or signals, in one line (None: it can):
+    it does not exist (unless ``may_create``: ``--start`` makes it), or it is not a directory."""
+    try:
+        is_dir = run_dir.is_dir()
+        exists = is_dir or os.path.lexists(run_dir)
+    except (OSError, ValueError) as err:    # a name too long, a NUL byte
+        return f"cannot use {run_dir} as a run directory: {getattr(err, 'strerror', None) or err}"
+    if not exists:
+        return None if may_create else f"no such run directory: {run_dir}"
+    if not is_dir:
+        return f"not a directory: {run_dir} (a run directory holds the run's files)"
+    return None
 
 
 def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, stall_after: float | None = None,
@@ -242,8 +265,6 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
 def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     from .supervise import send, wait_for_checkpoint, wait_for_exit
 
-    if not run_dir.is_dir():
-        return _fail(f"{run_dir}: no such run directory; nothing to signal", EXIT_REFUSED)
     result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
     if not result.ok:
         return _fail(result.message, EXIT_REFUSED)
@@ -262,8 +283,6 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
 def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
     from .pivot_runner import STEP_TITLES, PivotRequest, PivotRunner, parse_assignments, rollback_pivot
 
-    if not run_dir.is_dir():
-        return _fail(f"{run_dir}: no such run directory", EXIT_USAGE)
     if args.pivot_rollback:
         outcome = rollback_pivot(run_dir)
         print(printable(outcome.message, None))
@@ -275,8 +294,8 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
         return _fail(str(err), EXIT_USAGE)
 
     def report(step: str, text: str) -> None:
-        title = STEP_TITLES.get(step, "plan")
-        print(f"[{step}] {title}: {printable(text, None)}", flush=True)
+        title = f"{STEP_TITLES[step]}: " if step in STEP_TITLES else ""     # "[plan] new policy: ..."
+        print(f"[{step}] {title}{printable(text, None)}", flush=True)
 
     def confirm(question: str) -> bool:
         if args.yes:
@@ -300,8 +319,6 @@ def _start(run_dir: Path, preset: str | None, sbatch_args: list[str] | None = No
 
     from .supervise import start_trainer
 
-    if run_dir.exists() and not run_dir.is_dir():
-        return None, _fail(f"{run_dir} is not a directory", EXIT_USAGE)
     v = verify_trainer(run_dir)
     if v.ok:
         print(f"andrea-console: a trainer already runs {run_dir} (pid {v.record.pid}); attaching", file=sys.stderr)

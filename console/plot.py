@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
 MARKER_GLYPHS = {"checkpoint": ("▴", "cyan"), "resume": ("R", "yellow"), "pivot": ("P", "magenta"),
-                 "spike": ("!", "bold red"), "nonfinite": ("×", "bold red")}
-MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "pivot": 2, "spike": 3, "nonfinite": 4}
+                 "spike": ("!", "bold red"), "nonfinite": ("×", "bold red"), "rewind": ("<", "bold red")}
+MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "rewind": 2, "pivot": 3, "spike": 4, "nonfinite": 5}
+# Markers the legend names only when the plot shows one (they are rare).
+RARE_MARKERS = frozenset({"rewind", "spike", "nonfinite"})
 
 
 def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (0.0, 0.0)
@@ -178,9 +180,12 @@ class Canvas:
     empty_reason: str = ""
     x_axis: str = "step"
 
-def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent]) -> list[Marker]:
-    """What earns a marker on the loss plot: checkpoints on disk, resumes and pivots."""
+def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent],
+                 rewinds: Iterable[int] = ()) -> list[Marker]:
+    """What earns a marker on the loss plot: checkpoints on disk, resumes and pivots, and
+    ``rewinds``: where the steps went back with no resume event (another engine's restart)."""
     marks = [Marker(c.step, "checkpoint") for c in checkpoints if c.status != "invalid"]
+    marks += [Marker(step, "rewind") for step in rewinds]
     for ev in events:
         if ev.event in (EVENT_RESUME, EVENT_PIVOT):
             step = ev.step if ev.step is not None else ev.data.get("from_step")
@@ -303,6 +308,45 @@ def format_value(v: float, log_y: bool = False) -> str:
     return f"{v:.4g}"
 
 
+def nice_ticks(lo: float, hi: float, most: int) -> list[float]:
+    """At most ``most`` round values in ``[lo, hi]``: the multiples of the smallest step of
+    1, 2 or 5 x 10^n that gives no more than that."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or most < 1:
+        return []
+    raw = (hi - lo) / most
+    base = 10.0 ** math.floor(math.log10(raw))
+    for mult in (1, 2, 5, 10, 20):
+        step = mult * base
+        first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+        if last - first + 1 <= most:
+            return [round(k * step, 12) for k in range(first, last + 1)]
+    return []
+
+
+def y_labels(y0: float, y1: float, rows: int, log_y: bool = False) -> dict[int, str]:
+    """The y axis's labels: round values (1, 2 or 5 x 10^n apart; in log-y, round losses),
+    each on the text row nearest to it. Row 0 is the top (``y1``)."""
+    if rows < 2 or y1 <= y0:
+        return {0: format_value(y1, log_y)} if rows >= 1 else {}
+    most = max(2, min(5, (rows + 1) // 2))
+    if log_y:
+        # Powers of ten when two fit, else round losses (those crowd at the top of a log axis,
+        # and the crowded ones are left out).
+        positions = [(float(e), 10.0 ** e) for e in range(math.ceil(y0), math.floor(y1) + 1)]
+        if len(positions) > most:
+            positions = [(e, 10.0 ** e) for e in nice_ticks(y0, y1, most) if e == int(e)]
+        if len(positions) < 2:
+            positions = [(math.log10(v), v) for v in nice_ticks(10.0 ** y0, 10.0 ** y1, most) if v > 0]
+    else:
+        positions = [(v, v) for v in nice_ticks(y0, y1, most)]
+    labels: dict[int, str] = {}
+    for y, value in positions:
+        row = int(round((y1 - y) / (y1 - y0) * (4 * rows - 1))) // 4     # the cell of the value's dot row
+        if 0 <= row < rows and not labels.keys() & {row - 1, row, row + 1}:
+            labels[row] = f"{value:.6g}" if abs(value) < 1e4 and (value == 0 or abs(value) >= 1e-3) else f"{value:.0e}"
+    return labels
+
+
 def format_step(step: float) -> str:
     step = int(round(step))
     if step >= 1_000_000:
@@ -338,9 +382,9 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
     kinds = np.where(smooth > 0, 2, np.where(raw > 0, 1, 0))
     glyphs = np.where(both > 0, both + 0x2800, 0x20).astype(np.uint32)
     styles = (None, raw_style, smooth_style)
-    labels = _y_labels(canvas.y0, canvas.y1, h)
+    labels = y_labels(canvas.y0, canvas.y1, h, canvas.log_y)
     for row in range(h):
-        label = format_value(labels[row], canvas.log_y) if row in labels else ""
+        label = labels.get(row, "")
         runs: list[tuple[str, str | None]] = [(label.rjust(label_width - 2)[: label_width - 2] + " ┤", axis_style)]
         chars = glyphs[row].tobytes().decode("utf-32-le")
         k = kinds[row]
@@ -364,14 +408,6 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
     lines.append(runs)
     lines.append([(" " * label_width + _x_labels(canvas.x0, canvas.x1, w, canvas.x_axis), axis_style)])
     return lines
-
-
-def _y_labels(y0: float, y1: float, h: int) -> dict[int, float]:
-    """The rows that carry a y label (top, bottom, and the middle when there is room)."""
-    labels = {0: y1, h - 1: y0}
-    if h >= 5:
-        labels[(h - 1) // 2] = (y0 + y1) / 2
-    return labels
 
 
 def _x_labels(x0: float, x1: float, w: int, axis: str = "step") -> str:
@@ -470,10 +506,10 @@ def render_overlay_runs(overlay: Overlay, styles: tuple[str, ...] = SERIES_STYLE
     owner = np.where(dots.max(axis=0) > 0, dots.argmax(axis=0) + 1, 0)     # 0: empty cell
     both = np.bitwise_or.reduce(cells, axis=0)
     glyphs = np.where(both > 0, both + 0x2800, 0x20).astype(np.uint32)
-    labels = _y_labels(overlay.y0, overlay.y1, h)
+    labels = y_labels(overlay.y0, overlay.y1, h, overlay.log_y)
     lines: list[list[tuple[str, str | None]]] = []
     for row in range(h):
-        label = format_value(labels[row], overlay.log_y) if row in labels else ""
+        label = labels.get(row, "")
         runs: list[tuple[str, str | None]] = [(label.rjust(label_width - 2)[: label_width - 2] + " ┤", axis_style)]
         chars = glyphs[row].tobytes().decode("utf-32-le")
         k = owner[row]

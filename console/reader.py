@@ -29,7 +29,7 @@ from rundir.run_summary import stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, HISTORY, LOG, LOSS_JSON,
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, EVENT_START, HISTORY, LOG, LOSS_JSON,
                            RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
@@ -39,7 +39,7 @@ from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .probe import TrainerProbe
-from .views import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView, RunSnapshot,
+from .views import (LISTED, TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView, RunSnapshot,
                     TrainerView)
 
 RATE_WINDOW_STEPS = 200
@@ -93,15 +93,51 @@ def _last_finite(x: np.ndarray) -> float | None:
     return None
 
 
-def _rate(x: np.ndarray, t: np.ndarray) -> float | None:
-    """Units per second over the last few hundred steps (None when time is unknown)."""
-    ok = np.isfinite(t) & (x >= 0)
+def _rate(x: np.ndarray, t: np.ndarray, since: float = -math.inf) -> float | None:
+    """Units per second over the last few hundred steps timed at or after ``since`` (None
+    when time is unknown)."""
+    ok = np.isfinite(t) & (x >= 0) & (t >= since)
     x, t = x[ok], t[ok]
     if len(t) < 2:
         return None
     x, t = x[-RATE_WINDOW_STEPS:], t[-RATE_WINDOW_STEPS:]
     dt = float(t[-1] - t[0])
     return float(x[-1] - x[0]) / dt if dt > 0 else None
+
+
+def current_segment(h: LossHistory) -> tuple[slice, float]:
+    """The rows of the run's current segment, and when it began: the steps since the newest
+    ``start``/``resume`` event or rewind (another engine's restart), up to the newest step
+    written. Rates are measured over it alone, never across the pause before a resume."""
+    start_step, since = 0, -math.inf
+    for ev in reversed(h.events):
+        if ev.event in (EVENT_RESUME, EVENT_START):
+            start_step = (ev.step if ev.step is not None else 0) + 1
+            since = ev.time if ev.time is not None and math.isfinite(ev.time) else -math.inf
+            break
+    if h.rewinds:
+        step, t = h.rewinds[-1]
+        if not math.isfinite(since) or (math.isfinite(t) and t >= since):
+            start_step, since = step, (t if math.isfinite(t) else -math.inf)
+    steps = h.step
+    head = h.head_step if h.head_step is not None else h.last_step
+    lo = int(np.searchsorted(steps, start_step, side="left"))
+    hi = int(np.searchsorted(steps, head, side="right")) if head is not None else len(steps)
+    return slice(max(lo, hi - 2 * RATE_WINDOW_STEPS), max(lo, hi)), since
+
+
+def silent_rewinds(h: LossHistory) -> list[int]:
+    """The steps the history went back to with no ``resume`` (or ``start``) event just
+    before them: another engine's restart, otherwise invisible."""
+    if not h.rewinds:
+        return []
+    announced = set()
+    for ev in h.events:
+        if ev.event in (EVENT_RESUME, EVENT_START):
+            for step in (ev.step, ev.data.get("from_step")):
+                if isinstance(step, int) and not isinstance(step, bool):
+                    announced.add(step + 1)
+    return [step for step, _ in h.rewinds if step not in announced]
 
 
 def _finite(x: float) -> float | None:
@@ -195,8 +231,13 @@ class RunReader:
         config, config_error = (prev.config, prev.config_error) if prev and CONFIG not in kinds else self._config(dir_state)
         history = self._history(now, notices, first=prev is None, config=config) if HISTORY in kinds \
             else prev.history
-        checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
+        # The trainer before the checkpoints: one that exits writes its final checkpoint, then
+        # removes its record, so a read that sees the record gone lists that checkpoint too
+        # (and the notice of the exit names it, not the one before).
         trainer = self.probe(self.run_dir) if TRAINER in kinds else prev.trainer
+        if prev is not None and prev.trainer.state == "running" and trainer.state != "running":
+            kinds = kinds | {CHECKPOINTS}
+        checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
         trainer = self._out_of_sight(trainer, prev, dir_state)
         if kinds & {TRAINER, HISTORY, CHECKPOINTS}:
             trainer = self._stall(trainer, now)
@@ -444,20 +485,23 @@ class RunReader:
             return prev
         loss = h.loss
         last_loss = _last_finite(loss)
-        bad_steps = h.step[~np.isfinite(loss)] if h.nonfinite else ()
         tokens = h.tokens
-        # Rates from the tail only: the cost of a read must not grow with the history.
-        tail = slice(-2 * RATE_WINDOW_STEPS, None)
+        # Rates from the current segment's tail only: the cost of a read must not grow with
+        # the history, and a pause before a resume is no part of any rate.
+        tail, since = current_segment(h)
         t_tail = h.time[tail]
+        silent = silent_rewinds(h)
         return HistoryView(
             version=self._history_version, format=h.format, n_steps=len(h), last_step=h.last_step,
             last_loss=last_loss, tokens=int(tokens[-1]) if len(tokens) and tokens[-1] >= 0 else None,
-            steps_per_s=_rate(h.step[tail].astype(np.float64), t_tail),
-            tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail) if len(tokens) and tokens[-1] >= 0 else None,
+            steps_per_s=_rate(h.step[tail].astype(np.float64), t_tail, since),
+            tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail, since)
+            if len(tokens) and tokens[-1] >= 0 else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
-            last_nonfinite_step=int(bad_steps[-1]) if len(bad_steps) else None, **self.findings.view_fields(),
-            tokens_column=tokens.copy(), time_column=h.time.copy())
+            last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
+            tokens_column=tokens.copy(), time_column=h.time.copy(),
+            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent))
 
     def _arms(self, config: RunConfig | None) -> ArmsView:
         read = read_state(self.run_dir)

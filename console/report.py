@@ -126,9 +126,10 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         buf = io.StringIO()
         Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
             plot_text(h.step, h.loss, width, plot_height, opts,
-                      plot_markers(snap.checkpoints, snap.history.events)
+                      plot_markers(snap.checkpoints, snap.history.events, h.silent_rewinds)
                       + finding_markers(h.spikes, h.nonfinite_steps)))
-        lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite)")
+        rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
+        lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite{rewound})")
         lines.extend(buf.getvalue().rstrip("\n").splitlines())
         lines.append("")
     lines.append(f"checkpoints ({len(snap.checkpoints)})"
@@ -192,6 +193,7 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                     "tokens": h.tokens, "steps_per_s": _num(h.steps_per_s), "tokens_per_s": _num(h.tokens_per_s),
                     "events": len(h.events), "bad_lines": h.bad_lines, "problems": list(h.problems),
                     "nonfinite": h.nonfinite, "last_nonfinite_step": h.last_nonfinite_step,
+                    "rewinds_without_resume": {"count": h.silent_rewind_count, "last_steps": list(h.silent_rewinds)},
                     "torn_tail": h.torn_tail, "error": h.error, **findings_json(h)},
         "config": {"ok": snap.config is not None, "error": snap.config_error},
         "checkpoints": [{"path": str(c.path), "name": c.path.name, "step": c.step, "size": c.size, "mtime": c.mtime,

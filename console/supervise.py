@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,19 @@ from rundir.layout import TRAINER_LOG
 
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
+# The trainers this process started that have not been seen to exit (see reap_children).
+_children: list[subprocess.Popen] = []
+_children_lock = threading.Lock()
+
+
+def reap_children() -> None:
+    """Wait for (reap) every trainer this process started that has exited, whoever stopped
+    it: one the console started (``--start``, the pivot's restart) must not stay a zombie
+    until the console quits. The dashboard calls this at every tick; no thread of its own
+    (the history prefetch forks only while the process has a single thread). An exit code
+    stays readable with ``child.poll()``."""
+    with _children_lock:
+        _children[:] = [c for c in _children if c.poll() is None]     # poll() reaps an exited child
 
 
 @dataclass(frozen=True)
@@ -108,9 +122,11 @@ def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None, ex
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} andrea-console --start: {shlex.join(cmd)}\n".encode())
         log.flush()
         if not is_sbatch(cmd):
-            return Launch(cmd, child=subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                                      close_fds=True))
+            child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, close_fds=True)
+            with _children_lock:
+                _children.append(child)
+            return Launch(cmd, child=child)
     if "--parsable" not in cmd:
         cmd = [cmd[0], "--parsable", *cmd[1:]]
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)

@@ -116,6 +116,10 @@ class HistoryView:
     eta_s: float | None = None          # seconds to run.max_steps at the current segment's speed
     tokens_column: np.ndarray | None = field(default=None, repr=False, compare=False)   # for the x axis
     time_column: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Where the steps went back with no resume event (another engine's restart): the newest
+    # few steps it went back to, and how many times in all.
+    silent_rewinds: tuple[int, ...] = ()
+    silent_rewind_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -310,6 +314,11 @@ class RunSnapshot:
         if h.nonfinite:
             out.append(f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
                        + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None else ""))
+        if h.silent_rewind_count:
+            out.append(f"{LOSS_JSON}: the steps went back to step {h.silent_rewinds[-1]:,} with no resume event "
+                       "(a restart by another engine?)" if h.silent_rewind_count == 1 else
+                       f"{LOSS_JSON}: the steps went back {h.silent_rewind_count:,} times with no resume event, "
+                       f"the last to step {h.silent_rewinds[-1]:,} (restarts by another engine?)")
         if self.arms.error and self.dir_state == "ok":
             out.append(self.arms.error)
         if self.samples_error and self.dir_state == "ok":

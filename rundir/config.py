@@ -72,7 +72,7 @@ class ModelConfig:
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
             _check_int(f"model.{name}", getattr(self, name), minimum=1)
         if self.n_embd % self.n_head:
-            _fail("model.n_head", self.n_head, f"must divide model.n_embd = {self.n_embd}")
+            _fail("model.n_head", self.n_head, f"it must divide model.n_embd ({self.n_embd})")
         if self.vocab_size != 256:
             _fail("model.vocab_size", self.vocab_size, "256 (the tokenizer is byte-level)")
         _check_float("model.dropout", self.dropout, low=0.0, high=0.0)
@@ -124,7 +124,7 @@ class BanditConfig:
         _check_float("bandit.explore_start", self.explore_start, low=0.0, high=1.0)
         _check_float("bandit.explore_min", self.explore_min, low=0.0, high=1.0)
         if self.explore_min > self.explore_start:
-            _fail("bandit.explore_min", self.explore_min, f"<= bandit.explore_start = {self.explore_start}")
+            _fail("bandit.explore_min", self.explore_min, f"it must be <= bandit.explore_start ({self.explore_start})")
         _check_int("bandit.explore_decay_steps", self.explore_decay_steps, minimum=1)
         _check_int("bandit.seed", self.seed, minimum=0)
 
@@ -185,7 +185,7 @@ class ArmConfig:
         _check_float("cap", self.cap, low=0.0, high=1.0)
         _check_float("floor", self.floor, low=0.0, high=1.0)
         if self.floor > self.cap:
-            _fail("floor", self.floor, f"<= cap = {self.cap}")
+            _fail("floor", self.floor, f"a floor must be <= its arm's cap ({self.cap})")
 
 
 @dataclass

@@ -53,6 +53,7 @@ MAX_UPDATE_PROBLEMS = 1000      # reasons kept in one update's ``new_problems`` 
 # Step lines replaced by a newer line for the same step (a resume re-ran them), kept with
 # their replacement for resume verification: the newest this many.
 MAX_SUPERSEDED = 100_000
+MAX_REWINDS = 1000              # rewinds kept in ``LossHistory.rewinds`` (all are counted)
 
 _FLOAT_COLUMNS = ("loss", "lr", "grad_norm", "time")
 
@@ -328,6 +329,12 @@ class LossHistory:
         self.bad_lines = 0
         self.problems: list[str] = []
         self.nonfinite = 0
+        self.last_nonfinite_step: int | None = None   # in file order: a later line may have replaced it
+        self.head_step: int | None = None       # the step of the last step line, in file order
+        # Where the steps went back (a resume re-running steps, another engine's restart):
+        # (the first step after the rewind, its time), in file order, the newest MAX_REWINDS.
+        self.rewinds: list[tuple[int, float]] = []
+        self.rewind_count = 0
         self.torn_tail = 0                      # bytes after the last newline, not yet a line
         self.error: str | None = None           # the file could not be read at all
         self.rows_read = 0                      # step lines read (replaced ones too)
@@ -342,6 +349,8 @@ class LossHistory:
                 "arm_names": self.arm_names, "bad_lines": self.bad_lines, "problems": self.problems,
                 "nonfinite": self.nonfinite, "torn_tail": self.torn_tail, "error": self.error,
                 "rows_read": self.rows_read,
+                "last_nonfinite_step": self.last_nonfinite_step, "head_step": self.head_step,
+                "rewinds": self.rewinds, "rewind_count": self.rewind_count,
                 "events": [[e.event, e.step, e.time, e.line, e.data, e.row] for e in self.events]}
         columns = {name: arr[: self._cols.n] for name, arr in self._cols._arrays()}
         columns.update({f"superseded.{name}": arr for name, arr in self.superseded.columns.items()})
@@ -380,6 +389,9 @@ class LossHistory:
             given = columns.get(f"superseded.{name}")
             if given is not None:
                 history.superseded.columns[name] = np.array(given, history.superseded.columns[name].dtype)
+        history.last_nonfinite_step, history.head_step = meta.get("last_nonfinite_step"), meta.get("head_step")
+        history.rewinds = [(int(s), float(t)) for s, t in meta.get("rewinds", ())]
+        history.rewind_count = int(meta.get("rewind_count", 0))
         return history
 
     # -- columns ---------------------------------------------------------------
@@ -747,10 +759,25 @@ class LossHistory:
             codes[name] = len(self.arm_names)
             self.arm_names.append(name)
         block["arm"] = np.array(list(map(codes.__getitem__, arms)), np.int32)
+        steps = block["step"]
+        if not len(steps):
+            return
         nonfinite = int((~np.isfinite(block["loss"])).sum())
         self.nonfinite += nonfinite
         update.new_nonfinite += nonfinite
-        update.new_steps += len(block["step"])
+        if nonfinite:
+            self.last_nonfinite_step = int(steps[np.flatnonzero(~np.isfinite(block["loss"]))[-1]])
+        update.new_steps += len(steps)
+        # Where the steps go back, in file order (the columns keep only the newest line per step).
+        before = self.head_step
+        back = np.flatnonzero(steps[1:] <= steps[:-1]) + 1
+        if before is not None and steps[0] <= before:
+            back = np.concatenate(([0], back))
+        if len(back):
+            self.rewind_count += len(back)
+            self.rewinds.extend(zip(steps[back[-MAX_REWINDS:]].tolist(), block["time"][back[-MAX_REWINDS:]].tolist()))
+            del self.rewinds[:-MAX_REWINDS]
+        self.head_step = int(steps[-1])
         if self._cols.extend(block, self.superseded, self.rows_read):
             update.rewound = True
             first = int(block["step"].min())

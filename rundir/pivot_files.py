@@ -100,8 +100,8 @@ def plan_policy(config: RunConfig, caps: dict[str, float] | None = None, floors:
     """
     caps, floors = dict(caps or {}), dict(floors or {})
     for name in [*caps, *floors, *drop]:
-        if name not in config.arms and name not in drop:
-            raise ConfigError(f"pivot: no arm named {name!r} in run.toml; arms: {', '.join(config.arms)}")
+        if name not in config.arms:         # a name to drop as well: refused before anything happens
+            raise ConfigError(f"no arm named {name!r} in {RUN_TOML}; arms: {', '.join(config.arms)}")
     new = copy.deepcopy(config)
     arms = {}
     for name, arm in config.arms.items():
@@ -110,7 +110,7 @@ def plan_policy(config: RunConfig, caps: dict[str, float] | None = None, floors:
         try:
             arms[name] = ArmConfig(source=arm.source, cap=caps.get(name, arm.cap), floor=floors.get(name, arm.floor))
         except ConfigError as err:
-            raise ConfigError(str(err).replace("run.toml: ", f"pivot: arms.{name}.", 1)) from None
+            raise ConfigError(str(err).replace("run.toml: ", f"new policy: arms.{name}.", 1)) from None
     validate_policy(arms)
     new.arms = arms
     return new

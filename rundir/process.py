@@ -197,7 +197,7 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
     if error:
         return Verification("unreadable", error)
     if record is None:
-        return Verification("stopped", "no trainer is recorded (no .trainer.json)")
+        return Verification("stopped", "no trainer is recorded: there is no .trainer.json")
     if record.host != socket.gethostname():
         recorded_job = record.extra.get("slurm")
         if isinstance(recorded_job, dict) and recorded_job.get("job_id"):

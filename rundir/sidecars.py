@@ -128,6 +128,10 @@ def write_samples(run_dir: str | os.PathLike[str], samples: list[dict[str, Any]]
     atomic_write_json(Path(run_dir) / SAMPLES_JSON, {"version": SAMPLES_VERSION, "samples": samples})
 
 
+# The keys a sample's generated text is read from, in order.
+SAMPLE_TEXT_KEYS = ("completion", "text", "output")
+
+
 def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
     """Read ``.samples.json`` (an object with ``samples``, or a bare list); never raises.
     A file over :data:`~rundir.safe_read.SAMPLES_MAX` is refused unread."""
@@ -140,11 +144,14 @@ def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
         return SidecarRead(None, f"{path.name}: expected a list of samples")
     samples, skipped = [], 0
     for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("completion"), str):
+        # Other engines call the generated text "text" (or "output"); ours is "completion".
+        completion = next((item[key] for key in SAMPLE_TEXT_KEYS if isinstance(item.get(key), str)), None) \
+            if isinstance(item, dict) else None
+        if completion is None:
             skipped += 1
             continue
         samples.append(Sample(step=_count(item.get("step")), arm=str(item.get("arm") or ""),
-                              prompt=str(item.get("prompt") or ""), completion=item["completion"],
+                              prompt=str(item.get("prompt") or ""), completion=completion,
                               temperature=_number(item.get("temperature")), time=_number(item.get("time"))))
     error = f"{path.name}: {skipped} malformed sample(s) skipped" if skipped else None
     return SidecarRead(samples, error)

@@ -58,6 +58,9 @@ class RunSpec:
     events: tuple[dict[str, Any], ...] = ()  # extra event lines, placed after their "step"
     log_lines: tuple[str, ...] = ()        # trainer.log content
     garbage_files: tuple[str, ...] = ()    # unrelated files written with a little junk
+    # Restarts: (after step A, go back to step F, pause seconds, write a resume event). After
+    # step A's line the run pauses, then goes on from step F + 1, re-running F + 1..A.
+    restarts: tuple[tuple[int, int, float, bool], ...] = ()
 
 
 # A pid above Linux's largest pid_max (2**22): never a live process.
@@ -85,19 +88,28 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
         write_run_config(run, config)
     losses = loss_curve(spec.steps, spec.seed)
     records: list[dict[str, Any]] = [{"event": "start", "step": 0, "time": EPOCH}]
-    for i in range(1, spec.steps + 1):
+    restarts = list(spec.restarts)
+    i, offset = 1, 0.0                              # offset: the pauses so far, in seconds
+    while i <= spec.steps:
+        at = EPOCH + i * spec.step_seconds + offset
         loss = float(spec.spikes.get(i, losses[i - 1]))
-        if i in spec.nonfinite:
+        if i in spec.nonfinite and not offset:
             loss = math.nan
         records.append({"step": i, "loss": loss, "lr": 3e-3, "grad_norm": float(0.5 + rng.random()),
-                        "arm": spec.arms[i % len(spec.arms)], "tokens": i * 512,
-                        "time": EPOCH + i * spec.step_seconds})
+                        "arm": spec.arms[i % len(spec.arms)], "tokens": i * 512, "time": at})
         if i in spec.checkpoints:
-            records.append({"event": "checkpoint", "step": i, "path": f"step_{i:06d}.bin",
-                            "time": EPOCH + i * spec.step_seconds})
+            records.append({"event": "checkpoint", "step": i, "path": f"step_{i:06d}.bin", "time": at})
         for event in spec.events:
             if event.get("step") == i:
-                records.append({"time": EPOCH + i * spec.step_seconds, **event})
+                records.append({"time": at, **event})
+        if restarts and restarts[0][0] == i:
+            _, back_to, pause, announced = restarts.pop(0)
+            offset += pause + (i - back_to) * spec.step_seconds
+            if announced:
+                records.append({"event": "resume", "step": back_to, "from_step": back_to,
+                                "checkpoint": f"step_{back_to:06d}.bin", "time": at + pause})
+            i = back_to
+        i += 1
     _write_history(run, records, spec.history_format)
     if spec.bad_lines or spec.torn_tail:
         with open(run / ".loss.json", "ab") as fh:

@@ -233,14 +233,20 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHi
     if history.last_step is not None and history.last_step > ckpt.step:
         rerun = {"from": ckpt.step + 1, "to": history.last_step}
     exact = not fresh
-    summary = "exactly" if exact else "NOT exactly: " + "; ".join(fresh)
+    reset = list(state.reset)
+    if exact and reset:         # say what was restored, so that a reset asked for does not read as a loss
+        summary = ("exactly: weights, optimizer moments, data samplers and RNG restored bit for bit; "
+                   "reset on purpose: " + "; ".join(reset))
+    else:
+        summary = ("exactly" if exact else "NOT exactly: " + "; ".join(fresh)) \
+            + ("; reset on purpose: " + "; ".join(reset) if reset else "")
     note = f"; steps {rerun['from']}..{rerun['to']} after it are run again" if rerun else ""
     # The checksum of what was loaded, computed as the .bin's is: equal to the .bin's
     # checksum exactly when weights, m and v were restored bit for bit.
     restored = arrays_checksum(ckpt.step, flat_weights(state.optimizer), *flat_moments(state.optimizer))
     out.event("resume", ckpt.step, f"resume from {ckpt.path.name} {summary}{note}",
               restored_checksum=restored,
-              from_step=ckpt.step, checkpoint=ckpt.path.name, exact=exact, fresh=fresh, rerun=rerun,
+              from_step=ckpt.step, checkpoint=ckpt.path.name, exact=exact, fresh=fresh, reset=reset, rerun=rerun,
               fresh_bandit=plan.fresh_bandit, **common)
 
 

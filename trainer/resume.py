@@ -102,6 +102,7 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
     arrays = open_checkpoint(checkpoint.path)
     step = arrays.step
     inexact: list[str] = []
+    reset: list[str] = []
     # 2. Build the model and optimizer (this consumes the global RNG; restored last).
     model, optimizer = _build_model(config, device)
     # 3. Weights, m, v and Adam's step count.
@@ -122,7 +123,7 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
     # 5. The bandit.
     bandit = _build_bandit(config, arms, step)
     if fresh_bandit:
-        inexact.append("bandit starts fresh (--fresh-bandit)")
+        reset.append("the bandit (--fresh-bandit: the new caps and floors start from uniform probabilities)")
     elif "bandit" in saved:
         inexact += [f"bandit: {reason}" for reason in bandit.load_state_dict(saved["bandit"])]
     else:
@@ -161,7 +162,8 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
                            "bandit and RNG are restored and the same batches are drawn, but the loss and gradient "
                            "are summed over other shares, so the numbers differ in rounding")
     return TrainingState(config, device, model, optimizer, tokenizer, samplers, bandit, step=step,
-                         tokens_seen=int(tokens_seen), ema_loss=saved.get("ema_loss"), inexact=inexact, ranks=ranks)
+                         tokens_seen=int(tokens_seen), ema_loss=saved.get("ema_loss"), inexact=inexact, reset=reset,
+                         ranks=ranks)
 
 
 def checkpoint_payload(state: TrainingState) -> dict[str, Any]:

@@ -38,6 +38,7 @@ class TrainingState:
     tokens_seen: int = 0
     ema_loss: float | None = None  # for the progress display only
     inexact: list[str] = field(default_factory=list)   # what a resume could not restore
+    reset: list[str] = field(default_factory=list)     # what a resume started afresh on purpose (--fresh-bandit)
     ranks: Ranks = SINGLE         # the training processes (torchrun); one by default
     ddp: torch.nn.Module | None = None   # DistributedDataParallel around ``model``, when distributed
 

@@ -70,7 +70,8 @@ class DashboardScreen(Screen):
         self.query_one(ProblemsBar).show(snap.problems())
         # The markers are made again only when the checkpoints or the events changed: with
         # thousands of checkpoints, not at every read.
-        made_from = (snap.checkpoints, snap.history.events, snap.history.spikes, snap.history.nonfinite_steps)
+        made_from = (snap.checkpoints, snap.history.events, snap.history.spikes, snap.history.nonfinite_steps,
+                     snap.history.silent_rewinds)
         if self._markers_from is None or any(a is not b for a, b in zip(made_from, self._markers_from)):
             self._markers_from = made_from
             self._markers = plot_markers(*made_from[:2]) + finding_markers(*made_from[2:])

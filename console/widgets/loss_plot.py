@@ -19,8 +19,8 @@ import time
 
 from rich.style import Style
 
-from ..plot import (MARKER_GLYPHS, X_AXES, Marker, PlotOptions, build_canvas, ema_debiased, render_runs,
-                    x_values)
+from ..plot import (MARKER_GLYPHS, RARE_MARKERS, X_AXES, Marker, PlotOptions, build_canvas, ema_debiased,
+                    render_runs, x_values)
 from ..views import HistoryView
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
@@ -164,8 +164,10 @@ class LossPlot(Widget):
             return [[("reading .loss.json…", "grey50")]]
         options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
         legend = [(" " * LABEL_WIDTH + "raw", "grey62"), (" ", None), ("smoothed", "bold green"), ("  ", None)]
+        shown = {m.kind for m in self._markers}
         for kind, (glyph, style) in MARKER_GLYPHS.items():
-            legend += [(glyph, style), (f" {kind}  ", "grey62")]
+            if kind not in RARE_MARKERS or kind in shown:
+                legend += [(glyph, style), (f" {kind}  ", "grey62")]
         plot_h = max(1, height - 3)
         x, axis = (None, "step") if self.x_axis == "step" else \
             x_values(self.x_axis, h.step, h.tokens_column, h.time_column)

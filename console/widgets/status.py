@@ -30,9 +30,11 @@ class StatusPane(Static):
         rows: list[tuple[str, Text | str]] = []
         add = lambda label, value: rows.append((label, value))       # noqa: E731
         add("run", Text(printable(snap.name), style="bold"))
-        state = Text(t.label, style=STATE_STYLES.get(t.label, "bold"))
+        # The gap ends the run before it (a run that starts with spaces loses them when text
+        # is copied out of a screenshot).
+        state = Text(t.label + ("  " if t.pid is not None else ""), style=STATE_STYLES.get(t.label, "bold"))
         if t.pid is not None:
-            state.append(f"  pid {t.pid}", style="default")
+            state.append(f"pid {t.pid}", style="default")
         add("trainer", state)
         if t.slurm:
             add("slurm", Text(slurm_text(t.slurm)))
@@ -43,7 +45,7 @@ class StatusPane(Static):
         running = t.state == "running"
         add("uptime", format_age(now - t.started) if running and t.started else "-")
         step = f"{h.last_step:,}" if h.last_step is not None else "-"
-        add("step", Text.assemble(step, ("  loss ", "grey62"), format_float(h.last_loss)))
+        add("step", Text.assemble(step + "  ", ("loss ", "grey62"), format_float(h.last_loss)))
         add("speed", f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}"
             + (f" · {eta_text(h.eta_s)}" if h.eta_s is not None else ""))
         add("tokens", f"{h.tokens:,}" if h.tokens is not None else "-")
@@ -79,7 +81,7 @@ class StatusPane(Static):
         for i, (label, value) in enumerate(rows):
             if i:
                 text.append("\n")
-            text.append(f"{label:<{LABEL}}", style="grey62")
+            text.append(f"{label:<{LABEL - 1}} ", style="grey62")      # a space after the longest label too
             text.append_text(value if isinstance(value, Text) else Text(value))
         if text.plain != self._shown:
             self._shown = text.plain

@@ -46,10 +46,58 @@ def test_json_is_the_same_content(make_run_dir):
     assert data["history"]["steps"] == 300 and len(data["arms"]) == 3
 
 
-def test_once_on_a_missing_directory_says_so_and_exits_2(tmp_path):
-    r = console(tmp_path / "nope", "--once")
-    assert r.returncode == 2
-    assert "does not exist" in r.stdout and "missing" in r.stderr
+MODES = [(), ("--once",), ("--json",), ("--checkpoint",), ("--stop",), ("--pivot", "--yes"),
+         ("--pivot", "--drop", "stdlib-code", "--yes"), ("--pivot-rollback",)]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=" ".join)
+def test_a_missing_run_directory_is_one_clear_line_in_every_mode(tmp_path, mode):
+    r = console(tmp_path / "nope", *mode)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == f"andrea-console: no such run directory: {tmp_path / 'nope'}\n"
+    assert not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize("mode", [*MODES, ("--start",)], ids=" ".join)
+def test_a_file_for_a_run_directory_is_one_clear_line_in_every_mode(tmp_path, mode):
+    path = tmp_path / "a-file"
+    path.write_text("not a run\n")
+    r = console(path, *mode)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == f"andrea-console: not a directory: {path} (a run directory holds the run's files)\n"
+    assert path.read_text() == "not a run\n"
+
+
+@pytest.mark.parametrize("start", [False, True])
+def test_the_dashboard_without_a_terminal_says_so_and_suggests_once(run_dir, tmp_path, start):
+    # stdout is a pipe here, as in `andrea-console RUN | less` or under cron.
+    target = tmp_path / "new-run" if start else run_dir
+    r = console(target, *(["--start"] if start else []))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert "needs a terminal" in r.stderr and "--once" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "new-run").exists()          # --start refused before anything was started
+
+
+def test_a_pivot_dropping_an_arm_that_does_not_exist_is_refused_before_anything_happens(run_dir):
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    r = console(run_dir, "--pivot", "--drop", "nosuch", "--yes", "--timeout", "5")
+    assert r.returncode == 1
+    assert "no arm named 'nosuch' in run.toml; arms: stdlib-code, stdlib-docstrings, pydoc-topics" in r.stderr
+    assert "pivot: pivot:" not in r.stderr and r.stderr.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before   # no journal, no archive
+    assert not (run_dir / "archive").exists()
+
+
+def test_json_carries_rewinds_and_nonfinite_steps_through_the_prefetch(make_run_dir):
+    run = make_run_dir(steps=500, checkpoints=(), nonfinite=(420,), restarts=((440, 400, 60.0, False),))
+    r = console(run, "--json")
+    assert r.returncode == 0, r.stderr
+    h = json.loads(r.stdout)["history"]
+    assert (h["nonfinite"], h["last_nonfinite_step"]) == (1, 420)
+    assert h["rewinds_without_resume"] == {"count": 1, "last_steps": [401]}
+    assert h["steps_per_s"] == pytest.approx(2.0)
+    r = console(run, "--once")
+    assert "went back to step 401 with no resume event" in r.stdout
 
 
 def test_once_on_an_empty_directory(make_run_dir):
@@ -97,11 +145,6 @@ def test_a_live_process_that_does_not_name_the_run_is_never_signalled(make_run_d
     finally:
         sleeper.kill()
         sleeper.wait()
-
-
-def test_missing_run_dir_refuses_signals(tmp_path):
-    r = console(tmp_path / "nope", "--stop")
-    assert r.returncode == 1 and "nothing to signal" in r.stderr
 
 
 def test_usage_errors(run_dir):

@@ -243,7 +243,7 @@ def record_probe(run_dir: Path) -> TrainerView:
     """Running while its record is there (the real probe verifies the process; here the file stands for it)."""
     if (run_dir / ".trainer.json").exists():
         return TrainerView(state="running", label="running", reason="pid 4242 verified", pid=4242, started=EPOCH)
-    return TrainerView(state="stopped", label="stopped", reason="no trainer is recorded (no .trainer.json)")
+    return TrainerView(state="stopped", label="stopped", reason="no trainer is recorded: there is no .trainer.json")
 
 
 def test_a_run_directory_renamed_away_under_a_live_trainer_is_missing_not_exited(tmp_path):

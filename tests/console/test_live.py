@@ -105,6 +105,9 @@ async def test_stop_confirmed_trainer_exits_0_with_a_final_checkpoint(tmp_path, 
         app = ConsoleApp(run, tick=0.5)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: running(app), what="the trainer verified as running")
+            # An earlier checkpoint first: the exit must name the final one, not this one.
+            await pilot.press("c")
+            await until(pilot, lambda: "requested checkpoint landed" in log_text(app), what="checkpoint landed")
             await pilot.press("s")
             await pilot.pause()
             assert isinstance(app.screen, ConfirmScreen)
@@ -113,9 +116,50 @@ async def test_stop_confirmed_trainer_exits_0_with_a_final_checkpoint(tmp_path, 
                         what="the exit in the event log")
             await until(pilot, lambda: app.snapshot.trainer.state == "stopped", what="status: stopped")
             assert "stop confirmed" in log_text(app) and "SIGTERM sent to trainer pid" in log_text(app)
+            await pilot.pause(1.5)                  # a tick and a read later: still one line
+            exits = [line for line in log_text(app).splitlines() if "exited" in line]
         assert trainer.proc.wait(30) == 0
         final = [c for c in list_checkpoints(run) if c.status == "complete"]
         assert final and not (run / ".trainer.json").exists()
+        assert len(exits) == 1 and f"final checkpoint {final[-1].path.name}" in exits[0], exits
+
+
+def process_state(pid: int) -> str | None:
+    """The process's state letter (``Z``: a zombie), or None once it is gone (reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+@pytest.mark.asyncio
+async def test_a_trainer_the_console_started_is_reaped_when_it_exits(tmp_path):
+    # As after the pivot's restart: the console started the trainer, and it is stopped by a
+    # signal and a wait that do not hold its process (another console's --stop). The
+    # dashboard reaps it: it is not a zombie until the console quits.
+    from console.supervise import send, wait_for_exit
+    from rundir.layout import STOP_SIGNAL
+
+    run = tmp_path / "started"
+    run.mkdir()
+    config = RunConfig.from_preset("micro")
+    config.run.launch = train_command(Path("{run_dir}"))
+    write_run_config(run, config)
+    child = start_trainer(run).child
+    try:
+        app = ConsoleApp(run, tick=0.5)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: running(app), what="the trainer verified as running")
+            result = send(run, STOP_SIGNAL)
+            assert result.ok, result.message
+            exited, text = wait_for_exit(run, result, 60)
+            assert exited, text
+            await until(pilot, lambda: process_state(child.pid) is None, what="the exited trainer reaped")
+        assert child.poll() == 0                        # its exit code is still there to read
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def console(*args, timeout=120):

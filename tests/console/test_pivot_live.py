@@ -113,12 +113,16 @@ def test_pivot_cli_of_a_live_run(live):
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert [line.split("]")[0] + "]" for line in lines[:1]] == ["[plan]"]
+    assert lines[0].startswith("[plan] new policy: stdlib-code [0.1, 0.5]"), lines[0]   # not "[plan] plan: ..."
     for key in "123456":
         assert any(line.startswith(f"[{key}]") for line in lines), key
     archive = lines[-1].rsplit("archive ", 1)[1].rstrip("/")
     caps = {"stdlib-code": 0.5, "stdlib-docstrings": 0.8, "pydoc-topics": 0.8}
     floors = {"stdlib-code": 0.1, "stdlib-docstrings": 0.1, "pydoc-topics": 0.2}
     p = check_pivot(r.run, before, archive, caps, floors)
+    # The fresh bandit was asked for: the log says what was restored and what was reset, not "NOT exactly".
+    log = (r.run / "trainer.log").read_text()
+    assert "reset on purpose: the bandit" in log and "NOT exactly" not in log
     listed = orjson.loads(subprocess.run([*CONSOLE, str(r.run), "--json"], capture_output=True, env=ENV, cwd=ROOT,
                                          timeout=60).stdout)
     assert [(x["step"], x["archive"], x["stage"]) for x in listed["pivots"]] == [(p, archive, "resumed")]

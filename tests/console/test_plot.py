@@ -109,3 +109,36 @@ def test_empty_and_flat_histories_render():
     assert "2" in flat.plain
     nan = plot_text(np.arange(1, 4), np.full(3, np.nan), 40, 5, PlotOptions())
     assert "no finite loss" in nan.plain
+
+
+def _y_axis_labels(text: str) -> list[float]:
+    return [float(line.split("┤")[0]) for line in text.splitlines() if "┤" in line and line.split("┤")[0].strip()]
+
+
+def _is_round_step(step: float) -> bool:
+    mantissa = step / 10 ** np.floor(np.log10(step))
+    return any(np.isclose(mantissa, m) for m in (1, 2, 5, 10))
+
+
+@pytest.mark.parametrize("log_y", [False, True])
+@pytest.mark.parametrize("height", [3, 8, 20])
+@pytest.mark.parametrize("lo, hi", [(2.355, 5.463), (6.487, 7.093), (1.6, 9.5), (0.0004, 0.03), (2.1, 2.3)])
+def test_the_y_axis_is_labelled_at_round_values_inside_the_range(lo, hi, height, log_y):
+    steps = np.arange(1, 1001)
+    loss = np.linspace(hi, lo, 1000)
+    labels = _y_axis_labels(plot_text(steps, loss, 60, height, PlotOptions(smoothing=0.0, log_y=log_y)).plain)
+    assert len(labels) >= (2 if height >= 8 else 1), labels
+    assert labels == sorted(labels, reverse=True)                # top to bottom
+    for v in labels:
+        assert lo * 0.999 <= v <= hi * 1.001 and len(f"{v:.6g}".replace(".", "").strip("0")) <= 3, labels
+    if not log_y and len(labels) > 1:
+        between = np.diff(labels[::-1])
+        assert np.allclose(between, between[0]) and _is_round_step(between[0]), labels     # 1, 2 or 5 x 10^n apart
+        assert np.allclose(np.round(np.array(labels) / between[0]), np.array(labels) / between[0])
+
+
+def test_the_y_labels_sit_on_the_rows_of_their_values():
+    from console.plot import y_labels
+
+    # 0..10 over 11 rows (44 dot rows): 10 at the top, 0 at the bottom, 5 in the middle.
+    assert y_labels(0.0, 10.0, 11) == {0: "10", 5: "5", 10: "0"}

@@ -157,3 +157,54 @@ def test_storage_and_retention_are_shown(make_run_dir):
     nearly_full, _ = RunReader(run, now=fixed_now, free_space=lambda _: 2 * snap.storage.checkpoint_size).read()
     assert nearly_full.storage.too_full
     assert any("disk nearly FULL" in p and "room for 2 checkpoint(s)" in p for p in nearly_full.problems())
+
+
+@pytest.mark.parametrize("back_to", [350, 400])          # a resume that re-runs steps, and one that does not
+def test_rates_are_measured_since_the_newest_resume_not_across_the_pause(make_run_dir, back_to):
+    # 2 steps/s before and after an hour's pause: the pause is no part of the rate.
+    snap, _ = read(make_run_dir(steps=450, checkpoints=(), restarts=((400, back_to, 3600.0, True),)))
+    assert snap.history.steps_per_s == pytest.approx(2.0)
+    assert snap.history.tokens_per_s == pytest.approx(1024.0)
+
+
+def test_rates_after_a_restart_without_a_resume_event(make_run_dir):
+    snap, _ = read(make_run_dir(steps=450, checkpoints=(), restarts=((400, 350, 3600.0, False),)))
+    assert snap.history.steps_per_s == pytest.approx(2.0)
+
+
+def test_steps_that_go_back_without_a_resume_event_are_said_and_marked(make_run_dir):
+    from console.plot import plot_markers
+
+    silent = make_run_dir("silent", steps=600, checkpoints=(), restarts=((400, 350, 60.0, False),))
+    snap, _ = read(silent)
+    h = snap.history
+    assert h.n_steps == 600 and (h.silent_rewinds, h.silent_rewind_count) == ((351,), 1)
+    assert any("went back to step 351 with no resume event" in p for p in snap.problems())
+    assert [m.step for m in plot_markers(snap.checkpoints, h.events, h.silent_rewinds) if m.kind == "rewind"] == [351]
+    text = render_text(snap, NOW, width=100)
+    assert "< steps went back at 351" in text and "went back to step 351" in text
+    marker_row = next(line for line in text.split("loss (raw")[1].splitlines() if "└" in line)
+    assert "<" in marker_row
+    assert to_json(snap, NOW)["history"]["rewinds_without_resume"] == {"count": 1, "last_steps": [351]}
+
+    # A resume event before the steps go back: nothing to say.
+    announced, _ = read(make_run_dir("announced", steps=600, checkpoints=(), restarts=((400, 350, 60.0, True),)))
+    assert announced.history.silent_rewind_count == 0
+    assert not any("went back" in p for p in announced.problems())
+
+
+def test_a_nonfinite_step_run_again_keeps_its_step(make_run_dir):
+    # The trainer diverged at step 380, resumed from 350 and ran 351..400 again: the NaN is
+    # counted (it was written) and its step is named, though the column now holds a finite loss.
+    snap, _ = read(make_run_dir(steps=400, checkpoints=(), nonfinite=(380,), restarts=((380, 350, 10.0, True),)))
+    assert snap.history.nonfinite == 1 and np.isfinite(snap.history.loss).all()
+    assert snap.history.last_nonfinite_step == 380
+    assert to_json(snap, NOW)["history"]["last_nonfinite_step"] == 380
+
+
+def test_a_sample_with_text_instead_of_completion_is_shown(make_run_dir):
+    samples = json.dumps({"samples": [{"step": 10, "arm": "other-engine", "prompt": "def f(", "text": "x): pass"},
+                                      {"step": 10, "arm": "bad", "prompt": "def g("}]})
+    snap, _ = read(make_run_dir(samples_text=samples))
+    assert [(s.arm, s.completion) for s in snap.samples] == [("other-engine", "x): pass")]
+    assert snap.samples_error == ".samples.json: 1 malformed sample(s) skipped"

@@ -24,14 +24,14 @@ def test_round_trip(tmp_path):
 
 @pytest.mark.parametrize("edit, message", [
     (("[model]\nn_layer = 4", "[model]\nn_layer = 0"), "model.n_layer = 0 is not allowed: expected an integer >= 1"),
-    (("n_head = 4", "n_head = 3"), "model.n_head = 3 is not allowed: must divide model.n_embd = 128"),
+    (("n_head = 4", "n_head = 3"), "model.n_head = 3 is not allowed: it must divide model.n_embd (128)"),
     (("lr = 0.003", "lr = -1.0"), "optimizer.lr = -1.0 is not allowed"),
     (("lr = 0.003", 'lr = "fast"'), "optimizer.lr = 'fast' is not allowed: expected a finite number"),
     (("preset = \"tiny\"", "preset = \"huge\""), "run.preset = 'huge' is not allowed: one of micro, tiny"),
     (("[model]", "[model]\nn_layers = 2"), "unknown key model.n_layers; allowed:"),
     (("[model]", "[modle]\n[model]"), "unknown section [modle]"),
     (("cap = 0.8\nfloor = 0.1\n\n[arms.stdlib-docstrings]", "cap = 0.05\nfloor = 0.1\n\n[arms.stdlib-docstrings]"),
-     "arms.stdlib-code.floor = 0.1 is not allowed: <= cap = 0.05"),
+     "arms.stdlib-code.floor = 0.1 is not allowed: a floor must be <= its arm's cap (0.05)"),
     (("cap = 0.8\nfloor = 0.1\n\n[arms.stdlib-docstrings]", "cap = 1.5\nfloor = 0.1\n\n[arms.stdlib-docstrings]"),
      "arms.stdlib-code.cap = 1.5 is not allowed: expected a number <= 1.0"),
     (("floor = 0.1", "floor = 0.5"), "the floors of [arms] sum to"),

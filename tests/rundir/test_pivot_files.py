@@ -30,7 +30,10 @@ def test_plan_policy_validates_and_drops():
     assert config.arms["stdlib-code"].cap == 0.8          # the old config is not changed
     with pytest.raises(ConfigError, match="no arm named 'nope'"):
         plan_policy(config, caps={"nope": 0.5})
-    with pytest.raises(ConfigError, match=r"pivot: arms.stdlib-code.floor = 0.6 is not allowed: <= cap = 0.5"):
+    with pytest.raises(ConfigError, match=r"^no arm named 'nosuch' in run.toml"):
+        plan_policy(config, drop=["nosuch"])              # a drop names an arm that exists, like a cap
+    with pytest.raises(ConfigError, match=r"^new policy: arms.stdlib-code.floor = 0.6 is not allowed: "
+                                          r"a floor must be <= its arm's cap \(0.5\)"):
         plan_policy(config, caps={"stdlib-code": 0.5}, floors={"stdlib-code": 0.6})
     with pytest.raises(ConfigError, match="caps of"):
         plan_policy(config, caps={"stdlib-code": 0.3, "stdlib-docstrings": 0.3, "pydoc-topics": 0.3})

@@ -93,8 +93,13 @@ def test_fresh_bandit_keeps_weights_and_history_and_restarts_the_bandit(trainer_
     r = run_trainer(run, "--max-steps", "60", "--fresh-bandit")
     assert r.returncode == 0, r.stderr
     resume = events(run, "resume")[-1]
-    assert resume["fresh_bandit"] is True and resume["exact"] is False
-    assert resume["fresh"] == ["bandit starts fresh (--fresh-bandit)"]
+    # Asked for, the fresh bandit is a reset on purpose, not a loss: the rest resumes exactly.
+    assert resume["fresh_bandit"] is True and resume["exact"] is True and resume["fresh"] == []
+    assert resume["reset"] == ["the bandit (--fresh-bandit: the new caps and floors start from uniform probabilities)"]
+    said = r.stdout + r.stderr
+    assert "NOT exactly" not in said
+    assert ("resume from step_000040.bin exactly: weights, optimizer moments, data samplers and RNG restored bit "
+            "for bit; reset on purpose: the bandit (--fresh-bandit" in said)
     state = read_state(run).value
     assert state.phase["started_step"] == 40 and state.phase["updates"] == 20
     assert sum(a.pulls for a in state.arms.values()) == 20
