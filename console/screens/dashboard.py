@@ -70,11 +70,11 @@ class DashboardScreen(Screen):
         self.query_one(ProblemsBar).show(snap.problems())
         # The markers are made again only when the checkpoints or the events changed: with
         # thousands of checkpoints, not at every read.
-        made_from = (snap.checkpoints, snap.history.events, snap.history.spikes, snap.history.nonfinite_steps,
-                     snap.history.silent_rewinds)
+        h = snap.history
+        made_from = (snap.checkpoints, h.events, h.silent_rewinds, h.spikes, h.nonfinite_steps)
         if self._markers_from is None or any(a is not b for a, b in zip(made_from, self._markers_from)):
             self._markers_from = made_from
-            self._markers = plot_markers(*made_from[:2]) + finding_markers(*made_from[2:])
+            self._markers = plot_markers(*made_from[:3]) + finding_markers(*made_from[3:])
         self.query_one(LossPlot).show(snap.history, self._markers)
         self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now, snap.retention)
         self.query_one(ArmsPane).show(snap.arms)
