@@ -59,7 +59,7 @@ class ConsoleApp(App[None]):
         Binding("p", "pivot", "pivot"),
         Binding("l", "log_y", "log-y"),
         Binding("w", "window", "window"),
-        Binding("e", "smoothing", "smooth", show=False),
+        Binding("e", "smoothing", "smooth"),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help", key_display="?"),
     ]

@@ -15,6 +15,8 @@ from textual.message import Message
 from .views import Notice, RunSnapshot
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
     from .pivot_runner import PivotOutcome
 
 
@@ -54,3 +56,11 @@ class PivotProgress(Message):
     step: str
     text: str
     outcome: "PivotOutcome | None" = None
+
+
+@dataclass
+class DetailRequested(Message):
+    """Enter on a pane's selected row: show its whole text (``title``, then ``body``)."""
+
+    title: str
+    body: "RenderableType"
