@@ -112,6 +112,8 @@ class DashboardScreen(Screen):
             widget.border_title = self._tab_strip() if compact and name == self.pane else self._titles[wid]
         if compact and was is not True:
             self._focus_pane()
+            if self.snapshot is not None:
+                self.query_one(StatusLine).show(self.snapshot, self.app.now(), self.snapshot.problems())
 
     def _tab_strip(self) -> str:
         return " ".join(f"[reverse] {key} {name} [/]" if name == self.pane else f"{key} {name}"
@@ -152,7 +154,8 @@ class DashboardScreen(Screen):
         now = self.app.now()
         problems = snap.problems()
         self.query_one(StatusPane).show(snap, now)
-        self.query_one(StatusLine).show(snap, now, problems)
+        if self.compact:                    # hidden in the full layout: drawn when it is shown
+            self.query_one(StatusLine).show(snap, now, problems)
         self.query_one(ProblemsBar).show(problems)
         # The markers are made again only when the checkpoints or the events changed: with
         # thousands of checkpoints, not at every read.

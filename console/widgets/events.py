@@ -11,6 +11,7 @@ import time
 from collections import deque
 from itertools import count
 
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -41,6 +42,7 @@ class EventLog(SelectableRows, ScrollView, can_focus=True):
         self._serial = count()
         self._strips: dict[tuple[int, bool], Strip] = {}
         self._strips_width = -1
+        self._base_style: Style | None = None
 
     @property
     def texts(self) -> list[str]:
@@ -95,11 +97,19 @@ class EventLog(SelectableRows, ScrollView, can_focus=True):
         return title, text
 
     # -- drawing -----------------------------------------------------------------------
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base_style = None             # asked again at the next draw: it walks the DOM
+        self._strips.clear()
+
     def render_line(self, y: int) -> Strip:
+        base = self._base_style
+        if base is None:
+            base = self._base_style = self.rich_style
         width = self.scrollable_content_region.width
         index = round(self.scroll_y) + y
         if index >= len(self._entries) or width <= 0:
-            return Strip.blank(max(width, 0), self.rich_style)
+            return Strip.blank(max(width, 0), base)
         if width != self._strips_width:
             self._strips.clear()
             self._strips_width = width
@@ -112,6 +122,6 @@ class EventLog(SelectableRows, ScrollView, can_focus=True):
             if selected:
                 line.stylize(CURSOR_STYLE)
             segments = list(line.render(self.app.console))
-            strip = Strip(segments).adjust_cell_length(width).apply_style(self.rich_style)
+            strip = Strip(segments).adjust_cell_length(width).apply_style(base)
             self._strips[(serial, selected)] = strip
         return strip

@@ -9,6 +9,7 @@ cut with … at the pane's width, and the pane scrolls over them.
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -27,6 +28,7 @@ class LinesPane(ScrollHint, ScrollView):
         self._text_lines_width = -1
         self._strips: dict[int, Strip] = {}
         self._strips_width = -1
+        self._base_style: Style | None = None
         self._split()
 
     @property
@@ -56,11 +58,19 @@ class LinesPane(ScrollHint, ScrollView):
         if self.wrap and self.scrollable_content_region.width != self._text_lines_width:
             self._split()
 
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base_style = None             # asked again at the next draw: it walks the DOM
+        self._strips.clear()
+
     def render_line(self, y: int) -> Strip:
+        base = self._base_style
+        if base is None:
+            base = self._base_style = self.rich_style
         width = self.scrollable_content_region.width
         index = round(self.scroll_y) + y
         if width <= 0 or index >= len(self._text_lines):
-            return Strip.blank(max(width, 0), self.rich_style)
+            return Strip.blank(max(width, 0), base)
         if width != self._strips_width:
             self._strips.clear()
             self._strips_width = width
@@ -69,5 +79,5 @@ class LinesPane(ScrollHint, ScrollView):
             line = self._text_lines[index].copy()
             line.truncate(width, overflow="ellipsis", pad=True)
             strip = Strip(list(line.render(self.app.console))).adjust_cell_length(width)
-            strip = self._strips[index] = strip.apply_style(self.rich_style)
+            strip = self._strips[index] = strip.apply_style(base)
         return strip

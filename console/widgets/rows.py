@@ -27,6 +27,7 @@ class ScrollHint(Widget):
     border counts the lines out of view. Put it before the widget class it extends."""
 
     _hint_base = ""                    # the bottom border's own text, before the scroll hint
+    _hint: str | None = None            # what the bottom border says now
 
     def set_hint_base(self, text: str) -> None:
         """The bottom border's own text ("6 files"); the scroll hint follows it."""
@@ -42,7 +43,10 @@ class ScrollHint(Widget):
             parts.append(f"↑ {above} more")
         if below:
             parts.append(f"↓ {below} more")
-        self.border_subtitle = " · ".join(parts)
+        hint = " · ".join(parts)
+        if hint != self._hint:          # a pane redrawn at every read keeps its border as it is
+            self._hint = hint
+            self.border_subtitle = hint
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
