@@ -34,6 +34,10 @@ LOG_PREFIX = "log │ "
 
 
 class EventLog(SelectableRows, ScrollView, can_focus=True):
+    DEFAULT_CSS = """
+    EventLog { overflow-x: hidden; overflow-y: auto; }
+    """
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "events · trainer.log"
@@ -117,10 +121,12 @@ class EventLog(SelectableRows, ScrollView, can_focus=True):
         selected = index == self.cursor_shown()
         strip = self._strips.get((serial, selected))
         if strip is None:
-            line = text.copy()
-            line.truncate(width, overflow="ellipsis", pad=True)
-            if selected:
-                line.stylize(CURSOR_STYLE)
+            line = text
+            if selected or line.cell_len > width:
+                line = line.copy()
+                line.truncate(width, overflow="ellipsis")
+                if selected:
+                    line.stylize(CURSOR_STYLE)
             segments = list(line.render(self.app.console))
             strip = Strip(segments).adjust_cell_length(width).apply_style(base)
             self._strips[(serial, selected)] = strip

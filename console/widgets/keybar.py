@@ -28,11 +28,13 @@ class KeyBar(Static):
         self.hints = hints                                # (keys, what): said after the keys where they fit
         self.keys: list[tuple[int, int, str]] = []       # (first column, end column, key)
 
-    def on_mount(self) -> None:
-        self.draw()
+    _drawn_width = -1
 
     def on_resize(self) -> None:
-        self.draw()
+        # Drawn once it has a width (the hints are said only where they fit), again if it changes.
+        if self.size.width != self._drawn_width:
+            self._drawn_width = self.size.width
+            self.draw()
 
     def draw(self) -> None:
         key_style = self.get_component_rich_style("key-bar--key")

@@ -19,6 +19,10 @@ from .rows import ScrollHint
 
 
 class LinesPane(ScrollHint, ScrollView):
+    DEFAULT_CSS = """
+    LinesPane { overflow-x: hidden; overflow-y: auto; }
+    """
+
     wrap = False           # True: long lines wrap at the pane's width; False: they are cut with …
 
     def __init__(self, text: str = "", **kwargs) -> None:
@@ -29,7 +33,8 @@ class LinesPane(ScrollHint, ScrollView):
         self._strips: dict[int, Strip] = {}
         self._strips_width = -1
         self._base_style: Style | None = None
-        self._split()
+        if self._text.plain:
+            self._split()
 
     @property
     def content(self) -> Text:
@@ -76,8 +81,10 @@ class LinesPane(ScrollHint, ScrollView):
             self._strips_width = width
         strip = self._strips.get(index)
         if strip is None:
-            line = self._text_lines[index].copy()
-            line.truncate(width, overflow="ellipsis", pad=True)
+            line = self._text_lines[index]
+            if line.cell_len > width:
+                line = line.copy()
+                line.truncate(width, overflow="ellipsis")
             strip = Strip(list(line.render(self.app.console))).adjust_cell_length(width)
             strip = self._strips[index] = strip.apply_style(base)
         return strip
