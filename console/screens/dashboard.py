@@ -50,6 +50,7 @@ class DashboardScreen(Screen):
         self.smoothing = smoothing
         self.pane = FIRST_PANE
         self.compact: bool | None = None
+        self._applied: tuple[bool, str] | None = None       # (compact, pane) the panes were set up for
         self._titles: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
@@ -97,19 +98,26 @@ class DashboardScreen(Screen):
     # -- the two layouts -------------------------------------------------------------
     def _set_layout_classes(self, size: Size) -> bool:
         compact = size.width < FULL_FROM.width or size.height < FULL_FROM.height
-        self.set_class(compact, "-compact").set_class(not compact, "-full")
-        for _, name, _ in PANES:
-            self.set_class(compact and name == self.pane, f"-tab-{name}")
+        # One batch: each class changed on its own would restyle every pane.
+        classes = {"-compact": compact, "-full": not compact}
+        classes.update((f"-tab-{name}", compact and name == self.pane) for _, name, _ in PANES)
+        self.update_classes(classes, animate=False)
         return compact
 
     def _apply_layout(self) -> None:
         """The layout for the app's size now, and the compact layout's tab strip."""
         was = self.compact
-        self.compact = compact = self._set_layout_classes(self.app.size)
+        compact = self._set_layout_classes(self.app.size)
+        if (compact, self.pane) == self._applied:
+            return
+        self._applied = (compact, self.pane)
+        self.compact = compact
         self.query_one(ProblemsBar).set_limit(ALL if compact else SHOWN)
         for key, name, wid in PANES:
             widget = self.query_one(f"#{wid}")
-            widget.border_title = self._tab_strip() if compact and name == self.pane else self._titles[wid]
+            title = self._tab_strip() if compact and name == self.pane else self._titles[wid]
+            if widget.border_title != title:
+                widget.border_title = title
         if compact and was is not True:
             self._focus_pane()
             if self.snapshot is not None:
