@@ -33,6 +33,7 @@ FULL_FROM = Size(140, 40)
 # (key, name, widget id) of the panes, in the order of the tab strip.
 PANES = (("1", "events", "events"), ("2", "checkpoints", "checkpoints"), ("3", "arms", "arms"),
          ("4", "samples", "samples"), ("5", "problems", "problems"), ("6", "status", "status"))
+PANE_IDS = {name: wid for _, name, wid in PANES}
 FIRST_PANE = "events"
 
 
@@ -138,7 +139,7 @@ class DashboardScreen(Screen):
             self._apply_layout()
 
     def _focus_pane(self) -> None:
-        widget = self.query_one(f"#{dict((n, w) for _, n, w in PANES)[self.pane]}")
+        widget = self.query_one(f"#{PANE_IDS[self.pane]}")
         if widget.focusable and widget.display:
             widget.focus()
 
@@ -146,7 +147,7 @@ class DashboardScreen(Screen):
         """Key 1-6: the compact layout shows that pane under the plot; both layouts focus it."""
         self.pane = name
         self._apply_layout()
-        widget: Widget = self.query_one(f"#{dict((n, w) for _, n, w in PANES)[name]}")
+        widget: Widget = self.query_one(f"#{PANE_IDS[name]}")
         if not self.compact and not widget.display:         # the problems line, with no problem
             self.app.bell()
             return
@@ -157,7 +158,7 @@ class DashboardScreen(Screen):
 
     # -- data --------------------------------------------------------------------------
     def watch_snapshot(self, snap: RunSnapshot | None) -> None:
-        if snap is None or not self._ready:
+        if snap is None or not self._ready or self._closing_down():
             return
         now = self.app.now()
         problems = snap.problems()
@@ -180,7 +181,13 @@ class DashboardScreen(Screen):
         if not self._ready:
             self._early_notices = [*getattr(self, "_early_notices", []), notice]
             return
+        if self._closing_down():
+            return
         self.query_one(EventLog).notice(notice)
+
+    def _closing_down(self) -> bool:
+        """The app is quitting and has removed the panes: a read that lands now is dropped."""
+        return not self.query(EventLog)
 
     @property
     def plot(self) -> LossPlot:
