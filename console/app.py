@@ -64,7 +64,7 @@ class ConsoleApp(App[None]):
         Binding("i", "inspect", "inspect"),
         Binding("l", "log_y", "log-y"),
         Binding("w", "window", "window"),
-        Binding("e", "smoothing", "smooth", show=False),
+        Binding("e", "smoothing", "smooth"),
         Binding("x", "x_axis", "x-axis", show=False),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help", key_display="?"),

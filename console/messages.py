@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rundir.run_summary import RunSummary
     from rundir.runs import RunsListing
     from rundir.inspect import InspectReport
+    from rich.console import RenderableType
 
     from .pivot_runner import PivotOutcome
 
@@ -98,3 +99,11 @@ class InspectFinished(Message):
     read: int
     report: "InspectReport | None"
     error: str = ""
+
+
+@dataclass
+class DetailRequested(Message):
+    """Enter on a pane's selected row: show its whole text (``title``, then ``body``)."""
+
+    title: str
+    body: "RenderableType"

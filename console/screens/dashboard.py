@@ -1,21 +1,45 @@
-"""The dashboard: six panes, each repainted only when its part of the snapshot changed."""
+"""The dashboard: the panes, each repainted only when its part of the snapshot changed.
+
+Two layouts of the same panes. From FULL_FROM (140x40) every pane is in view at once.
+Below it (an SSH session opens at 80x24) the layout is compact: two status lines and the
+loss plot always in view, and under the plot one pane at a time, chosen with the number
+keys (the tab strip in that pane's top border names them). The number keys also focus a
+pane in the full layout; a focused pane takes ↑/↓ and Enter (:mod:`console.widgets.rows`).
+"""
 
 from __future__ import annotations
 
+from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.geometry import Size
 from textual.reactive import var
 from textual.screen import Screen
+from textual.widget import Widget
 
+from ..messages import DetailRequested
 from ..plot import finding_markers, plot_markers
 from ..views import Notice, RunSnapshot
-from ..widgets import ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusPane
+from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
+                       StatusPane)
+from ..widgets.problems import ALL, SHOWN
+from .detail import DetailScreen
+
+# The full layout's fixed rows (status and plot 17, checkpoints and arms 12, the events
+# at least 10, the key bar 1) need 40 lines; its arms table needs 140 columns beside the
+# 48 of the checkpoints to keep its status and source columns. Below either, compact.
+FULL_FROM = Size(140, 40)
+# (key, name, widget id) of the panes, in the order of the tab strip.
+PANES = (("1", "events", "events"), ("2", "checkpoints", "checkpoints"), ("3", "arms", "arms"),
+         ("4", "samples", "samples"), ("5", "problems", "problems"), ("6", "status", "status"))
+PANE_IDS = {name: wid for _, name, wid in PANES}
+FIRST_PANE = "events"
 
 
 class DashboardScreen(Screen):
-    # Below 100 columns the rows stack and the body scrolls (still every pane, one key away).
-    WIDE_FROM = 100
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_FROM, "-wide")]
+    AUTO_FOCUS = None           # no pane is focused until a number key (or Tab, or a click) picks one
+    BINDINGS = [Binding(key, f"pane('{name}')", name, show=False) for key, name, _ in PANES]
 
     # A var, not a reactive: setting it must not repaint the whole screen, only the panes
     # whose part changed (they refresh themselves).
@@ -25,16 +49,22 @@ class DashboardScreen(Screen):
         super().__init__(id="dashboard")
         self.window_steps = window_steps
         self.smoothing = smoothing
+        self.pane = FIRST_PANE
+        self.compact: bool | None = None
+        self._applied: tuple[bool, str] | None = None       # (compact, pane) the panes were set up for
+        self._titles: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
-        # The breakpoint class from the start: the first resize would otherwise add it
+        # The layout's classes from the start: the first resize would otherwise add them
         # after the panes are styled, and restyle every one of them.
-        wide = self.app.size.width >= self.WIDE_FROM
-        self.set_class(wide, "-wide").set_class(not wide, "-narrow")
+        self._set_layout_classes(self.app.size)
+        yield StatusLine(id="status-line")
         with VerticalScroll(id="body"):
             with Horizontal(id="row-top", classes="row"):
-                yield StatusPane(id="status", classes="pane")
+                # The plot comes first: under it, in the compact layout, the status pane
+                # (key 6); in the full one the status is docked to the plot's left.
                 yield LossPlot(self.window_steps, self.smoothing, id="plot", classes="pane")
+                yield StatusPane(id="status", classes="pane")
             with Horizontal(id="row-middle", classes="row"):
                 yield CheckpointsPane(id="checkpoints", classes="pane")
                 yield ArmsPane(id="arms", classes="pane")
@@ -45,7 +75,9 @@ class DashboardScreen(Screen):
                     yield ProblemsBar(id="problems")
                     yield EventLog(id="events", classes="pane")
                 yield SamplesPane(id="samples", classes="pane")
-        yield KeyBar()
+        # The panes' keys are said where there is room; in the compact layout the tab strip
+        # says them too.
+        yield KeyBar(hints=((f"1-{len(PANES)}", "panes"), ("Tab", "next pane"), ("↑↓", "rows"), ("⏎", "detail")))
 
     _ready = False
     _early_notices: list[Notice]
@@ -56,18 +88,84 @@ class DashboardScreen(Screen):
         # A read can finish before the panes exist (the reader is a thread): what came
         # early is applied once they are mounted.
         self._ready = True
+        self._titles = {wid: str(self.query_one(f"#{wid}").border_title or "") for _, _, wid in PANES}
+        self._apply_layout()
         for notice in getattr(self, "_early_notices", []):
             self.notice(notice)
         self._early_notices = []
         if self.snapshot is not None:
             self.watch_snapshot(self.snapshot)
 
+    # -- the two layouts -------------------------------------------------------------
+    def _set_layout_classes(self, size: Size) -> bool:
+        compact = size.width < FULL_FROM.width or size.height < FULL_FROM.height
+        # One batch: each class changed on its own would restyle every pane.
+        classes = {"-compact": compact, "-full": not compact}
+        classes.update((f"-tab-{name}", compact and name == self.pane) for _, name, _ in PANES)
+        self.update_classes(classes, animate=False)
+        return compact
+
+    def _apply_layout(self) -> None:
+        """The layout for the app's size now, and the compact layout's tab strip."""
+        was = self.compact
+        compact = self._set_layout_classes(self.app.size)
+        if (compact, self.pane) == self._applied:
+            return
+        self._applied = (compact, self.pane)
+        self.compact = compact
+        self.query_one(ProblemsBar).set_limit(ALL if compact else SHOWN)
+        for key, name, wid in PANES:
+            widget = self.query_one(f"#{wid}")
+            title = self._tab_strip() if compact and name == self.pane else self._titles[wid]
+            if widget.border_title != title:
+                widget.border_title = title
+        if compact and was is not True:
+            self._focus_pane()
+            if self.snapshot is not None:
+                self.query_one(StatusLine).show(self.snapshot, self.app.now(), self.snapshot.problems())
+
+    def _tab_strip(self) -> str:
+        return " ".join(f"[reverse] {key} {name} [/]" if name == self.pane else f"{key} {name}"
+                        for key, name, _ in PANES)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._ready:
+            self._apply_layout()
+
+    def on_screen_resume(self) -> None:
+        # A resize while a modal screen was in front reached this screen's size, not its
+        # layout: catch up on the way back.
+        if self._ready:
+            self._apply_layout()
+
+    def _focus_pane(self) -> None:
+        widget = self.query_one(f"#{PANE_IDS[self.pane]}")
+        if widget.focusable and widget.display:
+            widget.focus()
+
+    def action_pane(self, name: str) -> None:
+        """Key 1-6: the compact layout shows that pane under the plot; both layouts focus it."""
+        self.pane = name
+        self._apply_layout()
+        widget: Widget = self.query_one(f"#{PANE_IDS[name]}")
+        if not self.compact and not widget.display:         # the problems line, with no problem
+            self.app.bell()
+            return
+        self._focus_pane()
+
+    def on_detail_requested(self, message: DetailRequested) -> None:
+        self.app.push_screen(DetailScreen(message.title, message.body))
+
+    # -- data --------------------------------------------------------------------------
     def watch_snapshot(self, snap: RunSnapshot | None) -> None:
-        if snap is None or not self._ready:
+        if snap is None or not self._ready or self._closing_down():
             return
         now = self.app.now()
+        problems = snap.problems()
         self.query_one(StatusPane).show(snap, now)
-        self.query_one(ProblemsBar).show(snap.problems())
+        if self.compact:                    # hidden in the full layout: drawn when it is shown
+            self.query_one(StatusLine).show(snap, now, problems)
+        self.query_one(ProblemsBar).show(problems)
         # The markers are made again only when the checkpoints or the events changed: with
         # thousands of checkpoints, not at every read.
         h = snap.history
@@ -85,7 +183,13 @@ class DashboardScreen(Screen):
         if not self._ready:
             self._early_notices = [*getattr(self, "_early_notices", []), notice]
             return
+        if self._closing_down():
+            return
         self.query_one(EventLog).notice(notice)
+
+    def _closing_down(self) -> bool:
+        """The app is quitting and has removed the panes: a read that lands now is dropped."""
+        return not self.query(EventLog)
 
     @property
     def plot(self) -> LossPlot:

@@ -12,6 +12,7 @@ import math
 import threading
 from pathlib import Path
 
+from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -31,6 +32,8 @@ from ..views import RunSnapshot
 from .confirm import ConfirmScreen
 
 STEP_KEYS = ("1", "2", "3", "4", "5", "6")
+# Fewer rows than this: one-line inputs and no blank lines between the parts.
+COMPACT_BELOW = 40
 
 
 def _fmt(value: float | None, spec: str = ".3g") -> str:
@@ -60,6 +63,10 @@ class PivotScreen(Screen[PivotOutcome | None]):
 
     # -- layout ------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        # Only the form scrolls: the six steps and the outcome stay in view under it at
+        # any size (80x24 too), and the inputs are one line high where rows are few.
+        compact = self.app.size.height < COMPACT_BELOW
+        self.set_class(compact, "-compact")
         with VerticalScroll(id="pivot"):
             yield Static(Text(f"Polish pivot of {printable(self.run_dir.name)}", style="bold"), id="pivot-title")
             yield Static(self._intro(), id="pivot-intro")
@@ -76,12 +83,13 @@ class PivotScreen(Screen[PivotOutcome | None]):
                     with Horizontal(classes="pivot-arm"):
                         yield Static(label, classes="pivot-arm-label")
                         yield Input(f"{self.config.arms[arm].cap:g}", id=f"cap-{i}", classes="pivot-num",
-                                    disabled=self.pending is not None)
+                                    disabled=self.pending is not None, compact=compact)
                         yield Input(f"{self.config.arms[arm].floor:g}", id=f"floor-{i}", classes="pivot-num",
-                                    disabled=self.pending is not None)
+                                    disabled=self.pending is not None, compact=compact)
                         yield Checkbox("drop", zombie, id=f"drop-{i}", classes="pivot-drop",
-                                       disabled=self.pending is not None)
+                                       disabled=self.pending is not None, compact=compact)
             yield Static("", id="pivot-validation")
+        with Vertical(id="pivot-progress"):
             with Vertical(id="pivot-steps"):
                 for key in STEP_KEYS:
                     yield Static(self._step_text(key, "pending", "dim"), id=f"step-{key}")
@@ -101,8 +109,14 @@ class PivotScreen(Screen[PivotOutcome | None]):
                     style="grey70")
 
     @staticmethod
-    def _step_text(key: str, status: str, style: str) -> Text:
-        return Text.assemble((f" {key}. ", "bold"), (f"{STEP_TITLES[key]:<42}", ""), (status, style))
+    def _step_text(key: str, status: str, style: str) -> Table:
+        # A grid, so that a long status wraps in its own column, never under the titles.
+        row = Table.grid(padding=(0, 1), expand=True)
+        row.add_column(no_wrap=True, width=3, justify="right")
+        row.add_column(no_wrap=True, width=max(len(t) for t in STEP_TITLES.values()) + 1)
+        row.add_column(ratio=1, overflow="fold")
+        row.add_row(Text(f"{key}.", style="bold"), STEP_TITLES[key], Text(status, style=style))
+        return row
 
     def on_mount(self) -> None:
         self.validate()

@@ -9,6 +9,7 @@ from .loss_plot import LossPlot
 from .problems import ProblemsBar
 from .samples import SamplesPane
 from .status import StatusPane
+from .status_line import StatusLine
 
 __all__ = ["ArmsPane", "CheckpointsPane", "EventLog", "KeyBar", "LossPlot", "ProblemsBar", "SamplesPane",
-           "StatusPane"]
+           "StatusLine", "StatusPane"]

@@ -1,21 +1,25 @@
 """The checkpoints table: the step_*.bin files with their age, size and status (newest
 first; past :data:`ROWS` of them, the older ones are counted on one line).
 
-An invalid or foreign checkpoint's reason wraps inside the status column, so the whole
-reason is readable at any width. Drawn as aligned Text, not a DataTable: a DataTable
+Each file is one line: an invalid or foreign checkpoint's reason is cut with … at the
+pane's width, and Enter on the selected row shows it whole. Drawn as aligned Text, not a DataTable: a DataTable
 measures every cell of every row whenever it is rebuilt (at start-up, on each resize and
 every ten seconds as the ages move), which cost more than the rest of the pane's work."""
 
 from __future__ import annotations
 
+from rich.table import Table
 from rich.text import Text
 from textual import events
-from textual.widgets import Static
 
 from rundir import CheckpointInfo
 
+from rundir.text import BLOCK_LIMIT
+
 from ..format import LINE_LIMIT, format_age, format_size, printable
 from ..views import PivotEntry, RetentionView
+from .lines import LinesPane
+from .rows import CURSOR_STYLE, SelectableRows, detail_table
 
 STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red"}
 # (header, width, right-aligned) of the columns before the status, which takes what is left.
@@ -32,14 +36,17 @@ KEPT_FROM_STATUS_WIDTH = 24
 ROWS = 50
 
 
-class CheckpointsPane(Static):
+class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
         self.border_title = "checkpoints"
         self._shown: tuple | None = None
         self._last: tuple | None = None
-        self.selected: str | None = None          # the file name a click chose (``i`` inspects it)
-        self._row_names: list[str | None] = []    # the file name drawn on each content line
+        self._rows: tuple[CheckpointInfo, ...] = ()
+
+    def cursor_changed(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)
 
     def on_resize(self, event: events.Resize) -> None:
         if self._last is not None:
@@ -55,10 +62,10 @@ class CheckpointsPane(Static):
         with_kept = retention is not None and room - KEPT_COLUMN[1] - GAP >= KEPT_FROM_STATUS_WIDTH
         columns = (*COLUMNS, KEPT_COLUMN) if with_kept else COLUMNS
         status_at = STATUS_AT + (KEPT_COLUMN[1] + GAP if with_kept else 0)
-        status_width = max(10, self.scrollable_content_region.width - status_at)
-        # Ages move with the clock: redraw when the checkpoints, the width or the
-        # ten-second tick of the clock change.
-        key = (checkpoints, pivots, int(now // 10), status_width, retention, self.selected)
+        # Ages move with the clock: redraw when the checkpoints, the width, the selected
+        # row or the ten-second tick of the clock change.
+        selected = self.cursor_shown()
+        key = (checkpoints, pivots, int(now // 10), room, retention, selected)
         if key == self._shown:
             return
         self._shown = key
@@ -68,17 +75,16 @@ class CheckpointsPane(Static):
             text.append(" " * GAP)
         text.append("status", style="bold")
         by_step = {p.step: p for p in pivots}
-        rows: list[str | None] = [None]
         # The newest ROWS are drawn and the rest counted: a redraw (every ten seconds, as
         # the ages move) must not cost the whole directory.
-        for c in checkpoints[:-ROWS - 1:-1]:
+        self._rows = checkpoints[:-ROWS - 1:-1]
+        for i, c in enumerate(self._rows):
+            start = len(text)
             rule = retention.rule(c.path.name) if retention is not None else ""
             cells = (f"{c.step:,}", format_age(now - c.mtime) if c.mtime else "-", format_size(c.size), rule)
             text.append("\n")
-            for k, (cell, (_, width, right)) in enumerate(zip(cells, columns)):
-                chosen = k == 0 and c.path.name == self.selected
-                text.append(cell.rjust(width) if right else cell.ljust(width), style="reverse" if chosen else "")
-                text.append(" " * GAP)
+            for cell, (_, width, right) in zip(cells, columns):
+                text.append((cell.rjust(width) if right else cell.ljust(width)) + " " * GAP)
             status = Text(c.status, style=STATUS_STYLES.get(c.status, ""))
             if c.reason:
                 status.append(f": {printable(c.reason, LINE_LIMIT)}",
@@ -87,9 +93,9 @@ class CheckpointsPane(Static):
                 status.append(f" · pivot P → {printable(by_step[c.step].archive)}/", style="magenta")
             if rule == "prune" and not with_kept:
                 status.append(" · prune next", style="yellow")
-            wrapped = _wrapped(status, status_width, status_at)
-            text.append_text(wrapped)
-            rows += [c.path.name] * (wrapped.plain.count("\n") + 1)
+            text.append_text(status)
+            if i == selected:
+                text.stylize(CURSOR_STYLE, start + 1, len(text))
         if len(checkpoints) > ROWS:
             older = checkpoints[:-ROWS]
             invalid = sum(c.status == "invalid" for c in older)
@@ -97,38 +103,51 @@ class CheckpointsPane(Static):
                         + (f" ({invalid:,} invalid)" if invalid else ""), style="grey62")
         if not checkpoints:
             text.append("\nno step_*.bin files yet", style="grey62")
-        self._row_names = rows
         self.update(text)
-        self.border_subtitle = (f"{len(checkpoints)} files" if checkpoints else "none yet")
+        self.set_hint_base(f"{len(checkpoints)} files" if checkpoints else "none yet")
 
     def on_click(self, event: events.Click) -> None:
-        """A click on a row selects that checkpoint (reversed step); ``i`` inspects it."""
+        """A click on a row selects that checkpoint, as ↑/↓ would (``i`` inspects it)."""
         offset = event.get_content_offset(self)
         if offset is None:
             return
-        line = offset.y + round(self.scroll_offset.y)
-        name = self._row_names[line] if 0 <= line < len(self._row_names) else None
-        if name is not None and self._last is not None:
-            self.selected = name
-            self.show(*self._last)
+        index = offset.y + round(self.scroll_offset.y) - 1          # the header is line 0
+        if 0 <= index < len(self._rows):
+            self.focus()
+            self._set_cursor(index)
 
     def selected_info(self) -> CheckpointInfo | None:
-        """The checkpoint a click selected, while it is still listed."""
-        if self._last is None or self.selected is None:
-            return None
-        return next((c for c in self._last[0] if c.path.name == self.selected), None)
+        """The checkpoint selected in the pane (by ↑/↓ or a click) while it has focus."""
+        index = self.cursor_shown()
+        return self._rows[index] if index is not None and index < len(self._rows) else None
 
+    # -- rows ------------------------------------------------------------------------
+    def row_count(self) -> int:
+        return len(self._rows)
 
-def _wrapped(status: Text, width: int, indent: int) -> Text:
-    """``status`` wrapped at spaces to ``width`` columns (a longer word is cut), continuation
-    lines indented to its column."""
-    plain, out, start = status.plain, Text(), 0
-    while True:
-        if len(plain) - start <= width:
-            out.append_text(status[start:])
-            return out
-        cut = plain.rfind(" ", start, start + width + 1)
-        cut = cut if cut > start else start + width
-        out.append_text(status[start:cut])
-        out.append("\n" + " " * indent)
-        start = cut + 1 if plain[cut] == " " else cut
+    def row_line(self, index: int) -> int:
+        return index + 1                    # under the header
+
+    def row_detail(self, index: int) -> tuple[str, Table]:
+        c = self._rows[index]
+        _, pivots, now, retention = self._last
+        fields: list[tuple[str, str | Text]] = [
+            ("file", printable(c.path.name)), ("step", f"{c.step:,}"),
+            ("age", format_age(now - c.mtime) if c.mtime else "-"),
+            ("size", f"{format_size(c.size)} ({c.size:,} bytes)"),
+            ("status", Text(c.status, style=STATUS_STYLES.get(c.status, "")))]
+        if c.reason:
+            fields.append(("reason", Text(printable(c.reason, BLOCK_LIMIT),
+                                          style="red" if c.status == "invalid" else "")))
+        if c.n_params is not None:
+            fields.append(("parameters", f"{c.n_params:,}"))
+        if retention is not None:
+            why = retention.keep.get(c.path.name)
+            if why is not None:
+                fields.append(("retention", ", ".join(why) or "the next prune removes it"))
+        for p in pivots:
+            if p.step == c.step:
+                fields.append(("pivot", Text(f"P: resumed from by the pivot archived in {printable(p.archive)}/ "
+                                             f"({printable(p.stage)})", style="magenta")))
+        return f"checkpoint {printable(c.path.name)}", detail_table(fields)
+

@@ -1,18 +1,27 @@
-"""The event log: what the console did and saw, and the tail of trainer.log."""
+"""The event log: what the console did and saw, and the tail of trainer.log.
+
+One line per event, cut with … at the pane's width (a wrapped line would run back to
+column 0 and read as a new event); Enter on a selected line shows it whole. Drawn with
+Textual's Line API: only the lines in view are rendered, each once per width.
+"""
 
 from __future__ import annotations
 
 import time
-
 from collections import deque
+from itertools import count
 
+from rich.style import Style
 from rich.text import Text
-from textual.widgets import RichLog
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from rundir.layout import TRAINER_LOG
 
 from ..format import LINE_LIMIT, printable
 from ..views import Notice
+from .rows import CURSOR_STYLE, SelectableRows
 
 LEVEL_STYLES = {"info": "", "good": "green", "warn": "yellow", "error": "bold red", "action": "bold cyan"}
 FIRST_LOG_LINES = 8
@@ -20,19 +29,33 @@ FIRST_LOG_LINES = 8
 # logs every step must not scroll the console's own notices out of the pane. The rest is
 # counted on one line; trainer.log itself has every line.
 LOG_LINES_PER_UPDATE = 4
+MAX_LINES = 1000
+LOG_PREFIX = "log │ "
 
 
-class EventLog(RichLog):
+class EventLog(SelectableRows, ScrollView, can_focus=True):
+    DEFAULT_CSS = """
+    EventLog { overflow-x: hidden; overflow-y: auto; }
+    """
+
     def __init__(self, **kwargs) -> None:
-        super().__init__(max_lines=1000, wrap=True, markup=False, highlight=False, **kwargs)
+        super().__init__(**kwargs)
         self.border_title = "events · trainer.log"
         self._log_seen: int | None = None
-        self.texts: deque[str] = deque(maxlen=1000)     # what was written, unwrapped (for tests)
+        self._entries: deque[tuple[int, Text]] = deque(maxlen=MAX_LINES)
+        self._serial = count()
+        self._strips: dict[tuple[int, bool], Strip] = {}
+        self._strips_width = -1
+        self._base_style: Style | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        """Every line kept, unwrapped and uncut, as plain text (oldest first)."""
+        return [text.plain for _, text in self._entries]
 
     def notice(self, n: Notice) -> None:
         line = Text(time.strftime("%H:%M:%S ", time.localtime(n.time)), style="grey50")
         line.append(n.text, style=LEVEL_STYLES.get(n.level, ""))
-        self.texts.append(line.plain)
         self.write(line)
 
     def log_lines(self, tail: tuple[str, ...], seen: int) -> None:
@@ -44,10 +67,67 @@ class EventLog(RichLog):
         self._log_seen = seen
         shown = min(new, limit, len(tail))
         if new > shown:
-            skipped = f"log │ … {new - shown:,} more line(s) in {TRAINER_LOG}"
-            self.texts.append(skipped)
-            self.write(Text(skipped, style="grey42"))
+            self.write(Text(f"{LOG_PREFIX}… {new - shown:,} more line(s) in {TRAINER_LOG}", style="grey42"))
         for raw in tail[-shown:] if shown > 0 else ():
             line = printable(raw, LINE_LIMIT)      # one log line stays one line, with no escapes
-            self.texts.append(f"log │ {line}")
-            self.write(Text.assemble(("log │ ", "grey42"), (line, "grey62")))
+            self.write(Text.assemble((LOG_PREFIX, "grey42"), (line, "grey62")))
+
+    def write(self, line: Text) -> None:
+        """Append one line; the view follows the newest line unless a row is selected."""
+        follow = self.cursor_shown() is None
+        if len(self._entries) == MAX_LINES:
+            self._strips.pop((self._entries[0][0], False), None)
+            self._strips.pop((self._entries[0][0], True), None)
+            if self.cursor is not None:
+                self.cursor = max(0, self.cursor - 1)
+        self._entries.append((next(self._serial), line))
+        self.virtual_size = Size(0, len(self._entries))
+        if follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False, force=True)
+        self.update_hint()
+        self.refresh()
+
+    # -- rows ------------------------------------------------------------------------
+    def row_count(self) -> int:
+        return len(self._entries)
+
+    def default_row(self) -> int:
+        return len(self._entries) - 1
+
+    def row_detail(self, index: int) -> tuple[str, Text]:
+        text = self._entries[index][1].copy()
+        title = f"{TRAINER_LOG} line" if text.plain.startswith(LOG_PREFIX) else "event"
+        text.no_wrap = False
+        return title, text
+
+    # -- drawing -----------------------------------------------------------------------
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base_style = None             # asked again at the next draw: it walks the DOM
+        self._strips.clear()
+
+    def render_line(self, y: int) -> Strip:
+        base = self._base_style
+        if base is None:
+            base = self._base_style = self.rich_style
+        width = self.scrollable_content_region.width
+        index = round(self.scroll_y) + y
+        if index >= len(self._entries) or width <= 0:
+            return Strip.blank(max(width, 0), base)
+        if width != self._strips_width:
+            self._strips.clear()
+            self._strips_width = width
+        serial, text = self._entries[index]
+        selected = index == self.cursor_shown()
+        strip = self._strips.get((serial, selected))
+        if strip is None:
+            line = text
+            if selected or line.cell_len > width:
+                line = line.copy()
+                line.truncate(width, overflow="ellipsis")
+                if selected:
+                    line.stylize(CURSOR_STYLE)
+            segments = list(line.render(self.app.console))
+            strip = Strip(segments).adjust_cell_length(width).apply_style(base)
+            self._strips[(serial, selected)] = strip
+        return strip

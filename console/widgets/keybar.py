@@ -23,13 +23,23 @@ class KeyBar(Static):
     }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, hints: tuple[tuple[str, str], ...] = (), **kwargs) -> None:
         super().__init__("", **kwargs)
+        self.hints = hints                                # (keys, what): said after the keys where they fit
         self.keys: list[tuple[int, int, str]] = []       # (first column, end column, key)
 
-    def on_mount(self) -> None:
+    _drawn_width = -1
+
+    def on_resize(self) -> None:
+        # Drawn once it has a width (the hints are said only where they fit), again if it changes.
+        if self.size.width != self._drawn_width:
+            self._drawn_width = self.size.width
+            self.draw()
+
+    def draw(self) -> None:
         key_style = self.get_component_rich_style("key-bar--key")
         description_style = self.get_component_rich_style("key-bar--description")
+        self.keys = []
         text = Text(no_wrap=True, overflow="ellipsis")
         for key, active in self.screen.active_bindings.items():
             binding = active.binding
@@ -39,6 +49,12 @@ class KeyBar(Static):
             text.append(self.app.get_key_display(binding), style=key_style)
             text.append(f" {binding.description}", style=description_style)
             self.keys.append((start, len(text), key))
+            text.append("  ")
+        for keys, what in self.hints:
+            if len(text) + len(keys) + len(what) + 1 > self.size.width:
+                break
+            text.append(keys, style=key_style)
+            text.append(f" {what}", style=description_style)
             text.append("  ")
         self.update(text)
 

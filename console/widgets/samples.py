@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from rundir import Sample
 
 from ..format import LINE_LIMIT, printable, printable_block
+from .lines import LinesPane
 
 
-class SamplesPane(Static):
+class SamplesPane(LinesPane, can_focus=True):
+    wrap = True
+
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
         self.border_title = "samples · newest per arm"

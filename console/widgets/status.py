@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from ..findings import eta_text
 from ..format import (LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, slurm_text,
                       stall_text, storage_text)
 from ..views import RunSnapshot
+from .lines import LinesPane
+from .rows import hang_indent
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
                 "not supervised": "bold yellow", "stalled": "bold red"}
@@ -17,15 +18,21 @@ STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": 
 LABEL = 11
 
 
-class StatusPane(Static):
+class StatusPane(LinesPane, can_focus=True):
     """Run name, trainer state, pid, uptime, step, speed, newest checkpoint, CPU, RSS, GPU."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__("reading…", **kwargs)
         self.border_title = "status"
         self._shown = ""
+        self._last: tuple[RunSnapshot, float] | None = None
+
+    def on_resize(self) -> None:
+        if self._last is not None:
+            self.show(*self._last)
 
     def show(self, snap: RunSnapshot, now: float) -> None:
+        self._last = (snap, now)
         t, h = snap.trainer, snap.history
         rows: list[tuple[str, Text | str]] = []
         add = lambda label, value: rows.append((label, value))       # noqa: E731
@@ -63,7 +70,7 @@ class StatusPane(Static):
             if count:
                 health.append(f" · {count} {label}", style="bold red")
         add("history", health)
-        alert = _alert(snap)
+        alert = alert_text(snap)
         if alert:
             add("ALERT", Text(alert, style="bold red"))
         if snap.config is not None:
@@ -77,19 +84,21 @@ class StatusPane(Static):
             add("other files", Text(", ".join(printable(n) for n in snap.other_files[:4]), style="grey62"))
         # Plain Text, not a Rich Table: this pane repaints at every read, and a Table
         # measures and renders every cell each time.
+        # A long value wraps under itself, not back under the labels.
+        width = self.scrollable_content_region.width - LABEL
         text = Text(no_wrap=False)
         for i, (label, value) in enumerate(rows):
             if i:
                 text.append("\n")
             text.append(f"{label:<{LABEL - 1}} ", style="grey62")      # a space after the longest label too
-            text.append_text(value if isinstance(value, Text) else Text(value))
+            text.append_text(hang_indent(value if isinstance(value, Text) else Text(value), width, LABEL))
         if text.plain != self._shown:
             self._shown = text.plain
             # Fixed size in both layouts: no relayout of the screen for a new figure.
             self.update(text, layout=False)
 
 
-def _alert(snap: RunSnapshot) -> str:
+def alert_text(snap: RunSnapshot) -> str:
     """What needs the operator now: the run diverged, or a checkpoint failed. (Non-finite
     losses are counted in red on the history row and each one is an error in the event log.)"""
     stop = snap.safety_stop

@@ -16,30 +16,43 @@ from pathlib import Path
 from tests.console import conftest  # noqa: F401  (UTC, so that times are the same everywhere)
 from tests.console.test_overview_snapshots import app_for as overview_for
 from tests.console.test_overview_snapshots import runs_dir
-from tests.console.test_snapshots import NARROW, WIDE, app_for, healthy, live_probe, settled
+from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, live_probe, settled
 from tests.rundirs import make_run
 
 OUT = Path(__file__).resolve().parents[2] / "screenshots"
 
 
+def invalid_run(path: Path) -> Path:
+    return make_run(path, truncated=(300,), foreign=(100,))
+
+
 def states(tmp: Path):
     yield "dashboard", app_for(healthy(tmp / "a"), live_probe), WIDE, ()
+    yield "dashboard-160x48", app_for(healthy(tmp / "a2"), live_probe), BIG, ()
     yield "dashboard-80x24", app_for(healthy(tmp / "b"), live_probe), NARROW, ()
     yield "zombie-arm", app_for(make_run(tmp / "c" / "run", state_arms=(
         "stdlib-code", "stdlib-docstrings", "pydoc-topics", "repo-docstrings")), live_probe), WIDE, ()
-    yield "invalid-checkpoint", app_for(make_run(tmp / "d" / "run", truncated=(300,), foreign=(100,))), WIDE, ()
+    yield "invalid-checkpoint", app_for(invalid_run(tmp / "d" / "run")), WIDE, ()
+    # 80x24: key 2 shows the checkpoints under the plot; Enter on the selected one, its detail.
+    yield "invalid-checkpoint-80x24", app_for(invalid_run(tmp / "d2" / "run")), NARROW, ("2",)
+    yield "checkpoint-detail-80x24", app_for(invalid_run(tmp / "d3" / "run")), NARROW, ("2", "down", "enter")
+    yield "zombie-arm-80x24", app_for(make_run(tmp / "c2" / "run", state_arms=(
+        "stdlib-code", "stdlib-docstrings", "pydoc-topics", "repo-docstrings")), live_probe), NARROW, ("3",)
     yield "damaged-run", app_for(make_run(tmp / "e" / "run", trainer_record="stale", nonfinite=(150,),
                                           bad_lines=("garbage",), torn_tail='{"step": 30',
                                           state_text="[]")), WIDE, ()
     yield "empty-directory", app_for(make_run(tmp / "f" / "run", empty=True)), WIDE, ()
     yield "help", app_for(healthy(tmp / "g"), live_probe), WIDE, ("question_mark",)
+    yield "help-80x24", app_for(healthy(tmp / "g2"), live_probe), NARROW, ("question_mark",)
     yield "stop-confirmation", app_for(healthy(tmp / "h"), live_probe), WIDE, ("s",)
+    yield "stop-confirmation-80x24", app_for(healthy(tmp / "h2"), live_probe), NARROW, ("s",)
     yield "pivot", app_for(healthy(tmp / "i"), live_probe), WIDE, ("p",)
     yield "overview", overview_for(runs_dir(tmp / "j")), WIDE, ()
     yield "comparison", overview_for(runs_dir(tmp / "k")), WIDE, ("space", "down", "space", "down", "down",
                                                                   "space", "v")
     yield "inspector", app_for(make_run(tmp / "l" / "run", checkpoints=(100, 200, 300), model_sized=True),
                                live_probe), WIDE, ("i", *"s" * 9)    # sorted by update_ratio, largest first
+    yield "pivot-80x24", app_for(healthy(tmp / "i2"), live_probe), NARROW, ("p",)
 
 
 async def shoot(name: str, app, size, keys) -> Path:

@@ -19,6 +19,7 @@ import pytest
 from console.app import ConsoleApp
 from console.reader import RunReader
 from console.report import render_text, to_json
+from console.screens import DetailScreen
 from console.widgets import ArmsPane, CheckpointsPane, EventLog, SamplesPane, StatusPane
 from rundir import LossHistoryWriter, write_samples, write_state
 from rundir.layout import ALL_KINDS, ARCHIVE_DIR, LOSS_JSON, PIVOT_RECORD, RUN_TOML
@@ -220,3 +221,36 @@ async def test_dashboard_panes_show_nothing_raw(tmp_path):
             if widget.size.area:
                 for line in pane_lines(widget):
                     assert raw_controls(line) == [], (type(widget).__name__, line)
+
+
+@pytest.mark.asyncio
+async def test_the_compact_layout_and_every_detail_view_show_nothing_raw(tmp_path):
+    """At 80x24, each pane in turn and the detail view of each of its rows (Enter)."""
+    run = hostile_run(tmp_path)
+    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(3):
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        opened = 0
+        for key, rows in (("1", 12), ("2", 4), ("3", 4), ("5", 6)):
+            await pilot.press(key)
+            await pilot.pause()
+            for widget in app.screen.query("*"):                 # the status lines and the tab strip too
+                if widget.size.area:
+                    for line in pane_lines(widget):
+                        assert raw_controls(line) == [], (type(widget).__name__, line)
+            for row in range(rows):
+                await pilot.press("home", *["down"] * row, "enter")
+                await pilot.pause()
+                if not isinstance(app.screen, DetailScreen):
+                    continue
+                opened += 1
+                screen = app.screen
+                assert raw_controls(screen.title_text) == []
+                for widget in screen.query("*"):
+                    for line in pane_lines(widget):
+                        assert raw_controls(line) == [], (key, row, line)
+                await pilot.press("escape")
+                await pilot.pause()
+        assert opened >= 20

@@ -6,10 +6,12 @@ lines are posted as the runner would post them), run directory named "run".
 
 from __future__ import annotations
 
+import pytest
+
 from console.messages import PivotProgress
 from console.pivot_runner import PivotOutcome
 from console.screens.pivot_wizard import PivotScreen
-from tests.console.test_snapshots import WIDE, app_for, healthy, settled
+from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, settled
 
 
 async def open_pivot(pilot) -> None:
@@ -51,7 +53,8 @@ def test_pivot_screen_invalid_input(snap_compare, tmp_path):
     assert snap_compare(app_for(healthy(tmp_path)), terminal_size=WIDE, run_before=invalid)
 
 
-def test_pivot_screen_steps(snap_compare, tmp_path):
+@pytest.mark.parametrize("size", [NARROW, WIDE, BIG], ids=["80x24", "140x45", "160x48"])
+def test_pivot_screen_steps(snap_compare, tmp_path, size):
     async def steps(pilot):
         await open_pivot(pilot)
         screen = pilot.app.screen
@@ -65,4 +68,5 @@ def test_pivot_screen_steps(snap_compare, tmp_path):
                                                                    "instead of resuming; see trainer.log")))
         await pilot.pause()
 
-    assert snap_compare(app_for(healthy(tmp_path)), terminal_size=WIDE, run_before=steps)
+    # At every size, 80x24 too, the six steps and the outcome are in view under the form.
+    assert snap_compare(app_for(healthy(tmp_path)), terminal_size=size, run_before=steps)

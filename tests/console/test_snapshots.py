@@ -20,6 +20,7 @@ from tests.rundirs import EPOCH, make_run
 
 WIDE = (140, 45)
 NARROW = (80, 24)
+BIG = (160, 48)
 
 
 def live_probe(run_dir: Path) -> TrainerView:
@@ -105,3 +106,61 @@ def test_log_y_and_window(snap_compare, tmp_path):
 
     app = app_for(healthy(tmp_path), live_probe, window=500)
     assert snap_compare(app, terminal_size=WIDE, run_before=toggled)
+
+
+# -- 80x24 (an SSH session's size: the compact layout) and 160x48 ----------------------
+
+def test_healthy_live_run_160x48(snap_compare, tmp_path):
+    assert snap_compare(app_for(healthy(tmp_path), live_probe), terminal_size=BIG, run_before=settled)
+
+
+def pressing(*keys: str):
+    """A ``run_before`` that waits for the first read, then presses ``keys``."""
+    async def run_before(pilot):
+        await settled(pilot)
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+    return run_before
+
+
+def invalid_checkpoints(tmp_path: Path) -> Path:
+    return make_run(tmp_path / "run", checkpoints=(100, 200, 300), truncated=(300,), foreign=(100,))
+
+
+@pytest.mark.parametrize("size", [NARROW, BIG], ids=["80x24", "160x48"])
+def test_help_screen_sizes(snap_compare, tmp_path, size):
+    app = app_for(healthy(tmp_path), live_probe)
+    assert snap_compare(app, terminal_size=size, run_before=pressing("question_mark"))
+
+
+def test_help_screen_scrolled_to_the_end_80x24(snap_compare, tmp_path):
+    app = app_for(healthy(tmp_path), live_probe)
+    assert snap_compare(app, terminal_size=NARROW, run_before=pressing("question_mark", "end"))
+
+
+@pytest.mark.parametrize("size", [NARROW, BIG], ids=["80x24", "160x48"])
+def test_stop_confirmation(snap_compare, tmp_path, size):
+    app = app_for(healthy(tmp_path), live_probe)
+    assert snap_compare(app, terminal_size=size, run_before=pressing("s"))
+
+
+@pytest.mark.parametrize("size", [NARROW, BIG], ids=["80x24", "160x48"])
+def test_invalid_checkpoint_sizes(snap_compare, tmp_path, size):
+    # At 80x24 key 2 shows the checkpoints under the plot; at 160x48 the pane is in view.
+    app = app_for(invalid_checkpoints(tmp_path))
+    assert snap_compare(app, terminal_size=size, run_before=pressing("2"))
+
+
+def test_checkpoint_detail_80x24(snap_compare, tmp_path):
+    app = app_for(invalid_checkpoints(tmp_path))
+    assert snap_compare(app, terminal_size=NARROW, run_before=pressing("2", "down", "enter"))
+
+
+@pytest.mark.parametrize("key", ["3", "4", "5", "6"], ids=["arms", "samples", "problems", "status"])
+def test_compact_panes_80x24(snap_compare, tmp_path, key):
+    run = make_run(tmp_path / "run", state_arms=("stdlib-code", "stdlib-docstrings", "pydoc-topics",
+                                                 "repo-docstrings"), truncated=(300,))
+    assert snap_compare(app_for(run, live_probe), terminal_size=NARROW, run_before=pressing(key))

@@ -1,0 +1,45 @@
+"""Enter on a row: the whole text of a checkpoint, an arm, an event or a problem.
+
+The panes cut a long reason to one line; here it is read in full, wrapped, scrollable.
+Escape, Enter or q closes it; the arrow and page keys scroll."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+SCROLL_KEYS = frozenset({"up", "down", "pageup", "pagedown", "home", "end"})
+
+
+class DetailScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape", "close", "close", priority=True),
+        Binding("enter", "close", "close", priority=True),
+        Binding("q", "close", "close", priority=True),
+    ]
+
+    def __init__(self, title: str, body: RenderableType) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+
+    def compose(self) -> ComposeResult:
+        box = VerticalScroll(id="detail-box")
+        box.border_title = Text(self.title_text)      # a name from the run directory: no markup
+        box.border_subtitle = "Esc / Enter / q close"
+        with box:
+            yield Static(self.body, id="detail-body")
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key not in SCROLL_KEYS:       # no key reaches the dashboard behind
+            event.stop()
+            event.prevent_default()
+
+    def action_close(self) -> None:
+        self.dismiss(None)
