@@ -369,14 +369,18 @@ def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, pro
     local = threading.local()
 
     def add(s: _Sums, lo: int, hi: int) -> _Sums:
+        """Add the chunk [lo, hi) to ``s`` (under ``np.errstate(all="ignore")``)."""
         bufs = getattr(local, "bufs", None)
         if bufs is None:
             bufs = local.bufs = _Buffers(chunk_values)
-        with np.errstate(all="ignore"):     # non-finite values are counted, not warned about
-            _add_chunk(s, a.w[lo:hi], a.m[lo:hi], a.v[lo:hi], bufs, eps2, eps_scaled, with_update)
-            if b is not None:
-                _add_against(s, a.w[lo:hi], a.m[lo:hi], b.w[lo:hi], b.m[lo:hi], bufs)
+        _add_chunk(s, a.w[lo:hi], a.m[lo:hi], a.v[lo:hi], bufs, eps2, eps_scaled, with_update)
+        if b is not None:
+            _add_against(s, a.w[lo:hi], a.m[lo:hi], b.w[lo:hi], b.m[lo:hi], bufs)
         return s
+
+    def add_quietly(s: _Sums, lo: int, hi: int) -> _Sums:
+        with np.errstate(all="ignore"):     # the pool's threads: numpy's error state is per thread
+            return add(s, lo, hi)
 
     # (tensor index, first value, end) of every chunk, in file order
     pieces = ((i, lo, min(lo + chunk_values, ts.offset + ts.count)) for i, ts in enumerate(layout.tensors)
@@ -401,11 +405,12 @@ def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, pro
             sums = _Sums()
 
     if threads <= 1:
-        for i, lo, hi in pieces:
-            if cancelled is not None and cancelled():
-                raise InspectCancelled(str(a.path))
-            add(sums, lo, hi)                   # straight into the tensor's sums
-            finished(i, lo, hi)
+        with np.errstate(all="ignore"):         # non-finite values are counted, not warned about
+            for i, lo, hi in pieces:
+                if cancelled is not None and cancelled():
+                    raise InspectCancelled(str(a.path))
+                add(sums, lo, hi)               # straight into the tensor's sums
+                finished(i, lo, hi)
         return tensors, grand
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="inspect") as pool:
         flight: deque[tuple[int, int, int, Future[_Sums]]] = deque()
@@ -417,7 +422,7 @@ def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, pro
                         break
                     if cancelled is not None and cancelled():
                         raise InspectCancelled(str(a.path))
-                    flight.append((*piece, pool.submit(add, _Sums(), piece[1], piece[2])))
+                    flight.append((*piece, pool.submit(add_quietly, _Sums(), piece[1], piece[2])))
                 if not flight:
                     break
                 i, lo, hi, future = flight.popleft()
