@@ -230,13 +230,6 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
         s.n_w += wf.size
         if wf.size:
             s.maxabs = max(s.maxabs, float(np.abs(wf).max()))
-    mm = _sumsq(m)
-    if math.isfinite(mm):
-        s.mm += mm
-    else:
-        ok = np.isfinite(m)
-        s.bad["m"] += k - int(np.count_nonzero(ok))
-        s.mm += _sumsq(m[ok].astype(np.float64))
     v_sum, vv = float(np.dot(v, bufs.ones[:k])), _sumsq(v)
     if math.isfinite(v_sum) and math.isfinite(vv):
         s.v_sum += v_sum
@@ -250,14 +243,22 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
         s.vv += float(np.dot(vf, vf))
         s.n_v += vf.size
     s.dead += int(np.count_nonzero(np.less(v, eps2, out=bufs.flags[:k])))
+    u = bufs.values[:k]
     if with_update:
         # m / (sqrt(v) * c + eps) = (1 / c) * m / (sqrt(v) + eps / c), with
         # c = 1 / sqrt(1 - beta2^t): one pass fewer; the 1 / c and 1 / (1 - beta1^t)
-        # factors are applied once at the end. In place, in float32.
-        u = bufs.values[:k]
+        # factors are applied once at the end. In place, in float32; v is still in cache.
         np.sqrt(v, out=u)
         np.add(u, eps_scaled, out=u)
-        np.divide(m, u, out=u)
+    mm = _sumsq(m)
+    if math.isfinite(mm):
+        s.mm += mm
+    else:
+        ok = np.isfinite(m)
+        s.bad["m"] += k - int(np.count_nonzero(ok))
+        s.mm += _sumsq(m[ok].astype(np.float64))
+    if with_update:
+        np.divide(m, u, out=u)                  # m is still in cache from its sum
         uu = _sumsq(u)
         if math.isfinite(uu):
             s.uu += uu
@@ -384,9 +385,10 @@ def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, pro
         with np.errstate(all="ignore"):     # the pool's threads: numpy's error state is per thread
             return add(s, lo, hi)
 
+    ends = [ts.offset + ts.count for ts in layout.tensors]
     # (tensor index, first value, end) of every chunk, in file order
-    pieces = ((i, lo, min(lo + chunk_values, ts.offset + ts.count)) for i, ts in enumerate(layout.tensors)
-              for lo in range(ts.offset, ts.offset + ts.count, chunk_values))
+    pieces = ((i, lo, min(lo + chunk_values, end)) for i, (ts, end) in enumerate(zip(layout.tensors, ends))
+              for lo in range(ts.offset, end, chunk_values))
     tensors: list[TensorStats] = []
     grand, sums = _Sums(), _Sums()
     done, n = 0, a.n
@@ -400,9 +402,8 @@ def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, pro
         done += hi - lo
         if progress is not None:
             progress(done, n)
-        ts = layout.tensors[i]
-        if hi == ts.offset + ts.count:          # the tensor's last chunk
-            tensors.append(_stats(ts, sums, adam, with_update, m_scale / v_scale, b is not None))
+        if hi == ends[i]:                       # the tensor's last chunk
+            tensors.append(_stats(layout.tensors[i], sums, adam, with_update, m_scale / v_scale, b is not None))
             grand.add(sums)
             sums = _Sums()
 
