@@ -1,7 +1,7 @@
 """Inspect a checkpoint: what its weights and Adam's m and v say, tensor by tensor.
 
-The ``.bin`` is memory-mapped and read in fixed-size chunks (each page is dropped from
-the mapping once read), so a 1.46 GB andrea-120m checkpoint is inspected with a
+The ``.bin`` is memory-mapped and read in fixed-size chunks (pages are dropped from
+the mapping every few megabytes once read), so a 1.46 GB andrea-120m checkpoint is inspected with a
 bounded peak RSS. The tensors and Adam's settings are :mod:`rundir.checkpoint_layout`'s
 (from the ``.json``; fixed-size chunks of the flat vector without one). Validity is :func:`inspect_checkpoint`'s,
 so a truncated, header-mismatched or foreign file gets the checkpoints pane's reason.
@@ -30,7 +30,7 @@ import os
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,9 +40,12 @@ from .checkpoint import HEADER_SIZE, CheckpointError, CheckpointInfo, expected_s
 from .checkpoint_layout import AdamSettings, Layout, TensorSlice, adam_settings, layout_of
 from .safe_read import open_regular
 
-# Values of each of w, m and v read per pass (1 MB each): small enough to stay in cache
-# while the several passes over a chunk run, large enough that numpy's per-call cost is noise.
+# Values of each of w, m and v read per pass (1 MB each): the passes over a chunk find it in
+# cache, and numpy's per-call cost stays small (measured on andrea-12m, one thread: 64K-512K
+# values cost about the same; 32K a third more, in per-call overhead).
 CHUNK_VALUES = 1 << 18
+# Values of each array read before their pages are dropped from the mapping (8 MB each).
+RELEASE_VALUES = 1 << 21
 # Threads summing chunks at once (numpy's ufuncs let go of the GIL): past a few, the
 # page cache is what limits.
 MAX_THREADS = 4
@@ -117,7 +120,7 @@ class InspectReport:
 # -- reading ------------------------------------------------------------------------
 class _Mapped:
     """A valid checkpoint's three arrays over one read-only mapping; pages are dropped
-    from the mapping as they are read, so the resident set stays about one chunk."""
+    from the mapping as they are read, so the resident set stays a few megabytes per array."""
 
     def __init__(self, info: CheckpointInfo):
         assert info.n_params is not None
@@ -139,8 +142,10 @@ class _Mapped:
         self._dropped = [0, 0, 0]      # per array: values before this one are dropped from the mapping
 
     def release(self, upto: int) -> None:
-        """Drop the pages of every array's values before ``upto`` (only whole pages)."""
-        if not hasattr(mmap, "MADV_DONTNEED"):
+        """Drop the pages of every array's values before ``upto`` (only whole pages), once
+        at least :data:`RELEASE_VALUES` of each are waiting: one call per few megabytes,
+        not per chunk, since each call costs a TLB flush."""
+        if not hasattr(mmap, "MADV_DONTNEED") or upto - min(self._dropped) < RELEASE_VALUES:
             return
         for k in range(3):
             lo = (HEADER_SIZE + 4 * (k * self.n + self._dropped[k])) // mmap.PAGESIZE * mmap.PAGESIZE
@@ -167,7 +172,7 @@ def open_valid(path: str | os.PathLike[str]) -> CheckpointInfo:
 
 
 class _Buffers:
-    """Scratch arrays of one chunk, allocated once per inspection."""
+    """Scratch arrays of one chunk, allocated once per inspection (per thread)."""
 
     def __init__(self, size: int):
         self.values = np.empty(size, dtype=np.float32)
@@ -175,29 +180,23 @@ class _Buffers:
         self.flags = np.empty(size, dtype=bool)
 
 
-@dataclass
 class _Sums:
-    """Running sums of one tensor (float64 Python floats; chunk sums are float32 numpy)."""
+    """Running sums of one chunk or tensor (float64 Python floats; each chunk's are
+    float32 dot products, so the float32 rounding is over one chunk only)."""
 
-    ww: float = 0.0
-    maxabs: float = 0.0
-    mm: float = 0.0
-    v_sum: float = 0.0
-    vv: float = 0.0
-    uu: float = 0.0
-    n_w: int = 0            # finite values of each
-    n_v: int = 0
-    n_u: int = 0
-    dead: int = 0
-    bad: dict[str, int] = field(default_factory=lambda: {"w": 0, "m": 0, "v": 0})
-    dd: float = 0.0         # against: sum of (w - w')^2, of w'^2, of m.m', of m'^2
-    ww_b: float = 0.0
-    mm_ab: float = 0.0
-    mm_b: float = 0.0
+    __slots__ = ("ww", "maxabs", "mm", "v_sum", "vv", "uu", "n_w", "n_v", "n_u", "dead", "bad",
+                 "dd", "ww_b", "mm_ab", "mm_b")
+    _ADDED = ("ww", "mm", "v_sum", "vv", "uu", "n_w", "n_v", "n_u", "dead", "dd", "ww_b", "mm_ab", "mm_b")
+
+    def __init__(self) -> None:
+        self.ww = self.maxabs = self.mm = self.v_sum = self.vv = self.uu = 0.0
+        self.n_w = self.n_v = self.n_u = self.dead = 0          # finite values of w, v, the update; v < eps^2
+        self.bad = {"w": 0, "m": 0, "v": 0}                     # non-finite values of each
+        self.dd = self.ww_b = self.mm_ab = self.mm_b = 0.0      # against: (w - w')^2, w'^2, m.m', m'^2
 
     def add(self, other: "_Sums") -> None:
         """Add another chunk's (or tensor's) sums to these."""
-        for key in ("ww", "mm", "v_sum", "vv", "uu", "n_w", "n_v", "n_u", "dead", "dd", "ww_b", "mm_ab", "mm_b"):
+        for key in self._ADDED:
             setattr(self, key, getattr(self, key) + getattr(other, key))
         self.maxabs = max(self.maxabs, other.maxabs)
         for key, count in other.bad.items():
@@ -209,10 +208,14 @@ def _sumsq(x: np.ndarray) -> float:
 
 
 def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buffers,
-               eps2: float, v_scale: float, eps: float, with_update: bool) -> None:
-    """Add one chunk of a tensor to its sums. A finite sum of squares proves that every
-    value is finite (a NaN or an Inf makes it non-finite), so clean chunks take the fast
-    path and only a chunk with a non-finite sum is masked."""
+               eps2: float, eps_scaled: np.float32, with_update: bool) -> None:
+    """Add one chunk of a tensor to its sums (under ``np.errstate(all="ignore")``).
+
+    Fast on the assumption that every value is finite: one dot product per sum, each
+    pass over data the previous one left in cache. A finite sum proves its array finite
+    (a NaN or an Inf makes it NaN or Inf), so only a chunk whose sum comes out
+    non-finite (a non-finite value, or a float32 overflow) is summed again, masked and
+    in float64."""
     k = w.size
     ww = _sumsq(w)
     if math.isfinite(ww):
@@ -227,13 +230,6 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
         s.n_w += wf.size
         if wf.size:
             s.maxabs = max(s.maxabs, float(np.abs(wf).max()))
-    mm = _sumsq(m)
-    if math.isfinite(mm):
-        s.mm += mm
-    else:
-        ok = np.isfinite(m)
-        s.bad["m"] += k - int(np.count_nonzero(ok))
-        s.mm += _sumsq(m[ok].astype(np.float64))
     v_sum, vv = float(np.dot(v, bufs.ones[:k])), _sumsq(v)
     if math.isfinite(v_sum) and math.isfinite(vv):
         s.v_sum += v_sum
@@ -247,23 +243,30 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
         s.vv += float(np.dot(vf, vf))
         s.n_v += vf.size
     s.dead += int(np.count_nonzero(np.less(v, eps2, out=bufs.flags[:k])))
+    u = bufs.values[:k]
     if with_update:
         # m / (sqrt(v) * c + eps) = (1 / c) * m / (sqrt(v) + eps / c), with
         # c = 1 / sqrt(1 - beta2^t): one pass fewer; the 1 / c and 1 / (1 - beta1^t)
-        # factors are applied once at the end.
-        u = bufs.values[:k]
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            np.sqrt(v, out=u)
-            np.add(u, np.float32(eps / v_scale), out=u)
-            np.divide(m, u, out=u)
-            uu = _sumsq(u)
-            if math.isfinite(uu):
-                s.uu += uu
-                s.n_u += k
-            else:
-                uf = u[np.isfinite(u)].astype(np.float64)
-                s.uu += float(np.dot(uf, uf))
-                s.n_u += uf.size
+        # factors are applied once at the end. In place, in float32; v is still in cache.
+        np.sqrt(v, out=u)
+        np.add(u, eps_scaled, out=u)
+    mm = _sumsq(m)
+    if math.isfinite(mm):
+        s.mm += mm
+    else:
+        ok = np.isfinite(m)
+        s.bad["m"] += k - int(np.count_nonzero(ok))
+        s.mm += _sumsq(m[ok].astype(np.float64))
+    if with_update:
+        np.divide(m, u, out=u)                  # m is still in cache from its sum
+        uu = _sumsq(u)
+        if math.isfinite(uu):
+            s.uu += uu
+            s.n_u += k
+        else:
+            uf = u[np.isfinite(u)].astype(np.float64)
+            s.uu += float(np.dot(uf, uf))
+            s.n_u += uf.size
 
 
 def _add_against(s: _Sums, w: np.ndarray, m: np.ndarray, w_b: np.ndarray, m_b: np.ndarray, bufs: _Buffers) -> None:
@@ -315,7 +318,8 @@ def inspect_file(path: str | os.PathLike[str], against: str | os.PathLike[str] |
     one-line reason for an invalid file or two that cannot be compared, and
     :class:`InspectCancelled` when ``cancelled()`` turns true. ``progress(done, total)``
     is called after each chunk (values of the flat vector). Chunks are summed by
-    ``threads`` threads (default: the CPUs, at most :data:`MAX_THREADS`) and the sums
+    ``threads`` threads (default: the CPUs, at most :data:`MAX_THREADS`; 1: in the calling
+    thread, no pool) and the sums
     added in file order, so the result does not depend on the count."""
     info = open_valid(path)
     assert info.n_params is not None
@@ -356,32 +360,61 @@ def inspect_file(path: str | os.PathLike[str], against: str | os.PathLike[str] |
 
 def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, progress: Progress | None,
           cancelled: Callable[[], bool] | None, chunk_values: int, threads: int) -> tuple[list[TensorStats], _Sums]:
-    """Sum every chunk (in a pool of threads: numpy lets go of the GIL) and add the sums
-    up in order; at most ``2 * threads`` chunks are in flight, so the pages still mapped
-    stay a few chunks' worth."""
+    """Sum every chunk and add the sums up tensor by tensor, in file order: in this
+    thread when ``threads`` is 1, else in a pool (numpy lets go of the GIL) with at most
+    ``2 * threads`` chunks in flight, so the pages still mapped stay a few chunks' worth."""
     with_update = adam.step is not None and adam.lr is not None
     t = adam.step or 1
     v_scale = 1.0 / math.sqrt(1.0 - adam.beta2 ** t)
     m_scale = 1.0 / (1.0 - adam.beta1 ** t)
     eps2 = float(np.float32(adam.eps) * np.float32(adam.eps))
+    eps_scaled = np.float32(adam.eps / v_scale)
     local = threading.local()
 
-    def chunk(lo: int, hi: int) -> _Sums:
+    def add(s: _Sums, lo: int, hi: int) -> _Sums:
+        """Add the chunk [lo, hi) to ``s`` (under ``np.errstate(all="ignore")``)."""
         bufs = getattr(local, "bufs", None)
         if bufs is None:
             bufs = local.bufs = _Buffers(chunk_values)
-        s = _Sums()
-        _add_chunk(s, a.w[lo:hi], a.m[lo:hi], a.v[lo:hi], bufs, eps2, v_scale, adam.eps, with_update)
+        _add_chunk(s, a.w[lo:hi], a.m[lo:hi], a.v[lo:hi], bufs, eps2, eps_scaled, with_update)
         if b is not None:
             _add_against(s, a.w[lo:hi], a.m[lo:hi], b.w[lo:hi], b.m[lo:hi], bufs)
         return s
 
+    def add_quietly(s: _Sums, lo: int, hi: int) -> _Sums:
+        with np.errstate(all="ignore"):     # the pool's threads: numpy's error state is per thread
+            return add(s, lo, hi)
+
+    ends = [ts.offset + ts.count for ts in layout.tensors]
     # (tensor index, first value, end) of every chunk, in file order
-    pieces = ((i, lo, min(lo + chunk_values, ts.offset + ts.count)) for i, ts in enumerate(layout.tensors)
-              for lo in range(ts.offset, ts.offset + ts.count, chunk_values))
+    pieces = ((i, lo, min(lo + chunk_values, end)) for i, (ts, end) in enumerate(zip(layout.tensors, ends))
+              for lo in range(ts.offset, end, chunk_values))
     tensors: list[TensorStats] = []
     grand, sums = _Sums(), _Sums()
     done, n = 0, a.n
+
+    def finished(i: int, lo: int, hi: int) -> None:
+        """A chunk's sums are in ``sums``: drop its pages, say so, close its tensor if it was the last."""
+        nonlocal done, sums
+        a.release(hi)
+        if b is not None:
+            b.release(hi)
+        done += hi - lo
+        if progress is not None:
+            progress(done, n)
+        if hi == ends[i]:                       # the tensor's last chunk
+            tensors.append(_stats(layout.tensors[i], sums, adam, with_update, m_scale / v_scale, b is not None))
+            grand.add(sums)
+            sums = _Sums()
+
+    if threads <= 1:
+        with np.errstate(all="ignore"):         # non-finite values are counted, not warned about
+            for i, lo, hi in pieces:
+                if cancelled is not None and cancelled():
+                    raise InspectCancelled(str(a.path))
+                add(sums, lo, hi)               # straight into the tensor's sums
+                finished(i, lo, hi)
+        return tensors, grand
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="inspect") as pool:
         flight: deque[tuple[int, int, int, Future[_Sums]]] = deque()
         try:
@@ -392,22 +425,12 @@ def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, pro
                         break
                     if cancelled is not None and cancelled():
                         raise InspectCancelled(str(a.path))
-                    flight.append((*piece, pool.submit(chunk, piece[1], piece[2])))
+                    flight.append((*piece, pool.submit(add_quietly, _Sums(), piece[1], piece[2])))
                 if not flight:
                     break
                 i, lo, hi, future = flight.popleft()
                 sums.add(future.result())
-                a.release(hi)
-                if b is not None:
-                    b.release(hi)
-                done += hi - lo
-                if progress is not None:
-                    progress(done, n)
-                ts = layout.tensors[i]
-                if hi == ts.offset + ts.count:          # the tensor's last chunk
-                    tensors.append(_stats(ts, sums, adam, with_update, m_scale / v_scale, b is not None))
-                    grand.add(sums)
-                    sums = _Sums()
+                finished(i, lo, hi)
         finally:
             for *_, future in flight:
                 future.cancel()

@@ -84,10 +84,11 @@ def test_model_layout_adds_up_to_every_preset():
         assert all(b.offset == a.offset + a.count for a, b in zip(tensors, tensors[1:]))
 
 
-def test_every_statistic_matches_numpy(tmp_path):
+@pytest.mark.parametrize("threads", [1, 3])                 # in the calling thread, and in a pool
+def test_every_statistic_matches_numpy(tmp_path, threads):
     run = make_run(tmp_path / "run", checkpoints=(100,), model_sized=True)
     path = run / "step_000100.bin"
-    report = inspect_file(path)
+    report = inspect_file(path, threads=threads)
     step, n, w, m, v = raw(path)
     model = RunConfig.from_preset("micro").model
     assert (report.checkpoint.step, report.checkpoint.n_params, report.checkpoint.adam_step) == (100, n, 100)
@@ -191,8 +192,9 @@ def test_a_json_without_a_model_config_falls_back_to_chunks(tmp_path):
     assert all(t.update_ratio is None for t in report.tensors) and "optimizer" in report.adam.unknown
 
 
+@pytest.mark.parametrize("threads", [1, 3])                 # in the calling thread, and in a pool
 @pytest.mark.parametrize("array", ["w", "m", "v"])
-def test_injected_nan_and_inf_are_counted_and_left_out(tmp_path, array):
+def test_injected_nan_and_inf_are_counted_and_left_out(tmp_path, array, threads):
     run = make_run(tmp_path / "run", checkpoints=(100,), model_sized=True)
     path = run / "step_000100.bin"
     n = RunConfig.from_preset("micro").model.n_params()
@@ -204,7 +206,7 @@ def test_injected_nan_and_inf_are_counted_and_left_out(tmp_path, array):
     mapped[k, 17] = -np.inf                                                 # wte.weight
     mapped.flush()
     del mapped
-    report = inspect_file(path)
+    report = inspect_file(path, threads=threads)
     _, _, w, m, v = raw(path)
     assert_stats(report, w, m, v, adam_step=100)
     by_name = {t.name: t for t in report.tensors}
@@ -212,6 +214,25 @@ def test_injected_nan_and_inf_are_counted_and_left_out(tmp_path, array):
     assert sum(sum(t.nonfinite.values()) for t in report.tensors) == 3
     assert all(v is None or math.isfinite(v) for v in report.totals.values())
     json.dumps(report.to_json(), allow_nan=False)
+
+
+def test_finite_values_whose_squares_overflow_float32_are_summed_right(tmp_path):
+    # 1e25 ** 2 is past float32's range: the chunk's float32 sums come out Inf though every
+    # value is finite, so the chunk is summed again in float64 and nothing is counted non-finite.
+    run = make_run(tmp_path / "run", checkpoints=(100,), model_sized=True)
+    path = run / "step_000100.bin"
+    n = RunConfig.from_preset("micro").model.n_params()
+    target = model_layout(RunConfig.from_preset("micro").model)[5]
+    mapped = np.memmap(path, dtype="<f4", mode="r+", offset=8, shape=(3, n))
+    mapped[:, target.offset + 2] = 1e25
+    mapped.flush()
+    del mapped
+    report = inspect_file(path, threads=1)
+    _, _, w, m, v = raw(path)
+    assert_stats(report, w, m, v, adam_step=100)
+    assert all(sum(t.nonfinite.values()) == 0 for t in report.tensors)
+    assert report.totals["w_norm"] == pytest.approx(np.linalg.norm(w), rel=RTOL)
+    assert report.totals["v_norm"] == pytest.approx(np.linalg.norm(v), rel=RTOL)
 
 
 def test_all_nonfinite_tensor_has_no_statistics_but_counts(tmp_path):
