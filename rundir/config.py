@@ -27,6 +27,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from .atomic import atomic_write_bytes
 from .layout import RUN_TOML
 from .safe_read import RUN_TOML_MAX, read_bytes
+from .spikes import DEFAULT_K, DEFAULT_WINDOW, MIN_WINDOW
 
 
 
@@ -146,6 +147,25 @@ class SamplesConfig:
 
 
 @dataclass
+class AlertsConfig:
+    """Spike detection (:mod:`rundir.spikes`) and the guided rollback's margin.
+
+    ``window`` (W) finite steps make a baseline; a step more than ``k`` median absolute
+    deviations above the baseline's median is flagged. A rollback proposes a checkpoint at
+    least ``rollback_margin`` steps before the newest spike's start.
+    """
+
+    window: int = DEFAULT_WINDOW
+    k: float = DEFAULT_K
+    rollback_margin: int = 100
+
+    def __post_init__(self) -> None:
+        _check_int("alerts.window", self.window, minimum=MIN_WINDOW)
+        _check_float("alerts.k", self.k, low=0.0, low_open=True)
+        _check_int("alerts.rollback_margin", self.rollback_margin, minimum=0)
+
+
+@dataclass
 class ArmConfig:
     """One data arm: a named source with a sampling-probability cap and floor."""
 
@@ -243,6 +263,7 @@ class RunConfig:
     bandit: BanditConfig = field(default_factory=BanditConfig)
     samples: SamplesConfig = field(default_factory=SamplesConfig)
     arms: dict[str, ArmConfig] = field(default_factory=dict)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def __post_init__(self) -> None:
         validate_policy(self.arms)
@@ -265,13 +286,13 @@ class RunConfig:
         """Build from parsed TOML, naming any unknown section or key."""
         if not isinstance(data, dict):
             raise ConfigError("run.toml: expected a table at the top level")
-        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms"}
+        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms", "alerts"}
         for key in data:
             if key not in allowed:
                 raise ConfigError(f"run.toml: unknown section [{key}]; allowed: {', '.join(sorted(allowed))}")
         kwargs: dict[str, Any] = {}
         sections = {"run": RunSection, "model": ModelConfig, "optimizer": OptimizerConfig,
-                    "bandit": BanditConfig, "samples": SamplesConfig}
+                    "bandit": BanditConfig, "samples": SamplesConfig, "alerts": AlertsConfig}
         for name, klass in sections.items():
             if name in data:
                 kwargs[name] = _build(klass, data[name], name)

@@ -50,6 +50,9 @@ ARRAY_PIECE_BYTES = 512 << 10
 MAX_EVENT_NESTING = 64
 MAX_PROBLEMS = 20               # reasons kept in ``LossHistory.problems``
 MAX_UPDATE_PROBLEMS = 1000      # reasons kept in one update's ``new_problems`` (all are counted)
+# Step lines replaced by a newer line for the same step (a resume re-ran them), kept with
+# their replacement for resume verification: the newest this many.
+MAX_SUPERSEDED = 100_000
 
 _FLOAT_COLUMNS = ("loss", "lr", "grad_norm", "time")
 
@@ -146,6 +149,7 @@ class HistoryEvent:
     time: float | None
     line: int
     data: dict[str, Any]
+    row: int = -1               # step lines read before it: where it falls among them (-1: not known)
 
 
 @dataclass
@@ -160,6 +164,7 @@ class HistoryUpdate:
     rewound: bool = False      # a step at or before one already seen (a resume re-ran steps)
     reset: bool = False        # the file shrank or was replaced: everything was re-read
     new_bad_lines: int = 0
+    rewound_from: int | None = None     # the smallest step of the new lines, when they rewound
 
     def __post_init__(self) -> None:
         self.new_bad_lines = max(self.new_bad_lines, len(self.new_problems))
@@ -170,10 +175,12 @@ class HistoryUpdate:
 
     def then(self, later: "HistoryUpdate") -> "HistoryUpdate":
         """This update followed by ``later``, as if one refresh had picked up both."""
+        froms = [f for f in (self.rewound_from, later.rewound_from) if f is not None]
         return HistoryUpdate(self.new_steps + later.new_steps, self.new_events + later.new_events,
                              (self.new_problems + later.new_problems)[:MAX_UPDATE_PROBLEMS],
                              self.new_nonfinite + later.new_nonfinite, self.rewound or later.rewound,
-                             self.reset or later.reset, self.new_bad_lines + later.new_bad_lines)
+                             self.reset or later.reset, self.new_bad_lines + later.new_bad_lines,
+                             min(froms) if froms else None)
 
 
 class _Columns:
@@ -217,8 +224,10 @@ class _Columns:
         else:
             setattr(self, name, arr)
 
-    def extend(self, block: dict[str, np.ndarray]) -> bool:
-        """Add rows (in file order); returns True when that rewound over known steps."""
+    def extend(self, block: dict[str, np.ndarray], superseded: "Superseded | None" = None, seq: int = 0) -> bool:
+        """Add rows (in file order); returns True when that rewound over known steps. The
+        rows that newer ones replace go to ``superseded`` with their replacement (whose
+        place among all the step lines read is ``seq`` plus its index in the block)."""
         k = len(block["step"])
         if not k:
             return False
@@ -231,18 +240,52 @@ class _Columns:
         self.n += k
         if not in_order:
             # Rows before the block's smallest step are sorted, unique and untouched by it.
-            self._keep_newest_per_step(int(np.searchsorted(self.step[:old_n], steps.min())))
+            self._keep_newest_per_step(int(np.searchsorted(self.step[:old_n], steps.min())), superseded,
+                                       seq - old_n)
         return not in_order
 
-    def _keep_newest_per_step(self, lo: int = 0) -> None:
+    def _keep_newest_per_step(self, lo: int = 0, superseded: "Superseded | None" = None, seq: int = 0) -> None:
         steps = self.step[lo: self.n]
         order = np.argsort(steps, kind="stable")      # equal steps stay in file order
         sorted_steps = steps[order]
         is_last = np.append(sorted_steps[1:] != sorted_steps[:-1], True)
+        if superseded is not None:
+            older = order[:-1][~is_last[:-1]] + lo    # each replaced row, and the next line for its step
+            newer = order[1:][~is_last[:-1]] + lo
+            loss, grad_norm = self.floats["loss"], self.floats["grad_norm"]
+            superseded.add(self.step[newer], newer + seq, loss[older], grad_norm[older], loss[newer],
+                           grad_norm[newer])
         keep = order[is_last] + lo
         for _, arr in self._arrays():
             arr[lo: lo + len(keep)] = arr[keep]
         self.n = lo + len(keep)
+
+
+class Superseded:
+    """Step lines that a newer line for the same step replaced, each beside its replacement:
+    ``step``, ``row`` (the replacement's place among all step lines read, comparable with
+    :attr:`HistoryEvent.row`), and loss and grad_norm of both. The newest
+    :data:`MAX_SUPERSEDED` are kept, in the order their replacements were read."""
+
+    NAMES = ("step", "row", "old_loss", "old_grad_norm", "new_loss", "new_grad_norm")
+
+    def __init__(self) -> None:
+        self.columns = {name: np.empty(0, np.int64 if name in ("step", "row") else np.float64)
+                        for name in self.NAMES}
+
+    def __len__(self) -> int:
+        return len(self.columns["step"])
+
+    def add(self, *values: np.ndarray) -> None:
+        if not len(values[0]):
+            return
+        order = np.argsort(values[1], kind="stable")      # by the replacement's place
+        for name, new in zip(self.NAMES, values):
+            joined = np.concatenate([self.columns[name], new[order]])
+            self.columns[name] = joined[-MAX_SUPERSEDED:]
+
+    def get(self, name: str) -> np.ndarray:
+        return self.columns[name]
 
 
 class _Careful:
@@ -287,6 +330,8 @@ class LossHistory:
         self.nonfinite = 0
         self.torn_tail = 0                      # bytes after the last newline, not yet a line
         self.error: str | None = None           # the file could not be read at all
+        self.rows_read = 0                      # step lines read (replaced ones too)
+        self.superseded = Superseded()          # replaced step lines, for resume verification
 
     # -- hand-over -------------------------------------------------------------
     def state_dict(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -296,8 +341,11 @@ class LossHistory:
                 "identity": self._identity, "array_mtime": self._array_mtime, "format": self.format,
                 "arm_names": self.arm_names, "bad_lines": self.bad_lines, "problems": self.problems,
                 "nonfinite": self.nonfinite, "torn_tail": self.torn_tail, "error": self.error,
-                "events": [[e.event, e.step, e.time, e.line, e.data] for e in self.events]}
-        return meta, {name: arr[: self._cols.n] for name, arr in self._cols._arrays()}
+                "rows_read": self.rows_read,
+                "events": [[e.event, e.step, e.time, e.line, e.data, e.row] for e in self.events]}
+        columns = {name: arr[: self._cols.n] for name, arr in self._cols._arrays()}
+        columns.update({f"superseded.{name}": arr for name, arr in self.superseded.columns.items()})
+        return meta, columns
 
     @classmethod
     def from_state_dict(cls, meta: dict[str, Any], columns: dict[str, np.ndarray]) -> "LossHistory":
@@ -327,6 +375,11 @@ class LossHistory:
         history.events = [HistoryEvent(*e) for e in meta["events"]]
         history.bad_lines, history.problems = int(meta["bad_lines"]), list(meta["problems"])
         history.nonfinite, history.torn_tail = int(meta["nonfinite"]), int(meta["torn_tail"])
+        history.rows_read = int(meta.get("rows_read", 0))
+        for name in Superseded.NAMES:
+            given = columns.get(f"superseded.{name}")
+            if given is not None:
+                history.superseded.columns[name] = np.array(given, history.superseded.columns[name].dtype)
         return history
 
     # -- columns ---------------------------------------------------------------
@@ -549,20 +602,22 @@ class LossHistory:
         except OverflowError:           # a step or token count past 64 bits
             return None
         found: list[tuple[dict[str, Any], int]] = []
+        rows_before: list[int] = []             # step lines before each event in this batch
         if events.count(None) != len(decoded):
             is_step = np.equal(np.array(events, object), None)
-            for i in np.flatnonzero(~is_step):     # events are rare: read them whole
-                record = _parse_line(element(int(i), decoded))
+            for n_before, i in enumerate(np.flatnonzero(~is_step).tolist()):     # events are rare: read them whole
+                record = _parse_line(element(i, decoded))
                 if not isinstance(record, dict) or "event" not in record \
                         or _nested_deeper(record, MAX_EVENT_NESTING):
                     return None
-                found.append((record, first + int(i)))
+                found.append((record, first + i))
+                rows_before.append(i - n_before)
             block = {name: (col[is_step] if name != "arm_names" else np.array(col, object)[is_step].tolist())
                      for name, col in block.items()}
         if len(block["step"]) and block["step"].min() < 0:
             return None
-        for record, line in found:
-            self._add_event(record, line, update)
+        for (record, line), before in zip(found, rows_before):
+            self._add_event(record, line, update, before)
         return block
 
     # -- JSON arrays -------------------------------------------------------------
@@ -696,15 +751,18 @@ class LossHistory:
         self.nonfinite += nonfinite
         update.new_nonfinite += nonfinite
         update.new_steps += len(block["step"])
-        if self._cols.extend(block):
+        if self._cols.extend(block, self.superseded, self.rows_read):
             update.rewound = True
+            first = int(block["step"].min())
+            update.rewound_from = first if update.rewound_from is None else min(first, update.rewound_from)
+        self.rows_read += len(block["step"])
 
-    def _add_event(self, record: dict[str, Any], line: int, update: HistoryUpdate) -> None:
+    def _add_event(self, record: dict[str, Any], line: int, update: HistoryUpdate, rows_before: int = 0) -> None:
         step = record.get("step")
         step = step if _is_int(step) else None
         t = record.get("time")
         t = _as_float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
-        event = HistoryEvent(str(record["event"]), step, t, line, record)
+        event = HistoryEvent(str(record["event"]), step, t, line, record, self.rows_read + rows_before)
         self.events.append(event)
         update.new_events.append(event)
 
@@ -736,7 +794,7 @@ class LossHistory:
                 if _nested_deeper(rec, MAX_EVENT_NESTING):
                     self._bad(update, first_line + i, f"an event nested more than {MAX_EVENT_NESTING} levels deep")
                 else:
-                    self._add_event(rec, first_line + i, update)
+                    self._add_event(rec, first_line + i, update, len(rows))
             elif not _is_int(step := rec.get("step")) or step < 0:
                 self._bad(update, first_line + i, f"no valid \"step\" (got {_short_repr(step)})")
             else:

@@ -36,6 +36,12 @@ def test_round_trip(tmp_path):
      "arms.stdlib-code.cap = 1.5 is not allowed: expected a number <= 1.0"),
     (("floor = 0.1", "floor = 0.5"), "the floors of [arms] sum to"),
     (("[run]", "[run"), "not valid TOML"),
+    (("window = 100", "window = 3"), "alerts.window = 3 is not allowed: expected an integer >= 8"),
+    (("k = 10.0", "k = 0"), "alerts.k = 0 is not allowed: expected a number > 0.0"),
+    (("k = 10.0", "k = nan"), "alerts.k = nan is not allowed: expected a finite number"),
+    (("rollback_margin = 100", "rollback_margin = -1"),
+     "alerts.rollback_margin = -1 is not allowed: expected an integer >= 0"),
+    (("[alerts]", "[alerts]\nwindows = 5"), "unknown key alerts.windows; allowed: k, rollback_margin, window"),
 ])
 def test_errors_name_key_value_and_rule(tmp_path, edit, message):
     write_run_config(tmp_path, RunConfig.from_preset("tiny"))
@@ -63,3 +69,17 @@ def test_missing_and_unreadable(tmp_path):
     (tmp_path / "run.toml").write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_run_config(tmp_path)
+
+
+def test_alerts_defaults_and_a_run_toml_without_them(tmp_path):
+    config = RunConfig.from_preset("tiny")
+    assert (config.alerts.window, config.alerts.k, config.alerts.rollback_margin) == (100, 10.0, 100)
+    write_run_config(tmp_path, config)
+    path = tmp_path / "run.toml"
+    text = path.read_text()
+    path.write_text(text[: text.index("[alerts]")])       # the last section: a run.toml from before it
+    assert "[alerts]" not in path.read_text()
+    assert load_run_config(tmp_path).alerts == config.alerts
+    path.write_text(path.read_text() + "\n[alerts]\nwindow = 50\nk = 6\n")
+    loaded = load_run_config(tmp_path).alerts
+    assert (loaded.window, loaded.k, loaded.rollback_margin) == (50, 6, 100)

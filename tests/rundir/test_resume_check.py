@@ -1,0 +1,102 @@
+"""Resume verification from the history's replaced lines."""
+
+from __future__ import annotations
+
+import math
+
+from rundir import LossHistory, LossHistoryWriter
+from rundir.history import MAX_SUPERSEDED
+from rundir.resume_check import check_resumes
+
+
+def line(step, loss=None, grad_norm=0.5):
+    return {"step": step, "loss": 2.0 + step / 1000 if loss is None else loss, "lr": 3e-3,
+            "grad_norm": grad_norm, "arm": "a", "tokens": step * 10, "time": 1000.0 + step}
+
+
+def process(event, step, **data):
+    return {"event": event, "step": step, "threads": 2, "device": "cpu", "world_size": 1, **data}
+
+
+def history_of(tmp_path, records, pieces=1):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "h.jsonl"
+    history = LossHistory(path)
+    cut = [round(i * len(records) / pieces) for i in range(pieces + 1)]
+    with LossHistoryWriter(path) as w:
+        for a, b in zip(cut, cut[1:]):
+            for r in records[a:b]:
+                w.append(r)
+            history.refresh()
+    return history
+
+
+def checks(history):
+    return check_resumes(history.events, history.superseded, history.last_step)
+
+
+def kill_and_resume(rerun_loss=None, **resume):
+    """Steps 1..30, a resume from 20 that runs 21..40 (21..30 again)."""
+    records = [process("start", 0), *(line(s) for s in range(1, 31)),
+               process("resume", 20, from_step=20, rerun={"from": 21, "to": 30}, **resume)]
+    records += [line(s, loss=(rerun_loss or {}).get(s)) for s in range(21, 41)]
+    return records
+
+
+def test_identical_rerun_is_verified(tmp_path):
+    for pieces in (1, 3, 7):         # however the reads fall
+        [check] = checks(history_of(tmp_path / str(pieces), kill_and_resume(), pieces))
+        assert (check.from_step, check.compared, check.identical, check.complete) == (20, 10, True, True)
+        assert check.text() == "resume at 20 verified: 10 steps identical"
+        assert check.to_dict() == {"from_step": 20, "compared": 10, "identical": True, "first_difference": None,
+                                   "changed": [], "verdict": "verified"}
+
+
+def test_a_difference_is_a_divergence(tmp_path):
+    [check] = checks(history_of(tmp_path, kill_and_resume({25: 2.5, 27: 9.0}), 4))
+    assert not check.identical and check.verdict == "diverged"
+    assert check.first_difference == {"step": 25, "loss": [2.025, 2.5], "grad_norm": [0.5, 0.5]}
+    assert check.text() == "resume at 20 DIVERGED at step 25: 2.025 vs 2.5"
+
+
+def test_pending_until_the_rerun_is_done(tmp_path):
+    records = kill_and_resume()[:-12]           # the new process has re-run 21..28
+    [check] = checks(history_of(tmp_path, records))
+    assert (check.compared, check.complete, check.verdict) == (8, False, "pending")
+
+
+def test_nan_rerun_as_nan_is_identical(tmp_path):
+    records = kill_and_resume()
+    records[25] = line(25, loss=math.nan)       # step 25 of the first process
+    records[-16] = line(25, loss=math.nan)      # and of the second
+    [check] = checks(history_of(tmp_path, records))
+    assert check.identical and check.compared == 10
+
+
+def test_changed_computation_is_labelled_not_failed(tmp_path):
+    records = kill_and_resume({25: 2.5}, threads=1)
+    [check] = checks(history_of(tmp_path, records))
+    assert check.changed == ("threads 2 -> 1",) and check.verdict == "changed"
+    assert "changed what is computed (threads 2 -> 1)" in check.text()
+    for extra, reason in (({"fresh_bandit": True}, "fresh bandit"), ({"skip_batches": 300}, "300 batches skipped"),
+                          ({"device": "cuda:0"}, "device cpu -> cuda:0"), ({"world_size": 2}, "world size 1 -> 2")):
+        [check] = checks(history_of(tmp_path / reason, kill_and_resume(**extra)))
+        assert check.changed == (reason,)
+
+
+def test_two_resumes_each_get_their_own_steps(tmp_path):
+    records = kill_and_resume()
+    records += [process("resume", 35, from_step=35, rerun={"from": 36, "to": 40})]
+    records += [line(s, loss=3.0 if s == 38 else None) for s in range(36, 45)]
+    first, second = checks(history_of(tmp_path, records, 2))
+    assert (first.compared, first.identical, first.complete) == (10, True, True)
+    assert (second.from_step, second.compared, second.identical) == (35, 5, False)
+    assert second.first_difference["step"] == 38
+
+
+def test_superseded_lines_survive_a_hand_over_and_are_bounded(tmp_path):
+    history = history_of(tmp_path, kill_and_resume())
+    meta, columns = history.state_dict()
+    carried = LossHistory.from_state_dict(meta, columns)
+    assert checks(carried) == checks(history)
+    assert 0 < MAX_SUPERSEDED <= 100_000
