@@ -181,6 +181,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         _announce(plan, state, out, history)
         if plan.fresh_bandit:
             _record_pivot(plan, out)
+        _record_rollback(plan, out)
         reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
         progress.message(f"stopped ({reason}) at step {state.step}")
         return 0
@@ -260,6 +261,26 @@ def _record_pivot(plan: Plan, out: Any) -> None:
                              f"{journal.archive}; fresh bandit under [floor, cap] {policy_text(journal.new_policy)}",
               archive=journal.archive, policy=journal.new_policy, old_policy=journal.old_policy,
               dropped=journal.dropped, audit_step=journal.audit_step)
+
+
+def _record_rollback(plan: Plan, out: Any) -> None:
+    """The ``rollback`` event, when this start is step 3 of a guided rollback: the journal
+    says the checkpoints after X are set aside and names this checkpoint and skip."""
+    from rundir.layout import EVENT_ROLLBACK
+    from rundir.rollback_files import read_rollback_journal
+
+    journal, _ = read_rollback_journal(plan.run_dir)
+    step = plan.checkpoint.step if plan.checkpoint else None
+    if journal is None or journal.stage != "set_aside" or journal.to_step != step or \
+            journal.skip_batches != plan.skip_batches:
+        return
+    spike = journal.spike or {}
+    past = f" past the spike at step {spike['start']}" if "start" in spike else ""
+    out.event(EVENT_ROLLBACK, step, f"rollback{past}: from step {journal.from_step} to step {step}, each arm "
+                                    f"skipping {plan.skip_batches} batches; the checkpoints after it are in "
+                                    f"{journal.archive}", from_step=journal.from_step, to_step=step,
+              skip_batches=plan.skip_batches, spike=journal.spike, archive=journal.archive,
+              set_aside=journal.set_aside)
 
 
 if __name__ == "__main__":
