@@ -29,7 +29,8 @@ from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
 from .plot import PlotOptions
 from .reader import CheckpointRequest, RunReader
-from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
+from .rollback_runner import pending_rollback
+from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
 from .supervise import send, wait_for_checkpoint, wait_for_exit
 from .views import Notice, RunSnapshot, TrainerView
 from .watcher import watch_run
@@ -45,7 +46,7 @@ TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
 SIGNAL_TIMEOUT_S = 600.0
-DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "log_y", "window", "smoothing", "help", "quit"})
+DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "log_y", "window", "smoothing", "help", "quit"})
 
 
 class ConsoleApp(App[None]):
@@ -57,6 +58,7 @@ class ConsoleApp(App[None]):
         Binding("c", "checkpoint", "checkpoint"),
         Binding("s", "stop", "stop"),
         Binding("p", "pivot", "pivot"),
+        Binding("r", "rollback", "rollback", show=False),
         Binding("l", "log_y", "log-y"),
         Binding("w", "window", "window"),
         Binding("e", "smoothing", "smooth", show=False),
@@ -263,6 +265,17 @@ class ConsoleApp(App[None]):
             self.say("pivot screen closed: nothing was done")
         else:
             self.say(f"pivot: {outcome.message}", "good" if outcome.ok else "error")
+            self.request_read(ALL_KINDS)
+
+    @work(exclusive=True, group="rollback-screen")
+    async def action_rollback(self) -> None:
+        pending = await asyncio.to_thread(pending_rollback, self.run_dir)
+        self.say("r: rollback screen opened" + (f" ({pending})" if pending else ""))
+        outcome = await self.push_screen_wait(RollbackScreen(self.run_dir, pending))
+        if outcome is None:
+            self.say("rollback screen closed: nothing was done")
+        else:
+            self.say(f"rollback: {outcome.message}", "good" if outcome.ok else "error")
             self.request_read(ALL_KINDS)
 
     def action_log_y(self) -> None:

@@ -16,6 +16,7 @@ from .views import Notice, RunSnapshot
 
 if TYPE_CHECKING:
     from .pivot_runner import PivotOutcome
+    from .rollback_runner import RollbackOutcome, RollbackRequest
 
 
 @dataclass
@@ -54,3 +55,14 @@ class PivotProgress(Message):
     step: str
     text: str
     outcome: "PivotOutcome | None" = None
+
+
+@dataclass
+class RollbackProgress(Message):
+    """A status line of the rollback screen: ``step`` is "plan" (with the ``request`` it
+    answers), "refused", "1".."3", or "done" with the outcome."""
+
+    step: str
+    text: str
+    outcome: "RollbackOutcome | None" = None
+    request: "RollbackRequest | None" = None

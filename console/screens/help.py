@@ -16,6 +16,8 @@ KEYS = [
           "writes a final checkpoint and exits"),
     ("p", "polish pivot: edit caps and floors, ctrl+s runs the six steps (asks before the stop), "
           "ctrl+r rolls back an interrupted one, Escape returns"),
+    ("r", "rollback past the newest loss spike: proposes the checkpoint before it and the batches to skip, "
+          "says what is lost, ctrl+s runs the three steps (asks first), Escape returns"),
     ("l", "loss plot: log / linear y"),
     ("w", "loss plot: all steps / the last N steps"),
     ("e", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)"),
