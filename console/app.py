@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import queue
 import subprocess
 import threading
 import time
@@ -24,6 +25,7 @@ from textual.worker import get_current_worker
 from rundir import checkpoint_stamps
 from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, CONFIG, DIRECTORY, STOP_SIGNAL, TRAINER
 
+from .alerts import NOTIFY_TIMEOUT_S, Alert, AlertTracker, run_notify
 from .format import printable
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
@@ -46,7 +48,8 @@ TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
 SIGNAL_TIMEOUT_S = 600.0
-DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "log_y", "window", "smoothing", "help", "quit"})
+DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "log_y", "window", "smoothing", "x_axis",
+                               "help", "quit"})
 
 
 class ConsoleApp(App[None]):
@@ -62,6 +65,7 @@ class ConsoleApp(App[None]):
         Binding("l", "log_y", "log-y"),
         Binding("w", "window", "window"),
         Binding("e", "smoothing", "smooth", show=False),
+        Binding("x", "x_axis", "x-axis", show=False),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help", key_display="?"),
     ]
@@ -69,8 +73,12 @@ class ConsoleApp(App[None]):
     def __init__(self, run_dir: str | Path, *, now: Callable[[], float] = time.time,
                  probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
                  child: subprocess.Popen | None = None, options: PlotOptions | None = None,
-                 window: int = 2000, tick: float | None = TICK_S, reader: RunReader | None = None):
+                 window: int = 2000, tick: float | None = TICK_S, reader: RunReader | None = None,
+                 bell: bool = True, notify: list[str] | None = None, notify_timeout: float = NOTIFY_TIMEOUT_S):
         super().__init__()
+        self.alerts = AlertTracker()
+        self.bell_on_alert, self.notify_argv, self.notify_timeout = bell, notify, notify_timeout
+        self._alert_queue: queue.SimpleQueue[Alert] = queue.SimpleQueue()
         self.run_dir = Path(run_dir)
         self.now = now
         self.reader = reader or RunReader(self.run_dir, now=now, probe=probe)
@@ -121,6 +129,9 @@ class ConsoleApp(App[None]):
             code = self.child.returncode
             self.say(f"the trainer this console started exited with code {code}"
                      + ("" if code == 0 else " (see trainer.log)"), "good" if code == 0 else "error")
+            if code != 0:
+                self.raise_alert(Alert("exit", "error", f"the trainer (pid {self.child.pid}) exited with code {code}",
+                                       f"exit:child:{self.child.pid}"))
 
     # -- reading -----------------------------------------------------------------
     @work(thread=True, group="watch", exit_on_error=False)
@@ -179,6 +190,30 @@ class ConsoleApp(App[None]):
         for notice in message.notices:
             dashboard.notice(notice)
         dashboard.snapshot = message.snapshot
+        for alert in self.alerts.new_alerts(message.snapshot):
+            self.raise_alert(alert)
+
+    # -- alerts --------------------------------------------------------------------
+    def raise_alert(self, alert: Alert) -> None:
+        """An event, the bell (unless --no-bell) and --notify CMD (in a worker)."""
+        self.say(f"ALERT: {alert.text}", alert.level.replace("warning", "warn"))
+        if self.bell_on_alert:
+            self.bell()
+        if self.notify_argv:
+            self._alert_queue.put(alert)
+            self.send_alerts()
+
+    @work(thread=True, exclusive=True, group="notify", exit_on_error=False)
+    def send_alerts(self) -> None:
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            try:
+                alert = self._alert_queue.get_nowait()
+            except queue.Empty:
+                return
+            failure = run_notify(self.notify_argv, alert.to_json(str(self.run_dir), self.now()), self.notify_timeout)
+            if failure:
+                self.notify_from_thread(failure, "warn")
 
     def on_console_notice(self, message: ConsoleNotice) -> None:
         self.dashboard.notice(message.notice)
@@ -287,6 +322,9 @@ class ConsoleApp(App[None]):
 
     def action_smoothing(self) -> None:
         self.dashboard.plot.cycle_smoothing()
+
+    def action_x_axis(self) -> None:
+        self.dashboard.plot.cycle_x_axis()
 
     def action_help(self) -> None:
         self.push_screen("help")

@@ -4,6 +4,7 @@
     andrea-console RUN_DIR --start         launch the trainer detached, then open the dashboard
     andrea-console RUN_DIR --once          the dashboard as plain text, then exit
     andrea-console RUN_DIR --json          the same as JSON
+    andrea-console RUN_DIR --check         print the problems; exit 0 healthy, 1 warnings, 2 errors
     andrea-console RUN_DIR --checkpoint    SIGUSR1, wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
     andrea-console RUN_DIR --pivot [--cap ARM=X]... [--floor ARM=Y]... [--drop ARM]... [--yes]
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import shlex
 import sys
 import time
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
+from rundir.config import MIN_WINDOW
 from rundir.text import printable
 
 from .prefetch import start_history_prefetch
@@ -62,6 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=int, metavar="STEP", help="--rollback: the checkpoint step to go back to")
     p.add_argument("--skip-batches", type=int, metavar="N",
                    help="--rollback: batches each arm skips after the resume (default: up to the spike's end)")
+    mode.add_argument("--check", action="store_true",
+                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring)")
+    p.add_argument("--spike-window", type=int, default=None, metavar="N",
+                   help="spike baseline: the N finite steps before (default: run.toml [alerts] window, else 100)")
+    p.add_argument("--spike-k", type=float, default=None, metavar="K",
+                   help="a spike is more than K median absolute deviations above the baseline's median "
+                        "(default: run.toml [alerts] k, else 10)")
+    p.add_argument("--no-bell", action="store_true", help="do not ring the terminal bell on an alert")
+    p.add_argument("--notify", metavar="CMD",
+                   help="run CMD (split like a shell would, run without one) for each alert, the alert as JSON "
+                        "on stdin; its failure is an event, never a crash")
+    p.add_argument("--notify-timeout", type=float, default=None, metavar="S",
+                   help="--notify: kill CMD after S seconds (default 10)")
     p.add_argument("--cap", action="append", default=[], metavar="ARM=X", help="--pivot: new cap of ARM")
     p.add_argument("--floor", action="append", default=[], metavar="ARM=Y", help="--pivot: new floor of ARM")
     p.add_argument("--drop", action="append", default=[], metavar="ARM", help="--pivot: drop ARM from run.toml")
@@ -106,10 +122,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.stall_after is not None:
         if not args.stall_after > 0:           # also refuses nan
             return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
-    if args.start and (args.once or args.json or args.checkpoint or args.stop):
+    if args.spike_window is not None and args.spike_window < MIN_WINDOW:
+        return _fail(f"--spike-window {args.spike_window}: expected an integer >= {MIN_WINDOW}", EXIT_USAGE)
+    if args.spike_k is not None and not (math.isfinite(args.spike_k) and args.spike_k > 0):
+        return _fail(f"--spike-k {args.spike_k}: expected a finite number > 0", EXIT_USAGE)
+    if args.notify_timeout is not None and not args.notify_timeout > 0:
+        return _fail(f"--notify-timeout {args.notify_timeout}: expected a number of seconds > 0", EXIT_USAGE)
+    try:
+        args.notify_argv = shlex.split(args.notify) if args.notify is not None else None
+    except ValueError as err:
+        return _fail(f"--notify {args.notify!r}: {err}", EXIT_USAGE)
+    if args.notify is not None and not args.notify_argv:
+        return _fail("--notify: an empty command", EXIT_USAGE)
+    if args.start and (args.once or args.json or args.checkpoint or args.stop or args.check):
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)
-    if args.once or args.json:
+    if args.once or args.json or args.check:
         return _report(run_dir, args)
     if args.checkpoint or args.stop:
         return _signal(run_dir, args)
@@ -128,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             return code
     elif run_dir.exists() and not run_dir.is_dir():
         return _fail(f"{run_dir} is not a directory", EXIT_USAGE)
-    open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window, stall_after=args.stall_after)
+    open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window, stall_after=args.stall_after,
+                   spikes=(args.spike_window, args.spike_k), bell=not args.no_bell, notify=args.notify_argv,
+                   **({"notify_timeout": args.notify_timeout} if args.notify_timeout is not None else {}))
     if child is not None and child.poll() is None:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
               f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
@@ -136,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, stall_after: float | None = None,
-                   customize: Callable[[type], type] | None = None, run_options: dict[str, Any] | None = None,
+                   spikes: tuple[int | None, float | None] = (None, None), customize: Callable[[type], type] | None = None, run_options: dict[str, Any] | None = None,
                    **app_options: Any) -> None:
     """Open the dashboard on ``run_dir`` and return when it quits. Start-up is arranged for
     the first full frame: the history is parsed by a forked child while Textual and the
@@ -152,7 +182,8 @@ def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, stall_after: float
 
             app_class = customize(ConsoleApp) if customize else ConsoleApp
             app = app_class(run_dir, options=PlotOptions(smoothing=smoothing),
-                            reader=RunReader(run_dir, prefetch=prefetch, stall_after=stall_after), **app_options)
+                            reader=RunReader(run_dir, prefetch=prefetch, stall_after=stall_after,
+                                             spike_window=spikes[0], spike_k=spikes[1]), **app_options)
             app.run(**(run_options or {}))
         finally:
             if prefetch is not None:
@@ -181,10 +212,17 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
             from .reader import RunReader
 
             now = time.time()
-            snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch, stall_after=args.stall_after).read()
+            snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch, stall_after=args.stall_after,
+                                spike_window=args.spike_window, spike_k=args.spike_k).read()
         finally:
             if prefetch is not None:
                 prefetch.close()
+    if args.check:
+        from .alerts import check_report
+
+        code, lines = check_report(snap)
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        return code
     if args.json:
         sys.stdout.write(json.dumps(to_json(snap, now), indent=2, default=str) + "\n")
     else:
@@ -267,7 +305,7 @@ def _rollback(run_dir: Path, args: argparse.Namespace) -> int:
         return _fail(f"--to {args.to}: expected a step number >= 0", EXIT_USAGE)
     if args.skip_batches is not None and args.skip_batches < 0:
         return _fail(f"--skip-batches {args.skip_batches}: expected a number of batches >= 0", EXIT_USAGE)
-    request = RollbackRequest(args.to, args.skip_batches)
+    request = RollbackRequest(args.to, args.skip_batches, args.spike_window, args.spike_k)
     outcome = RollbackRunner(run_dir, request, confirm=_asker(args), report=_step_reporter(STEP_TITLES),
                              timeout=args.timeout).run()
     if not outcome.ok:

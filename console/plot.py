@@ -15,6 +15,7 @@ milliseconds:
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
@@ -25,11 +26,13 @@ from rundir.layout import EVENT_PIVOT, EVENT_RESUME
 
 if TYPE_CHECKING:
     from rundir import CheckpointInfo, HistoryEvent
+    from rundir.spikes import Spike
 
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
-MARKER_GLYPHS = {"checkpoint": ("▴", "cyan"), "resume": ("R", "yellow"), "pivot": ("P", "magenta")}
-MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "pivot": 2}
+MARKER_GLYPHS = {"checkpoint": ("▴", "cyan"), "resume": ("R", "yellow"), "pivot": ("P", "magenta"),
+                 "spike": ("!", "bold red"), "nonfinite": ("×", "bold red")}
+MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "pivot": 2, "spike": 3, "nonfinite": 4}
 
 
 def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (0.0, 0.0)
@@ -132,7 +135,24 @@ class PlotOptions:
     window: int | None = None           # last N steps; None = the whole history
     smoothing: float = 0.98             # EMA beta; 0 = off
     show_raw: bool = True
+    x_axis: str = "step"                # step | tokens | time (wall clock)
 
+
+X_AXES = ("step", "tokens", "time")
+
+
+def x_values(kind: str, steps: np.ndarray, tokens: np.ndarray | None, times: np.ndarray | None
+             ) -> tuple[np.ndarray, str]:
+    """The x of each step on the ``kind`` axis, made non-decreasing (a clock stepped back or
+    a token count restarted must not fold the plot), and the axis it really is: ``step``
+    when the history has no tokens or no times for every step."""
+    if kind == "tokens" and tokens is not None and len(tokens) and tokens.min() >= 0:
+        return np.maximum.accumulate(tokens.astype(np.float64)), "tokens"
+    if kind == "time" and times is not None and len(times):
+        x = np.fmax.accumulate(times)
+        if np.isfinite(x).all():
+            return x, "time"
+    return steps, "step"
 
 @dataclass
 class Marker:
@@ -156,7 +176,7 @@ class Canvas:
     log_y: bool
     markers: list[tuple[int, str]] = field(default_factory=list)   # (cell column, kind)
     empty_reason: str = ""
-
+    x_axis: str = "step"
 
 def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent]) -> list[Marker]:
     """What earns a marker on the loss plot: checkpoints on disk, resumes and pivots."""
@@ -167,6 +187,11 @@ def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[History
             if isinstance(step, int):
                 marks.append(Marker(step, ev.event))
     return marks
+
+
+def finding_markers(spikes: Iterable[Spike], nonfinite_steps: Iterable[int]) -> list[Marker]:
+    """A marker at each spike's peak and at each non-finite step."""
+    return [*(Marker(s.peak_step, "spike") for s in spikes), *(Marker(int(n), "nonfinite") for n in nonfinite_steps)]
 
 
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
@@ -203,8 +228,11 @@ def _draw(grid: np.ndarray, env: Envelope, y0: float, y1: float) -> None:
 
 
 def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None, width: int, height: int,
-                 options: PlotOptions, markers: list[Marker] = ()) -> Canvas:
-    """Decimate and draw. ``smooth`` is the EMA of the whole history (same length as ``loss``)."""
+                 options: PlotOptions, markers: list[Marker] = (), x: np.ndarray | None = None,
+                 x_axis: str = "step") -> Canvas:
+    """Decimate and draw. ``smooth`` is the EMA of the whole history (same length as ``loss``).
+    ``x`` (non-decreasing, one per step) puts the steps on another axis (``x_axis``: tokens or
+    time); markers, placed by step, land where their step is on it."""
     width, height = max(width, 1), max(height, 1)
     px_cols, px_rows = 2 * width, 4 * height
     raw_grid = np.zeros((px_rows, px_cols), dtype=bool)
@@ -216,7 +244,9 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     first = 0
     if options.window and len(steps):
         first = int(np.searchsorted(steps, steps[-1] - options.window + 1, side="left"))
-    s = steps[first:]
+    canvas.x_axis = x_axis if x is not None else "step"
+    steps_shown = steps[first:]
+    s = x[first:] if x is not None else steps_shown
     x0, x1 = float(s[0]), float(s[-1])
     if x1 <= x0:
         x1 = x0 + 1.0
@@ -242,8 +272,12 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
         _draw(smooth_grid, env_smooth, y0, y1)
     canvas.y0, canvas.y1, canvas.x0, canvas.x1 = y0, y1, x0, x1
     placed: dict[int, str] = {}
-    shown = [m for m in markers if x0 <= m.step <= x1]
-    cols = column_of(np.array([m.step for m in shown], dtype=np.float64), x0, x1, width) if shown else []
+    lo_step, hi_step = float(steps_shown[0]), float(steps_shown[-1])
+    shown = [m for m in markers if lo_step <= m.step <= max(hi_step, lo_step + 1.0)]
+    where = np.array([m.step for m in shown], dtype=np.float64)
+    if x is not None and len(where):
+        where = np.interp(where, steps_shown.astype(np.float64), s.astype(np.float64))
+    cols = column_of(where, x0, x1, width) if shown else []
     for m, col in zip(shown, cols):
         col = int(col)
         if MARKER_PRIORITY.get(m.kind, -1) >= MARKER_PRIORITY.get(placed.get(col, ""), -1):
@@ -276,6 +310,14 @@ def format_step(step: float) -> str:
     if step >= 10_000:
         return f"{step / 1e3:.1f}k"
     return f"{step:,}"
+
+
+def format_x(value: float, axis: str, span: float) -> str:
+    """An x-axis label: a step, a token count, or a wall-clock time (local)."""
+    if axis == "time":
+        return time.strftime("%m-%d %H:%M" if span > 86400 else "%H:%M:%S" if span < 600 else "%H:%M",
+                             time.localtime(value))
+    return format_step(value)
 
 
 def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "bold green",
@@ -322,8 +364,9 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
         else:
             runs.append((ch, st))
     lines.append(runs)
-    left, right = format_step(canvas.x0), format_step(canvas.x1)
-    mid = format_step((canvas.x0 + canvas.x1) / 2)
+    span = canvas.x1 - canvas.x0
+    left, right = format_x(canvas.x0, canvas.x_axis, span), format_x(canvas.x1, canvas.x_axis, span)
+    mid = format_x((canvas.x0 + canvas.x1) / 2, canvas.x_axis, span)
     axis = [" "] * w
     for pos, lab in ((0, left), (max(0, (w - len(mid)) // 2), mid), (max(0, w - len(right)), right)):
         if w >= len(left) + len(mid) + len(right) + 4 or lab is not mid:

@@ -33,6 +33,7 @@ from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESU
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
 from .changes import describe_changes, event_notice
+from .findings import HistoryFindings
 from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
@@ -133,8 +134,10 @@ class RunReader:
 
     def __init__(self, run_dir: str | os.PathLike[str], now: Callable[[], float] = time.time,
                  probe: Callable[[Path], TrainerView] | None = None, stall_after: float | None = None,
-                 prefetch: HistoryPrefetch | None = None, free_space: Callable[[Path], int | None] = free_bytes):
+                 prefetch: HistoryPrefetch | None = None, free_space: Callable[[Path], int | None] = free_bytes,
+                 spike_window: int | None = None, spike_k: float | None = None):
         self.run_dir = Path(run_dir)
+        self.findings = HistoryFindings(spike_window, spike_k)   # spikes, resume checks, ETA
         self.free_space = free_space            # the filesystem's free bytes (tests fix it: screens hold no machine)
         self.stall_after = stall_after
         self.now = now
@@ -190,7 +193,8 @@ class RunReader:
                 notices.append(Notice(now, f"run directory is now {dir_state}",
                                       "warn" if dir_state != "ok" else "info"))
         config, config_error = (prev.config, prev.config_error) if prev and CONFIG not in kinds else self._config(dir_state)
-        history = self._history(now, notices, first=prev is None) if HISTORY in kinds else prev.history
+        history = self._history(now, notices, first=prev is None, config=config) if HISTORY in kinds \
+            else prev.history
         checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
         trainer = self.probe(self.run_dir) if TRAINER in kinds else prev.trainer
         trainer = self._out_of_sight(trainer, prev, dir_state)
@@ -395,7 +399,8 @@ class RunReader:
         except Exception as err:      # a config the library could not even classify (never expected)
             return None, f"run.toml: {type(err).__name__}: {err}"
 
-    def _history(self, now: float, notices: list[Notice], first: bool) -> HistoryView:
+    def _history(self, now: float, notices: list[Notice], first: bool, config: RunConfig | None = None
+                 ) -> HistoryView:
         earlier = None
         if self._prefetch is not None:
             prefetch, self._prefetch = self._prefetch, None
@@ -435,8 +440,10 @@ class RunReader:
         elif not h.torn_tail:
             self._torn_reported = 0
         self._torn_seen = h.torn_tail
+        found = self.findings.update(h, update, config, now, notices, first)
         prev = self._snapshot.history if self._snapshot else None
-        if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error:
+        if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
+                and not found:
             return prev
         loss = h.loss
         last_loss = _last_finite(loss)
@@ -452,7 +459,8 @@ class RunReader:
             tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail) if len(tokens) and tokens[-1] >= 0 else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
-            last_nonfinite_step=int(bad_steps[-1]) if len(bad_steps) else None)
+            last_nonfinite_step=int(bad_steps[-1]) if len(bad_steps) else None, **self.findings.view_fields(),
+            tokens_column=tokens.copy(), time_column=h.time.copy())
 
     def _arms(self, config: RunConfig | None) -> ArmsView:
         read = read_state(self.run_dir)

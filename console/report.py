@@ -17,7 +17,8 @@ from rich.console import Console
 
 from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
                      printable_block, slurm_text, stall_text, storage_text)
-from .plot import PlotOptions, plot_markers, plot_text
+from .findings import findings_json, findings_lines
+from .plot import PlotOptions, finding_markers, plot_markers, plot_text
 from .views import RunSnapshot
 
 # Lines of checkpoints and of arms in --once, each: a run directory of 100,000 files or
@@ -116,6 +117,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
                                     if newest else "none usable"))
     lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
                  f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
+    lines.extend(findings_lines(h))
     lines.append("config       " + ("run.toml ok" if snap.config is not None
                                     else printable(snap.config_error or "-", LINE_LIMIT)))
     lines.append("")
@@ -124,8 +126,9 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         buf = io.StringIO()
         Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
             plot_text(h.step, h.loss, width, plot_height, opts,
-                      plot_markers(snap.checkpoints, snap.history.events)))
-        lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot)")
+                      plot_markers(snap.checkpoints, snap.history.events)
+                      + finding_markers(h.spikes, h.nonfinite_steps)))
+        lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite)")
         lines.extend(buf.getvalue().rstrip("\n").splitlines())
         lines.append("")
     lines.append(f"checkpoints ({len(snap.checkpoints)})"
@@ -189,7 +192,7 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                     "tokens": h.tokens, "steps_per_s": _num(h.steps_per_s), "tokens_per_s": _num(h.tokens_per_s),
                     "events": len(h.events), "bad_lines": h.bad_lines, "problems": list(h.problems),
                     "nonfinite": h.nonfinite, "last_nonfinite_step": h.last_nonfinite_step,
-                    "torn_tail": h.torn_tail, "error": h.error},
+                    "torn_tail": h.torn_tail, "error": h.error, **findings_json(h)},
         "config": {"ok": snap.config is not None, "error": snap.config_error},
         "checkpoints": [{"path": str(c.path), "name": c.path.name, "step": c.step, "size": c.size, "mtime": c.mtime,
                          "age": now - c.mtime if c.mtime else None, "status": c.status, "reason": c.reason,

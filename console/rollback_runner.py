@@ -50,10 +50,13 @@ Report = Callable[[str, str], None]     # (step key "plan" or "1".."3", status t
 
 @dataclass
 class RollbackRequest:
-    """``--to STEP`` (None: before the newest spike) and ``--skip-batches N`` (None: to the spike's end)."""
+    """``--to STEP`` (None: before the newest spike), ``--skip-batches N`` (None: to the
+    spike's end), and the spike detection's ``--spike-window``/``--spike-k`` (None: run.toml's)."""
 
     to_step: int | None = None
     skip_batches: int | None = None
+    window: int | None = None
+    k: float | None = None
 
 
 @dataclass
@@ -98,7 +101,7 @@ def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) 
     alerts = load_run_config(run_dir).alerts
     history = LossHistory(run_dir / LOSS_JSON)
     history.refresh()
-    spike = newest_spike(history, alerts.window, alerts.k)
+    spike = newest_spike(history, request.window or alerts.window, request.k or alerts.k)
     if request.to_step is not None and (isinstance(request.to_step, bool) or request.to_step < 0):
         raise RollbackError(f"--to {request.to_step!r}: expected a step number >= 0")
     info = choose_checkpoint(list_checkpoints(run_dir), spike_start=spike.start if spike else None,

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from rundir import CheckpointInfo, HistoryEvent, RunConfig, Sample
+from rundir.resume_check import ResumeCheck
+from rundir.spikes import Spike
 from rundir.storage import Storage
 from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 
@@ -108,6 +110,12 @@ class HistoryView:
     loss: np.ndarray = field(repr=False, compare=False)
     rewinds: int = 0                    # how many reads found the history rewound or reset
     last_nonfinite_step: int | None = None
+    spikes: tuple[Spike, ...] = ()      # loss spikes (rundir.spikes), oldest first
+    nonfinite_steps: tuple[int, ...] = ()
+    resume_checks: tuple[ResumeCheck, ...] = ()
+    eta_s: float | None = None          # seconds to run.max_steps at the current segment's speed
+    tokens_column: np.ndarray | None = field(default=None, repr=False, compare=False)   # for the x axis
+    time_column: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 from .atomic import atomic_write_bytes
 from .layout import RUN_TOML
 from .safe_read import RUN_TOML_MAX, read_bytes
-from .spikes import DEFAULT_K, DEFAULT_WINDOW, MIN_WINDOW
 
 
 
@@ -144,6 +143,12 @@ class SamplesConfig:
         _check_float("samples.temperature", self.temperature, low=0.0)
         _check_int("samples.keep", self.keep, minimum=1)
         _check_int("samples.prompt_bytes", self.prompt_bytes, minimum=1)
+
+
+# [alerts] defaults (rundir.spikes uses them too; kept here, where no numpy is imported).
+DEFAULT_WINDOW = 100        # W: finite steps in a spike baseline
+DEFAULT_K = 10.0            # k: MADs above the baseline's median that flag a step
+MIN_WINDOW = 8
 
 
 @dataclass

@@ -91,7 +91,7 @@ def changed_computation(event: HistoryEvent, previous: HistoryEvent | None) -> t
     skip = data.get("skip_batches")
     if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0:
         reasons.append(f"{skip} batches skipped")
-    if data.get("exact") is False:
+    if data.get("exact") is False and not reasons:        # the trainer's own word, when nothing above says why
         reasons.append("inexact resume")
     return tuple(reasons)
 

@@ -30,9 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-DEFAULT_WINDOW = 100        # W: finite steps in a baseline
-DEFAULT_K = 10.0            # k: MADs above the baseline's median that flag a step
-MIN_WINDOW = 8
+from .config import DEFAULT_K, DEFAULT_WINDOW, MIN_WINDOW  # noqa: F401  (W and k's defaults, run.toml [alerts])
+
 MAD_FLOOR = 1e-3            # the MAD of a flat loss, relative to its median
 _MAD_FLOOR_ABS = 1e-12
 
@@ -216,6 +215,10 @@ class SpikeDetector:
     @property
     def nonfinite_count(self) -> int:
         return len(self._nonfinite)
+
+    def newest_nonfinite_steps(self, n: int) -> list[int]:
+        """The newest ``n`` non-finite steps, ascending."""
+        return self._nonfinite.view()[-n:].tolist() if n > 0 else []
 
 
 class _Growing:

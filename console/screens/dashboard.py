@@ -7,7 +7,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import var
 from textual.screen import Screen
 
-from ..plot import plot_markers
+from ..plot import finding_markers, plot_markers
 from ..views import Notice, RunSnapshot
 from ..widgets import ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusPane
 
@@ -70,9 +70,10 @@ class DashboardScreen(Screen):
         self.query_one(ProblemsBar).show(snap.problems())
         # The markers are made again only when the checkpoints or the events changed: with
         # thousands of checkpoints, not at every read.
-        made_from = (snap.checkpoints, snap.history.events)
+        made_from = (snap.checkpoints, snap.history.events, snap.history.spikes, snap.history.nonfinite_steps)
         if self._markers_from is None or any(a is not b for a, b in zip(made_from, self._markers_from)):
-            self._markers_from, self._markers = made_from, plot_markers(*made_from)
+            self._markers_from = made_from
+            self._markers = plot_markers(*made_from[:2]) + finding_markers(*made_from[2:])
         self.query_one(LossPlot).show(snap.history, self._markers)
         self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now, snap.retention)
         self.query_one(ArmsPane).show(snap.arms)

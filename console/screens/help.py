@@ -21,6 +21,7 @@ KEYS = [
     ("l", "loss plot: log / linear y"),
     ("w", "loss plot: all steps / the last N steps"),
     ("e", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)"),
+    ("x", "loss plot: x axis (step, tokens, wall clock); every marker stays at its step"),
     ("q", "quit the console; training continues"),
     ("?", "this help; any key closes it"),
 ]
@@ -29,11 +30,12 @@ PANES = [
     ("status", "trainer state: running (verified pid), stopped, not supervised (a record that fails "
                "verification: never signalled), stale pid record (the pid is gone or reused)"),
     ("loss", "every step of .loss.json: each column shows the min and max of its steps, so no spike "
-             "is hidden; ▴ checkpoint, R resume, P pivot"),
+             "is hidden; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite step"),
     ("checkpoints", "complete (.bin + .json), foreign (weights, m and v only), invalid (with the reason)"),
     ("bandit arms", "zombie arms (in .state.json, but their data is gone) in red with the reason"),
     ("events", "signals and confirmations, checkpoints landing, the trainer exiting, zombies, torn "
-               "or non-finite lines; then the tail of trainer.log"),
+               "or non-finite lines, spikes, resume checks, ALERT lines (with the bell unless --no-bell, "
+               "and --notify CMD); then the tail of trainer.log"),
 ]
 
 

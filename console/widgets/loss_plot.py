@@ -19,7 +19,8 @@ import time
 
 from rich.style import Style
 
-from ..plot import MARKER_GLYPHS, Marker, PlotOptions, build_canvas, ema_debiased, render_runs
+from ..plot import (MARKER_GLYPHS, X_AXES, Marker, PlotOptions, build_canvas, ema_debiased, render_runs,
+                    x_values)
 from ..views import HistoryView
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
@@ -32,6 +33,7 @@ class LossPlot(Widget):
     log_y: reactive[bool] = reactive(False)
     window: reactive[int | None] = reactive(None)          # None: all steps; N: the last N
     smoothing: reactive[float] = reactive(0.98)
+    x_axis: reactive[str] = reactive("step")              # step | tokens | time
 
     def __init__(self, window_steps: int = 2000, smoothing: float = 0.98, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -103,6 +105,12 @@ class LossPlot(Widget):
     def watch_smoothing(self) -> None:
         self._options_changed()
 
+    def watch_x_axis(self) -> None:
+        self._options_changed()
+
+    def cycle_x_axis(self) -> None:
+        self.x_axis = X_AXES[(X_AXES.index(self.x_axis) + 1) % len(X_AXES)]
+
     def toggle_window(self) -> None:
         self.window = None if self.window else self.window_steps
 
@@ -114,7 +122,8 @@ class LossPlot(Widget):
     def describe(self) -> str:
         window = "all steps" if not self.window else f"last {self.window:,}"
         ema = f"EMA {self.smoothing:g}" if self.smoothing > 0 else "EMA off"
-        return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y"
+        axis = "" if self.x_axis == "step" else f" · x: {'wall clock' if self.x_axis == 'time' else 'tokens'}"
+        return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y{axis}"
 
     # -- drawing -----------------------------------------------------------------
     # The Line API: the plot is rendered to strips once per change of data, size or
@@ -130,7 +139,7 @@ class LossPlot(Widget):
         width, height = self.size.width, self.size.height
         # Asked once per line of the pane: the key costs nothing however many markers there are.
         key = (h.version if h else None, id(h), self._markers_version, width, height,
-               self.log_y, self.window, self.smoothing)
+               self.log_y, self.window, self.smoothing, self.x_axis)
         if key == self._cache_key:
             return
         self._cache_key = key
@@ -158,6 +167,8 @@ class LossPlot(Widget):
         for kind, (glyph, style) in MARKER_GLYPHS.items():
             legend += [(glyph, style), (f" {kind}  ", "grey62")]
         plot_h = max(1, height - 3)
+        x, axis = (None, "step") if self.x_axis == "step" else \
+            x_values(self.x_axis, h.step, h.tokens_column, h.time_column)
         canvas = build_canvas(h.step, h.loss, self._smooth(h), max(1, width - LABEL_WIDTH), plot_h,
-                              options, self._markers)
+                              options, self._markers, x=None if axis == "step" else x, x_axis=axis)
         return [legend, *render_runs(canvas, label_width=LABEL_WIDTH)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ..findings import eta_text
 from ..format import (LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, slurm_text,
                       stall_text, storage_text)
 from ..views import RunSnapshot
@@ -43,7 +44,8 @@ class StatusPane(Static):
         add("uptime", format_age(now - t.started) if running and t.started else "-")
         step = f"{h.last_step:,}" if h.last_step is not None else "-"
         add("step", Text.assemble(step, ("  loss ", "grey62"), format_float(h.last_loss)))
-        add("speed", f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
+        add("speed", f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}"
+            + (f" · {eta_text(h.eta_s)}" if h.eta_s is not None else ""))
         add("tokens", f"{h.tokens:,}" if h.tokens is not None else "-")
         newest = snap.newest_checkpoint
         add("checkpoint", f"step {newest.step:,} · {format_age(now - newest.mtime)} ago" if newest

@@ -1,0 +1,160 @@
+"""What the console finds in a history as it grows: loss spikes, non-finite steps,
+resume verdicts and the ETA to ``run.max_steps``.
+
+:class:`HistoryFindings` is fed each refresh of the :class:`~rundir.history.LossHistory`
+by the :class:`~console.reader.RunReader`; its cost per refresh follows the lines added
+(spike detection is incremental; resume checks look at the replaced lines only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rundir import HistoryEvent, HistoryUpdate, LossHistory, RunConfig
+from rundir.layout import EVENT_RESUME, EVENT_START
+from rundir.resume_check import ResumeCheck, check_resumes
+from rundir.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector
+
+from .views import HistoryView, Notice
+
+# Non-finite steps listed in a view (the newest); the history's count says how many in all.
+NONFINITE_LISTED = 1000
+# The current segment's speed: over at most this many of its newest steps.
+ETA_WINDOW_STEPS = 200
+
+
+def spike_text(spike: Spike) -> str:
+    """``loss spike at steps 1,201..1,203: peak 6.0 at 1,202 (baseline 2.5)``."""
+    where = f"step {spike.start:,}" if spike.start == spike.end else f"steps {spike.start:,}..{spike.end:,}"
+    return f"loss spike at {where}: peak {spike.peak_loss:.4g} at {spike.peak_step:,} (baseline {spike.baseline:.4g})"
+
+
+def eta_text(seconds: float | None) -> str:
+    """``ETA 2h 05m`` to run.max_steps, or ``ETA -``."""
+    if seconds is None:
+        return "ETA -"
+    minutes = int(seconds // 60)
+    if minutes >= 24 * 60:
+        return f"ETA {minutes // (24 * 60)}d {minutes // 60 % 24:02d}h"
+    if minutes >= 60:
+        return f"ETA {minutes // 60}h {minutes % 60:02d}m"
+    return f"ETA {minutes}m {int(seconds % 60):02d}s"
+
+
+def findings_lines(h: HistoryView, listed: int = 10) -> list[str]:
+    """``--once``'s lines: ETA, spikes, non-finite steps and resume checks (newest ``listed`` of each)."""
+    lines = [f"eta          {eta_text(h.eta_s)} to run.max_steps"] if h.eta_s is not None else []
+    lines.append(f"spikes       {len(h.spikes)}" + ("" if h.spikes else " (none)"))
+    if len(h.spikes) > listed:
+        lines.append(f"  … {len(h.spikes) - listed:,} older spikes not listed (--json lists them)")
+    lines.extend(f"  ! {spike_text(s)}" for s in h.spikes[-listed:])
+    if h.nonfinite_steps:
+        shown = ", ".join(f"{s:,}" for s in h.nonfinite_steps[-listed:])
+        more = h.nonfinite - min(listed, len(h.nonfinite_steps))
+        lines.append(f"non-finite   steps {'…, ' if more > 0 else ''}{shown}")
+    for check in h.resume_checks[-listed:]:
+        lines.append(f"resume check {check.text()}")
+    return lines
+
+
+def findings_json(h: HistoryView) -> dict[str, Any]:
+    """``--json``'s ``history`` keys: spikes, non-finite steps, resume checks, ETA."""
+    def num(x: float) -> float | None:
+        return x if np.isfinite(x) else None
+
+    return {"spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()} for s in h.spikes],
+            "nonfinite_steps": list(h.nonfinite_steps),
+            "resume_checks": [{**c.to_dict(), "first_difference": _finite_values(c.first_difference)}
+                              for c in h.resume_checks], "eta_s": h.eta_s}
+
+
+def _finite_values(difference: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A first difference with NaN and infinities as null (JSON has neither)."""
+    if difference is None:
+        return None
+    return {k: [x if np.isfinite(x) else None for x in v] if isinstance(v, list) else v
+            for k, v in difference.items()}
+
+
+class HistoryFindings:
+    """Spikes (``window``/``k`` from flags, else run.toml's ``[alerts]``), non-finite steps,
+    resume checks and the ETA of one growing history."""
+
+    def __init__(self, window: int | None = None, k: float | None = None):
+        self.window_override, self.k_override = window, k
+        self.detector: SpikeDetector | None = None
+        self._processes: list[HistoryEvent] = []     # start and resume events, in file order
+        self._events_seen = 0
+        self._checks: tuple[ResumeCheck, ...] = ()
+        self._told: set[tuple[int, str]] = set()       # (resume line, verdict) already noticed
+        self._eta: float | None = None
+
+    def _params(self, config: RunConfig | None) -> tuple[int, float]:
+        alerts = config.alerts if config is not None else None
+        window = self.window_override or (alerts.window if alerts else DEFAULT_WINDOW)
+        k = self.k_override or (alerts.k if alerts else DEFAULT_K)
+        return window, k
+
+    def update(self, history: LossHistory, update: HistoryUpdate, config: RunConfig | None, now: float,
+               notices: list[Notice], first: bool) -> bool:
+        """Take in one refresh; notices for resume verdicts (verified, changed) go to
+        ``notices`` (none for what the first read finds: the past is not news; spikes and
+        divergences are alerts). Whether anything changed."""
+        window, k = self._params(config)
+        changed = False
+        if update.reset or self.detector is None or (self.detector.window, self.detector.k) != (window, k):
+            self.detector = SpikeDetector(window, k)
+            self._processes, self._events_seen = [], 0
+            changed = True
+        changed |= self.detector.update(history.step, history.loss, update.rewound_from)
+        events = history.events
+        if len(events) < self._events_seen:
+            self._processes, self._events_seen = [], 0
+        self._processes += [e for e in events[self._events_seen:] if e.event in (EVENT_START, EVENT_RESUME)]
+        self._events_seen = len(events)
+        if update.changed or first:
+            checks = tuple(check_resumes(self._processes, history.superseded, history.last_step))
+            changed |= checks != self._checks
+            self._checks = checks
+            for check in checks:
+                verdict = check.verdict
+                # A divergence is an alert (console.alerts), which says it in the events pane.
+                if verdict in ("pending", "diverged") or (verdict == "changed" and not check.complete):
+                    continue
+                key = (check.line, verdict)
+                if key not in self._told:
+                    self._told.add(key)
+                    if not first:
+                        level = {"verified": "good", "diverged": "error"}.get(verdict, "info")
+                        notices.append(Notice(now, check.text(), level))
+            eta = self._eta_s(history, config)
+            changed |= eta != self._eta
+            self._eta = eta
+        return changed
+
+    def _eta_s(self, history: LossHistory, config: RunConfig | None) -> float | None:
+        """Seconds to ``run.max_steps`` at the speed of the steps since the last start or resume."""
+        max_steps = config.run.max_steps if config is not None else 0
+        last = history.last_step
+        if not max_steps or last is None or last >= max_steps:
+            return None
+        steps, times = history.step[-ETA_WINDOW_STEPS:], history.time[-ETA_WINDOW_STEPS:]
+        since = self._processes[-1].time if self._processes else None
+        keep = np.isfinite(times) & (times >= since if since is not None else True)
+        steps, times = steps[keep], times[keep]
+        if len(steps) < 2 or times[-1] <= times[0] or steps[-1] <= steps[0]:
+            return None
+        rate = float(steps[-1] - steps[0]) / float(times[-1] - times[0])
+        return (max_steps - last) / rate
+
+    @property
+    def spikes(self) -> list[Spike]:
+        return self.detector.spikes if self.detector is not None else []
+
+    def view_fields(self) -> dict[str, Any]:
+        """The :class:`~console.views.HistoryView` fields this feeds."""
+        nonfinite = self.detector.newest_nonfinite_steps(NONFINITE_LISTED) if self.detector is not None else ()
+        return {"spikes": tuple(self.spikes), "nonfinite_steps": tuple(nonfinite),
+                "resume_checks": self._checks, "eta_s": self._eta}

@@ -1,0 +1,58 @@
+"""The loss plot's x axis: step, tokens or wall clock, with every marker at its step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from console.plot import Marker, PlotOptions, build_canvas, column_of, render_runs, x_values
+from console.widgets.loss_plot import LossPlot
+from tests.console.test_snapshots import app_for, settled
+from tests.rundirs import RunSpec, make_run
+
+
+def test_x_values_and_their_fallbacks():
+    steps = np.arange(1, 6)
+    tokens = np.array([10, 20, 15, 40, 50])             # a count that went back is held, never folds the plot
+    assert x_values("tokens", steps, tokens, None)[0].tolist() == [10, 20, 20, 40, 50]
+    assert x_values("tokens", steps, np.array([-1, 20, 30, 40, 50]), None)[1] == "step"
+    times = np.array([100.0, np.nan, 102.0, 101.0, 200.0])
+    x, kind = x_values("time", steps, None, times)
+    assert (x.tolist(), kind) == ([100, 100, 102, 102, 200], "time")
+    assert x_values("time", steps, None, np.array([np.nan, 1.0, 2.0, 3.0, 4.0]))[1] == "step"
+
+
+@pytest.mark.parametrize("axis", ["tokens", "time"])
+def test_markers_stay_at_their_step_on_every_axis(axis):
+    steps = np.arange(1, 201)
+    loss = np.full(200, 2.0)
+    # A stop of 50 s after step 100 (the resume), and twice the tokens per step after it.
+    times = np.where(steps <= 100, 1000.0 + steps, 1050.0 + steps)
+    tokens = np.where(steps <= 100, steps * 10, 1000 + (steps - 100) * 20)
+    x, kind = x_values(axis, steps, tokens, times)
+    assert kind == axis
+    markers = [Marker(100, "resume"), Marker(150, "spike"), Marker(180, "rollback")]
+    canvas = build_canvas(steps, loss, None, 60, 6, PlotOptions(smoothing=0.0), markers, x=x, x_axis=kind)
+    expected = column_of(np.array([x[99], x[149], x[179]]), x[0], x[-1], 60).tolist()
+    assert [col for col, _ in canvas.markers] == expected
+    assert [k for _, k in canvas.markers] == ["resume", "spike", "rollback"]
+    labels = "".join(chunk for chunk, _ in render_runs(canvas)[-1])
+    if axis == "time":
+        assert ":" in labels                              # clock times, not steps
+    else:
+        assert "3,000" in labels                          # the last token count
+
+
+@pytest.mark.asyncio
+async def test_the_x_key_cycles_the_axis(tmp_path):
+    app = app_for(make_run(tmp_path / "run", RunSpec(steps=300)))
+    async with app.run_test(size=(140, 45)) as pilot:
+        await settled(pilot)
+        plot = app.query_one(LossPlot)
+        seen = []
+        for _ in range(3):
+            await pilot.press("x")
+            await pilot.pause()
+            seen.append((plot.x_axis, plot.border_subtitle))
+        assert [axis for axis, _ in seen] == ["tokens", "time", "step"]
+        assert "x: tokens" in seen[0][1] and "x: wall clock" in seen[1][1] and "x:" not in seen[2][1]
