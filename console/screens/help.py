@@ -30,7 +30,8 @@ PANES = [
     ("status", "trainer state: running (verified pid), stopped, not supervised (a record that fails "
                "verification: never signalled), stale pid record (the pid is gone or reused)"),
     ("loss", "every step of .loss.json: each column shows the min and max of its steps, so no spike "
-             "is hidden; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite step"),
+             "is hidden; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite step, B rollback (the steps "
+             "it abandoned dimmed until the resumed trainer runs them again)"),
     ("checkpoints", "complete (.bin + .json), foreign (weights, m and v only), invalid (with the reason)"),
     ("bandit arms", "zombie arms (in .state.json, but their data is gone) in red with the reason"),
     ("events", "signals and confirmations, checkpoints landing, the trainer exiting, zombies, torn "

@@ -33,6 +33,7 @@ def states(tmp: Path):
     yield "help", app_for(healthy(tmp / "g"), live_probe), WIDE, ("question_mark",)
     yield "stop-confirmation", app_for(healthy(tmp / "h"), live_probe), WIDE, ("s",)
     yield "pivot", app_for(healthy(tmp / "i"), live_probe), WIDE, ("p",)
+    yield "rollback", app_for(healthy(tmp / "j"), live_probe), WIDE, ("r",)
 
 
 async def shoot(name: str, app, size, keys) -> Path:
@@ -40,7 +41,8 @@ async def shoot(name: str, app, size, keys) -> Path:
         await settled(pilot)
         for key in keys:
             await pilot.press(key)
-            await pilot.pause(0.3)     # the pivot screen opens once the journal has been looked at
+            await pilot.pause(0.3)     # the pivot and rollback screens open once the journal has been looked at
+        await pilot.pause(0.5)         # the rollback screen's proposal is worked out in a worker
         return Path(app.save_screenshot(f"{name}.svg", str(OUT)))
 
 
