@@ -213,6 +213,7 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
         "newest_checkpoint": str(snap.newest_checkpoint.path) if snap.newest_checkpoint else None,
         "pivots": [{"step": p.step, "archive": p.archive, "stage": p.stage, "policy": p.policy} for p in snap.pivots],
         "pending_pivot": snap.pending_pivot,
+        "pending_rollback": snap.pending_rollback,
         "arms": [{"name": a.name, "pulls": a.pulls, "share": _num(a.share), "prob": _num(a.prob),
                   "ema_reward": _num(a.ema_reward), "cap": _num(a.cap), "floor": _num(a.floor), "source": a.source,
                   "status": a.status, "reason": a.reason} for a in snap.arms.rows],

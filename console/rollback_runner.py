@@ -260,4 +260,4 @@ def pending_rollback(run_dir: str | os.PathLike[str]) -> str | None:
     if journal is None:
         return None
     return (f"a rollback to step {journal.to_step} is unfinished (last completed stage: {journal.stage}); "
-            "press r to complete it")
+            "r or --rollback completes it")

@@ -80,5 +80,8 @@ def test_a_resume_the_trainer_refuses_is_reported_and_pending(make_run_dir):
     assert journal.stage == "set_aside" and journal.to_step == 300 and journal.set_aside == [400, 500]
     assert (run / LOSS_JSON).read_bytes() == history
     assert not (run / "step_000400.bin").exists() and (run / journal.archive / "step_000400.bin").exists()
+    once = console(run, "--once")
+    assert "a rollback to step 300 is unfinished (last completed stage: set_aside); r or --rollback completes it" \
+        in once.stdout
     r = console(run, "--rollback", "--to", "200", "--yes")
     assert r.returncode == 1 and "an interrupted rollback to step 300" in r.stderr
