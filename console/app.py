@@ -306,7 +306,9 @@ class ConsoleApp(App[None]):
     async def action_rollback(self) -> None:
         pending = await asyncio.to_thread(pending_rollback, self.run_dir)
         self.say("r: rollback screen opened" + (f" ({pending})" if pending else ""))
-        outcome = await self.push_screen_wait(RollbackScreen(self.run_dir, pending))
+        findings = getattr(self.reader, "findings", None)        # the dashboard's own spike settings
+        spikes = (findings.window_override, findings.k_override) if findings else (None, None)
+        outcome = await self.push_screen_wait(RollbackScreen(self.run_dir, pending, spikes))
         if outcome is None:
             self.say("rollback screen closed: nothing was done")
         else:

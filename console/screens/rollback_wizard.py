@@ -41,9 +41,11 @@ class RollbackScreen(Screen[RollbackOutcome | None]):
         Binding("escape", "close", "back", priority=True),
     ]
 
-    def __init__(self, run_dir: Path, pending: str | None = None):
+    def __init__(self, run_dir: Path, pending: str | None = None,
+                 spikes: tuple[int | None, float | None] = (None, None)):
         super().__init__()
         self.run_dir = run_dir
+        self.spikes = spikes                    # --spike-window and --spike-k (None: run.toml's)
         self.pending = pending                  # an interrupted rollback found in the journal
         self.request: RollbackRequest | None = None
         self.running = False
@@ -105,7 +107,7 @@ class RollbackScreen(Screen[RollbackOutcome | None]):
                     Text(f"{name}: {text!r} is not a whole number >= 0", style="bold red"))
                 return
             values.append(value)
-        self.propose(RollbackRequest(values[0], values[1]))
+        self.propose(RollbackRequest(values[0], values[1], *self.spikes))
 
     @work(thread=True, exclusive=True, group="rollback-plan", exit_on_error=False)
     def propose(self, request: RollbackRequest) -> None:
