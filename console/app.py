@@ -31,7 +31,8 @@ from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
 from .plot import PlotOptions
 from .reader import CheckpointRequest, RunReader
-from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen
+from .rollback_runner import pending_rollback
+from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
 from .supervise import reap_children, send, wait_for_checkpoint, wait_for_exit
 from .views import Notice, RunSnapshot, TrainerView
 from .widgets import CheckpointsPane
@@ -48,8 +49,8 @@ TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
 SIGNAL_TIMEOUT_S = 600.0
-DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "inspect", "log_y", "window", "smoothing", "x_axis", "help",
-                               "quit"})
+DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "inspect", "log_y", "window", "smoothing",
+                               "x_axis", "help", "quit"})
 
 
 class ConsoleApp(App[None]):
@@ -62,6 +63,7 @@ class ConsoleApp(App[None]):
         Binding("s", "stop", "stop"),
         Binding("p", "pivot", "pivot"),
         Binding("i", "inspect", "inspect"),
+        Binding("r", "rollback", "rollback", show=False),
         Binding("l", "log_y", "log-y"),
         Binding("w", "window", "window"),
         Binding("e", "smoothing", "smooth"),
@@ -332,6 +334,19 @@ class ConsoleApp(App[None]):
 
         readable = [c.path for c in checkpoints if c.status != "invalid"]
         self.push_screen(InspectorScreen(info.path, readable if info.path in readable else None))
+
+    @work(exclusive=True, group="rollback-screen")
+    async def action_rollback(self) -> None:
+        pending = await asyncio.to_thread(pending_rollback, self.run_dir)
+        self.say("r: rollback screen opened" + (f" ({pending})" if pending else ""))
+        findings = getattr(self.reader, "findings", None)        # the dashboard's own spike settings
+        spikes = (findings.window_override, findings.k_override) if findings else (None, None)
+        outcome = await self.push_screen_wait(RollbackScreen(self.run_dir, pending, spikes))
+        if outcome is None:
+            self.say("rollback screen closed: nothing was done")
+        else:
+            self.say(f"rollback: {outcome.message}", "good" if outcome.ok else "error")
+            self.request_read(ALL_KINDS)
 
     def action_log_y(self) -> None:
         plot = self.dashboard.plot

@@ -15,6 +15,8 @@
                                            undo an interrupted pivot that has not resumed
     andrea-console RUN_DIR --inspect [STEP|PATH] [--against STEP|PATH] [--json]
                                            per-tensor statistics of a checkpoint's weights, m and v
+    andrea-console RUN_DIR --rollback [--to STEP] [--skip-batches N] [--yes]
+                                           go back past the newest loss spike, step by step
 
 Exit status: 0 done; 1 nothing verified to signal, the trainer did not do it, or no valid
 checkpoint to inspect (or two that cannot be compared);
@@ -64,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "floors, resume with a fresh bandit (completes an interrupted pivot)")
     mode.add_argument("--pivot-rollback", action="store_true",
                       help="undo an interrupted pivot that has not resumed the trainer yet")
+    mode.add_argument("--rollback", action="store_true",
+                      help="guided rollback past the newest loss spike: stop, set aside the checkpoints after the "
+                           "chosen one, resume from it skipping batches (completes an interrupted rollback)")
+    p.add_argument("--to", type=int, metavar="STEP", help="--rollback: the checkpoint step to go back to")
+    p.add_argument("--skip-batches", type=int, metavar="N",
+                   help="--rollback: batches each arm skips after the resume (default: up to the spike's end)")
     mode.add_argument("--check", action="store_true",
                       help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring)")
     p.add_argument("--spike-window", type=int, default=None, metavar="N",
@@ -85,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cap", action="append", default=[], metavar="ARM=X", help="--pivot: new cap of ARM")
     p.add_argument("--floor", action="append", default=[], metavar="ARM=Y", help="--pivot: new floor of ARM")
     p.add_argument("--drop", action="append", default=[], metavar="ARM", help="--pivot: drop ARM from run.toml")
-    p.add_argument("--yes", action="store_true", help="--pivot: do not ask before stopping the trainer")
+    p.add_argument("--yes", action="store_true", help="--pivot, --rollback: do not ask before stopping the trainer")
     p.add_argument("--start", action="store_true",
                    help="launch andrea-train RUN_DIR (or run.toml's run.launch) detached, output to "
                         "RUN_DIR/trainer.log, then open the dashboard")
@@ -141,14 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.start and (args.once or args.json or args.checkpoint or args.stop or args.check):
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)
-    if (args.cap or args.floor or args.drop or args.yes) and not args.pivot:
-        return _fail("--cap, --floor, --drop and --yes go with --pivot", EXIT_USAGE)
+    if (args.cap or args.floor or args.drop) and not args.pivot or args.yes and not (args.pivot or args.rollback):
+        return _fail("--cap, --floor, --drop and --yes go with --pivot (--yes also with --rollback)", EXIT_USAGE)
     bad_path = run_dir_problem(run_dir, may_create=args.start)
     if bad_path:
         return _fail(bad_path, EXIT_USAGE)
     inspect = args.inspect is not None or args.against
     dashboard = not (args.once or args.json or args.check or inspect or args.checkpoint or args.stop
-                     or args.pivot or args.pivot_rollback)
+                     or args.pivot or args.pivot_rollback or args.rollback)
     if dashboard and not sys.stdout.isatty():
         return _fail("the dashboard needs a terminal, and stdout is not one: use --once (text) or --json",
                      EXIT_USAGE)
@@ -163,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         return _report(run_dir, args)
     if args.checkpoint or args.stop:
         return _signal(run_dir, args)
+    if (args.to is not None or args.skip_batches is not None) and not args.rollback:
+        return _fail("--to and --skip-batches go with --rollback", EXIT_USAGE)
+    if args.rollback:
+        return _rollback(run_dir, args)
     if args.pivot or args.pivot_rollback:
         return _pivot(run_dir, args)
     child = None
@@ -293,11 +305,25 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
     except ValueError as err:
         return _fail(str(err), EXIT_USAGE)
 
-    def report(step: str, text: str) -> None:
-        title = f"{STEP_TITLES[step]}: " if step in STEP_TITLES else ""     # "[plan] new policy: ..."
-        print(f"[{step}] {title}{printable(text, None)}", flush=True)
+    outcome = PivotRunner(run_dir, request, confirm=_asker(args), report=_step_reporter(STEP_TITLES),
+                          timeout=args.timeout).run()
+    if not outcome.ok:
+        return _fail(f"pivot: {outcome.message}", EXIT_REFUSED)
+    print(printable(outcome.message, None))
+    return EXIT_OK
 
-    def confirm(question: str) -> bool:
+
+def _step_reporter(titles: dict[str, str]) -> Callable[[str, str], None]:
+    """A guided operation's progress, one ``[step] title: text`` line each."""
+    def say(step: str, text: str) -> None:
+        title = f"{titles[step]}: " if step in titles else ""       # "[plan] new policy: ...", not "[plan] plan: ..."
+        print(f"[{step}] {title}{printable(text, None)}", flush=True)
+    return say
+
+
+def _asker(args: argparse.Namespace) -> Callable[[str], bool]:
+    """Yes with ``--yes``; else asked on the terminal, and no when there is none."""
+    def ask(question: str) -> bool:
         if args.yes:
             return True
         if not sys.stdin.isatty():
@@ -305,10 +331,23 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
             return False
         answer = input(f"{question} [y/N] ").strip().lower()
         return answer in ("y", "yes")
+    return ask
 
-    outcome = PivotRunner(run_dir, request, confirm=confirm, report=report, timeout=args.timeout).run()
+
+def _rollback(run_dir: Path, args: argparse.Namespace) -> int:
+    from .rollback_runner import STEP_TITLES, RollbackRequest, RollbackRunner
+
+    if not run_dir.is_dir():
+        return _fail(f"{run_dir}: no such run directory", EXIT_USAGE)
+    if args.to is not None and args.to < 0:
+        return _fail(f"--to {args.to}: expected a step number >= 0", EXIT_USAGE)
+    if args.skip_batches is not None and args.skip_batches < 0:
+        return _fail(f"--skip-batches {args.skip_batches}: expected a number of batches >= 0", EXIT_USAGE)
+    request = RollbackRequest(args.to, args.skip_batches, args.spike_window, args.spike_k)
+    outcome = RollbackRunner(run_dir, request, confirm=_asker(args), report=_step_reporter(STEP_TITLES),
+                             timeout=args.timeout).run()
     if not outcome.ok:
-        return _fail(f"pivot: {outcome.message}", EXIT_REFUSED)
+        return _fail(f"rollback: {outcome.message}", EXIT_REFUSED)
     print(printable(outcome.message, None))
     return EXIT_OK
 

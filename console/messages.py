@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from .pivot_runner import PivotOutcome
+    from .rollback_runner import RollbackOutcome, RollbackRequest
 
 
 @dataclass
@@ -107,3 +108,14 @@ class DetailRequested(Message):
 
     title: str
     body: "RenderableType"
+
+
+@dataclass
+class RollbackProgress(Message):
+    """A status line of the rollback screen: ``step`` is "plan" (with the ``request`` it
+    answers), "refused", "1".."3", or "done" with the outcome."""
+
+    step: str
+    text: str
+    outcome: "RollbackOutcome | None" = None
+    request: "RollbackRequest | None" = None

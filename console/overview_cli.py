@@ -1,7 +1,7 @@
 """``andrea-console runs/``: a directory of run directories opens the overview.
 
 ``--once`` and ``--json`` print it; the keys that act on one run (``--checkpoint``,
-``--stop``, ``--pivot``, ``--start``, ``--check``, ``--inspect``) ask for that run's directory instead.
+``--stop``, ``--pivot``, ``--rollback``, ``--start``, ``--check``, ``--inspect``) ask for that run's directory instead.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int]
     """The overview for ``andrea-console ROOT [--once | --json]``; an exit status."""
     one_run = [flag for flag, on in (("--checkpoint", args.checkpoint), ("--stop", args.stop),
                                      ("--pivot", args.pivot), ("--pivot-rollback", args.pivot_rollback),
+                                     ("--rollback", args.rollback),
                                      ("--start", args.start), ("--check", args.check),
                                      ("--inspect", args.inspect is not None or args.against)) if on]
     if one_run:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 import time
-
-import psutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -35,6 +33,7 @@ from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, plan
                                 read_journal, remove_journal, rollback_archive, write_journal, write_new_policy)
 
 from . import supervise
+from .relaunch import StepFailed, relaunch_and_wait
 
 STEP_TITLES = {
     "1": "audit checkpoint (SIGUSR1)",
@@ -70,7 +69,7 @@ class PivotOutcome:
 Report = Callable[[str, str], None]     # (step key "plan" or "1".."6", status text)
 
 
-class PivotFailed(Exception):
+class PivotFailed(StepFailed):
     """A step could not complete; the message says which and what state the run is in."""
 
 
@@ -91,7 +90,7 @@ class PivotRunner:
     def run(self) -> PivotOutcome:
         try:
             return self._run()
-        except (PivotFailed, PivotError, ConfigError) as err:
+        except (StepFailed, PivotError, ConfigError) as err:
             return PivotOutcome(False, str(err))
 
     # -- the sequence ----------------------------------------------------------------
@@ -195,90 +194,22 @@ class PivotRunner:
         self.report("2", f"stopped; final checkpoint at step P = {final.step}")
         return True
 
-    def _relaunch(self, journal: PivotJournal, p: int):
-        """Step 6's launch, recorded in the journal before (a kill right after must not make
-        the next attempt launch a second trainer) and after (its pid or SLURM job)."""
-        checkpoint = checkpoint_path(self.run_dir, p)
-        self.report("6", f"launching the trainer from {checkpoint.name} with a fresh bandit ...")
-        journal.relaunch = {"time": time.time()}
-        write_journal(self.run_dir, journal)
-        launch = supervise.start_trainer(self.run_dir, extra_args=["--resume", str(checkpoint), "--fresh-bandit"])
-        journal.relaunch = {**journal.relaunch,
-                            **({"pid": launch.child.pid} if launch.child else {"job_id": launch.job_id})}
-        write_journal(self.run_dir, journal)
-        return launch.child            # None for a SLURM job: its progress is read from the run directory
-
     def _resume(self, journal: PivotJournal) -> None:
         p = journal.final_step
         assert p is not None
-        v = verify_trainer(self.run_dir)
-        history = LossHistory(self.run_dir / LOSS_JSON)
-        history.refresh()
-        child, launched = None, False
-        if v.ok:
-            pass                          # relaunched by an earlier, interrupted attempt, and running
-        elif _relaunch_pending(journal.relaunch, time.time()):
-            self.report("6", "an earlier attempt launched the trainer: waiting for it to resume ...")
-        else:
-            child, launched = self._relaunch(journal, p), True
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline and not self.cancelled():
-            history.refresh()
-            if _pivot_event(history, journal) and verify_trainer(self.run_dir).ok:
-                break
-            if not launched and not _relaunch_pending(journal.relaunch, time.time()) and \
-                    not verify_trainer(self.run_dir).ok:
-                child, launched = self._relaunch(journal, p), True     # the earlier one never came up
-            if child is not None and child.poll() is not None:
-                raise PivotFailed(f"step 6: the trainer exited with code {child.returncode} instead of resuming "
-                                  f"({_last_log_line(self.run_dir)}); run the pivot again to retry step 6, "
-                                  "or roll it back with --pivot-rollback")
-            time.sleep(supervise.POLL_S)
-        else:
-            raise PivotFailed(f"step 6: the trainer did not report the pivot within {self.timeout:g} s; "
-                              "run the pivot again to retry step 6")
+        checkpoint = checkpoint_path(self.run_dir, p)
+        relaunch_and_wait(self.run_dir, journal, lambda: write_journal(self.run_dir, journal),
+                          ["--resume", str(checkpoint), "--fresh-bandit"],
+                          arrived=lambda history: _pivot_event(history, journal),
+                          report=lambda text: self.report("6", text),
+                          launching=f"launching the trainer from {checkpoint.name} with a fresh bandit ...",
+                          awaited="the pivot", step="step 6", timeout=self.timeout, cancelled=self.cancelled,
+                          retry="run the pivot again to retry step 6, or roll it back with --pivot-rollback")
         journal.advance("resumed", f"trainer running from step {p}")
         atomic_write_json(self.run_dir / journal.archive / PIVOT_RECORD,
                           {**journal.to_dict(), "finished": time.time()})
         remove_journal(self.run_dir)
         self.report("6", f"running again from step {p}, bandit fresh under the new policy")
-
-
-RELAUNCH_GRACE_S = 60.0      # how long a relaunch without a recorded pid may take to show itself
-
-
-def _relaunched_process_alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _relaunch_pending(relaunch: dict | None, now: float) -> bool:
-    """Whether step 6's relaunch by an earlier attempt may still come up: its process is
-    alive, or it was started moments ago and its pid was never recorded (killed between
-    the two journal writes)."""
-    if not relaunch:
-        return False
-    pid = relaunch.get("pid")
-    if isinstance(pid, int):
-        return _relaunched_process_alive(pid)
-    if relaunch.get("job_id"):
-        return True                  # a SLURM job: it reports through the run directory
-    started = relaunch.get("time")
-    return isinstance(started, (int, float)) and now - started < RELAUNCH_GRACE_S
-
-
-def _last_log_line(run_dir: Path) -> str:
-    """The trainer's last words, from the end of trainer.log."""
-    try:
-        with open(run_dir / supervise.TRAINER_LOG, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 4096))
-            lines = [ln for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    except OSError:
-        return f"no {supervise.TRAINER_LOG}"
-    return lines[-1].strip() if lines else f"{supervise.TRAINER_LOG} is empty"
 
 
 def _request_matches(request: PivotRequest, journal: PivotJournal) -> bool:

@@ -9,7 +9,8 @@ milliseconds:
    the max of all the points that fall in it, so a single-step spike is never hidden,
    whatever the width (reservoir or stride sampling would drop it).
 3. :func:`render`: a braille canvas (2 x 4 dots per cell) drawn from the envelopes, with
-   a y axis, a marker row (checkpoints, resumes, pivots) and an x axis, as Rich Text.
+   a y axis, a marker row (checkpoints, resumes, pivots, rollbacks) and an x axis, as Rich
+   Text. The steps a rollback abandoned are drawn dimmed (:func:`abandoned_mask`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 from rich.text import Text
 
-from rundir.layout import EVENT_PIVOT, EVENT_RESUME
+from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
 
 if TYPE_CHECKING:
     from rundir import CheckpointInfo, HistoryEvent
@@ -31,10 +32,12 @@ if TYPE_CHECKING:
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
 MARKER_GLYPHS = {"checkpoint": ("▴", "cyan"), "resume": ("R", "yellow"), "pivot": ("P", "magenta"),
-                 "spike": ("!", "bold red"), "nonfinite": ("×", "bold red"), "rewind": ("<", "bold red")}
-MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "rewind": 2, "pivot": 3, "spike": 4, "nonfinite": 5}
+                 "spike": ("!", "bold red"), "nonfinite": ("×", "bold red"), "rewind": ("<", "bold red"),
+                 "rollback": ("B", "bold orange1")}
+MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "rewind": 2, "pivot": 3, "rollback": 4, "spike": 5, "nonfinite": 6}
 # Markers the legend names only when the plot shows one (they are rare).
-RARE_MARKERS = frozenset({"rewind", "spike", "nonfinite"})
+RARE_MARKERS = frozenset({"rewind", "spike", "nonfinite", "rollback"})
+ABANDONED_STYLE = "grey30"      # the steps a rollback abandoned, dimmed
 
 
 def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (0.0, 0.0)
@@ -179,19 +182,42 @@ class Canvas:
     markers: list[tuple[int, str]] = field(default_factory=list)   # (cell column, kind)
     empty_reason: str = ""
     x_axis: str = "step"
+    dim: np.ndarray | None = None       # the abandoned steps' dots (a rollback), drawn dimmed
 
 def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent],
                  rewinds: Iterable[int] = ()) -> list[Marker]:
-    """What earns a marker on the loss plot: checkpoints on disk, resumes and pivots, and
+    """What earns a marker on the loss plot: checkpoints on disk, resumes, pivots and
+    rollbacks, and
     ``rewinds``: where the steps went back with no resume event (another engine's restart)."""
     marks = [Marker(c.step, "checkpoint") for c in checkpoints if c.status != "invalid"]
     marks += [Marker(step, "rewind") for step in rewinds]
     for ev in events:
-        if ev.event in (EVENT_RESUME, EVENT_PIVOT):
+        if ev.event in (EVENT_RESUME, EVENT_PIVOT, EVENT_ROLLBACK):
             step = ev.step if ev.step is not None else ev.data.get("from_step")
             if isinstance(step, int):
                 marks.append(Marker(step, ev.event))
     return marks
+
+
+def abandoned_mask(steps: np.ndarray, times: np.ndarray | None, events: Iterable[HistoryEvent]) -> np.ndarray | None:
+    """The steps a rollback abandoned that no newer line has replaced yet: after a
+    ``rollback`` event from step F to step X, the lines of steps X+1..F written before it.
+    (The resumed trainer's lines for the same steps replace them as it goes.) None when
+    there are none."""
+    mask = None
+    if times is None or len(times) != len(steps):
+        return None
+    for ev in events:
+        if ev.event != EVENT_ROLLBACK or ev.time is None:
+            continue
+        to_step, from_step = ev.data.get("to_step"), ev.data.get("from_step")
+        if not isinstance(to_step, int) or not isinstance(from_step, int):
+            continue
+        lo, hi = np.searchsorted(steps, [to_step + 1, from_step + 1])
+        older = np.zeros(len(steps), dtype=bool)
+        older[lo:hi] = times[lo:hi] < ev.time
+        mask = older if mask is None else mask | older
+    return mask if mask is not None and mask.any() else None
 
 
 def finding_markers(spikes: Iterable[Spike], nonfinite_steps: Iterable[int]) -> list[Marker]:
@@ -234,10 +260,11 @@ def _draw(grid: np.ndarray, env: Envelope, y0: float, y1: float) -> None:
 
 def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None, width: int, height: int,
                  options: PlotOptions, markers: list[Marker] = (), x: np.ndarray | None = None,
-                 x_axis: str = "step") -> Canvas:
+                 x_axis: str = "step", abandoned: np.ndarray | None = None) -> Canvas:
     """Decimate and draw. ``smooth`` is the EMA of the whole history (same length as ``loss``).
     ``x`` (non-decreasing, one per step) puts the steps on another axis (``x_axis``: tokens or
-    time); markers, placed by step, land where their step is on it."""
+    time); markers, placed by step, land where their step is on it. ``abandoned`` (a mask, one
+    per step: :func:`abandoned_mask`) takes those steps out of the lines and draws them dimmed."""
     width, height = max(width, 1), max(height, 1)
     px_cols, px_rows = 2 * width, 4 * height
     raw_grid = np.zeros((px_rows, px_cols), dtype=bool)
@@ -256,18 +283,26 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     if x1 <= x0:
         x1 = x0 + 1.0
     y_raw = _to_y(loss[first:], options.log_y)
+    y_smooth = _to_y(smooth[first:], options.log_y) if smooth is not None else None
+    env_dim = None
+    if abandoned is not None and abandoned[first:].any():
+        gone = abandoned[first:]
+        env_dim = envelope(s, np.where(gone, y_raw, np.nan), x0, x1, px_cols)
+        y_raw = np.where(gone, np.nan, y_raw)
+        y_smooth = np.where(gone, np.nan, y_smooth) if y_smooth is not None else None
     env_raw = envelope(s, y_raw, x0, x1, px_cols)
     env_smooth = None
-    if smooth is not None and options.smoothing > 0:
-        env_smooth = envelope(s, _to_y(smooth[first:], options.log_y), x0, x1, px_cols)
+    if y_smooth is not None and options.smoothing > 0:
+        env_smooth = envelope(s, y_smooth, x0, x1, px_cols)
     show = env_raw if options.show_raw or env_smooth is None else env_smooth
     finite = show.filled
     if not finite.any():
         canvas.empty_reason = "no finite loss to plot" + (" (log-y needs loss > 0)" if options.log_y else "")
         return canvas
     y0, y1 = float(np.nanmin(show.lo)), float(np.nanmax(show.hi))
-    if env_smooth is not None and env_smooth.filled.any():
-        y0, y1 = min(y0, float(np.nanmin(env_smooth.lo))), max(y1, float(np.nanmax(env_smooth.hi)))
+    for extra in (env_smooth, env_dim):
+        if extra is not None and extra.filled.any():
+            y0, y1 = min(y0, float(np.nanmin(extra.lo))), max(y1, float(np.nanmax(extra.hi)))
     if y1 - y0 < 1e-12:
         pad = abs(y0) * 0.05 or 0.5
         y0, y1 = y0 - pad, y1 + pad
@@ -275,6 +310,9 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
         _draw(raw_grid, env_raw, y0, y1)
     if env_smooth is not None:
         _draw(smooth_grid, env_smooth, y0, y1)
+    if env_dim is not None:
+        canvas.dim = np.zeros((px_rows, px_cols), dtype=bool)
+        _draw(canvas.dim, env_dim, y0, y1)
     canvas.y0, canvas.y1, canvas.x0, canvas.x1 = y0, y1, x0, x1
     placed: dict[int, str] = {}
     lo_step, hi_step = float(steps_shown[0]), float(steps_shown[-1])
@@ -378,10 +416,11 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
         return lines
     raw = _braille(canvas.raw, w, h)
     smooth = _braille(canvas.smooth, w, h)
-    both = raw | smooth
-    kinds = np.where(smooth > 0, 2, np.where(raw > 0, 1, 0))
+    dim = _braille(canvas.dim, w, h) if canvas.dim is not None else np.zeros_like(raw)
+    both = raw | smooth | dim
+    kinds = np.where(smooth > 0, 2, np.where(raw > 0, 1, np.where(dim > 0, 3, 0)))
     glyphs = np.where(both > 0, both + 0x2800, 0x20).astype(np.uint32)
-    styles = (None, raw_style, smooth_style)
+    styles = (None, raw_style, smooth_style, ABANDONED_STYLE)
     labels = y_labels(canvas.y0, canvas.y1, h, canvas.log_y)
     for row in range(h):
         label = labels.get(row, "")
@@ -434,11 +473,12 @@ def render(canvas: Canvas, label_width: int = 8, **styles: str) -> Text:
 
 
 def plot_text(steps: np.ndarray, loss: np.ndarray, width: int, height: int, options: PlotOptions,
-              markers: list[Marker] = (), smooth: np.ndarray | None = None, label_width: int = 8) -> Text:
+              markers: list[Marker] = (), smooth: np.ndarray | None = None, label_width: int = 8,
+              abandoned: np.ndarray | None = None) -> Text:
     """One call: EMA (unless given), canvas and Rich Text, for ``--once`` and tests."""
     if smooth is None and options.smoothing > 0:
         smooth, _ = ema_debiased(loss, options.smoothing)
-    canvas = build_canvas(steps, loss, smooth, width - label_width, height, options, markers)
+    canvas = build_canvas(steps, loss, smooth, width - label_width, height, options, markers, abandoned=abandoned)
     return render(canvas, label_width=label_width)
 
 

@@ -38,6 +38,7 @@ from .findings import HistoryFindings
 from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
+from .rollback_runner import pending_rollback
 from .probe import TrainerProbe
 from .views import (LISTED, TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView, RunSnapshot,
                     TrainerView)
@@ -254,8 +255,9 @@ class RunReader:
         log_tail = self.log.read() if LOG in kinds else prev.log_tail
         if prev is None or kinds & {DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}:
             pivots, pending_pivot = read_pivots(self.run_dir)
+            rollback = pending_rollback(self.run_dir)
         else:
-            pivots, pending_pivot = prev.pivots, prev.pending_pivot
+            pivots, pending_pivot, rollback = prev.pivots, prev.pending_pivot, prev.pending_rollback
         if prev is None or kinds & {CHECKPOINTS, CONFIG, DIRECTORY}:
             retention = self._retention(config, checkpoints, history)
         else:
@@ -269,6 +271,7 @@ class RunReader:
                            history=history, checkpoints=checkpoints, arms=arms, samples=samples,
                            samples_error=samples_error, log_tail=log_tail, other_files=other,
                            log_seen=self.log.seen, pivots=pivots, pending_pivot=pending_pivot,
+                           pending_rollback=rollback,
                            retention=retention, storage=storage)
         changes = describe_changes(prev, snap, now, self._answered_requests(prev, snap, now))
         if prev is None:

@@ -15,10 +15,12 @@ from typing import Any
 
 from rich.console import Console
 
+from rundir.layout import EVENT_ROLLBACK
+
 from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
                      printable_block, slurm_text, stall_text, storage_text)
 from .findings import findings_json, findings_lines
-from .plot import PlotOptions, finding_markers, plot_markers, plot_text
+from .plot import PlotOptions, abandoned_mask, finding_markers, plot_markers, plot_text
 from .views import RunSnapshot
 
 # Lines of checkpoints and of arms in --once, each: a run directory of 100,000 files or
@@ -127,9 +129,13 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
             plot_text(h.step, h.loss, width, plot_height, opts,
                       plot_markers(snap.checkpoints, snap.history.events, h.silent_rewinds)
-                      + finding_markers(h.spikes, h.nonfinite_steps)))
+                      + finding_markers(h.spikes, h.nonfinite_steps),
+                      abandoned=abandoned_mask(h.step, h.time_column, h.events)))
+        rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
+            e.event == EVENT_ROLLBACK for e in h.events) else ""
         rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
-        lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite{rewound})")
+        lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
+                     f"{rolled_back}{rewound})")
         lines.extend(buf.getvalue().rstrip("\n").splitlines())
         lines.append("")
     lines.append(f"checkpoints ({len(snap.checkpoints)})"
@@ -209,6 +215,7 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
         "newest_checkpoint": str(snap.newest_checkpoint.path) if snap.newest_checkpoint else None,
         "pivots": [{"step": p.step, "archive": p.archive, "stage": p.stage, "policy": p.policy} for p in snap.pivots],
         "pending_pivot": snap.pending_pivot,
+        "pending_rollback": snap.pending_rollback,
         "arms": [{"name": a.name, "pulls": a.pulls, "share": _num(a.share), "prob": _num(a.prob),
                   "ema_reward": _num(a.ema_reward), "cap": _num(a.cap), "floor": _num(a.floor), "source": a.source,
                   "status": a.status, "reason": a.reason} for a in snap.arms.rows],

@@ -212,6 +212,7 @@ class RunSnapshot:
     log_seen: int = 0                   # trainer.log lines read so far (new ones = the difference)
     pivots: tuple[PivotEntry, ...] = ()  # finished or archived polish pivots, oldest first
     pending_pivot: str | None = None    # an interrupted pivot's journal, described
+    pending_rollback: str | None = None  # an interrupted rollback's journal, described
     retention: RetentionView | None = None   # why each checkpoint is kept, and what the next prune removes
     storage: Storage | None = None      # the run directory's size and its filesystem's room
 
@@ -287,6 +288,8 @@ class RunSnapshot:
                        f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)")
         if self.pending_pivot:
             out.append(self.pending_pivot)
+        if self.pending_rollback:
+            out.append(self.pending_rollback)
         if self.config_error and self.dir_state == "ok":
             out.append(self.config_error)
         invalid = self.invalid_checkpoints

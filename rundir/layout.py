@@ -23,6 +23,9 @@ PIVOT_JOURNAL = ".pivot.json"          # an unfinished pivot's journal
 ARCHIVE_DIR = "archive"
 PIVOT_RECORD = "pivot.json"            # in each archive/pivot_P_<UTC>/
 PIVOT_ARCHIVE_PREFIX = "pivot_"
+ROLLBACK_JOURNAL = ".rollback.json"    # an unfinished rollback's journal
+ROLLBACK_RECORD = "rollback.json"      # in each archive/rollback_X_<UTC>/
+ROLLBACK_ARCHIVE_PREFIX = "rollback_"
 
 # Every rewrite goes through a temporary file in the same directory whose name starts
 # with this; readers ignore such names, and a trainer removes those left by a writer
@@ -68,6 +71,12 @@ def pivot_archive_name(final_step: int, utc_stamp: str) -> str:
     return f"{ARCHIVE_DIR}/{PIVOT_ARCHIVE_PREFIX}{final_step:06d}_{utc_stamp}"
 
 
+def rollback_archive_name(to_step: int, utc_stamp: str) -> str:
+    """``archive/rollback_NNNNNN_<UTC>``: where a rollback to ``to_step`` sets aside the
+    checkpoints after it, relative to the run directory."""
+    return f"{ARCHIVE_DIR}/{ROLLBACK_ARCHIVE_PREFIX}{to_step:06d}_{utc_stamp}"
+
+
 # -- what a change to a name touches ---------------------------------------------
 # The kinds of files a change can touch; a reader re-reads only the kinds it is given.
 HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY = (
@@ -76,7 +85,7 @@ ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFI
 
 KNOWN_NAMES = {RUN_TOML: CONFIG, LOSS_JSON: HISTORY, STATE_JSON: STATE, SAMPLES_JSON: SAMPLES,
                TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, TRAINER_LOG: LOG, ARCHIVE_DIR: DIRECTORY,
-               PIVOT_JOURNAL: DIRECTORY}
+               PIVOT_JOURNAL: DIRECTORY, ROLLBACK_JOURNAL: DIRECTORY}
 
 
 def is_temporary(name: str) -> bool:

@@ -15,13 +15,14 @@ import datetime as dt
 import os
 import stat
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 
 from .atomic import atomic_write_bytes, atomic_write_json, fsync_dir
 from .config import ArmConfig, ConfigError, RunConfig, dump_run_config, validate_policy
+from .journal import StagedJournal, read_staged, remove_staged, write_staged
 from .safe_read import JOURNAL_MAX, read_json_object
 from .layout import (ARCHIVE_DIR, PIVOT_ARCHIVE_PREFIX, PIVOT_JOURNAL, PIVOT_RECORD, RUN_TOML, SAMPLES_JSON,
                      STATE_JSON, pivot_archive_name)
@@ -36,8 +37,12 @@ class PivotError(RuntimeError):
 
 
 @dataclass
-class PivotJournal:
+class PivotJournal(StagedJournal):
     """How far a pivot got. Written atomically after every stage."""
+
+    FILE: ClassVar[str] = PIVOT_JOURNAL
+    STAGES: ClassVar[tuple[str, ...]] = STAGES
+    WHAT: ClassVar[str] = "pivot"
 
     stage: str
     started: float
@@ -53,43 +58,18 @@ class PivotJournal:
     # a second one.
     relaunch: dict[str, Any] | None = None
 
-    def advance(self, stage: str, note: str = "", now: float | None = None) -> None:
-        if stage not in STAGES:
-            raise ValueError(f"unknown pivot stage {stage!r}")
-        self.stage = stage
-        self.log.append({"stage": stage, "time": time.time() if now is None else now, "note": note})
-
-    def done(self, stage: str) -> bool:
-        """Whether ``stage`` has been completed."""
-        return STAGES.index(self.stage) >= STAGES.index(stage)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def read_journal(run_dir: str | os.PathLike[str]) -> tuple[PivotJournal | None, str | None]:
     """``(journal, None)``, ``(None, None)`` when no pivot is under way, or ``(None, reason)``."""
-    read = read_json_object(Path(run_dir) / PIVOT_JOURNAL, JOURNAL_MAX)
-    if read.missing:
-        return None, None
-    if not read.ok:
-        return None, f"{PIVOT_JOURNAL}: unreadable ({read.error})"
-    data = read.value
-    try:
-        journal = PivotJournal(**data)
-        if journal.stage not in STAGES:
-            raise ValueError(f"unknown stage {journal.stage!r}")
-    except (TypeError, ValueError) as err:
-        return None, f"{PIVOT_JOURNAL}: malformed ({err})"
-    return journal, None
+    return read_staged(run_dir, PivotJournal)
 
 
 def write_journal(run_dir: str | os.PathLike[str], journal: PivotJournal) -> None:
-    atomic_write_json(Path(run_dir) / PIVOT_JOURNAL, journal.to_dict())
+    write_staged(run_dir, journal)
 
 
 def remove_journal(run_dir: str | os.PathLike[str]) -> None:
-    (Path(run_dir) / PIVOT_JOURNAL).unlink(missing_ok=True)
+    remove_staged(run_dir, PivotJournal)
 
 
 def plan_policy(config: RunConfig, caps: dict[str, float] | None = None, floors: dict[str, float] | None = None,
@@ -129,11 +109,11 @@ def policy_text(policy: Any) -> str:
     return ", ".join(f"{arm} [{number(floors.get(arm))}, {number(caps.get(arm))}]" for arm in caps) or "(none)"
 
 
-def _utc_stamp(now: float) -> str:
+def utc_stamp(now: float) -> str:
     return dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _regular_file_or_none(path: Path) -> Path | None:
+def regular_file_or_none(path: Path) -> Path | None:
     """``path`` if it is a regular file (not a symlink), None if absent; refuses anything else."""
     try:
         st = os.lstat(path)
@@ -146,7 +126,7 @@ def _regular_file_or_none(path: Path) -> Path | None:
     return path
 
 
-def _archive_root(run_dir: Path) -> Path:
+def archive_root(run_dir: Path) -> Path:
     root = run_dir / ARCHIVE_DIR
     try:
         st = os.lstat(root)
@@ -166,11 +146,11 @@ def archive_sidecars(run_dir: str | os.PathLike[str], journal: PivotJournal, now
     if journal.final_step is None:
         raise PivotError("the final checkpoint step P is not known yet: the trainer has not stopped")
     now = time.time() if now is None else now
-    sources = {name: _regular_file_or_none(run_dir / name) for name in (*ARCHIVED_FILES, RUN_TOML)}
+    sources = {name: regular_file_or_none(run_dir / name) for name in (*ARCHIVED_FILES, RUN_TOML)}
     if journal.archive is None:
-        journal.archive = pivot_archive_name(journal.final_step, _utc_stamp(now))
+        journal.archive = pivot_archive_name(journal.final_step, utc_stamp(now))
         write_journal(run_dir, journal)       # record the name before anything moves
-    root = _archive_root(run_dir)
+    root = archive_root(run_dir)
     dest = run_dir / journal.archive
     if dest.parent != root or ".." in Path(journal.archive).parts:
         raise PivotError(f"archive path {journal.archive!r} is not under {ARCHIVE_DIR}/")
@@ -208,11 +188,11 @@ def rollback_archive(run_dir: str | os.PathLike[str], journal: PivotJournal) -> 
     if not src_dir.is_dir() or src_dir.is_symlink():
         return restored
     for name in ARCHIVED_FILES:
-        src = _regular_file_or_none(src_dir / name)
+        src = regular_file_or_none(src_dir / name)
         if src is not None and not (run_dir / name).exists():
             os.replace(src, run_dir / name)
             restored.append(name)
-    previous = _regular_file_or_none(src_dir / RUN_TOML)
+    previous = regular_file_or_none(src_dir / RUN_TOML)
     if previous is not None:
         atomic_write_bytes(run_dir / RUN_TOML, previous.read_bytes())
         restored.append(RUN_TOML)

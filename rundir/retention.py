@@ -33,6 +33,7 @@ from .checkpoint import CheckpointInfo, checkpoint_path, sidecar_path
 from .history import HistoryEvent
 from .layout import EVENT_PRUNE, EVENT_ROLLBACK
 from .pivot_files import list_pivots, read_journal
+from .rollback_files import read_rollback_journal
 
 # Test-only: seconds to sleep between a checkpoint's .json and .bin removal, so that a
 # fault-injection test can land a SIGKILL inside a prune. Never set in normal use.
@@ -81,7 +82,8 @@ class Verdict:
 
 def protected_steps(run_dir: str | os.PathLike[str], events: Iterable[HistoryEvent] = ()) -> dict[int, str]:
     """Steps no policy removes, with why: every checkpoint a pivot names (its records and
-    an unfinished pivot's journal) and every checkpoint a rollback resumed from."""
+    an unfinished pivot's journal) and every checkpoint a rollback resumed from (its
+    ``rollback`` events, and an unfinished rollback's journal)."""
     protected: dict[int, str] = {}
     records = list_pivots(run_dir)
     journal, _ = read_journal(run_dir)
@@ -92,6 +94,9 @@ def protected_steps(run_dir: str | os.PathLike[str], events: Iterable[HistoryEve
             step = record.get(key)
             if isinstance(step, int) and not isinstance(step, bool):
                 protected[step] = PIVOT
+    rollback, _ = read_rollback_journal(run_dir)
+    if rollback is not None:
+        protected.setdefault(rollback.to_step, ROLLBACK)
     for ev in events:
         if ev.event == EVENT_ROLLBACK and isinstance(ev.data.get("to_step"), int):
             protected.setdefault(ev.data["to_step"], ROLLBACK)

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "none: start fresh (refused when checkpoints exist)")
     p.add_argument("--fresh-bandit", action="store_true",
                    help="resume everything but start the bandit fresh under run.toml's caps and floors")
+    p.add_argument("--skip-batches", type=_integer(0), default=0, metavar="N",
+                   help="with a resume: each arm's sampler skips the windows of its next N batches (a rollback "
+                        "past a loss spike); the resume event records N")
     p.add_argument("--seed", type=_integer(0), metavar="N", help="seed of a fresh run (default 7)")
     p.add_argument("--threads", type=_integer(1), default=1, metavar="N",
                    help="torch CPU threads (default 1; a resume is bit-exact with the same count)")

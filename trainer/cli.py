@@ -2,7 +2,7 @@
 
     andrea-train RUN_DIR [--preset NAME] [--max-steps N] [--checkpoint-every N]
                  [--sample-every N] [--device auto|cpu|cuda] [--resume latest|PATH|none]
-                 [--fresh-bandit] [--seed N] [--threads N] [--nproc N]
+                 [--fresh-bandit] [--skip-batches N] [--seed N] [--threads N] [--nproc N]
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) it trains with DistributedDataParallel, one
 process per device: see :mod:`trainer.distributed`. ``--nproc N`` replaces this process
@@ -176,11 +176,12 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         # --fresh-bandit is the polish pivot's restart (DESIGN.md section 7): weights, m, v,
         # samplers and RNG resume; the bandit starts afresh under run.toml's caps and floors.
         state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit,
-                            ranks)
+                            ranks, plan.skip_batches)
         state.ddp = ranks.wrap(state.model, state.device)
         _announce(plan, state, out, history)
         if plan.fresh_bandit:
             _record_pivot(plan, out)
+        _record_rollback(plan, out)
         reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
         progress.message(f"stopped ({reason}) at step {state.step}")
         return 0
@@ -208,7 +209,8 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
 def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> int:
     """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`)."""
     configure(plan.threads, plan.device)
-    state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit, ranks)
+    state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit, ranks,
+                        plan.skip_batches)
     state.ddp = ranks.wrap(state.model, state.device)
     train(state, NullOutputs(plan.run_dir), signals, plan.config.run.max_steps,
           saved_step=plan.checkpoint.step if plan.checkpoint else None)
@@ -241,13 +243,15 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHi
         summary = ("exactly" if exact else "NOT exactly: " + "; ".join(fresh)) \
             + ("; reset on purpose: " + "; ".join(reset) if reset else "")
     note = f"; steps {rerun['from']}..{rerun['to']} after it are run again" if rerun else ""
+    if plan.skip_batches:
+        note += f"; each arm skips the windows of its next {plan.skip_batches} batches (--skip-batches)"
     # The checksum of what was loaded, computed as the .bin's is: equal to the .bin's
     # checksum exactly when weights, m and v were restored bit for bit.
     restored = arrays_checksum(ckpt.step, flat_weights(state.optimizer), *flat_moments(state.optimizer))
     out.event("resume", ckpt.step, f"resume from {ckpt.path.name} {summary}{note}",
               restored_checksum=restored,
               from_step=ckpt.step, checkpoint=ckpt.path.name, exact=exact, fresh=fresh, reset=reset, rerun=rerun,
-              fresh_bandit=plan.fresh_bandit, **common)
+              fresh_bandit=plan.fresh_bandit, skip_batches=plan.skip_batches, **common)
 
 
 def _record_pivot(plan: Plan, out: Any) -> None:
@@ -263,6 +267,26 @@ def _record_pivot(plan: Plan, out: Any) -> None:
                              f"{journal.archive}; fresh bandit under [floor, cap] {policy_text(journal.new_policy)}",
               archive=journal.archive, policy=journal.new_policy, old_policy=journal.old_policy,
               dropped=journal.dropped, audit_step=journal.audit_step)
+
+
+def _record_rollback(plan: Plan, out: Any) -> None:
+    """The ``rollback`` event, when this start is step 3 of a guided rollback: the journal
+    says the checkpoints after X are set aside and names this checkpoint and skip."""
+    from rundir.layout import EVENT_ROLLBACK
+    from rundir.rollback_files import read_rollback_journal
+
+    journal, _ = read_rollback_journal(plan.run_dir)
+    step = plan.checkpoint.step if plan.checkpoint else None
+    if journal is None or journal.stage != "set_aside" or journal.to_step != step or \
+            journal.skip_batches != plan.skip_batches:
+        return
+    spike = journal.spike or {}
+    past = f" past the spike at step {spike['start']}" if "start" in spike else ""
+    out.event(EVENT_ROLLBACK, step, f"rollback{past}: from step {journal.from_step} to step {step}, each arm "
+                                    f"skipping {plan.skip_batches} batches; the checkpoints after it are in "
+                                    f"{journal.archive}", from_step=journal.from_step, to_step=step,
+              skip_batches=plan.skip_batches, spike=journal.spike, archive=journal.archive,
+              set_aside=journal.set_aside)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,13 @@ class ArmSampler:
         self.windows_drawn += self.batch_size
         return np.concatenate(picked)
 
+    def skip_batches(self, batches: int) -> np.ndarray:
+        """Skip the windows of this arm's next ``batches`` batches, exactly the windows
+        :meth:`next_windows` would have returned for them (epochs roll over the same way),
+        and return them. Deterministic: the same state skips the same windows."""
+        skipped = [self.next_windows() for _ in range(batches)]
+        return np.concatenate(skipped) if skipped else np.empty(0, dtype=np.int64)
+
     def next_batch(self, device: torch.device | str = "cpu", rank: int = 0,
                    world_size: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x, y)``: ``(batch, block)`` byte ids and the same shifted by one.

@@ -4,6 +4,9 @@ environment variable is set; normal runs never set them.
 - ``ANDREA_TEST_NAN_AT_STEP`` / ``ANDREA_TEST_INF_AT_STEP``: steps (``"30"``,
   ``"30-39"``, ``"5,30-39"``) whose loss is multiplied by NaN / +inf before the
   backward pass, so that the divergence policy is exercised through the real path.
+- ``ANDREA_TEST_LOSS_FAULT`` = ``"START:COUNT:FACTOR"``: the loss of steps START to
+  START + COUNT - 1 is multiplied by FACTOR (finite) before the backward pass, so that a
+  real trainer logs a loss spike (the rollback tests).
 
 The library's own hooks live beside the code they slow down or break:
 ``ANDREA_TEST_SLOW_WRITE`` (:mod:`rundir.checkpoint`) and
@@ -18,6 +21,7 @@ from functools import lru_cache
 
 NAN_ENV = "ANDREA_TEST_NAN_AT_STEP"
 INF_ENV = "ANDREA_TEST_INF_AT_STEP"
+LOSS_FAULT_ENV = "ANDREA_TEST_LOSS_FAULT"
 
 
 def _parse_steps(text: str) -> frozenset[int]:
@@ -44,3 +48,18 @@ def forced_nonfinite(step: int) -> float | None:
     if not nan and not inf:
         return None
     return _table(nan, inf).get(step)
+
+
+@lru_cache(maxsize=None)
+def _loss_fault(text: str) -> tuple[range, float]:
+    start, count, factor = text.split(":")
+    return range(int(start), int(start) + int(count)), float(factor)
+
+
+def loss_factor(step: int) -> float | None:
+    """The finite factor to multiply step ``step``'s loss by (``ANDREA_TEST_LOSS_FAULT``), or None."""
+    text = os.environ.get(LOSS_FAULT_ENV, "")
+    if not text:
+        return None
+    steps, factor = _loss_fault(text)
+    return factor if step in steps else None

@@ -48,6 +48,7 @@ class Plan:
     fresh_bandit: bool
     threads: int
     nothing_to_do: str = ""
+    skip_batches: int = 0             # batches each arm's sampler skips after the resume
 
 
 def _resolve_config(args: argparse.Namespace, run_dir: Path) -> tuple[RunConfig, bool, dict[str, Any]]:
@@ -137,6 +138,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
                                   f"(max-steps {config.run.max_steps}): nothing to do")
     if args.fresh_bandit and checkpoint is None:
         raise InputError("--fresh-bandit needs a checkpoint to resume from")
+    skip_batches = getattr(args, "skip_batches", 0)
+    if skip_batches and checkpoint is None:
+        raise InputError("--skip-batches needs a checkpoint to resume from")
 
     zombies: dict[str, str] = {}
     for carried in _carried_arms(run_dir, checkpoint):
@@ -154,7 +158,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
         validate_policy({n: config.arms[n] for n in arms}, where="arms without zombies")
     except ConfigError as err:
         raise InputError(str(err)) from None
-    return Plan(run_dir, config, create, overrides, device, checkpoint, arms, zombies, args.fresh_bandit, args.threads)
+    return Plan(run_dir, config, create, overrides, device, checkpoint, arms, zombies, args.fresh_bandit, args.threads,
+                skip_batches=skip_batches)
 
 
 BAD_INPUT = (InputError, ConfigError, CheckpointError, RunLockedError)

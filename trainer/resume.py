@@ -83,12 +83,13 @@ def _build_bandit(config: RunConfig, arms: dict[str, ArmData], started_step: int
 
 def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.device,
                 checkpoint: CheckpointInfo | None = None, fresh_bandit: bool = False,
-                ranks: Ranks = SINGLE) -> TrainingState:
+                ranks: Ranks = SINGLE, skip_batches: int = 0) -> TrainingState:
     """A fresh state (``checkpoint`` None) or one restored in seed 003's order.
 
     ``arms`` are the live arms (zombies already dropped). ``fresh_bandit`` keeps
     everything else but starts the bandit anew under ``config``'s caps and floors
-    (the polish pivot). Call :func:`check_compatible` first. Under torchrun every rank
+    (the polish pivot). ``skip_batches`` makes each restored sampler skip the windows
+    of its next N batches (a rollback past a loss spike). Call :func:`check_compatible` first. Under torchrun every rank
     builds the same state (``ranks``): same seed, or the same checkpoint.
     """
     tokenizer = ByteTokenizer()
@@ -120,6 +121,8 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
             sampler.load_state_dict(saved_samplers[name])
         except SamplerStateError as err:
             inexact.append(f"sampler {name} starts fresh ({err})")
+    for sampler in samplers.values():            # every rank skips the same windows
+        sampler.skip_batches(skip_batches)
     # 5. The bandit.
     bandit = _build_bandit(config, arms, step)
     if fresh_bandit:

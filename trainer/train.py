@@ -17,7 +17,7 @@ import torch
 
 from rundir.retention import RetentionPolicy
 from trainer.checkpointer import Checkpointer, resume_hint
-from trainer.faults import forced_nonfinite
+from trainer.faults import forced_nonfinite, loss_factor
 from trainer.guard import NonfiniteGuard, SafetyStop
 from trainer.outputs import RunOutputs
 from trainer.samples import audit_samples
@@ -66,6 +66,8 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
         _, loss = forward(x, y)
         if (poison := forced_nonfinite(state.step + 1)) is not None:     # test-only fault hook
             loss = loss * poison
+        if (factor := loss_factor(state.step + 1)) is not None:          # test-only fault hook: a spike
+            loss = loss * factor
         loss.backward()
         grad = optimizer.gather_grad()
         grad_norm = float(torch.linalg.vector_norm(grad))       # recorded before clipping

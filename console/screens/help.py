@@ -25,6 +25,8 @@ KEYS = [
     ("i", "inspect a checkpoint (the one selected in the checkpoints pane, else the newest complete): "
           "per tensor w_rms, w_maxabs, m_norm, sqrt_v_rms, dead v, update ratio, non-finite counts; "
           "s/r or a header click sorts, [ ] older/newer, a compares with the previous, Escape returns"),
+    ("r", "rollback past the newest loss spike: proposes the checkpoint before it and the batches to skip, "
+          "says what is lost, ctrl+s runs the three steps (asks first), Escape returns"),
     ("l", "loss plot: log / linear y"),
     ("w", "loss plot: all steps / the last N steps"),
     ("e", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)"),
@@ -56,7 +58,8 @@ PANES_HELP = [
                "newest checkpoint, then the first problem (or pid, CPU, memory, speed, free disk); key 6 shows "
                "the whole pane"),
     ("loss", "every step of .loss.json: each column shows the min and max of its steps, so no spike "
-             "is hidden; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite step"),
+             "is hidden; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite step, B rollback (the steps "
+             "it abandoned dimmed until the resumed trainer runs them again)"),
     ("checkpoints", "complete (.bin + .json), foreign (weights, m and v only), invalid (with the reason, "
                     "cut to one line: Enter shows it whole); the selected one is what i inspects"),
     ("bandit arms", "zombie arms (in .state.json, but their data is gone) in red with the reason; in a "

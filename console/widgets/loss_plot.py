@@ -19,8 +19,8 @@ import time
 
 from rich.style import Style
 
-from ..plot import (MARKER_GLYPHS, RARE_MARKERS, X_AXES, Marker, PlotOptions, build_canvas, ema_debiased,
-                    render_runs, x_values)
+from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, X_AXES, Marker, PlotOptions, abandoned_mask,
+                    build_canvas, ema_debiased, render_runs, x_values)
 from ..views import HistoryView
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
@@ -165,12 +165,18 @@ class LossPlot(Widget):
         options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
         legend = [(" " * LABEL_WIDTH + "raw", "grey62"), (" ", None), ("smoothed", "bold green"), ("  ", None)]
         shown = {m.kind for m in self._markers}
+        abandoned = abandoned_mask(h.step, h.time_column, h.events)
+        if abandoned is not None:
+            shown.add("rollback")
         for kind, (glyph, style) in MARKER_GLYPHS.items():
             if kind not in RARE_MARKERS or kind in shown:
                 legend += [(glyph, style), (f" {kind}  ", "grey62")]
+        if abandoned is not None:
+            legend += [("abandoned", ABANDONED_STYLE), ("  ", None)]
         plot_h = max(1, height - 3)
         x, axis = (None, "step") if self.x_axis == "step" else \
             x_values(self.x_axis, h.step, h.tokens_column, h.time_column)
         canvas = build_canvas(h.step, h.loss, self._smooth(h), max(1, width - LABEL_WIDTH), plot_h,
-                              options, self._markers, x=None if axis == "step" else x, x_axis=axis)
+                              options, self._markers, x=None if axis == "step" else x, x_axis=axis,
+                              abandoned=abandoned)
         return [legend, *render_runs(canvas, label_width=LABEL_WIDTH)]

@@ -53,6 +53,7 @@ def states(tmp: Path):
     yield "inspector", app_for(make_run(tmp / "l" / "run", checkpoints=(100, 200, 300), model_sized=True),
                                live_probe), WIDE, ("i", *"s" * 9)    # sorted by update_ratio, largest first
     yield "pivot-80x24", app_for(healthy(tmp / "i2"), live_probe), NARROW, ("p",)
+    yield "rollback", app_for(healthy(tmp / "m"), live_probe), WIDE, ("r",)
 
 
 async def shoot(name: str, app, size, keys) -> Path:
@@ -60,12 +61,13 @@ async def shoot(name: str, app, size, keys) -> Path:
         await settled(pilot)
         for key in keys:
             await pilot.press(key)
-            await pilot.pause(0.3)     # the pivot screen opens once the journal has been looked at
+            await pilot.pause(0.3)     # the pivot and rollback screens open once the journal has been looked at
             # the inspector's read (not every worker: the pivot screen's lasts while it is open)
             reads = [w for w in pilot.app.workers if w.group == "inspect"]
             if reads:
                 await pilot.app.workers.wait_for_complete(reads)
                 await pilot.pause()
+        await pilot.pause(0.5)         # the rollback screen's proposal is worked out in a worker
         return Path(app.save_screenshot(f"{name}.svg", str(OUT)))
 
 

@@ -34,7 +34,9 @@ def wait_for(condition, timeout: float = 90.0, what: str = "") -> None:
 
 
 def history(run: Path) -> list[dict]:
-    return [orjson.loads(line) for line in (run / ".loss.json").read_bytes().splitlines() if line.strip()]
+    """Every whole line (the trainer may be writing the last one)."""
+    data = (run / ".loss.json").read_bytes()
+    return [orjson.loads(line) for line in data[:data.rfind(b"\n") + 1].splitlines() if line.strip()]
 
 
 def steps_seen(run: Path) -> int:

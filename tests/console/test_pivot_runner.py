@@ -7,21 +7,21 @@ import subprocess
 import sys
 import time
 
-from console.pivot_runner import RELAUNCH_GRACE_S, _relaunch_pending
+from console.relaunch import RELAUNCH_GRACE_S, relaunch_pending
 from tests.rundirs import DEAD_PID
 
 
 def test_a_recorded_relaunch_is_waited_for_while_it_can_still_come_up():
     now = time.time()
-    assert not _relaunch_pending(None, now)                                    # never launched
-    assert _relaunch_pending({"time": now, "pid": os.getpid()}, now)            # its process is alive
-    assert not _relaunch_pending({"time": now, "pid": DEAD_PID}, now)           # it died: launch again
-    assert _relaunch_pending({"time": now - 1}, now)                            # killed before its pid was written
-    assert not _relaunch_pending({"time": now - RELAUNCH_GRACE_S - 1}, now)     # ... long ago
-    assert _relaunch_pending({"time": now, "job_id": "42"}, now)                # a SLURM job reports in the run
+    assert not relaunch_pending(None, now)                                    # never launched
+    assert relaunch_pending({"time": now, "pid": os.getpid()}, now)            # its process is alive
+    assert not relaunch_pending({"time": now, "pid": DEAD_PID}, now)           # it died: launch again
+    assert relaunch_pending({"time": now - 1}, now)                            # killed before its pid was written
+    assert not relaunch_pending({"time": now - RELAUNCH_GRACE_S - 1}, now)     # ... long ago
+    assert relaunch_pending({"time": now, "job_id": "42"}, now)                # a SLURM job reports in the run
 
 
 def test_an_exited_child_is_not_pending():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    assert not _relaunch_pending({"time": time.time(), "pid": proc.pid}, time.time())
+    assert not relaunch_pending({"time": time.time(), "pid": proc.pid}, time.time())

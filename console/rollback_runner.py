@@ -1,0 +1,263 @@
+"""The guided rollback past a loss spike, shared by the rollback screen (``r``) and ``--rollback``.
+
+Built like the pivot (:mod:`console.pivot_runner`): a plan that writes nothing, one
+confirmation (which says what training is lost), then three steps, each checking its
+precondition and verifying its result, recorded in the rollback journal
+(``.rollback.json``) as they complete, so that a rollback interrupted anywhere is
+completed by the next ``--rollback``:
+
+1. SIGTERM: the trainer writes its final checkpoint (kept) and exits; verified gone.
+2. The checkpoint X is verified (checksum); every checkpoint after X is set aside into
+   ``archive/rollback_X_<UTC>/`` (moved, not deleted); X is then the newest.
+3. Relaunch ``andrea-train RUN_DIR --resume step_X.bin --skip-batches N`` under the launch
+   the run uses (run.toml's ``run.launch``, SLURM included); it appends a ``rollback`` event
+   and the steps from X + 1. Done when it runs verified and the event is in the history.
+
+The plan: X is ``--to STEP``'s complete checkpoint, else the newest complete checkpoint
+at least ``alerts.rollback_margin`` steps before the newest spike's start. N defaults to
+the batches from X to the spike's end, so that the resumed run draws none of the windows
+that led into the spike.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from rundir import (CheckpointInfo, ConfigError, LossHistory, checkpoint_path, inspect_checkpoint, latest_resumable,
+                    list_checkpoints, load_run_config, newest_complete_since, verify_checksum, verify_trainer)
+from rundir.atomic import atomic_write_json
+from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD, STOP_SIGNAL
+from rundir.pivot_files import read_journal as read_pivot_journal
+from rundir.rollback_files import (Loss, RollbackError, RollbackJournal, check_skip_batches, choose_checkpoint,
+                                   lost_training, read_rollback_journal, remove_rollback_journal,
+                                   set_aside_checkpoints, write_rollback_journal)
+from rundir.spikes import Spike, find_spikes
+
+from . import supervise
+from .relaunch import StepFailed, relaunch_and_wait
+
+STEP_TITLES = {
+    "1": "stop the trainer (SIGTERM)",
+    "2": "set aside the checkpoints after step X",
+    "3": "resume from step X, skipping N batches",
+}
+Report = Callable[[str, str], None]     # (step key "plan" or "1".."3", status text)
+
+
+@dataclass
+class RollbackRequest:
+    """``--to STEP`` (None: before the newest spike), ``--skip-batches N`` (None: to the
+    spike's end), and the spike detection's ``--spike-window``/``--spike-k`` (None: run.toml's)."""
+
+    to_step: int | None = None
+    skip_batches: int | None = None
+    window: int | None = None
+    k: float | None = None
+
+
+@dataclass
+class RollbackOutcome:
+    ok: bool
+    message: str
+    to_step: int | None = None
+    archive: str | None = None
+
+
+@dataclass(frozen=True)
+class RollbackProposal:
+    """What a rollback would do, before anything is changed."""
+
+    checkpoint: CheckpointInfo
+    spike: Spike | None
+    skip_batches: int
+    loss: Loss
+    margin: int
+
+    @property
+    def to_step(self) -> int:
+        return self.checkpoint.step
+
+    def describe(self) -> str:
+        why = (f"the newest spike starts at step {self.spike.start:,} (peak {self.spike.peak_loss:.4g} at step "
+               f"{self.spike.peak_step:,}, baseline {self.spike.baseline:.4g}); " if self.spike else "")
+        return (f"{why}roll back to {self.checkpoint.path.name} (step {self.to_step:,}), each arm skipping its next "
+                f"{self.skip_batches:,} batches; {self.loss.describe()}")
+
+
+def newest_spike(history: LossHistory, window: int, k: float) -> Spike | None:
+    """The newest loss spike of the history, or None."""
+    spikes = find_spikes(history.step, history.loss, window, k)
+    return spikes[-1] if spikes else None
+
+
+def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) -> RollbackProposal:
+    """Choose X and N and say what is lost; reads only. Raises :class:`RollbackError` (or
+    ``ConfigError``) saying why there is nothing to roll back to."""
+    run_dir = Path(run_dir)
+    alerts = load_run_config(run_dir).alerts
+    history = LossHistory(run_dir / LOSS_JSON)
+    history.refresh()
+    spike = newest_spike(history, request.window or alerts.window, request.k or alerts.k)
+    if request.to_step is not None and (isinstance(request.to_step, bool) or request.to_step < 0):
+        raise RollbackError(f"--to {request.to_step!r}: expected a step number >= 0")
+    info = choose_checkpoint(list_checkpoints(run_dir), spike_start=spike.start if spike else None,
+                             margin=alerts.rollback_margin, to_step=request.to_step)
+    last = history.last_step
+    if last is None or last <= info.step:
+        raise RollbackError(f"the history's newest step is {last}: nothing after step {info.step} to roll back")
+    if request.skip_batches is not None:
+        skip = check_skip_batches(request.skip_batches)
+    else:
+        skip = spike.end - info.step if spike is not None and spike.end > info.step else 0
+    tokens = (info.sidecar or {}).get("tokens_seen")
+    loss = lost_training(history, info.step, tokens if isinstance(tokens, int) else None)
+    return RollbackProposal(info, spike, skip, loss, alerts.rollback_margin)
+
+
+class RollbackRunner:
+    """Runs (or completes) one rollback. ``confirm`` is asked once, before anything changes,
+    with the proposal; ``report`` receives a live status line per step; ``cancelled`` is
+    polled while waiting."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], request: RollbackRequest, *,
+                 confirm: Callable[[str], bool], report: Report, timeout: float = 300.0,
+                 cancelled: Callable[[], bool] = lambda: False):
+        self.run_dir = Path(run_dir)
+        self.request = request
+        self.confirm = confirm
+        self.report = report
+        self.timeout = timeout
+        self.cancelled = cancelled
+
+    def run(self) -> RollbackOutcome:
+        try:
+            return self._run()
+        except (StepFailed, RollbackError, ConfigError) as err:
+            return RollbackOutcome(False, str(err))
+
+    def _run(self) -> RollbackOutcome:
+        journal = self._plan()
+        if journal is None:
+            return RollbackOutcome(False, "cancelled: nothing changed (training goes on)")
+        if not journal.done("stopped"):
+            self._stop(journal)
+        if not journal.done("set_aside"):
+            self._set_aside(journal)
+        self._resume(journal)
+        return RollbackOutcome(True, f"rollback complete: the trainer resumed from step {journal.to_step} skipping "
+                                     f"{journal.skip_batches} batches per arm; checkpoints after it in "
+                                     f"{journal.archive}/", journal.to_step, journal.archive)
+
+    def _plan(self) -> RollbackJournal | None:
+        journal, error = read_rollback_journal(self.run_dir)
+        if error:
+            raise StepFailed(f"{error}; remove it to start a new rollback")
+        if journal is not None:
+            asked = self.request
+            if (asked.to_step is not None and asked.to_step != journal.to_step) or \
+                    (asked.skip_batches is not None and asked.skip_batches != journal.skip_batches):
+                raise StepFailed(f"an interrupted rollback to step {journal.to_step} (skipping {journal.skip_batches} "
+                                 f"batches; last completed stage: {journal.stage}) is pending: run --rollback "
+                                 "again without --to and --skip-batches to complete it")
+            self.report("plan", f"completing the interrupted rollback to step {journal.to_step} (last completed "
+                                f"stage: {journal.stage})")
+            return journal
+        pivot, pivot_error = read_pivot_journal(self.run_dir)
+        if pivot is not None or pivot_error:
+            raise StepFailed("a polish pivot is unfinished: complete it (--pivot) or roll it back (--pivot-rollback) "
+                             "first; nothing changed")
+        proposal = propose_rollback(self.run_dir, self.request)
+        self.report("plan", proposal.describe())
+        if not self.confirm(f"Roll back to step {proposal.to_step:,}, skipping {proposal.skip_batches:,} batches "
+                            f"per arm? {proposal.loss.describe()}."):
+            return None
+        journal = RollbackJournal(stage="planned", started=time.time(), to_step=proposal.to_step,
+                                  skip_batches=proposal.skip_batches,
+                                  spike=proposal.spike.to_dict() if proposal.spike else None)
+        journal.advance("planned", proposal.describe())
+        write_rollback_journal(self.run_dir, journal)
+        return journal
+
+    def _stop(self, journal: RollbackJournal) -> None:
+        v = verify_trainer(self.run_dir)
+        if v.ok:
+            self.report("1", "SIGTERM sent; waiting for the final checkpoint and the exit ...")
+            sent = supervise.send(self.run_dir, STOP_SIGNAL)
+            if not sent.ok:
+                raise StepFailed(f"step 1: {sent.message}")
+            exited, description = supervise.wait_for_exit(self.run_dir, sent, self.timeout, cancelled=self.cancelled)
+            if not exited:
+                raise StepFailed(f"step 1: {description}; run --rollback again to continue")
+            final = newest_complete_since(self.run_dir, sent.baseline)
+            journal.final_step = final.step if final is not None else None
+        elif v.state in ("stopped", "stale"):
+            self.report("1", "no trainer running: nothing to stop")
+        else:
+            raise StepFailed(f"step 1: {supervise.refusal(v)}; the rollback never signals an unverified process")
+        if verify_trainer(self.run_dir).ok:                    # verified: nothing trains the run now
+            raise StepFailed("step 1: a trainer runs the directory again; run --rollback again to continue")
+        history = LossHistory(self.run_dir / LOSS_JSON)
+        history.refresh()
+        journal.from_step = history.last_step
+        journal.advance("stopped", f"newest step {journal.from_step}, final checkpoint {journal.final_step}")
+        write_rollback_journal(self.run_dir, journal)
+        final = f"; its final checkpoint at step {journal.final_step} is kept" if journal.final_step is not None else ""
+        self.report("1", f"stopped at step {journal.from_step}{final}")
+
+    def _set_aside(self, journal: RollbackJournal) -> None:
+        x = journal.to_step
+        target = inspect_checkpoint(checkpoint_path(self.run_dir, x))
+        problem = target.reason if target.status != "complete" else verify_checksum(target)
+        if problem:
+            raise StepFailed(f"step 2: {target.path.name} cannot be resumed from ({problem}); nothing was moved; "
+                             "the trainer is stopped: restart it with andrea-console --start")
+        dest = set_aside_checkpoints(self.run_dir, journal)
+        newest = latest_resumable(self.run_dir)
+        if newest is None or newest.step != x:                  # verified: X is now the newest
+            raise StepFailed(f"step 2: after setting aside, the newest checkpoint is "
+                             f"{newest.path.name if newest else 'none'}, not step {x}; run --rollback again")
+        journal.advance("set_aside", str(dest.relative_to(self.run_dir)))
+        write_rollback_journal(self.run_dir, journal)
+        moved = ", ".join(str(s) for s in journal.set_aside) or "none"
+        self.report("2", f"checkpoints after step {x} (steps {moved}) moved to {journal.archive}/")
+
+    def _resume(self, journal: RollbackJournal) -> None:
+        checkpoint = checkpoint_path(self.run_dir, journal.to_step)
+        relaunch_and_wait(self.run_dir, journal, lambda: write_rollback_journal(self.run_dir, journal),
+                          ["--resume", str(checkpoint), "--skip-batches", str(journal.skip_batches)],
+                          arrived=lambda history: rollback_event(history, journal) is not None,
+                          report=lambda text: self.report("3", text),
+                          launching=f"launching the trainer from {checkpoint.name} skipping "
+                                    f"{journal.skip_batches} batches per arm ...",
+                          awaited="the rollback", step="step 3", timeout=self.timeout, cancelled=self.cancelled,
+                          retry="run --rollback again to retry step 3")
+        journal.advance("resumed", f"trainer running from step {journal.to_step}")
+        atomic_write_json(self.run_dir / journal.archive / ROLLBACK_RECORD,
+                          {**journal.to_dict(), "finished": time.time()})
+        remove_rollback_journal(self.run_dir)
+        self.report("3", f"running again from step {journal.to_step}")
+
+
+def rollback_event(history: LossHistory, journal: RollbackJournal) -> Any:
+    """The ``rollback`` event the trainer wrote for this journal (same archive, step and
+    skip), or None."""
+    for ev in reversed(history.events):
+        if ev.event == EVENT_ROLLBACK and ev.data.get("archive") == journal.archive:
+            if ev.data.get("to_step") == journal.to_step and ev.data.get("skip_batches") == journal.skip_batches:
+                return ev
+    return None
+
+
+def pending_rollback(run_dir: str | os.PathLike[str]) -> str | None:
+    """A one-line description of an interrupted rollback, for the dashboard, or None."""
+    journal, error = read_rollback_journal(run_dir)
+    if error:
+        return error
+    if journal is None:
+        return None
+    return (f"a rollback to step {journal.to_step} is unfinished (last completed stage: {journal.stage}); "
+            "r or --rollback completes it")

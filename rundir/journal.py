@@ -1,0 +1,70 @@
+"""Journals of the guided operations (the polish pivot, the rollback): how far one got.
+
+Each operation is a sequence of stages; its journal (a dataclass, one file in the run
+directory named in :mod:`rundir.layout`) is written atomically after every stage, so
+that an operation interrupted anywhere (the console killed, the operator cancelling,
+the trainer dying) is found by the next attempt and completed from where it stopped.
+A journal subclass declares its ``FILE``, its ``STAGES`` in order and what it is
+(``WHAT``, for messages), and has ``stage`` and ``log`` fields.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from .atomic import atomic_write_json
+from .safe_read import JOURNAL_MAX, read_json_object
+
+J = TypeVar("J", bound="StagedJournal")
+
+
+class StagedJournal:
+    """The stage bookkeeping every journal shares; ``stage`` is the last one completed."""
+
+    FILE: ClassVar[str]
+    STAGES: ClassVar[tuple[str, ...]]
+    WHAT: ClassVar[str]
+    stage: str
+    log: list[dict[str, Any]]
+
+    def advance(self, stage: str, note: str = "", now: float | None = None) -> None:
+        if stage not in self.STAGES:
+            raise ValueError(f"unknown {self.WHAT} stage {stage!r}")
+        self.stage = stage
+        self.log.append({"stage": stage, "time": time.time() if now is None else now, "note": note})
+
+    def done(self, stage: str) -> bool:
+        """Whether ``stage`` has been completed."""
+        return self.STAGES.index(self.stage) >= self.STAGES.index(stage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)      # type: ignore[call-overload]   (subclasses are dataclasses)
+
+
+def read_staged(run_dir: str | os.PathLike[str], cls: type[J]) -> tuple[J | None, str | None]:
+    """``(journal, None)``, ``(None, None)`` when none is under way, or ``(None, reason)``."""
+    read = read_json_object(Path(run_dir) / cls.FILE, JOURNAL_MAX)
+    if read.missing:
+        return None, None
+    if not read.ok:
+        return None, f"{cls.FILE}: unreadable ({read.error})"
+    try:
+        journal = cls(**read.value)
+        if journal.stage not in cls.STAGES:
+            raise ValueError(f"unknown stage {journal.stage!r}")
+    except (TypeError, ValueError) as err:
+        return None, f"{cls.FILE}: malformed ({err})"
+    return journal, None
+
+
+def write_staged(run_dir: str | os.PathLike[str], journal: StagedJournal) -> None:
+    """The journal, atomically (temp + rename)."""
+    atomic_write_json(Path(run_dir) / journal.FILE, journal.to_dict())
+
+
+def remove_staged(run_dir: str | os.PathLike[str], cls: type[StagedJournal]) -> None:
+    (Path(run_dir) / cls.FILE).unlink(missing_ok=True)

@@ -1,0 +1,87 @@
+"""``--rollback`` on generated run directories: what it proposes, what it refuses, and a
+cancel or a failed resume that changes nothing it should not."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.rollback_runner import RollbackRequest, propose_rollback
+from rundir.layout import LOSS_JSON, ROLLBACK_JOURNAL
+from rundir.rollback_files import RollbackError, read_rollback_journal
+from tests.console.test_cli import console
+from tests.trainer.trainer_runs import snapshot
+
+SPIKY = dict(steps=600, checkpoints=(100, 200, 300, 400, 500), spikes={450: 30.0, 451: 40.0, 452: 35.0})
+
+
+def test_the_proposal_is_the_checkpoint_margin_steps_before_the_newest_spike(make_run_dir):
+    run = make_run_dir(**SPIKY)
+    proposal = propose_rollback(run, RollbackRequest())
+    assert (proposal.spike.start, proposal.spike.end) == (450, 452)
+    assert proposal.to_step == 300 and proposal.margin == 100
+    assert proposal.skip_batches == 452 - 300             # every batch up to the spike's end
+    assert proposal.loss.steps == 300
+    text = proposal.describe()
+    assert "the newest spike starts at step 450" in text and "roll back to step_000300.bin" in text
+    chosen = propose_rollback(run, RollbackRequest(to_step=400, skip_batches=7))
+    assert (chosen.to_step, chosen.skip_batches) == (400, 7)
+    with pytest.raises(RollbackError, match="nothing after step 500"):
+        propose_rollback(make_run_dir("short", steps=500, checkpoints=(100, 500)), RollbackRequest(to_step=500))
+
+
+@pytest.mark.parametrize("flags, code, message", [
+    ((), 1, "no loss spike in the history and no --to STEP"),
+    (("--to", "250"), 1, "--to 250: there is no complete checkpoint at step 250"),
+    (("--to", "-5"), 2, "--to -5: expected a step number >= 0"),
+    (("--skip-batches", "-1"), 2, "--skip-batches -1: expected a number of batches >= 0"),
+    (("--to", "200", "--skip-batches", "2000000"), 1, "--skip-batches 2000000: expected a whole number"),
+])
+def test_refusals_change_nothing(make_run_dir, flags, code, message):
+    run = make_run_dir()
+    before = snapshot(run)
+    r = console(run, "--rollback", "--yes", *flags)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert snapshot(run) == before
+
+
+def test_no_checkpoint_early_enough_is_refused(make_run_dir):
+    run = make_run_dir(steps=300, checkpoints=(100, 200, 300), spikes={150: 30.0})
+    r = console(run, "--rollback", "--yes")
+    assert r.returncode == 1
+    assert "no complete checkpoint at least 100 steps (alerts.rollback_margin) before the spike at step 150" in r.stderr
+
+
+def test_flags_of_rollback_alone_are_usage_errors(make_run_dir):
+    run = make_run_dir()
+    for flags in (("--to", "100"), ("--skip-batches", "3"), ("--rollback", "--once")):
+        r = console(run, *flags)
+        assert r.returncode == 2, flags
+
+
+def test_not_confirmed_changes_nothing(make_run_dir):
+    run = make_run_dir(**SPIKY)
+    before = snapshot(run)
+    r = console(run, "--rollback")                        # no terminal to ask, no --yes
+    assert r.returncode == 1 and "Not confirmed" in r.stderr and "cancelled: nothing changed" in r.stderr
+    assert "[plan]" in r.stdout and "roll back to step_000300.bin" in r.stdout
+    assert snapshot(run) == before and not (run / ROLLBACK_JOURNAL).exists()
+
+
+def test_a_resume_the_trainer_refuses_is_reported_and_pending(make_run_dir):
+    """Generated checkpoints are no real model: steps 1-2 run, step 3 fails with the
+    trainer's reason, and the journal keeps the rollback pending for the next attempt."""
+    run = make_run_dir(**SPIKY)
+    history = (run / LOSS_JSON).read_bytes()
+    r = console(run, "--rollback", "--yes", "--timeout", "60", timeout=120)
+    assert r.returncode == 1 and "step 3: the trainer exited with code 2 instead of resuming" in r.stderr
+    assert "[1] stop the trainer (SIGTERM): no trainer running" in r.stdout
+    journal, _ = read_rollback_journal(run)
+    assert journal.stage == "set_aside" and journal.to_step == 300 and journal.set_aside == [400, 500]
+    assert (run / LOSS_JSON).read_bytes() == history
+    assert not (run / "step_000400.bin").exists() and (run / journal.archive / "step_000400.bin").exists()
+    once = console(run, "--once")
+    assert "a rollback to step 300 is unfinished (last completed stage: set_aside); r or --rollback completes it" \
+        in once.stdout
+    r = console(run, "--rollback", "--to", "200", "--yes")
+    assert r.returncode == 1 and "an interrupted rollback to step 300" in r.stderr
