@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                      EXIT_USAGE)
     if (args.cap or args.floor or args.drop) and not args.pivot or args.yes and not (args.pivot or args.rollback):
         return _fail("--cap, --floor, --drop and --yes go with --pivot (--yes also with --rollback)", EXIT_USAGE)
+    if (args.to is not None or args.skip_batches is not None) and not args.rollback:
+        return _fail("--to and --skip-batches go with --rollback", EXIT_USAGE)
     bad_path = run_dir_problem(run_dir, may_create=args.start)
     if bad_path:
         return _fail(bad_path, EXIT_USAGE)
@@ -171,8 +173,6 @@ def main(argv: list[str] | None = None) -> int:
         return _report(run_dir, args)
     if args.checkpoint or args.stop:
         return _signal(run_dir, args)
-    if (args.to is not None or args.skip_batches is not None) and not args.rollback:
-        return _fail("--to and --skip-batches go with --rollback", EXIT_USAGE)
     if args.rollback:
         return _rollback(run_dir, args)
     if args.pivot or args.pivot_rollback:
