@@ -24,7 +24,7 @@ NOTICE_STYLES = {"good": "green", "warn": "yellow", "error": "bold red", "action
 
 class OverviewScreen(Screen):
     BINDINGS = [
-        Binding("enter", "open_run", "open"),
+        Binding("enter", "open_run", "open", priority=True),   # before the table's own Enter
         Binding("space", "mark", "mark"),
         Binding("v", "compare", "compare marked"),
     ]

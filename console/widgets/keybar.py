@@ -11,6 +11,11 @@ from textual import events
 from textual.widgets import Static
 
 
+# Kept in the bar at any width: the keys that act on the run, quitting, and the help that
+# lists every other key.
+ESSENTIAL_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "quit", "help", "open_run", "back"})
+
+
 class KeyBar(Static):
     COMPONENT_CLASSES = {"key-bar--key", "key-bar--description"}
     DEFAULT_CSS = """
@@ -39,19 +44,31 @@ class KeyBar(Static):
     def draw(self) -> None:
         key_style = self.get_component_rich_style("key-bar--key")
         description_style = self.get_component_rich_style("key-bar--description")
+        shown = [(key, active.binding) for key, active in self.screen.active_bindings.items() if active.binding.show]
+        width = self.size.width
+
+        def length(entries, gap: int) -> int:
+            return sum(len(self.app.get_key_display(b)) + 1 + len(b.description) + gap for _, b in entries)
+
+        # At 80 columns the keys are closer together; where even that does not fit, the
+        # optional ones go, newest first, so that the essential ones (and ``? help``, which
+        # lists them all) stay in view.
+        gap = 2 if length(shown, 2) <= width else 1
+        while length(shown, gap) > width:
+            optional = [i for i, (_, b) in enumerate(shown) if b.action not in ESSENTIAL_ACTIONS]
+            if not optional:
+                break
+            del shown[optional[-1]]
         self.keys = []
         text = Text(no_wrap=True, overflow="ellipsis")
-        for key, active in self.screen.active_bindings.items():
-            binding = active.binding
-            if not binding.show:
-                continue
+        for key, binding in shown:
             start = len(text)
             text.append(self.app.get_key_display(binding), style=key_style)
             text.append(f" {binding.description}", style=description_style)
             self.keys.append((start, len(text), key))
-            text.append("  ")
+            text.append(" " * gap)
         for keys, what in self.hints:
-            if len(text) + len(keys) + len(what) + 1 > self.size.width:
+            if len(text) + len(keys) + len(what) + 1 > width:
                 break
             text.append(keys, style=key_style)
             text.append(f" {what}", style=description_style)
