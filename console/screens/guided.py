@@ -1,9 +1,10 @@
 """What the guided operations' screens (the polish pivot ``p``, the rollback ``r``) share.
 
 Each runs its runner in a thread worker and shows its outcome under the steps; this
-base holds the parts that are the same for both: asking the operator on the UI thread
-while the runner's thread waits for the answer, showing the outcome, refusing to close
-while the operation runs, and Enter in a field starting it.
+base holds the parts that are the same for both: starting it once (its fields locked),
+asking the operator on the UI thread while the runner's thread waits for the answer,
+showing the outcome, refusing to close while the operation runs, and Enter in a field
+starting it.
 """
 
 from __future__ import annotations
@@ -24,17 +25,32 @@ OutcomeT = TypeVar("OutcomeT")
 
 class GuidedOperationScreen(Screen[OutcomeT]):
     """A subclass sets ``WHAT`` (the operation, for messages), ``OUTCOME_ID`` (the Static
-    the outcome goes in) and ``CONFIRM_DETAIL`` (what follows a yes), keeps ``running`` and
-    ``outcome``, and implements ``action_start``."""
+    the outcome goes in), ``CONFIRM_DETAIL`` (what follows a yes) and ``INPUTS`` (a selector
+    of the fields locked once it starts), keeps ``request`` (None: not ready to start),
+    ``running`` and ``outcome``, and implements ``run_operation`` (its thread worker)."""
 
     WHAT: ClassVar[str]
     OUTCOME_ID: ClassVar[str]
     CONFIRM_DETAIL: ClassVar[str]
+    INPUTS: ClassVar[str]
+    request: Any
     running: bool
     outcome: Any
 
-    def action_start(self) -> None:
+    def run_operation(self, request: Any) -> None:
         raise NotImplementedError
+
+    def action_start(self) -> None:
+        """Run the operation with the request (the bell when it is not ready); once only."""
+        if self.running or self.outcome is not None:
+            return
+        if self.request is None:
+            self.app.bell()
+            return
+        self.running = True
+        for widget in self.query(self.INPUTS):
+            widget.disabled = True
+        self.run_operation(self.request)
 
     def _confirm_from_thread(self, question: str) -> bool:
         """Ask on the UI thread and wait here (the runner's thread) for the answer."""

@@ -44,6 +44,7 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
     WHAT = "pivot"
     OUTCOME_ID = "pivot-outcome"
     CONFIRM_DETAIL = "Steps 3-6 follow at once: archive, new run.toml, resume with a fresh bandit."
+    INPUTS = "Input, Checkbox"
 
     BINDINGS = [
         Binding("ctrl+s", "start", "start pivot", priority=True),
@@ -163,19 +164,9 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
                            f"{sum(caps.values()):.3g}{dropped}. ctrl+s starts the pivot.", style="green"))
 
     # -- running -------------------------------------------------------------------
-    def action_start(self) -> None:
-        if self.running or self.outcome is not None:
-            return
-        if self.request is None:
-            self.app.bell()
-            return
-        self.running = True
-        for widget in self.query("Input, Checkbox"):
-            widget.disabled = True
-        self.run_pivot(self.request)
-
     @work(thread=True, exclusive=True, group="pivot", exit_on_error=False)
-    def run_pivot(self, request: PivotRequest) -> None:
+    def run_operation(self, request: PivotRequest) -> None:
+        """The pivot runner, in this thread worker; its steps and outcome come back as messages."""
         worker = get_current_worker()
         runner = PivotRunner(self.run_dir, request, confirm=self._confirm_from_thread,
                              report=lambda key, text: self.post_message(PivotProgress(key, text)),

@@ -38,6 +38,7 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
     OUTCOME_ID = "rollback-outcome"
     CONFIRM_DETAIL = ("The trainer is stopped (its final checkpoint is kept), the checkpoints after the step are "
                       "set aside into archive/, and training resumes from the step.")
+    INPUTS = "Input"
 
     BINDINGS = [
         Binding("ctrl+s", "start", "start rollback", priority=True),
@@ -124,19 +125,9 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
                                                request=request))
 
     # -- running ---------------------------------------------------------------------
-    def action_start(self) -> None:
-        if self.running or self.outcome is not None:
-            return
-        if self.request is None:
-            self.app.bell()
-            return
-        self.running = True
-        for widget in self.query(Input):
-            widget.disabled = True
-        self.run_rollback(self.request)
-
     @work(thread=True, exclusive=True, group="rollback", exit_on_error=False)
-    def run_rollback(self, request: RollbackRequest) -> None:
+    def run_operation(self, request: RollbackRequest) -> None:
+        """The rollback runner, in this thread worker; its steps and outcome come back as messages."""
         worker = get_current_worker()
         runner = RollbackRunner(self.run_dir, request, confirm=self._confirm_from_thread,
                                 report=lambda key, text: self.post_message(RollbackProgress(key, text)),
