@@ -23,16 +23,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from rundir import (ConfigError, LossHistory, RunConfig, checkpoint_path, latest_resumable, load_run_config,
                     newest_complete_since, verify_trainer)
-from rundir.atomic import atomic_write_json
-from rundir.layout import CHECKPOINT_SIGNAL, LOSS_JSON, PIVOT_RECORD, STOP_SIGNAL
+from rundir.layout import CHECKPOINT_SIGNAL, LOSS_JSON, PIVOT_RECORD
 from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, plan_policy, policy_text,
                                 read_journal, remove_journal, rollback_archive, write_journal, write_new_policy)
 
 from . import supervise
+from .guided_runner import JournalledRunner
 from .relaunch import StepFailed, relaunch_and_wait
 
 STEP_TITLES = {
@@ -66,32 +65,17 @@ class PivotOutcome:
     archive: str | None = None
 
 
-Report = Callable[[str, str], None]     # (step key "plan" or "1".."6", status text)
-
-
 class PivotFailed(StepFailed):
     """A step could not complete; the message says which and what state the run is in."""
 
 
-class PivotRunner:
+class PivotRunner(JournalledRunner):
     """Runs (or resumes) one pivot. ``confirm`` is asked before the trainer is stopped;
     ``report`` receives a live status line per step; ``cancelled`` is polled while waiting."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], request: PivotRequest, *,
-                 confirm: Callable[[str], bool], report: Report, timeout: float = 300.0,
-                 cancelled: Callable[[], bool] = lambda: False):
-        self.run_dir = Path(run_dir)
-        self.request = request
-        self.confirm = confirm
-        self.report = report
-        self.timeout = timeout
-        self.cancelled = cancelled
-
-    def run(self) -> PivotOutcome:
-        try:
-            return self._run()
-        except (StepFailed, PivotError, ConfigError) as err:
-            return PivotOutcome(False, str(err))
+    OUTCOME = PivotOutcome
+    FAILURES = (StepFailed, PivotError, ConfigError)
+    request: PivotRequest
 
     # -- the sequence ----------------------------------------------------------------
     def _run(self) -> PivotOutcome:
@@ -170,13 +154,7 @@ class PivotRunner:
             if not self.confirm(f"Stop trainer pid {v.record.pid}? It writes its final checkpoint and exits."):
                 self.report("2", "cancelled: the trainer keeps running")
                 return False
-            self.report("2", "SIGTERM sent; waiting for the final checkpoint and the exit ...")
-            sent = supervise.send(self.run_dir, STOP_SIGNAL)
-            if not sent.ok:
-                raise PivotFailed(f"step 2: {sent.message}")
-            exited, description = supervise.wait_for_exit(self.run_dir, sent, self.timeout, cancelled=self.cancelled)
-            if not exited:
-                raise PivotFailed(f"step 2: {description}")
+            sent, description = self._send_stop_and_wait("2", PivotFailed)
             final = newest_complete_since(self.run_dir, sent.baseline)
             if final is None:
                 raise PivotFailed(f"step 2: the trainer died instead of checkpointing ({description}); "
@@ -205,10 +183,7 @@ class PivotRunner:
                           launching=f"launching the trainer from {checkpoint.name} with a fresh bandit ...",
                           awaited="the pivot", step="step 6", timeout=self.timeout, cancelled=self.cancelled,
                           retry="run the pivot again to retry step 6, or roll it back with --pivot-rollback")
-        journal.advance("resumed", f"trainer running from step {p}")
-        atomic_write_json(self.run_dir / journal.archive / PIVOT_RECORD,
-                          {**journal.to_dict(), "finished": time.time()})
-        remove_journal(self.run_dir)
+        self._file_finished_journal(journal, PIVOT_RECORD, p)
         self.report("6", f"running again from step {p}, bandit fresh under the new policy")
 
 

@@ -25,19 +25,19 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rundir import (CheckpointInfo, ConfigError, LossHistory, checkpoint_path, inspect_checkpoint, latest_resumable,
                     list_checkpoints, load_run_config, newest_complete_since, verify_checksum, verify_trainer)
-from rundir.atomic import atomic_write_json
-from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD, STOP_SIGNAL
+from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD
 from rundir.pivot_files import read_journal as read_pivot_journal
 from rundir.rollback_files import (Loss, RollbackError, RollbackJournal, check_skip_batches, choose_checkpoint,
-                                   lost_training, read_rollback_journal, remove_rollback_journal,
-                                   set_aside_checkpoints, write_rollback_journal)
+                                   lost_training, read_rollback_journal, set_aside_checkpoints,
+                                   write_rollback_journal)
 from rundir.spikes import Spike, find_spikes
 
 from . import supervise
+from .guided_runner import JournalledRunner
 from .relaunch import StepFailed, relaunch_and_wait
 
 STEP_TITLES = {
@@ -45,7 +45,6 @@ STEP_TITLES = {
     "2": "set aside the checkpoints after step X",
     "3": "resume from step X, skipping N batches",
 }
-Report = Callable[[str, str], None]     # (step key "plan" or "1".."3", status text)
 
 
 @dataclass
@@ -118,26 +117,14 @@ def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) 
     return RollbackProposal(info, spike, skip, loss, alerts.rollback_margin)
 
 
-class RollbackRunner:
+class RollbackRunner(JournalledRunner):
     """Runs (or completes) one rollback. ``confirm`` is asked once, before anything changes,
     with the proposal; ``report`` receives a live status line per step; ``cancelled`` is
     polled while waiting."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], request: RollbackRequest, *,
-                 confirm: Callable[[str], bool], report: Report, timeout: float = 300.0,
-                 cancelled: Callable[[], bool] = lambda: False):
-        self.run_dir = Path(run_dir)
-        self.request = request
-        self.confirm = confirm
-        self.report = report
-        self.timeout = timeout
-        self.cancelled = cancelled
-
-    def run(self) -> RollbackOutcome:
-        try:
-            return self._run()
-        except (StepFailed, RollbackError, ConfigError) as err:
-            return RollbackOutcome(False, str(err))
+    OUTCOME = RollbackOutcome
+    FAILURES = (StepFailed, RollbackError, ConfigError)
+    request: RollbackRequest
 
     def _run(self) -> RollbackOutcome:
         journal = self._plan()
@@ -185,13 +172,7 @@ class RollbackRunner:
     def _stop(self, journal: RollbackJournal) -> None:
         v = verify_trainer(self.run_dir)
         if v.ok:
-            self.report("1", "SIGTERM sent; waiting for the final checkpoint and the exit ...")
-            sent = supervise.send(self.run_dir, STOP_SIGNAL)
-            if not sent.ok:
-                raise StepFailed(f"step 1: {sent.message}")
-            exited, description = supervise.wait_for_exit(self.run_dir, sent, self.timeout, cancelled=self.cancelled)
-            if not exited:
-                raise StepFailed(f"step 1: {description}; run --rollback again to continue")
+            sent, _ = self._send_stop_and_wait("1", after_timeout="; run --rollback again to continue")
             final = newest_complete_since(self.run_dir, sent.baseline)
             journal.final_step = final.step if final is not None else None
         elif v.state in ("stopped", "stale"):
@@ -235,10 +216,7 @@ class RollbackRunner:
                                     f"{journal.skip_batches} batches per arm ...",
                           awaited="the rollback", step="step 3", timeout=self.timeout, cancelled=self.cancelled,
                           retry="run --rollback again to retry step 3")
-        journal.advance("resumed", f"trainer running from step {journal.to_step}")
-        atomic_write_json(self.run_dir / journal.archive / ROLLBACK_RECORD,
-                          {**journal.to_dict(), "finished": time.time()})
-        remove_rollback_journal(self.run_dir)
+        self._file_finished_journal(journal, ROLLBACK_RECORD, journal.to_step)
         self.report("3", f"running again from step {journal.to_step}")
 
 

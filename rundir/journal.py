@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from .atomic import atomic_write_json
+from .layout import ARCHIVE_DIR
 from .safe_read import JOURNAL_MAX, read_json_object
 
 J = TypeVar("J", bound="StagedJournal")
@@ -68,3 +69,32 @@ def write_staged(run_dir: str | os.PathLike[str], journal: StagedJournal) -> Non
 
 def remove_staged(run_dir: str | os.PathLike[str], cls: type[StagedJournal]) -> None:
     (Path(run_dir) / cls.FILE).unlink(missing_ok=True)
+
+
+def checked_archive_dir(run_dir: Path, root: Path, archive: str, error: type[Exception]) -> Path:
+    """``run_dir / archive``, created if absent, after checking that it names a directory
+    right under ``root`` (the run's ``archive/``) and is not a symbolic link; raises
+    ``error`` (the operation's own exception) saying which check failed."""
+    dest = run_dir / archive
+    if dest.parent != root or ".." in Path(archive).parts:
+        raise error(f"archive path {archive!r} is not under {ARCHIVE_DIR}/")
+    if dest.is_symlink():
+        raise error(f"{dest} is a symbolic link: refusing to archive into it")
+    dest.mkdir(exist_ok=True)
+    return dest
+
+
+def list_archived_records(run_dir: str | os.PathLike[str], prefix: str, record: str) -> list[dict[str, Any]]:
+    """The ``record`` file of each ``archive/<prefix>*`` directory (oldest first), each with
+    its ``path`` relative to the run directory; an unreadable record gives ``{"error"}``."""
+    root = Path(run_dir) / ARCHIVE_DIR
+    out: list[dict[str, Any]] = []
+    try:
+        entries = sorted(p for p in root.iterdir() if p.name.startswith(prefix) and p.is_dir())
+    except OSError:
+        return out
+    for entry in entries:
+        read = read_json_object(entry / record, JOURNAL_MAX)
+        data = read.value if read.ok else {"error": read.error}
+        out.append({**data, "path": str(entry.relative_to(run_dir))})
+    return out

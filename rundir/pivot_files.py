@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-
 from .atomic import atomic_write_bytes, atomic_write_json, fsync_dir
 from .config import ArmConfig, ConfigError, RunConfig, dump_run_config, validate_policy
-from .journal import StagedJournal, read_staged, remove_staged, write_staged
-from .safe_read import JOURNAL_MAX, read_json_object
+from .journal import (StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged,
+                      write_staged)
 from .layout import (ARCHIVE_DIR, PIVOT_ARCHIVE_PREFIX, PIVOT_JOURNAL, PIVOT_RECORD, RUN_TOML, SAMPLES_JSON,
                      STATE_JSON, pivot_archive_name)
 
@@ -150,13 +149,7 @@ def archive_sidecars(run_dir: str | os.PathLike[str], journal: PivotJournal, now
     if journal.archive is None:
         journal.archive = pivot_archive_name(journal.final_step, utc_stamp(now))
         write_journal(run_dir, journal)       # record the name before anything moves
-    root = archive_root(run_dir)
-    dest = run_dir / journal.archive
-    if dest.parent != root or ".." in Path(journal.archive).parts:
-        raise PivotError(f"archive path {journal.archive!r} is not under {ARCHIVE_DIR}/")
-    if dest.is_symlink():
-        raise PivotError(f"{dest} is a symbolic link: refusing to archive into it")
-    dest.mkdir(exist_ok=True)
+    dest = checked_archive_dir(run_dir, archive_root(run_dir), journal.archive, PivotError)
     archived = []
     for name in ARCHIVED_FILES:
         if sources[name] is not None:
@@ -208,14 +201,4 @@ def rollback_archive(run_dir: str | os.PathLike[str], journal: PivotJournal) -> 
 
 def list_pivots(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every finished or archived pivot: ``pivot.json`` of each ``archive/pivot_*`` (oldest first)."""
-    root = Path(run_dir) / ARCHIVE_DIR
-    out = []
-    try:
-        entries = sorted(p for p in root.iterdir() if p.name.startswith(PIVOT_ARCHIVE_PREFIX) and p.is_dir())
-    except OSError:
-        return out
-    for entry in entries:
-        read = read_json_object(entry / PIVOT_RECORD, JOURNAL_MAX)
-        data = read.value if read.ok else {"error": read.error}
-        out.append({**data, "path": str(entry.relative_to(run_dir))})
-    return out
+    return list_archived_records(run_dir, PIVOT_ARCHIVE_PREFIX, PIVOT_RECORD)

@@ -23,10 +23,10 @@ import numpy as np
 from .atomic import atomic_write_json, fsync_dir
 from .checkpoint import CheckpointInfo, list_checkpoints, sidecar_path
 from .history import LossHistory
-from .journal import StagedJournal, read_staged, remove_staged, write_staged
-from .layout import ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, ARCHIVE_DIR, rollback_archive_name
+from .journal import (StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged,
+                      write_staged)
+from .layout import ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, rollback_archive_name
 from .pivot_files import PivotError, archive_root, regular_file_or_none, utc_stamp
-from .safe_read import JOURNAL_MAX, read_json_object
 
 # The stages in order; a journal's ``stage`` is the last one completed.
 STAGES = ("planned", "stopped", "set_aside", "resumed")
@@ -160,13 +160,7 @@ def set_aside_checkpoints(run_dir: str | os.PathLike[str], journal: RollbackJour
     if journal.archive is None:
         journal.archive = rollback_archive_name(journal.to_step, utc_stamp(now))
         write_rollback_journal(run_dir, journal)      # record the name before anything moves
-    root = archive_root(run_dir)
-    dest = run_dir / journal.archive
-    if dest.parent != root or ".." in Path(journal.archive).parts:
-        raise RollbackError(f"archive path {journal.archive!r} is not under {ARCHIVE_DIR}/")
-    if dest.is_symlink():
-        raise RollbackError(f"{dest} is a symbolic link: refusing to archive into it")
-    dest.mkdir(exist_ok=True)
+    dest = checked_archive_dir(run_dir, archive_root(run_dir), journal.archive, RollbackError)
     moved = set(journal.set_aside)
     for info in list_checkpoints(run_dir):
         if info.step <= journal.to_step:
@@ -188,14 +182,4 @@ def set_aside_checkpoints(run_dir: str | os.PathLike[str], journal: RollbackJour
 
 def list_rollbacks(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every finished or set-aside rollback: ``rollback.json`` of each ``archive/rollback_*`` (oldest first)."""
-    root = Path(run_dir) / ARCHIVE_DIR
-    out = []
-    try:
-        entries = sorted(p for p in root.iterdir() if p.name.startswith(ROLLBACK_ARCHIVE_PREFIX) and p.is_dir())
-    except OSError:
-        return out
-    for entry in entries:
-        read = read_json_object(entry / ROLLBACK_RECORD, JOURNAL_MAX)
-        data = read.value if read.ok else {"error": read.error}
-        out.append({**data, "path": str(entry.relative_to(run_dir))})
-    return out
+    return list_archived_records(run_dir, ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_RECORD)

@@ -9,7 +9,6 @@ dismissed with the outcome (None when closed without running).
 from __future__ import annotations
 
 import math
-import threading
 from pathlib import Path
 
 from rich.table import Table
@@ -18,7 +17,6 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Checkbox, Footer, Input, Static
 from textual.worker import get_current_worker
 
@@ -29,7 +27,7 @@ from ..format import LINE_LIMIT, printable
 from ..messages import PivotProgress
 from ..pivot_runner import STEP_TITLES, PivotOutcome, PivotRequest, PivotRunner, rollback_pivot
 from ..views import RunSnapshot
-from .confirm import ConfirmScreen
+from .guided import GuidedOperationScreen
 
 STEP_KEYS = ("1", "2", "3", "4", "5", "6")
 # Fewer rows than this: one-line inputs and no blank lines between the parts.
@@ -40,8 +38,13 @@ def _fmt(value: float | None, spec: str = ".3g") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
-class PivotScreen(Screen[PivotOutcome | None]):
+class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
     """Caps and floors per arm, the six steps, and the outcome."""
+
+    WHAT = "pivot"
+    OUTCOME_ID = "pivot-outcome"
+    CONFIRM_DETAIL = "Steps 3-6 follow at once: archive, new run.toml, resume with a fresh bandit."
+    INPUTS = "Input, Checkbox"
 
     BINDINGS = [
         Binding("ctrl+s", "start", "start pivot", priority=True),
@@ -161,38 +164,14 @@ class PivotScreen(Screen[PivotOutcome | None]):
                            f"{sum(caps.values()):.3g}{dropped}. ctrl+s starts the pivot.", style="green"))
 
     # -- running -------------------------------------------------------------------
-    def action_start(self) -> None:
-        if self.running or self.outcome is not None:
-            return
-        if self.request is None:
-            self.app.bell()
-            return
-        self.running = True
-        for widget in self.query("Input, Checkbox"):
-            widget.disabled = True
-        self.run_pivot(self.request)
-
     @work(thread=True, exclusive=True, group="pivot", exit_on_error=False)
-    def run_pivot(self, request: PivotRequest) -> None:
+    def run_operation(self, request: PivotRequest) -> None:
+        """The pivot runner, in this thread worker; its steps and outcome come back as messages."""
         worker = get_current_worker()
         runner = PivotRunner(self.run_dir, request, confirm=self._confirm_from_thread,
                              report=lambda key, text: self.post_message(PivotProgress(key, text)),
                              cancelled=lambda: worker.is_cancelled)
         self.post_message(PivotProgress("done", "", runner.run()))
-
-    def _confirm_from_thread(self, question: str) -> bool:
-        """Ask on the UI thread and wait here (the runner's thread) for the answer."""
-        answered = threading.Event()
-        answer = {"yes": False}
-
-        def decided(yes: bool | None) -> None:
-            answer["yes"] = bool(yes)
-            answered.set()
-
-        self.app.call_from_thread(self.app.push_screen, ConfirmScreen(
-            question, "Steps 3-6 follow at once: archive, new run.toml, resume with a fresh bandit."), decided)
-        answered.wait()
-        return answer["yes"]
 
     def on_pivot_progress(self, message: PivotProgress) -> None:
         if message.step == "done":
@@ -206,19 +185,6 @@ class PivotScreen(Screen[PivotOutcome | None]):
         else:
             self.query_one("#pivot-validation", Static).update(Text(text, style="green"))
 
-    def _finish(self, outcome: PivotOutcome | None) -> None:
-        self.running = False
-        self.outcome = outcome
-        if outcome is None:
-            return
-        style = "bold green" if outcome.ok else "bold red"
-        self.query_one("#pivot-outcome", Static).update(
-            Text(f"{printable(outcome.message, LINE_LIMIT)}\nEscape returns to the dashboard.", style=style))
-
-    @on(Input.Submitted)
-    def submitted(self) -> None:
-        self.action_start()
-
     def action_rollback(self) -> None:
         if self.running or not self.pending or self.outcome is not None:
             return
@@ -228,11 +194,3 @@ class PivotScreen(Screen[PivotOutcome | None]):
     @work(thread=True, exclusive=True, group="pivot", exit_on_error=False)
     def roll_back(self) -> None:
         self.post_message(PivotProgress("done", "", rollback_pivot(self.run_dir)))
-
-    def action_close(self) -> None:
-        if self.running:
-            self.app.bell()
-            self.query_one("#pivot-outcome", Static).update(
-                Text("the pivot is running: wait for it to finish or fail", style="yellow"))
-            return
-        self.dismiss(self.outcome)

@@ -10,7 +10,6 @@ dismissed with the outcome (None when closed without running).
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from rich.text import Text
@@ -18,7 +17,6 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
@@ -28,13 +26,19 @@ from rundir.rollback_files import RollbackError
 from ..format import LINE_LIMIT, printable
 from ..messages import RollbackProgress
 from ..rollback_runner import STEP_TITLES, RollbackOutcome, RollbackRequest, RollbackRunner, propose_rollback
-from .confirm import ConfirmScreen
+from .guided import GuidedOperationScreen
 
 STEP_KEYS = ("1", "2", "3")
 
 
-class RollbackScreen(Screen[RollbackOutcome | None]):
+class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
     """The proposed checkpoint and skip, the three steps, and the outcome."""
+
+    WHAT = "rollback"
+    OUTCOME_ID = "rollback-outcome"
+    CONFIRM_DETAIL = ("The trainer is stopped (its final checkpoint is kept), the checkpoints after the step are "
+                      "set aside into archive/, and training resumes from the step.")
+    INPUTS = "Input"
 
     BINDINGS = [
         Binding("ctrl+s", "start", "start rollback", priority=True),
@@ -121,39 +125,14 @@ class RollbackScreen(Screen[RollbackOutcome | None]):
                                                request=request))
 
     # -- running ---------------------------------------------------------------------
-    def action_start(self) -> None:
-        if self.running or self.outcome is not None:
-            return
-        if self.request is None:
-            self.app.bell()
-            return
-        self.running = True
-        for widget in self.query(Input):
-            widget.disabled = True
-        self.run_rollback(self.request)
-
     @work(thread=True, exclusive=True, group="rollback", exit_on_error=False)
-    def run_rollback(self, request: RollbackRequest) -> None:
+    def run_operation(self, request: RollbackRequest) -> None:
+        """The rollback runner, in this thread worker; its steps and outcome come back as messages."""
         worker = get_current_worker()
         runner = RollbackRunner(self.run_dir, request, confirm=self._confirm_from_thread,
                                 report=lambda key, text: self.post_message(RollbackProgress(key, text)),
                                 cancelled=lambda: worker.is_cancelled)
         self.post_message(RollbackProgress("done", "", outcome=runner.run()))
-
-    def _confirm_from_thread(self, question: str) -> bool:
-        """Ask on the UI thread and wait here (the runner's thread) for the answer."""
-        answered = threading.Event()
-        answer = {"yes": False}
-
-        def decided(yes: bool | None) -> None:
-            answer["yes"] = bool(yes)
-            answered.set()
-
-        self.app.call_from_thread(self.app.push_screen, ConfirmScreen(
-            question, "The trainer is stopped (its final checkpoint is kept), the checkpoints after the step are "
-                      "set aside into archive/, and training resumes from the step."), decided)
-        answered.wait()
-        return answer["yes"]
 
     def on_rollback_progress(self, message: RollbackProgress) -> None:
         text = printable(message.text, LINE_LIMIT)       # it names checkpoints, spikes and archives
@@ -172,24 +151,3 @@ class RollbackScreen(Screen[RollbackOutcome | None]):
             waiting = text.endswith("...")
             self.query_one(f"#rollback-step-{message.step}", Static).update(
                 self._step_text(message.step, text, "yellow" if waiting else "green"))
-
-    def _finish(self, outcome: RollbackOutcome | None) -> None:
-        self.running = False
-        self.outcome = outcome
-        if outcome is None:
-            return
-        style = "bold green" if outcome.ok else "bold red"
-        self.query_one("#rollback-outcome", Static).update(
-            Text(f"{printable(outcome.message, LINE_LIMIT)}\nEscape returns to the dashboard.", style=style))
-
-    @on(Input.Submitted)
-    def submitted(self) -> None:
-        self.action_start()
-
-    def action_close(self) -> None:
-        if self.running:
-            self.app.bell()
-            self.query_one("#rollback-outcome", Static).update(
-                Text("the rollback is running: wait for it to finish or fail", style="yellow"))
-            return
-        self.dismiss(self.outcome)

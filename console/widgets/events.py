@@ -21,7 +21,7 @@ from rundir.layout import TRAINER_LOG
 
 from ..format import LINE_LIMIT, printable
 from ..views import Notice
-from .rows import CURSOR_STYLE, SelectableRows
+from .rows import CURSOR_STYLE, SelectableRows, cut_line_strip
 
 LEVEL_STYLES = {"info": "", "good": "green", "warn": "yellow", "error": "bold red", "action": "bold cyan"}
 FIRST_LOG_LINES = 8
@@ -121,13 +121,6 @@ class EventLog(SelectableRows, ScrollView, can_focus=True):
         selected = index == self.cursor_shown()
         strip = self._strips.get((serial, selected))
         if strip is None:
-            line = text
-            if selected or line.cell_len > width:
-                line = line.copy()
-                line.truncate(width, overflow="ellipsis")
-                if selected:
-                    line.stylize(CURSOR_STYLE)
-            segments = list(line.render(self.app.console))
-            strip = Strip(segments).adjust_cell_length(width).apply_style(base)
+            strip = cut_line_strip(text, width, self.app.console, base, CURSOR_STYLE if selected else None)
             self._strips[(serial, selected)] = strip
         return strip

@@ -15,7 +15,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from .rows import ScrollHint
+from .rows import ScrollHint, cut_line_strip
 
 
 class LinesPane(ScrollHint, ScrollView):
@@ -81,10 +81,5 @@ class LinesPane(ScrollHint, ScrollView):
             self._strips_width = width
         strip = self._strips.get(index)
         if strip is None:
-            line = self._text_lines[index]
-            if line.cell_len > width:
-                line = line.copy()
-                line.truncate(width, overflow="ellipsis")
-            strip = Strip(list(line.render(self.app.console))).adjust_cell_length(width)
-            strip = self._strips[index] = strip.apply_style(base)
+            strip = self._strips[index] = cut_line_strip(self._text_lines[index], width, self.app.console, base)
         return strip

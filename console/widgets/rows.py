@@ -6,20 +6,35 @@
   while it has focus (instead of scrolling it, as they do the other panes), and
   Enter shows the selected row's whole text in a detail view. The panes keep every row to
   one line (a long reason is cut with …): the detail view is where it is read in full.
+- :func:`cut_line_strip`: one row drawn for the Line API, cut with … at the pane's width.
 """
 
 from __future__ import annotations
 
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.binding import Binding
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from ..messages import DetailRequested
 
 CURSOR_STYLE = "reverse"
+
+
+def cut_line_strip(line: Text, width: int, console: Console, base: Style, highlight: str | None = None) -> Strip:
+    """``line`` as a Strip of exactly ``width`` cells: cut with … when longer, styled with
+    ``highlight`` (the cursor's style, when the row is selected), over the pane's ``base``
+    style. ``line`` itself is never changed."""
+    if highlight or line.cell_len > width:
+        line = line.copy()
+        line.truncate(width, overflow="ellipsis")
+        if highlight:
+            line.stylize(highlight)
+    return Strip(list(line.render(console))).adjust_cell_length(width).apply_style(base)
 
 
 class ScrollHint(Widget):
