@@ -25,7 +25,8 @@ from .checkpoint import CheckpointInfo, list_checkpoints, sidecar_path
 from .history import LossHistory
 from .journal import (StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged,
                       write_staged)
-from .layout import ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, rollback_archive_name
+from .layout import (ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, checkpoint_step,
+                     rollback_archive_name)
 from .pivot_files import PivotError, archive_root, regular_file_or_none, utc_stamp
 
 # The stages in order; a journal's ``stage`` is the last one completed.
@@ -160,8 +161,14 @@ def set_aside_checkpoints(run_dir: str | os.PathLike[str], journal: RollbackJour
     if journal.archive is None:
         journal.archive = rollback_archive_name(journal.to_step, utc_stamp(now))
         write_rollback_journal(run_dir, journal)      # record the name before anything moves
-    dest = checked_archive_dir(run_dir, archive_root(run_dir), journal.archive, RollbackError)
-    moved = set(journal.set_aside)
+    try:
+        root = archive_root(run_dir)
+    except PivotError as err:                       # archive/ is a link or a file: said, not a traceback
+        raise RollbackError(str(err)) from None
+    dest = checked_archive_dir(run_dir, root, journal.archive, RollbackError)
+    # What an interrupted call moved already is in the archive (a kill can land between the
+    # moves and the record that lists them).
+    moved = set(journal.set_aside) | {step for step in map(checkpoint_step, os.listdir(dest)) if step is not None}
     for info in list_checkpoints(run_dir):
         if info.step <= journal.to_step:
             continue

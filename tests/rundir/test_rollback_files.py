@@ -89,3 +89,24 @@ def test_set_aside_moves_the_checkpoints_after_x_and_is_idempotent(run):
     assert (run / LOSS_JSON).read_bytes() == before
     [listed] = list_rollbacks(run)
     assert listed["to_step"] == 300 and listed["path"] == journal.archive and listed["set_aside"] == [400, 500]
+
+
+def test_a_set_aside_interrupted_before_its_record_still_lists_what_it_moved(run):
+    journal = RollbackJournal(stage="stopped", started=NOW, to_step=300, skip_batches=150, from_step=600)
+    write_rollback_journal(run, journal)
+    dest = set_aside_checkpoints(run, journal, now=NOW)
+    # As a kill between the moves and the journal's update leaves it: the files moved, the list not kept.
+    (dest / ROLLBACK_RECORD).unlink()
+    journal.set_aside = []
+    set_aside_checkpoints(run, journal, now=NOW)
+    assert journal.set_aside == [400, 500]
+    assert list_rollbacks(run)[0]["set_aside"] == [400, 500]
+
+
+def test_an_archive_that_is_not_a_plain_directory_is_refused_in_one_line(run, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (run / "archive").symlink_to(tmp_path / "elsewhere")
+    journal = RollbackJournal(stage="stopped", started=NOW, to_step=300, skip_batches=150, from_step=600)
+    with pytest.raises(RollbackError, match="not a plain directory"):
+        set_aside_checkpoints(run, journal, now=NOW)
+    assert [c.step for c in list_checkpoints(run)] == [100, 200, 300, 400, 500]     # nothing moved
