@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .atomic import atomic_write_bytes, atomic_write_json, fsync_dir
+from .atomic import atomic_write_bytes, atomic_write_json, fsync_dir, remove_stale_temps
 from .config import ArmConfig, ConfigError, RunConfig, dump_run_config, validate_policy
 from .journal import (StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged,
                       write_staged)
@@ -150,6 +150,7 @@ def archive_sidecars(run_dir: str | os.PathLike[str], journal: PivotJournal, now
         journal.archive = pivot_archive_name(journal.final_step, utc_stamp(now))
         write_journal(run_dir, journal)       # record the name before anything moves
     dest = checked_archive_dir(run_dir, archive_root(run_dir), journal.archive, PivotError)
+    remove_stale_temps(dest)                  # an interrupted call's half-written copy of run.toml
     archived = []
     for name in ARCHIVED_FILES:
         if sources[name] is not None:

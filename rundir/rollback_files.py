@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Iterable
 
 import numpy as np
 
-from .atomic import atomic_write_json, fsync_dir
+from .atomic import atomic_write_json, fsync_dir, remove_stale_temps
 from .checkpoint import CheckpointInfo, list_checkpoints, sidecar_path
 from .history import LossHistory
 from .journal import (StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged,
@@ -166,6 +166,7 @@ def set_aside_checkpoints(run_dir: str | os.PathLike[str], journal: RollbackJour
     except PivotError as err:                       # archive/ is a link or a file: said, not a traceback
         raise RollbackError(str(err)) from None
     dest = checked_archive_dir(run_dir, root, journal.archive, RollbackError)
+    remove_stale_temps(dest)                  # an interrupted call's half-written record
     # What an interrupted call moved already is in the archive (a kill can land between the
     # moves and the record that lists them).
     moved = set(journal.set_aside) | {step for step in map(checkpoint_step, os.listdir(dest)) if step is not None}

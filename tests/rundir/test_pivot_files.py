@@ -7,9 +7,11 @@ import os
 import pytest
 
 from rundir import ConfigError, load_run_config
+from rundir.atomic import temp_path_for
 from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, list_pivots, plan_policy,
                                   policy_text, read_journal, remove_journal, rollback_archive, write_journal,
                                   write_new_policy)
+from tests.rundirs import DEAD_PID
 
 NOW = 1_764_403_200.0
 
@@ -62,6 +64,17 @@ def test_archive_is_idempotent_after_an_interruption(run_dir):
     os.replace(dest / ".state.json", run_dir / ".state.json")
     again = archive_sidecars(run_dir, read_journal(run_dir)[0], now=NOW + 60)
     assert again == dest and (dest / ".state.json").exists() and not (run_dir / ".state.json").exists()
+
+
+def test_archive_after_a_kill_mid_write_leaves_no_temporary(run_dir):
+    journal = journal_for(run_dir)
+    dest = archive_sidecars(run_dir, journal, now=NOW)
+    # As a kill during the atomic write of the archived run.toml leaves it: its temporary, not the file.
+    (dest / "run.toml").unlink()
+    ours = temp_path_for(dest / "run.toml").name                  # ...run.toml.<this pid>
+    (dest / f"{ours.rsplit('.', 1)[0]}.{DEAD_PID}").write_bytes(b"half")     # a writer that died
+    archive_sidecars(run_dir, read_journal(run_dir)[0], now=NOW + 60)
+    assert sorted(os.listdir(dest)) == [".samples.json", ".state.json", "pivot.json", "run.toml"]
 
 
 def test_archive_refuses_symlinks(run_dir, tmp_path):
