@@ -63,19 +63,10 @@ def first_frame(run_dir: str) -> None:
     (``time.time()``) at which the first full read has been painted, and exit."""
     from console.cli import open_dashboard
 
+    from bench.first_frame import exit_after_first_frame
+
     painted: list[float] = []
-
-    def exit_after_first_frame(app_class: type) -> type:
-        class Once(app_class):
-            def started(self) -> None:
-                super().started()
-                if not painted:
-                    painted.append(time.time())
-                    self.exit()
-
-        return Once
-
-    open_dashboard(Path(run_dir), customize=exit_after_first_frame, watch=False, tick=None,
+    open_dashboard(Path(run_dir), customize=exit_after_first_frame(painted), watch=False, tick=None,
                    run_options={"headless": True, "size": (140, 45)})
     print(repr(painted[0]), flush=True)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from bench.common import Result, paired_ratio
+from bench.common import PROC_STATUS_SOURCE, Result, paired_ratio
 from tests.rundirs import make_run
 from rundir import LossHistory, LossHistoryWriter
 
@@ -31,13 +31,8 @@ ENTRIES = 200_000
 BIG_MB = int(os.environ.get("BENCH_HISTORY_MB", "1024"))
 
 # Run in a fresh process: its peak RSS (VmHWM) is the parse's, on top of the imports.
-_MEASURE = """
+_MEASURE = PROC_STATUS_SOURCE + """
 import json, sys, time
-def status(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
 from rundir import LossHistory
 before = status("VmRSS")
 start = time.perf_counter()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import Result
+from bench.common import PROC_STATUS_SOURCE, Result
 from rundir import RunConfig, checkpoint_path, write_checkpoint
 from rundir.checkpoint import HEADER, HEADER_SIZE, expected_size
 from rundir.inspect import inspect_file
@@ -37,13 +37,8 @@ RSS_LIMIT_MB = 300
 ROOT = Path(__file__).resolve().parents[1]
 
 # Run in a fresh process: its peak RSS (VmHWM) is the inspection's, on top of the imports.
-_MEASURE = """
+_MEASURE = PROC_STATUS_SOURCE + """
 import json, sys
-def status(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
 from rundir.inspect import inspect_file
 before = status("VmRSS")
 report = inspect_file(sys.argv[1])

@@ -46,19 +46,10 @@ def first_frame(root: str) -> None:
     (``time.time()``) at which every run's row has been painted, and exit."""
     from console.overview_cli import open_overview
 
+    from bench.first_frame import exit_after_first_frame
+
     painted: list[float] = []
-
-    def exit_after_first_frame(app_class: type) -> type:
-        class Once(app_class):
-            def started(self) -> None:
-                super().started()
-                if not painted:
-                    painted.append(time.time())
-                    self.exit()
-
-        return Once
-
-    open_overview(Path(root), customize=exit_after_first_frame, watch=False, tick=None,
+    open_overview(Path(root), customize=exit_after_first_frame(painted), watch=False, tick=None,
                   run_options={"headless": True, "size": SIZE})
     print(repr(painted[0]), flush=True)
 

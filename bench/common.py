@@ -80,3 +80,14 @@ def print_table(results: list[Result]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
+
+
+# Source of ``status(key)``, a byte count from /proc/self/status (VmRSS, VmHWM), for the
+# scripts that measure a peak RSS in a fresh process.
+PROC_STATUS_SOURCE = """
+def status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+"""
