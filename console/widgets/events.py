@@ -11,7 +11,6 @@ import time
 from collections import deque
 from itertools import count
 
-from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -21,7 +20,7 @@ from rundir.layout import TRAINER_LOG
 
 from ..format import LINE_LIMIT, printable
 from ..views import Notice
-from .rows import CURSOR_STYLE, SelectableRows, cut_line_strip
+from .rows import CURSOR_STYLE, CachedStrips, SelectableRows, cut_line_strip
 
 LEVEL_STYLES = {"info": "", "good": "green", "warn": "yellow", "error": "bold red", "action": "bold cyan"}
 FIRST_LOG_LINES = 8
@@ -33,7 +32,7 @@ MAX_LINES = 1000
 LOG_PREFIX = "log │ "
 
 
-class EventLog(SelectableRows, ScrollView, can_focus=True):
+class EventLog(SelectableRows, CachedStrips, ScrollView, can_focus=True):
     DEFAULT_CSS = """
     EventLog { overflow-x: hidden; overflow-y: auto; }
     """
@@ -45,8 +44,6 @@ class EventLog(SelectableRows, ScrollView, can_focus=True):
         self._entries: deque[tuple[int, Text]] = deque(maxlen=MAX_LINES)
         self._serial = count()
         self._strips: dict[tuple[int, bool], Strip] = {}
-        self._strips_width = -1
-        self._base_style: Style | None = None
 
     @property
     def texts(self) -> list[str]:
@@ -101,22 +98,10 @@ class EventLog(SelectableRows, ScrollView, can_focus=True):
         return title, text
 
     # -- drawing -----------------------------------------------------------------------
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._base_style = None             # asked again at the next draw: it walks the DOM
-        self._strips.clear()
-
     def render_line(self, y: int) -> Strip:
-        base = self._base_style
-        if base is None:
-            base = self._base_style = self.rich_style
-        width = self.scrollable_content_region.width
-        index = round(self.scroll_y) + y
+        base, width, index = self.visible_row(y)
         if index >= len(self._entries) or width <= 0:
             return Strip.blank(max(width, 0), base)
-        if width != self._strips_width:
-            self._strips.clear()
-            self._strips_width = width
         serial, text = self._entries[index]
         selected = index == self.cursor_shown()
         strip = self._strips.get((serial, selected))

@@ -9,16 +9,15 @@ cut with … at the pane's width, and the pane scrolls over them.
 
 from __future__ import annotations
 
-from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from .rows import ScrollHint, cut_line_strip
+from .rows import CachedStrips, ScrollHint, cut_line_strip
 
 
-class LinesPane(ScrollHint, ScrollView):
+class LinesPane(ScrollHint, CachedStrips, ScrollView):
     DEFAULT_CSS = """
     LinesPane { overflow-x: hidden; overflow-y: auto; }
     """
@@ -31,8 +30,6 @@ class LinesPane(ScrollHint, ScrollView):
         self._text_lines: list[Text] = []
         self._text_lines_width = -1
         self._strips: dict[int, Strip] = {}
-        self._strips_width = -1
-        self._base_style: Style | None = None
         if self._text.plain:
             self._split()
 
@@ -63,22 +60,10 @@ class LinesPane(ScrollHint, ScrollView):
         if self.wrap and self.scrollable_content_region.width != self._text_lines_width:
             self._split()
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._base_style = None             # asked again at the next draw: it walks the DOM
-        self._strips.clear()
-
     def render_line(self, y: int) -> Strip:
-        base = self._base_style
-        if base is None:
-            base = self._base_style = self.rich_style
-        width = self.scrollable_content_region.width
-        index = round(self.scroll_y) + y
+        base, width, index = self.visible_row(y)
         if width <= 0 or index >= len(self._text_lines):
             return Strip.blank(max(width, 0), base)
-        if width != self._strips_width:
-            self._strips.clear()
-            self._strips_width = width
         strip = self._strips.get(index)
         if strip is None:
             strip = self._strips[index] = cut_line_strip(self._text_lines[index], width, self.app.console, base)

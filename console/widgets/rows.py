@@ -6,7 +6,8 @@
   while it has focus (instead of scrolling it, as they do the other panes), and
   Enter shows the selected row's whole text in a detail view. The panes keep every row to
   one line (a long reason is cut with …): the detail view is where it is read in full.
-- :func:`cut_line_strip`: one row drawn for the Line API, cut with … at the pane's width.
+- :func:`cut_line_strip`: one row drawn for the Line API, cut with … at the pane's width;
+  :class:`CachedStrips`: the drawn rows cached for the pane's width and style.
 """
 
 from __future__ import annotations
@@ -35,6 +36,33 @@ def cut_line_strip(line: Text, width: int, console: Console, base: Style, highli
         if highlight:
             line.stylize(highlight)
     return Strip(list(line.render(console))).adjust_cell_length(width).apply_style(base)
+
+
+class CachedStrips(Widget):
+    """A mixin for a Line API pane that caches its drawn rows in ``self._strips`` (the
+    pane decides the keys): the cache holds for one width and one style, and the pane's
+    base style is asked once per style change (asking walks the DOM). Put it before the
+    widget class it extends; the pane sets ``self._strips = {}`` in its ``__init__``."""
+
+    _strips_width = -1
+    _base_style: Style | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base_style = None             # asked again at the next draw
+        self._strips.clear()
+
+    def visible_row(self, y: int) -> tuple[Style, int, int]:
+        """For ``render_line(y)``: the base style, the width, and the index of the row
+        drawn at ``y`` (scrolled); a new width empties the cache."""
+        base = self._base_style
+        if base is None:
+            base = self._base_style = self.rich_style
+        width = self.scrollable_content_region.width
+        if width != self._strips_width:
+            self._strips.clear()
+            self._strips_width = width
+        return base, width, round(self.scroll_y) + y
 
 
 class ScrollHint(Widget):
