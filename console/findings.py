@@ -21,14 +21,20 @@ from .views import HistoryView, Notice
 
 # Non-finite steps listed in a view (the newest); the history's count says how many in all.
 NONFINITE_LISTED = 1000
-# The current segment's speed: over at most this many of its newest steps.
-ETA_WINDOW_STEPS = 200
 
 
 def spike_text(spike: Spike) -> str:
     """``loss spike at steps 1,201..1,203: peak 6.0 at 1,202 (baseline 2.5)``."""
     where = f"step {spike.start:,}" if spike.start == spike.end else f"steps {spike.start:,}..{spike.end:,}"
     return f"loss spike at {where}: peak {spike.peak_loss:.4g} at {spike.peak_step:,} (baseline {spike.baseline:.4g})"
+
+
+def eta_seconds(config: RunConfig | None, last_step: int | None, steps_per_s: float | None) -> float | None:
+    """Seconds to ``run.max_steps`` at ``steps_per_s`` (the current segment's speed), or None."""
+    max_steps = config.run.max_steps if config is not None else 0
+    if not max_steps or last_step is None or last_step >= max_steps or not steps_per_s or steps_per_s <= 0:
+        return None
+    return (max_steps - last_step) / steps_per_s
 
 
 def eta_text(seconds: float | None) -> str:
@@ -89,7 +95,6 @@ class HistoryFindings:
         self._events_seen = 0
         self._checks: tuple[ResumeCheck, ...] = ()
         self._told: set[tuple[int, str]] = set()       # (resume line, verdict) already noticed
-        self._eta: float | None = None
 
     def _params(self, config: RunConfig | None) -> tuple[int, float]:
         alerts = config.alerts if config is not None else None
@@ -129,25 +134,7 @@ class HistoryFindings:
                     if not first:
                         level = {"verified": "good", "diverged": "error"}.get(verdict, "info")
                         notices.append(Notice(now, check.text(), level))
-            eta = self._eta_s(history, config)
-            changed |= eta != self._eta
-            self._eta = eta
         return changed
-
-    def _eta_s(self, history: LossHistory, config: RunConfig | None) -> float | None:
-        """Seconds to ``run.max_steps`` at the speed of the steps since the last start or resume."""
-        max_steps = config.run.max_steps if config is not None else 0
-        last = history.last_step
-        if not max_steps or last is None or last >= max_steps:
-            return None
-        steps, times = history.step[-ETA_WINDOW_STEPS:], history.time[-ETA_WINDOW_STEPS:]
-        since = self._processes[-1].time if self._processes else None
-        keep = np.isfinite(times) & (times >= since if since is not None else True)
-        steps, times = steps[keep], times[keep]
-        if len(steps) < 2 or times[-1] <= times[0] or steps[-1] <= steps[0]:
-            return None
-        rate = float(steps[-1] - steps[0]) / float(times[-1] - times[0])
-        return (max_steps - last) / rate
 
     @property
     def spikes(self) -> list[Spike]:
@@ -157,4 +144,4 @@ class HistoryFindings:
         """The :class:`~console.views.HistoryView` fields this feeds."""
         nonfinite = self.detector.newest_nonfinite_steps(NONFINITE_LISTED) if self.detector is not None else ()
         return {"spikes": tuple(self.spikes), "nonfinite_steps": tuple(nonfinite),
-                "resume_checks": self._checks, "eta_s": self._eta}
+                "resume_checks": self._checks}

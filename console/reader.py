@@ -34,7 +34,7 @@ from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESU
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
 from .changes import describe_changes, event_notice
-from .findings import HistoryFindings
+from .findings import HistoryFindings, eta_seconds
 from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
@@ -494,10 +494,11 @@ class RunReader:
         tail, since = current_segment(h)
         t_tail = h.time[tail]
         silent = silent_rewinds(h)
+        steps_per_s = _rate(h.step[tail].astype(np.float64), t_tail, since)
         return HistoryView(
             version=self._history_version, format=h.format, n_steps=len(h), last_step=h.last_step,
             last_loss=last_loss, tokens=int(tokens[-1]) if len(tokens) and tokens[-1] >= 0 else None,
-            steps_per_s=_rate(h.step[tail].astype(np.float64), t_tail, since),
+            steps_per_s=steps_per_s, eta_s=eta_seconds(config, h.last_step, steps_per_s),
             tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail, since)
             if len(tokens) and tokens[-1] >= 0 else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
