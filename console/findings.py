@@ -29,14 +29,6 @@ def spike_text(spike: Spike) -> str:
     return f"loss spike at {where}: peak {spike.peak_loss:.4g} at {spike.peak_step:,} (baseline {spike.baseline:.4g})"
 
 
-def eta_seconds(config: RunConfig | None, last_step: int | None, steps_per_s: float | None) -> float | None:
-    """Seconds to ``run.max_steps`` at ``steps_per_s`` (the current segment's speed), or None."""
-    max_steps = config.run.max_steps if config is not None else 0
-    if not max_steps or last_step is None or last_step >= max_steps or not steps_per_s or steps_per_s <= 0:
-        return None
-    return (max_steps - last_step) / steps_per_s
-
-
 def eta_text(seconds: float | None) -> str:
     """``ETA 2h 05m`` to run.max_steps, or ``ETA -``."""
     if seconds is None:

@@ -25,7 +25,7 @@ from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, R
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
-from rundir.run_summary import stall_threshold
+from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
@@ -34,7 +34,7 @@ from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESU
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
 from .changes import describe_changes, event_notice
-from .findings import HistoryFindings, eta_seconds
+from .findings import HistoryFindings
 from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
@@ -43,7 +43,6 @@ from .probe import TrainerProbe
 from .views import (LISTED, TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView, RunSnapshot,
                     TrainerView)
 
-RATE_WINDOW_STEPS = 200
 # The run directory's size is walked again at most this often (and when checkpoints change).
 STORAGE_EVERY_S = 10.0
 
@@ -94,18 +93,6 @@ def _last_finite(x: np.ndarray) -> float | None:
     return None
 
 
-def _rate(x: np.ndarray, t: np.ndarray, since: float = -math.inf) -> float | None:
-    """Units per second over the last few hundred steps timed at or after ``since`` (None
-    when time is unknown)."""
-    ok = np.isfinite(t) & (x >= 0) & (t >= since)
-    x, t = x[ok], t[ok]
-    if len(t) < 2:
-        return None
-    x, t = x[-RATE_WINDOW_STEPS:], t[-RATE_WINDOW_STEPS:]
-    dt = float(t[-1] - t[0])
-    return float(x[-1] - x[0]) / dt if dt > 0 else None
-
-
 def current_segment(h: LossHistory) -> tuple[slice, float]:
     """The rows of the run's current segment, and when it began: the steps since the newest
     ``start``/``resume`` event or rewind (another engine's restart), up to the newest step
@@ -124,7 +111,7 @@ def current_segment(h: LossHistory) -> tuple[slice, float]:
     head = h.head_step if h.head_step is not None else h.last_step
     lo = int(np.searchsorted(steps, start_step, side="left"))
     hi = int(np.searchsorted(steps, head, side="right")) if head is not None else len(steps)
-    return slice(max(lo, hi - 2 * RATE_WINDOW_STEPS), max(lo, hi)), since
+    return slice(max(lo, hi - 2 * RATE_STEPS), max(lo, hi)), since
 
 
 def silent_rewinds(h: LossHistory) -> list[int]:
@@ -286,7 +273,7 @@ class RunReader:
         """``--stall-after``, else the larger of 60 s and ten median step times."""
         if self.stall_after is not None:
             return self.stall_after
-        return stall_threshold(self.history.time[-2 * RATE_WINDOW_STEPS:])
+        return stall_threshold(self.history.time[-2 * RATE_STEPS:])
 
     def _stall(self, trainer: TrainerView, now: float) -> TrainerView:
         """A verified trainer whose history, checkpoints and checkpoint temporaries stopped changing."""
@@ -494,12 +481,12 @@ class RunReader:
         tail, since = current_segment(h)
         t_tail = h.time[tail]
         silent = silent_rewinds(h)
-        steps_per_s = _rate(h.step[tail].astype(np.float64), t_tail, since)
+        steps_per_s = rate_per_s(h.step[tail].astype(np.float64), t_tail, since)
         return HistoryView(
             version=self._history_version, format=h.format, n_steps=len(h), last_step=h.last_step,
             last_loss=last_loss, tokens=int(tokens[-1]) if len(tokens) and tokens[-1] >= 0 else None,
-            steps_per_s=steps_per_s, eta_s=eta_seconds(config, h.last_step, steps_per_s),
-            tokens_per_s=_rate(tokens[tail].astype(np.float64), t_tail, since)
+            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, h.last_step, steps_per_s),
+            tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
             if len(tokens) and tokens[-1] >= 0 else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,

@@ -85,12 +85,22 @@ def _ema(loss: np.ndarray, beta: float = EMA_BETA) -> float | None:
     return float(np.sum(np.where(ok, loss, 0.0) * weights) / np.sum(weights))
 
 
-def _rate(x: np.ndarray, t: np.ndarray) -> float | None:
-    ok = np.isfinite(t) & (x >= 0)
+def rate_per_s(x: np.ndarray, t: np.ndarray, since: float = -math.inf) -> float | None:
+    """Units (steps, tokens) per second over the newest ``RATE_STEPS`` rows timed at or
+    after ``since`` (None when time is unknown). The dashboard and the overview both say it."""
+    ok = np.isfinite(t) & (x >= 0) & (t >= since)
     x, t = x[ok][-RATE_STEPS:], t[ok][-RATE_STEPS:]
     if len(t) < 2 or t[-1] <= t[0]:
         return None
     return float(x[-1] - x[0]) / float(t[-1] - t[0])
+
+
+def eta_seconds(max_steps: int | None, last_step: int | None, steps_per_s: float | None) -> float | None:
+    """Seconds to ``max_steps`` at ``steps_per_s``, or None (no target, no speed, or done)."""
+    if not max_steps or last_step is None or last_step >= max_steps or not steps_per_s or steps_per_s <= 0:
+        return None
+    eta = (max_steps - last_step) / steps_per_s
+    return eta if math.isfinite(eta) else None
 
 
 def stall_threshold(step_times: np.ndarray, stall_after: float | None = None) -> float:
@@ -210,16 +220,14 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     if journal_error or journal is not None:
         problems.append(journal_error or f"a polish pivot is unfinished (last completed stage: {journal.stage})")
     last_step = int(tail.step[-1]) if len(tail.step) else None
-    rate = _rate(tail.step, tail.time)
+    rate = rate_per_s(tail.step, tail.time)
     max_steps = config.run.max_steps if config is not None and config.run.max_steps else None
-    eta = None
-    if max_steps and rate and last_step is not None and v.ok and max_steps > last_step:
-        eta = (max_steps - last_step) / rate
+    eta = eta_seconds(max_steps, last_step, rate) if v.ok else None
     tokens = int(tail.tokens[-1]) if len(tail.tokens) and tail.tokens[-1] >= 0 else None
     used, approximate = directory_size(run)
     finished = bool(tail.events) and tail.events[-1].event == EVENT_STOP and not v.ok
     return RunSummary(run, run.name, v.state, v.reason, v.record.pid if v.record else None, stalled, last_step,
-                      _ema(tail.loss), rate, tokens, max_steps, eta if eta is None or math.isfinite(eta) else None,
+                      _ema(tail.loss), rate, tokens, max_steps, eta,
                       newest, n_checkpoints, used, approximate, last_activity, tail.format, tuple(problems), finished)
 
 
