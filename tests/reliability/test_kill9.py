@@ -197,4 +197,5 @@ def _kill9(trainer_run, reliability_report, async_checkpoint: bool, kills: int) 
     counts["final_step"] = target
     counts["seed"] = SEED
     reliability_report("kill -9" if async_checkpoint else "kill -9 (synchronous writes)", **counts)
-    assert counts["inside_write"] >= max(1, KILLS // 10), counts
+    # At least a tenth of this campaign's kills landed inside a write (the synchronous one makes a third as many).
+    assert counts["inside_write"] >= max(1, kills // 10), counts
