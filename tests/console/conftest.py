@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 import pytest
+from textual.widgets import DataTable
 
 from tests.rundirs import EPOCH
 
@@ -25,3 +27,23 @@ def fixed_now() -> float:
 @pytest.fixture
 def now():
     return fixed_now
+
+
+async def until(pilot, condition: Callable[[], object], timeout: float = 90.0, what: str = "",
+                detail: Callable[[], str] = lambda: "") -> None:
+    """Wait for ``condition()``, checking every 0.1 s; fail after ``timeout`` seconds (a
+    generous ceiling: the wait ends with the event) naming ``what`` and ``detail()``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what or condition}" + (f":\n{detail()}" if detail() else ""))
+
+
+def table_measured(table: DataTable) -> bool:
+    """Whether ``table`` has measured its rows and columns: a DataTable does that only when
+    it is idle, and a screenshot taken before shows it scrolled and cut wrongly."""
+    width = sum(column.get_render_width(table) for column in table.ordered_columns)
+    height = table.row_count + (table.header_height if table.show_header else 0)
+    return table.row_count > 0 and tuple(table.virtual_size) == (width, height)

@@ -11,6 +11,7 @@ from textual.widgets import DataTable, ProgressBar, Static
 
 from console.screens.dashboard import DashboardScreen
 from console.screens.inspector import InspectorScreen
+from tests.console.conftest import table_measured, until
 from tests.console.test_snapshots import app_for, live_probe, settled
 from tests.rundirs import make_run
 
@@ -28,7 +29,14 @@ async def open_inspector(pilot) -> InspectorScreen:
     await settled(pilot)
     screen = pilot.app.screen
     assert isinstance(screen, InspectorScreen)
+    await measured(pilot, screen)
     return screen
+
+
+async def measured(pilot, screen: InspectorScreen) -> None:
+    """Wait until the report (or a refusal) is shown and the table is laid out for it."""
+    await until(pilot, lambda: screen.error or (screen.report and table_measured(screen.query_one(DataTable))),
+                what="the inspector's table")
 
 
 def column(table: DataTable, key: str) -> list[str]:
@@ -134,10 +142,11 @@ async def test_nothing_to_inspect_is_said(tmp_path):
 
 def inspected(keys: tuple[str, ...] = ()):
     async def run_before(pilot) -> None:
-        await open_inspector(pilot)
+        screen = await open_inspector(pilot)
         for key in keys:
             await pilot.press(key)
             await settled(pilot)
+            await measured(pilot, screen)
     return run_before
 
 

@@ -14,6 +14,7 @@ from console.app import ConsoleApp
 from console.screens import ConfirmScreen, HelpScreen, PivotScreen
 from console.widgets import EventLog, LossPlot
 from console.supervise import start_trainer
+from tests.console.conftest import until as wait_until
 from tests.console.trainer_proc import ROOT, Trainer, train_command
 from rundir import RunConfig, list_checkpoints, verify_trainer, write_run_config
 
@@ -25,12 +26,7 @@ def log_text(app: ConsoleApp) -> str:
 
 
 async def until(pilot, condition, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what or condition}:\n{log_text(pilot.app)}")
+    await wait_until(pilot, condition, timeout, what, detail=lambda: log_text(pilot.app))
 
 
 def running(app: ConsoleApp) -> bool:

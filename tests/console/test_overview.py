@@ -3,6 +3,7 @@ engine's run and junk subdirectories."""
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -14,8 +15,10 @@ import pytest
 from console.overview_app import OverviewApp
 from console.screens import ConfirmScreen, DashboardScreen
 from console.screens.compare import CompareScreen
+from console.widgets.runs_table import NAME_CAP
 from console.widgets.compare_plot import ComparePlot
 from rundir import list_checkpoints
+from tests.console.conftest import table_measured, until
 from tests.console.trainer_proc import ROOT, Trainer
 from tests.rundirs import make_run
 
@@ -40,15 +43,6 @@ def make_runs_dir(root):
 def console(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "console", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
-
-
-async def until(pilot, condition, timeout: float = 90.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what or condition}")
 
 
 def select(app: OverviewApp, name: str) -> None:
@@ -164,3 +158,24 @@ def test_hostile_names_and_an_empty_root(tmp_path):
     (tmp_path / "nothing").mkdir()
     out = console(str(tmp_path / "nothing"), "--json")
     assert "runs" not in json.loads(out.stdout)                      # the single-run report
+
+
+@pytest.mark.asyncio
+async def test_run_column_fits_the_longest_name_up_to_a_cap(tmp_path):
+    """The run column is as wide as the longest name (it is fixed, not measured when the
+    table is idle), and a name longer than the cap ends in an ellipsis."""
+    root = tmp_path / "runs"
+    make_run(root / "short", steps=50, checkpoints=())
+    app = OverviewApp(root, watch=False, tick=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.summaries, what="the first scan")
+        assert app.overview.table.columns["run"].width == len("short")
+        long_name = "a-very-long-run-name-" * 3
+        make_run(root / long_name, steps=50, checkpoints=())
+        app.rescan()
+        await until(pilot, lambda: len(app.summaries) == 2, what="the second scan")
+        table = app.overview.table
+        assert table.columns["run"].width == NAME_CAP
+        await until(pilot, lambda: table_measured(table), what="the table laid out")
+        shown = html.unescape(app.export_screenshot())
+        assert long_name[:NAME_CAP - 1] + "…" in shown and long_name[:NAME_CAP] not in shown

@@ -16,7 +16,7 @@ from console.overview_app import OverviewApp
 from console.screens.compare import CompareScreen
 from console.widgets.compare_plot import ComparePlot
 from rundir import TrainerRecord, Verification, verify_trainer
-from tests.console.conftest import fixed_now
+from tests.console.conftest import fixed_now, table_measured, until
 from tests.rundirs import EPOCH, make_run
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
@@ -50,9 +50,7 @@ def app_for(root: Path) -> OverviewApp:
 
 async def scanned(pilot) -> None:
     app = pilot.app
-    await app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.pause()
+    await until(pilot, lambda: app.summaries and table_measured(app.overview.table), what="the runs table")
 
 
 async def compared(pilot) -> None:
