@@ -34,13 +34,16 @@ EXIT_HEALTHY, EXIT_WARNINGS, EXIT_ERRORS = 0, 1, 2
 class Alert:
     """One problem: ``kind`` (nonfinite, divergence, stall, spike, exit, zombie, checkpoint,
     disk, resume), ``level`` (warning or error), one printable line, and ``key``, the
-    identity that makes it raised once."""
+    identity that makes it raised once. ``ended_pid``: the trainer whose end it reports
+    (an abnormal exit or a divergence stop), so that one end is one alert, however many
+    ways the console learns of it."""
 
     kind: str
     level: str
     text: str
     key: str
     step: int | None = None
+    ended_pid: int | None = None
 
     def to_json(self, run_dir: str, time: float) -> dict:
         """What ``--notify`` gets on stdin."""
@@ -64,7 +67,7 @@ def _abnormal_exit(snap: RunSnapshot) -> Alert | None:
     t = snap.trainer
     if t.state == "stale":
         return Alert("exit", "error", f"the trainer (pid {t.pid}) is gone without a clean exit (killed or crashed; "
-                                      "see trainer.log)", f"exit:stale:{t.pid}")
+                                      "see trainer.log)", f"exit:stale:{t.pid}", ended_pid=t.pid)
     if t.state != "stopped":
         return None
     for ev in reversed(snap.history.events):
@@ -76,8 +79,25 @@ def _abnormal_exit(snap: RunSnapshot) -> Alert | None:
                 return None                     # not this trainer's history: it writes its pid
             return Alert("exit", "error", f"the trainer (pid {printable(pid)}) ended without a stop event after step "
                                           f"{snap.history.last_step} (it failed or was killed; see trainer.log)",
-                         f"exit:line:{ev.line}", snap.history.last_step)
+                         f"exit:line:{ev.line}", snap.history.last_step, ended_pid=pid)
     return None
+
+
+def _started_pid(snap: RunSnapshot, line: int) -> int | None:
+    """The pid in the last start or resume event before history line ``line``."""
+    for ev in reversed(snap.history.events):
+        if ev.line < line and ev.event in (EVENT_START, EVENT_RESUME):
+            pid = ev.data.get("pid")
+            return pid if isinstance(pid, int) else None
+    return None
+
+
+def child_exit_alert(pid: int, code: int) -> Alert | None:
+    """The alert for a trainer this console started that exited with ``code`` (none for 0)."""
+    if code == 0:
+        return None
+    return Alert("exit", "error", f"the trainer (pid {pid}) exited with code {code}", f"exit:child:{pid}",
+                 ended_pid=pid)
 
 
 def current_alerts(snap: RunSnapshot) -> list[Alert]:
@@ -91,7 +111,7 @@ def current_alerts(snap: RunSnapshot) -> list[Alert]:
     if stop is not None:
         out.append(Alert("divergence", "error", f"trainer stopped: the run diverged at step {stop.step} "
                                                 f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)",
-                         f"divergence:{stop.line}", stop.step))
+                         f"divergence:{stop.line}", stop.step, ended_pid=_started_pid(snap, stop.line)))
     failed = snap.failed_checkpoint
     if failed is not None:
         out.append(Alert("checkpoint", "error", f"checkpoint FAILED at step {failed.step}: "
@@ -124,10 +144,12 @@ HISTORY_KINDS = frozenset({"spike", "nonfinite", "resume"})
 
 
 class AlertTracker:
-    """Which alerts are new: each key is raised once while it lasts."""
+    """Which alerts are new: each key is raised once while it lasts, and each trainer's
+    end once (the files and the console's own child may both tell of it)."""
 
     def __init__(self) -> None:
         self._active: set[str] | None = None
+        self._ended: set[int] = set()
 
     def new_alerts(self, snap: RunSnapshot) -> list[Alert]:
         alerts = current_alerts(snap)
@@ -135,7 +157,16 @@ class AlertTracker:
         active = self._active or set()
         new = [a for a in alerts if a.key not in active and not (first and a.kind in HISTORY_KINDS)]
         self._active = {a.key for a in alerts}
-        return new
+        return [a for a in new if self.first_of_its_end(a)]
+
+    def first_of_its_end(self, alert: Alert) -> bool:
+        """False when ``alert`` reports the end of a trainer that an earlier alert reported."""
+        if alert.ended_pid is None:
+            return True
+        if alert.ended_pid in self._ended:
+            return False
+        self._ended.add(alert.ended_pid)
+        return True
 
 
 # problems() lines that an alert already says (in its own words, with its level).

@@ -25,7 +25,7 @@ from textual.worker import get_current_worker
 from rundir import checkpoint_stamps
 from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, CONFIG, DIRECTORY, STOP_SIGNAL, TRAINER
 
-from .alerts import NOTIFY_TIMEOUT_S, Alert, AlertTracker, run_notify
+from .alerts import NOTIFY_TIMEOUT_S, Alert, AlertTracker, child_exit_alert, run_notify
 from .format import printable
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
@@ -132,9 +132,9 @@ class ConsoleApp(App[None]):
             code = self.child.returncode
             self.say(f"the trainer this console started exited with code {code}"
                      + ("" if code == 0 else " (see trainer.log)"), "good" if code == 0 else "error")
-            if code != 0:
-                self.raise_alert(Alert("exit", "error", f"the trainer (pid {self.child.pid}) exited with code {code}",
-                                       f"exit:child:{self.child.pid}"))
+            alert = child_exit_alert(self.child.pid, code)
+            if alert is not None and self.alerts.first_of_its_end(alert):
+                self.raise_alert(alert)
 
     # -- reading -----------------------------------------------------------------
     @work(thread=True, group="watch", exit_on_error=False)

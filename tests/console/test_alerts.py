@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from console.alerts import AlertTracker, check_report, current_alerts, run_notify
+from console.alerts import AlertTracker, check_report, child_exit_alert, current_alerts, run_notify
 from console.cli import main
 from console.reader import RunReader
 from rundir import LossHistoryWriter
@@ -150,3 +150,25 @@ def test_disk_nearly_full_and_a_zombie_arm_are_alerts(tmp_path):
     assert alerts["zombie"].level == "warning" and "gone-arm" in alerts["zombie"].text
     code, lines = check_report(snap)
     assert code == 2 and lines[0].startswith("error: disk nearly FULL")
+
+
+def test_one_alert_per_trainer_end_however_the_console_learns_of_it(tmp_path):
+    """A trainer this console started that diverged (exit 3) or failed is one alert: the
+    history's account and the child's exit code are two views of the same end."""
+    diverged = make_run(tmp_path / "diverged", RunSpec(steps=400, nonfinite=(398, 399, 400), events=(
+        {"event": "resume", "step": 200, "from_step": 200, "pid": 4321},
+        {"event": "stop", "step": 400, "reason": "nonfinite", "in_a_row": 3})))
+    tracker = AlertTracker()
+    [divergence] = [a for a in tracker.new_alerts(RunReader(diverged).read()[0]) if a.kind == "divergence"]
+    assert divergence.ended_pid == 4321
+    assert not tracker.first_of_its_end(child_exit_alert(4321, 3))       # already told
+    assert tracker.first_of_its_end(child_exit_alert(4322, 1))           # another trainer: told
+    assert child_exit_alert(4323, 0) is None                             # a clean exit is no alert
+
+    crashed = make_run(tmp_path / "crashed", RunSpec(steps=300, events=(
+        {"event": "resume", "step": 100, "from_step": 100, "pid": 5555},)))
+    tracker = AlertTracker()
+    assert tracker.first_of_its_end(child_exit_alert(5555, 1))          # the child's exit first
+    snap = RunReader(crashed).read()[0]
+    assert [a.ended_pid for a in current_alerts(snap) if a.kind == "exit"] == [5555]
+    assert [a for a in tracker.new_alerts(snap) if a.kind == "exit"] == []
