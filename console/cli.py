@@ -45,6 +45,7 @@ from rundir.config import MIN_WINDOW
 from rundir.runs import is_runs_dir
 from rundir.text import printable
 
+from .format import X_AXES
 from .prefetch import start_history_prefetch
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
@@ -113,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="EMA weight of the smoothed loss line, 0 to 0.9999 (default 0.98)")
     p.add_argument("--window", type=int, default=2000, metavar="N",
                    help="steps shown when the plot's window is toggled to 'last N' (default 2000)")
+    p.add_argument("--x-axis", choices=X_AXES, default="step",
+                   help="--once: the plot's x axis: step, tokens or time (wall clock); the dashboard's x key "
+                        "(default step)")
+    p.add_argument("--log-y", action="store_true", help="--once: a logarithmic loss axis (the dashboard's l key)")
     return p
 
 
@@ -268,7 +273,8 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(to_json(snap, now), indent=2, default=str) + "\n")
     else:
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
-                                     options=PlotOptions(smoothing=args.smooth)))
+                                     options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
+                                                         log_y=args.log_y)))
     if snap.dir_state in ("missing", "not a directory") or snap.dir_state.startswith("unreadable"):
         return _fail(f"{run_dir}: {snap.dir_state}", EXIT_USAGE)
     return EXIT_OK

@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING
 # messages; the panes and --once import it from here with the other formatters.
 from rundir.text import LINE_LIMIT, printable, printable_block  # noqa: F401
 
+# The loss plot's x axes (the x key cycles them; --x-axis picks one): here, not in the
+# plot module, so that the command line offers them without loading numpy.
+X_AXES = ("step", "tokens", "time")
+
 if TYPE_CHECKING:
     from rundir.storage import Storage
 

@@ -25,6 +25,8 @@ from rich.text import Text
 
 from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
 
+from .format import X_AXES  # noqa: F401  (the plot's axes; defined where the command line reads them)
+
 if TYPE_CHECKING:
     from rundir import CheckpointInfo, HistoryEvent
     from rundir.spikes import Spike
@@ -143,7 +145,6 @@ class PlotOptions:
     x_axis: str = "step"                # step | tokens | time (wall clock)
 
 
-X_AXES = ("step", "tokens", "time")
 
 
 def x_values(kind: str, steps: np.ndarray, tokens: np.ndarray | None, times: np.ndarray | None
@@ -158,6 +159,15 @@ def x_values(kind: str, steps: np.ndarray, tokens: np.ndarray | None, times: np.
         if np.isfinite(x).all():
             return x, "time"
     return steps, "step"
+
+
+def plot_x(kind: str, steps: np.ndarray, tokens: np.ndarray | None, times: np.ndarray | None
+           ) -> tuple[np.ndarray | None, str]:
+    """:func:`x_values` as :func:`build_canvas` takes them: None on the step axis."""
+    if kind == "step":
+        return None, "step"
+    x, axis = x_values(kind, steps, tokens, times)
+    return (None if axis == "step" else x), axis
 
 @dataclass
 class Marker:
@@ -474,11 +484,13 @@ def render(canvas: Canvas, label_width: int = 8, **styles: str) -> Text:
 
 def plot_text(steps: np.ndarray, loss: np.ndarray, width: int, height: int, options: PlotOptions,
               markers: list[Marker] = (), smooth: np.ndarray | None = None, label_width: int = 8,
-              abandoned: np.ndarray | None = None) -> Text:
-    """One call: EMA (unless given), canvas and Rich Text, for ``--once`` and tests."""
+              abandoned: np.ndarray | None = None, x: np.ndarray | None = None, x_axis: str = "step") -> Text:
+    """One call: EMA (unless given), canvas and Rich Text, for ``--once`` and tests
+    (``x`` and ``x_axis``: another axis than the steps, from :func:`plot_x`)."""
     if smooth is None and options.smoothing > 0:
         smooth, _ = ema_debiased(loss, options.smoothing)
-    canvas = build_canvas(steps, loss, smooth, width - label_width, height, options, markers, abandoned=abandoned)
+    canvas = build_canvas(steps, loss, smooth, width - label_width, height, options, markers, x=x, x_axis=x_axis,
+                          abandoned=abandoned)
     return render(canvas, label_width=label_width)
 
 

@@ -20,7 +20,7 @@ from rundir.layout import EVENT_ROLLBACK
 from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
                      printable_block, slurm_text, stall_text, storage_text)
 from .findings import findings_json, findings_lines
-from .plot import PlotOptions, abandoned_mask, finding_markers, plot_markers, plot_text
+from .plot import PlotOptions, abandoned_mask, finding_markers, plot_markers, plot_text, plot_x
 from .views import RunSnapshot
 
 # Lines of checkpoints and of arms in --once, each: a run directory of 100,000 files or
@@ -125,16 +125,19 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append("")
     if h.n_steps:
         opts = options or PlotOptions()
+        x, axis = plot_x(opts.x_axis, h.step, h.tokens_column, h.time_column)
         buf = io.StringIO()
         Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
             plot_text(h.step, h.loss, width, plot_height, opts,
                       plot_markers(snap.checkpoints, snap.history.events, h.silent_rewinds)
                       + finding_markers(h.spikes, h.nonfinite_steps),
-                      abandoned=abandoned_mask(h.step, h.time_column, h.events)))
+                      abandoned=abandoned_mask(h.step, h.time_column, h.events), x=x, x_axis=axis))
         rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
             e.event == EVENT_ROLLBACK for e in h.events) else ""
         rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
-        lines.append(f"loss (raw + EMA {opts.smoothing}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
+        by = {"tokens": " by tokens", "time": " by wall clock"}.get(axis, "")
+        scale = ", log scale" if opts.log_y else ""
+        lines.append(f"loss{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
                      f"{rolled_back}{rewound})")
         lines.extend(buf.getvalue().rstrip("\n").splitlines())
         lines.append("")

@@ -20,7 +20,7 @@ import time
 from rich.style import Style
 
 from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, X_AXES, Marker, PlotOptions, abandoned_mask,
-                    build_canvas, ema_debiased, render_runs, x_values)
+                    build_canvas, ema_debiased, plot_x, render_runs)
 from ..views import HistoryView
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
@@ -174,9 +174,7 @@ class LossPlot(Widget):
         if abandoned is not None:
             legend += [("abandoned", ABANDONED_STYLE), ("  ", None)]
         plot_h = max(1, height - 3)
-        x, axis = (None, "step") if self.x_axis == "step" else \
-            x_values(self.x_axis, h.step, h.tokens_column, h.time_column)
+        x, axis = plot_x(self.x_axis, h.step, h.tokens_column, h.time_column)
         canvas = build_canvas(h.step, h.loss, self._smooth(h), max(1, width - LABEL_WIDTH), plot_h,
-                              options, self._markers, x=None if axis == "step" else x, x_axis=axis,
-                              abandoned=abandoned)
+                              options, self._markers, x=x, x_axis=axis, abandoned=abandoned)
         return [legend, *render_runs(canvas, label_width=LABEL_WIDTH)]

@@ -56,3 +56,17 @@ async def test_the_x_key_cycles_the_axis(tmp_path):
             seen.append((plot.x_axis, plot.border_subtitle))
         assert [axis for axis, _ in seen] == ["tokens", "time", "step"]
         assert "x: tokens" in seen[0][1] and "x: wall clock" in seen[1][1] and "x:" not in seen[2][1]
+
+
+def test_once_takes_the_axis_and_the_log_scale_from_flags(tmp_path, capsys):
+    """``--once --x-axis tokens --log-y`` draws what the dashboard's x and l keys draw."""
+    from console.cli import main
+
+    run = make_run(tmp_path / "run", RunSpec(steps=600))
+    assert main([str(run), "--once", "--x-axis", "tokens", "--log-y"]) == 0
+    out = capsys.readouterr().out
+    assert "loss by tokens (raw + EMA 0.98, log scale;" in out
+    axis = out.split("loss by tokens")[1].split("checkpoints (")[0].strip().splitlines()[-1]
+    assert "k" in axis and "600" not in axis                # token counts, not the steps
+    assert main([str(run), "--once", "--x-axis", "time"]) == 0
+    assert "loss by wall clock (" in capsys.readouterr().out
