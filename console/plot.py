@@ -25,8 +25,6 @@ from rich.text import Text
 
 from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
 
-from .format import X_AXES  # noqa: F401  (the plot's axes; defined where the command line reads them)
-
 if TYPE_CHECKING:
     from rundir import CheckpointInfo, HistoryEvent
     from rundir.spikes import Spike
@@ -142,9 +140,7 @@ class PlotOptions:
     window: int | None = None           # last N steps; None = the whole history
     smoothing: float = 0.98             # EMA beta; 0 = off
     show_raw: bool = True
-    x_axis: str = "step"                # step | tokens | time (wall clock)
-
-
+    x_axis: str = "step"                # step | tokens | time (wall clock): console.format.X_AXES
 
 
 def x_values(kind: str, steps: np.ndarray, tokens: np.ndarray | None, times: np.ndarray | None
@@ -168,6 +164,7 @@ def plot_x(kind: str, steps: np.ndarray, tokens: np.ndarray | None, times: np.nd
         return None, "step"
     x, axis = x_values(kind, steps, tokens, times)
     return (None if axis == "step" else x), axis
+
 
 @dataclass
 class Marker:
