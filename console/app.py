@@ -1,8 +1,8 @@
 """The operator console: a thin Textual app that routes screens and keys.
 
 The work is elsewhere: :mod:`console.reader` reads the run directory (in a thread
-worker), :mod:`console.watcher` watches it (in another), :mod:`console.supervise`
-signals the verified trainer (in a third), and the panes in :mod:`console.widgets`
+worker), :mod:`console.watcher` watches it (in another), :mod:`console.signal_jobs`
+signals the verified trainer and waits for its answer (in a third), and the panes in :mod:`console.widgets`
 paint what they are given. Threads only post messages; widgets change on the UI thread.
 """
 
@@ -22,18 +22,18 @@ from textual.app import App
 from textual.binding import Binding
 from textual.worker import get_current_worker
 
-from rundir import checkpoint_stamps
-from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, CONFIG, DIRECTORY, STOP_SIGNAL, TRAINER
+from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER
 
 from .alerts import NOTIFY_TIMEOUT_S, Alert, AlertTracker, child_exit_alert, run_notify
 from .format import printable
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
 from .plot import PlotOptions
-from .reader import CheckpointRequest, RunReader
+from .reader import RunReader
 from .rollback_runner import pending_rollback
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
-from .supervise import reap_children, send, wait_for_checkpoint, wait_for_exit
+from .signal_jobs import checkpoint_and_wait, stop_and_wait
+from .supervise import reap_children
 from .views import Notice, RunSnapshot, TrainerView
 from .widgets import CheckpointsPane
 from .watcher import watch_run
@@ -48,7 +48,6 @@ URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
-SIGNAL_TIMEOUT_S = 600.0
 DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "inspect", "log_y", "window", "smoothing",
                                "x_axis", "help", "quit"})
 
@@ -237,28 +236,8 @@ class ConsoleApp(App[None]):
         """SIGUSR1 to the trainer of ``run_dir`` (the dashboard's run when None)."""
         worker = get_current_worker()
         run_dir = self.run_dir if run_dir is None else run_dir
-        reader = self.reader if run_dir == self.run_dir else None
-        # The reader reports the landing (one notice, with the delay), so it learns of the
-        # request before the signal can be answered; this worker only makes sure a read
-        # happens, and reports a request that is never answered.
-        request = CheckpointRequest(time.time(), checkpoint_stamps(run_dir))
-        if reader is not None:
-            reader.expect_checkpoint(request)
-        result = send(run_dir, CHECKPOINT_SIGNAL, request.baseline)
-        self.notify_from_thread(result.message, "action" if result.ok else "warn")
-        if not result.ok:
-            if reader is not None:
-                reader.forget_checkpoint(request)
-            return
-        info, why = wait_for_checkpoint(run_dir, result, SIGNAL_TIMEOUT_S, lambda: worker.is_cancelled)
-        if worker.is_cancelled:
-            return
-        if info is None:
-            self.notify_from_thread(f"checkpoint request: {why}", "error")
-            return
-        if reader is None:
-            self.notify_from_thread(f"checkpoint landed: {info.path.name} (step {info.step:,})", "good")
-        self.post_message(FilesChanged(frozenset({CHECKPOINTS})))
+        checkpoint_and_wait(run_dir, self.reader if run_dir == self.run_dir else None, self.notify_from_thread,
+                            self._changed_from_thread, lambda: worker.is_cancelled)
 
     def action_stop(self) -> None:
         self.confirm_stop(self.run_dir, self.snapshot.trainer if self.snapshot else None)
@@ -284,21 +263,12 @@ class ConsoleApp(App[None]):
     def stop_trainer(self, run_dir: Path | None = None) -> None:
         worker = get_current_worker()
         run_dir = self.run_dir if run_dir is None else run_dir
-        result = send(run_dir, STOP_SIGNAL)
-        self.notify_from_thread(result.message, "action" if result.ok else "warn")
-        if not result.ok:
-            return
-        child = self.child
-        if child is not None and result.verification.record and child.pid != result.verification.record.pid:
-            child = None
-        exited, text = wait_for_exit(run_dir, result, SIGNAL_TIMEOUT_S, child, lambda: worker.is_cancelled)
-        if child is not None:
-            self._child_reported = True
-        if not worker.is_cancelled:
-            # The read that sees the record gone says the exit, once, with the final checkpoint.
-            if not exited or (child is not None and child.returncode != 0):
-                self.notify_from_thread(text, "good" if exited else "error")
-            self.post_message(FilesChanged(ALL_KINDS))
+        if stop_and_wait(run_dir, self.child, self.notify_from_thread, self._changed_from_thread,
+                         lambda: worker.is_cancelled) is not None:
+            self._child_reported = True         # its exit was waited for and said
+
+    def _changed_from_thread(self, kinds: frozenset[str]) -> None:
+        self.post_message(FilesChanged(kinds))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The dashboard's keys act only while the dashboard is the screen in front (the
