@@ -20,6 +20,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
+
+    from bench.common import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 200_000
@@ -36,7 +42,7 @@ def make_big_run(root: Path) -> Path:
                     spikes={123_457: 25.0}, log_lines=tuple(f"step {s} loss 2.0" for s in range(0, 2000, 10)))
 
 
-def _python(*args: str, **kw) -> "subprocess.CompletedProcess":
+def _python(*args: str, **kw) -> subprocess.CompletedProcess:
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -164,7 +170,7 @@ def _cpu_while_writing(run_dir: Path) -> tuple[float, int]:
     return cpu, int(out.strip().splitlines()[-1])
 
 
-def run() -> list["Result"]:
+def run() -> list[Result]:
     import subprocess
     import tempfile
 

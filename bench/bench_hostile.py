@@ -23,6 +23,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.common import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_CHECKPOINTS = 20_000
@@ -165,7 +169,7 @@ def state_rereads(run_dir: Path, rounds: int = 5) -> tuple[float, float]:
     return statistics.median(times), time.perf_counter() - start
 
 
-def run() -> list["Result"]:
+def run() -> list[Result]:
     import statistics
     import tempfile
 

@@ -17,6 +17,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.common import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 100
@@ -54,7 +58,7 @@ def first_frame(root: str) -> None:
     print(repr(painted[0]), flush=True)
 
 
-def run() -> list["Result"]:
+def run() -> list[Result]:
     import subprocess
     import tempfile
 

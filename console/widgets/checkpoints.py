@@ -61,7 +61,6 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         room = self.scrollable_content_region.width - STATUS_AT
         with_kept = retention is not None and room - KEPT_COLUMN[1] - GAP >= KEPT_FROM_STATUS_WIDTH
         columns = (*COLUMNS, KEPT_COLUMN) if with_kept else COLUMNS
-        status_at = STATUS_AT + (KEPT_COLUMN[1] + GAP if with_kept else 0)
         # Ages move with the clock: redraw when the checkpoints, the width, the selected
         # row or the ten-second tick of the clock change.
         selected = self.cursor_shown()

@@ -15,7 +15,7 @@ import pytest
 from console.app import ConsoleApp
 from console.reader import RunReader
 from console.views import TrainerView
-from tests.console.conftest import NOW, fixed_now
+from tests.console.conftest import fixed_now
 from tests.rundirs import EPOCH, make_run
 
 WIDE = (140, 45)

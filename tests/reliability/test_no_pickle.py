@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from tests.trainer.trainer_runs import ROOT, make_trainer_run
 

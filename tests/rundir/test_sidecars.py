@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-from tests.rundirs import make_run
 from rundir import find_zombies, load_run_config, newest_per_arm, read_samples, read_state
 from rundir.sources import check_source, load_source, SourceError
 

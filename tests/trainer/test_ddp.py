@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from tests.trainer.trainer_runs import (ROOT, events, history, run_trainer, step_lines, stop_process, wait_for,
+from tests.trainer.trainer_runs import (ROOT, events, run_trainer, step_lines, stop_process, wait_for,
                                         without_time)
 from console.supervise import launch_command, start_trainer
 from rundir import inspect_checkpoint, load_run_config, read_trainer_record, write_run_config
