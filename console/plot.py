@@ -10,7 +10,7 @@ milliseconds:
    whatever the width (reservoir or stride sampling would drop it).
 3. :func:`render`: a braille canvas (2 x 4 dots per cell) drawn from the envelopes, with
    a y axis, a marker row (checkpoints, resumes, pivots, rollbacks) and an x axis, as Rich
-   Text. The steps a rollback abandoned are drawn dimmed (:func:`abandoned_mask`).
+   Text. The steps a rollback abandoned are drawn dimmed (:func:`rundir.abandoned.abandoned_mask`).
 """
 
 from __future__ import annotations
@@ -206,27 +206,6 @@ def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[History
     return marks
 
 
-def abandoned_mask(steps: np.ndarray, times: np.ndarray | None, events: Iterable[HistoryEvent]) -> np.ndarray | None:
-    """The steps a rollback abandoned that no newer line has replaced yet: after a
-    ``rollback`` event from step F to step X, the lines of steps X+1..F written before it.
-    (The resumed trainer's lines for the same steps replace them as it goes.) None when
-    there are none."""
-    mask = None
-    if times is None or len(times) != len(steps):
-        return None
-    for ev in events:
-        if ev.event != EVENT_ROLLBACK or ev.time is None:
-            continue
-        to_step, from_step = ev.data.get("to_step"), ev.data.get("from_step")
-        if not isinstance(to_step, int) or not isinstance(from_step, int):
-            continue
-        lo, hi = np.searchsorted(steps, [to_step + 1, from_step + 1])
-        older = np.zeros(len(steps), dtype=bool)
-        older[lo:hi] = times[lo:hi] < ev.time
-        mask = older if mask is None else mask | older
-    return mask if mask is not None and mask.any() else None
-
-
 def finding_markers(spikes: Iterable[Spike], nonfinite_steps: Iterable[int]) -> list[Marker]:
     """A marker at each spike's peak and at each non-finite step."""
     return [*(Marker(s.peak_step, "spike") for s in spikes), *(Marker(int(n), "nonfinite") for n in nonfinite_steps)]
@@ -271,7 +250,7 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     """Decimate and draw. ``smooth`` is the EMA of the whole history (same length as ``loss``).
     ``x`` (non-decreasing, one per step) puts the steps on another axis (``x_axis``: tokens or
     time); markers, placed by step, land where their step is on it. ``abandoned`` (a mask, one
-    per step: :func:`abandoned_mask`) takes those steps out of the lines and draws them dimmed."""
+    per step: :func:`rundir.abandoned.abandoned_mask`) takes those steps out of the lines and draws them dimmed."""
     width, height = max(width, 1), max(height, 1)
     px_cols, px_rows = 2 * width, 4 * height
     raw_grid = np.zeros((px_rows, px_cols), dtype=bool)

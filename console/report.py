@@ -15,12 +15,13 @@ from typing import Any
 
 from rich.console import Console
 
+from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK
 
 from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
                      printable_block, slurm_text, stall_text, storage_text)
 from .findings import findings_json, findings_lines
-from .plot import PlotOptions, abandoned_mask, finding_markers, plot_markers, plot_text, plot_x
+from .plot import PlotOptions, finding_markers, plot_markers, plot_text, plot_x
 from .views import RunSnapshot
 
 # Lines of checkpoints and of arms in --once, each: a run directory of 100,000 files or

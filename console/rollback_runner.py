@@ -27,8 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rundir import (CheckpointInfo, ConfigError, LossHistory, checkpoint_path, inspect_checkpoint, latest_resumable,
                     list_checkpoints, load_run_config, newest_complete_since, verify_checksum, verify_trainer)
+from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD
 from rundir.pivot_files import read_journal as read_pivot_journal
 from rundir.rollback_files import (Loss, RollbackError, RollbackJournal, check_skip_batches, choose_checkpoint,
@@ -88,8 +91,13 @@ class RollbackProposal:
 
 
 def newest_spike(history: LossHistory, window: int, k: float) -> Spike | None:
-    """The newest loss spike of the history, or None."""
+    """The newest loss spike of the history, or None; a spike among the steps an earlier
+    rollback abandoned is behind us, not a reason to go back again."""
     spikes = find_spikes(history.step, history.loss, window, k)
+    abandoned = abandoned_mask(history.step, history.time, history.events)
+    if abandoned is not None:
+        index = np.searchsorted(history.step, [s.start for s in spikes])
+        spikes = [s for s, i in zip(spikes, index) if not abandoned[i]]
     return spikes[-1] if spikes else None
 
 

@@ -19,9 +19,11 @@ import time
 
 from rich.style import Style
 
+from rundir.abandoned import abandoned_mask
+
 from ..format import X_AXES
-from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, Marker, PlotOptions, abandoned_mask, build_canvas,
-                    ema_debiased, plot_x, render_runs)
+from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, Marker, PlotOptions, build_canvas, ema_debiased,
+                    plot_x, render_runs)
 from ..views import HistoryView
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)

@@ -85,3 +85,18 @@ def test_a_resume_the_trainer_refuses_is_reported_and_pending(make_run_dir):
         in once.stdout
     r = console(run, "--rollback", "--to", "200", "--yes")
     assert r.returncode == 1 and "an interrupted rollback to step 300" in r.stderr
+
+
+def test_a_spike_among_the_steps_a_rollback_abandoned_is_not_proposed_again(make_run_dir):
+    """Rolled back to 300 past the spike at 450 and resumed to 350: the spike's lines are
+    still in the history, but a second rollback has no spike to go back for."""
+    from rundir import LossHistoryWriter
+
+    run = make_run_dir(**SPIKY)
+    later = 10.0 ** 10                                   # after every generated line
+    with LossHistoryWriter(run / LOSS_JSON) as w:
+        w.event("rollback", step=300, time=later, from_step=600, to_step=300, skip_batches=152)
+        for step in range(301, 351):
+            w.step(step, 2.0, 3e-3, 0.5, "a", step * 512, later + step)
+    with pytest.raises(RollbackError, match="no loss spike in the history"):
+        propose_rollback(run, RollbackRequest())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from console.plot import PlotOptions, abandoned_mask, build_canvas, plot_markers, render_runs
+from console.plot import PlotOptions, build_canvas, plot_markers, render_runs
+from rundir.abandoned import abandoned_mask
 from rundir import HistoryEvent
 from tests.console.test_cli import console
 from tests.rundirs import EPOCH
