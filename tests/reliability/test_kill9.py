@@ -84,17 +84,20 @@ def test_kill9_at_random_moments_loses_nothing(trainer_run, reliability_report, 
         raise AssertionError(f"KILL9_SEED={SEED} KILL9_KILLS={KILLS}: {err}") from err
 
 
-def _pruned_leftovers(run: Path, before_last_start: bool = False) -> list[int]:
+def _pruned_leftovers(run: Path, by_earlier_trainers: bool = False) -> list[int]:
     """Steps a prune event listed whose bare .bin is still there (a prune a kill interrupted).
-    ``before_last_start``: only the prunes of earlier trainers, not the one the newest
-    trainer may be in the middle of (its first checkpoint can come before a loaded
-    machine lets this test look)."""
+    ``by_earlier_trainers``: leave out what the newest trainer is pruning itself (it may be
+    under way by the time a loaded machine lets this test look; the same step may be listed
+    by an earlier, interrupted prune too). The checkpoints are listed before the history is
+    read: a prune's event is durable before its first removal, so every removal seen is
+    explained by an event read after it."""
+    foreign = [c.step for c in list_checkpoints(run) if c.status == "foreign"]
     records = lines(run)
-    if before_last_start:
-        starts = [i for i, r in enumerate(records) if r.get("event") in ("start", "resume")]
-        records = records[:starts[-1]] if starts else records
-    listed = {s for r in records if r.get("event") == "prune" for s in r["steps"]}
-    return sorted(c.step for c in list_checkpoints(run) if c.step in listed and c.status == "foreign")
+    starts = [i for i, r in enumerate(records) if r.get("event") in ("start", "resume")]
+    split = starts[-1] if by_earlier_trainers and starts else len(records)
+    listed = lambda part: {s for r in part if r.get("event") == "prune" for s in r["steps"]}      # noqa: E731
+    leftover = listed(records[:split]) - listed(records[split:])
+    return sorted(step for step in foreign if step in leftover)
 
 
 def _kill9(trainer_run, reliability_report, async_checkpoint: bool, kills: int) -> None:
@@ -135,7 +138,7 @@ def _kill9(trainer_run, reliability_report, async_checkpoint: bool, kills: int) 
                     assert resume["from_step"] == expected.step and resume["exact"], (progress, resume)
                     counts["resumes"] += 1
                     # The next trainer finished any prune a kill interrupted before it resumed.
-                    leftovers = _pruned_leftovers(run, before_last_start=True)
+                    leftovers = _pruned_leftovers(run, by_earlier_trainers=True)
                     assert not leftovers, (progress, leftovers)
                     if in_prune:
                         wait_for(lambda: len(events(run, "prune")) > prunes_before or proc.poll() is not None,
