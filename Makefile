@@ -28,12 +28,15 @@ bench: install
 
 # The long reliability runs: the kill -9 campaign at 1,000 kills (about an hour) and the
 # readers' fuzzing at 10,000 cases a property; the figures are printed at the end.
-# Smaller: make soak KILL9_KILLS=5 FUZZ_EXAMPLES=200
+# Smaller: make soak KILL9_KILLS=5 FUZZ_EXAMPLES=200. The run directories stay in
+# SOAK_TMP afterwards (pytest's numbered temporary directories would be removed by the
+# next pytest run on this machine, even one running beside the soak).
 KILL9_KILLS ?= 1000
 FUZZ_EXAMPLES ?= 10000
+SOAK_TMP ?= /tmp/andrea-soak
 soak: install
 	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:xdist -q \
-		tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py
+		--basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py
 
 screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots
