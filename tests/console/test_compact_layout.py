@@ -13,7 +13,7 @@ from console.screens.dashboard import FULL_FROM, PANES
 from console.screens.pivot_wizard import PivotScreen
 from console.views import Notice
 from console.widgets import CheckpointsPane, EventLog, KeyBar, LossPlot, StatusLine
-from tests.console.conftest import NOW
+from tests.console.conftest import NOW, until
 from tests.console.test_hostile_text import pane_lines
 from tests.console.test_snapshots import BIG, NARROW, app_for, healthy, live_probe, settled
 from tests.rundirs import make_run
@@ -220,10 +220,8 @@ async def test_the_pivot_screen_keeps_its_six_steps_in_view_at_80x24(tmp_path):
     async with app.run_test(size=NARROW) as pilot:
         await settled(pilot)
         await pilot.press("p")
-        for _ in range(400):                                       # it opens once the journal has been read
-            await pilot.pause(0.05)
-            if isinstance(app.screen, PivotScreen):
-                break
+        # it opens once the journal has been read
+        await until(pilot, lambda: isinstance(app.screen, PivotScreen), 20, "the pivot screen")
         await pilot.pause()
         steps = app.screen.query_one("#pivot-steps")
         assert 0 <= steps.region.y and steps.region.bottom <= NARROW[1] - 1

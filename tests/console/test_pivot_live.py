@@ -14,6 +14,7 @@ import pytest
 
 from console.app import ConsoleApp
 from console.screens import ConfirmScreen, PivotScreen
+from tests.console.conftest import until
 from tests.console.trainer_proc import ROOT, train_command
 from tests.processes import stop_processes_naming
 from rundir import list_checkpoints, load_run_config, read_state, verify_trainer
@@ -153,31 +154,21 @@ async def test_pivot_screen_of_a_live_run(live):
     before = (r.run / ".loss.json").read_bytes()
     app = ConsoleApp(r.run, tick=0.5)
     async with app.run_test(size=(140, 45)) as pilot:
-        for _ in range(300):
-            await pilot.pause(0.1)
-            if app.snapshot is not None and app.snapshot.trainer.state == "running":
-                break
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot.trainer.state == "running", 30,
+                    "the trainer verified running")
         await pilot.press("p")
-        for _ in range(600):                    # pushed and composed (a loaded machine is slow)
-            await pilot.pause(0.05)
-            if isinstance(app.screen, PivotScreen) and app.screen.query("#cap-0"):
-                break
+        # pushed and composed (a loaded machine is slow)
+        await until(pilot, lambda: isinstance(app.screen, PivotScreen) and app.screen.query("#cap-0"), 30,
+                    "the pivot screen composed")
         screen = app.screen
         screen.query_one("#cap-0").value = "0.6"
         await pilot.pause()
         assert screen.request is not None
         await pilot.press("ctrl+s")
-        for _ in range(600):
-            await pilot.pause(0.1)
-            if isinstance(app.screen, ConfirmScreen):
-                break
-        assert isinstance(app.screen, ConfirmScreen)
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60, "the confirmation")
         await pilot.press("y")
-        for _ in range(1800):
-            await pilot.pause(0.1)
-            if screen.outcome is not None:
-                break
-        assert screen.outcome is not None and screen.outcome.ok, screen.outcome
+        await until(pilot, lambda: screen.outcome is not None, 180, "the pivot's outcome")
+        assert screen.outcome.ok, screen.outcome
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.dashboard

@@ -11,16 +11,15 @@ import pytest
 from console.messages import PivotProgress
 from console.pivot_runner import PivotOutcome
 from console.screens.pivot_wizard import PivotScreen
+from tests.console.conftest import until
 from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, settled
 
 
 async def open_pivot(pilot) -> None:
     await settled(pilot)
     await pilot.press("p")
-    for _ in range(400):         # the screen opens once the journal has been looked at
-        await pilot.pause(0.05)
-        if isinstance(pilot.app.screen, PivotScreen):
-            break
+    # the screen opens once the journal has been looked at
+    await until(pilot, lambda: isinstance(pilot.app.screen, PivotScreen), 20, "the pivot screen")
     await pilot.pause()
 
 

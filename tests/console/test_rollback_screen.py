@@ -12,6 +12,7 @@ from console.screens import ConfirmScreen, RollbackScreen
 from rundir import verify_trainer
 from rundir.layout import LOSS_JSON
 from rundir.rollback_files import read_rollback_journal
+from tests.console.conftest import until
 from tests.console.test_rollback_live import SPIKE_END, check_rolled_back, spiky_run  # noqa: F401 (fixture)
 from tests.console.test_snapshots import WIDE, app_for, healthy, settled
 from tests.trainer.trainer_runs import snapshot
@@ -21,10 +22,8 @@ async def open_rollback(pilot, settle: bool = True) -> RollbackScreen:
     if settle:                   # a generated run: no watcher, every read finishes
         await settled(pilot)
     await pilot.press("r")
-    for _ in range(400):         # the screen opens once the journal has been looked at
-        await pilot.pause(0.05)
-        if isinstance(pilot.app.screen, RollbackScreen):
-            break
+    # the screen opens once the journal has been looked at
+    await until(pilot, lambda: isinstance(pilot.app.screen, RollbackScreen), 20, "the rollback screen")
     screen = pilot.app.screen
     assert isinstance(screen, RollbackScreen)
     await wait_for_plan(pilot, screen)
@@ -33,12 +32,11 @@ async def open_rollback(pilot, settle: bool = True) -> RollbackScreen:
 
 async def wait_for_plan(pilot, screen: RollbackScreen, before: str = "working out") -> str:
     """The proposal line once it says something other than ``before``."""
-    for _ in range(1200):
-        await pilot.pause(0.05)
-        text = str(screen.query_one("#rollback-plan").render())
-        if before not in text:
-            return text
-    raise AssertionError("no proposal")
+    def plan() -> str:
+        return str(screen.query_one("#rollback-plan").render())
+
+    await until(pilot, lambda: before not in plan(), 60, "a proposal")
+    return plan()
 
 
 def test_rollback_screen_proposal(snap_compare, tmp_path):
@@ -80,17 +78,9 @@ async def test_bad_fields_and_refusals_start_nothing(tmp_path):
 
 async def _start_and_answer(pilot, screen: RollbackScreen, key: str) -> RollbackOutcome:
     await pilot.press("ctrl+s")
-    for _ in range(600):
-        await pilot.pause(0.1)
-        if isinstance(pilot.app.screen, ConfirmScreen):
-            break
-    assert isinstance(pilot.app.screen, ConfirmScreen)
+    await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen), 60, "the confirmation")
     await pilot.press(key)
-    for _ in range(2400):
-        await pilot.pause(0.1)
-        if screen.outcome is not None:
-            break
-    assert screen.outcome is not None
+    await until(pilot, lambda: screen.outcome is not None, 240, "the rollback's outcome")
     return screen.outcome
 
 
@@ -99,10 +89,8 @@ async def test_rollback_screen_cancel_then_run_on_a_live_trainer(spiky_run):  # 
     run = spiky_run
     app = ConsoleApp(run, tick=0.5)
     async with app.run_test(size=WIDE) as pilot:
-        for _ in range(300):
-            await pilot.pause(0.1)
-            if app.snapshot is not None and app.snapshot.trainer.state == "running":
-                break
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot.trainer.state == "running", 30,
+                    "the trainer verified running")
         screen = await open_rollback(pilot, settle=False)
         assert "roll back to step_000040.bin" in await wait_for_plan(pilot, screen)
         checkpoints = sorted(p.name for p in run.iterdir() if p.name.startswith("step_"))
