@@ -8,7 +8,7 @@ DEMO_DIR ?= runs/demo
 
 .PHONY: install demo test bench soak screenshots clean
 
-$(BIN)/.installed: pyproject.toml Makefile
+$(BIN)/.installed: pyproject.toml setup.py rundir/_tensor_sums.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
@@ -42,4 +42,4 @@ screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build rundir/_tensor_sums.*.so

@@ -31,6 +31,7 @@ import numpy as np
 from bench.common import PROC_STATUS_SOURCE, Result
 from rundir import RunConfig, checkpoint_path, write_checkpoint
 from rundir.checkpoint import HEADER, HEADER_SIZE, expected_size
+import rundir.inspect
 from rundir.inspect import inspect_file
 
 RSS_LIMIT_MB = 300
@@ -71,9 +72,12 @@ def _bare_pass(path: Path, n: int) -> None:
 _TIME = """
 import json, statistics, sys, time
 from pathlib import Path
+import rundir.inspect
 from bench.bench_inspect import _bare_pass
 from rundir.inspect import inspect_file
 path, n, threads = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) or None
+if sys.argv[4] == "numpy":                  # as installed without a C compiler
+    rundir.inspect._fused_chunk_sums = None
 _bare_pass(path, n)                         # both from the page cache, buffers warm
 inspect_file(path, threads=threads)
 pairs = []
@@ -91,11 +95,12 @@ print(json.dumps({"base": median(0), "ours": median(1), "cpu_base": median(2), "
 _ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
-def _timed(path: Path, n: int, single: bool) -> dict[str, float]:
-    """Medians of 9 alternating pairs (bare pass, inspection), single-threaded or not."""
+def _timed(path: Path, n: int, single: bool, summing: str = "fused") -> dict[str, float]:
+    """Medians of 9 alternating pairs (bare pass, inspection), single-threaded or not,
+    the inspector summing with its fused pass or (``"numpy"``) with numpy's."""
     env = {k: v for k, v in os.environ.items() if k not in _ONE_THREAD}
     env.update(_ONE_THREAD if single else {}, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", _TIME, str(path), str(n), "1" if single else "0"],
+    out = subprocess.run([sys.executable, "-c", _TIME, str(path), str(n), "1" if single else "0", summing],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
@@ -111,13 +116,18 @@ def run() -> list[Result]:
         report = inspect_file(path)
         assert report.layout.kind == "model" and report.tensors[0].update_ratio is not None
         size = f"{path.stat().st_size / 1e6:.0f} MB"
+        fused = "fused pass (C)" if rundir.inspect._fused_chunk_sums is not None else "numpy passes: NOT BUILT"
         one = _timed(path, n, single=True)
         load = os.getloadavg()[0]           # a loaded machine stretches wall times: say how loaded
-        results.append(Result("inspect", f"inspect andrea-12m ({size}), both single-threaded (load {load:.1f})",
+        results.append(Result("inspect", f"inspect andrea-12m ({size}, {fused}), both single-threaded "
+                                         f"(load {load:.1f})",
                               one["ours"], "s", one["base"], "numpy memmap sum of squares of w, m, v",
                               one["ratio"], "<= 2x", one["ratio"] <= 2.0))
         results.append(Result("inspect", "the same in CPU time", one["cpu_ours"], "s", one["cpu_base"],
                               "numpy pass", one["cpu_ratio"]))
+        numpy_only = _timed(path, n, single=True, summing="numpy")
+        results.append(Result("inspect", "the same without the C extension (numpy's passes)", numpy_only["ours"],
+                              "s", numpy_only["base"], "numpy pass", numpy_only["ratio"]))
         both = _timed(path, n, single=False)
         results.append(Result("inspect", f"the same, both on every CPU ({os.cpu_count()} CPUs)", both["ours"], "s",
                               both["base"], "numpy pass, BLAS threads", both["ratio"]))

@@ -5,6 +5,8 @@ the mapping every few megabytes once read), so a 1.46 GB andrea-120m checkpoint 
 bounded peak RSS. The tensors and Adam's settings are :mod:`rundir.checkpoint_layout`'s
 (from the ``.json``; fixed-size chunks of the flat vector without one). Validity is :func:`inspect_checkpoint`'s,
 so a truncated, header-mismatched or foreign file gets the checkpoints pane's reason.
+Each chunk is summed in one fused pass (the C extension ``rundir._tensor_sums``), or with
+numpy's passes where it was not built (no C compiler at install).
 
 Every statistic is taken over the finite values of its array; the non-finite ones are
 counted in ``nonfinite``. Statistics (per tensor)::
@@ -40,9 +42,14 @@ from .checkpoint import HEADER_SIZE, CheckpointError, CheckpointInfo, expected_s
 from .checkpoint_layout import AdamSettings, Layout, TensorSlice, adam_settings, layout_of
 from .safe_read import open_regular
 
-# Values of each of w, m and v read per pass (1 MB each): the passes over a chunk find it in
-# cache, and numpy's per-call cost stays small (measured on andrea-12m, one thread: 64K-512K
-# values cost about the same; 32K a third more, in per-call overhead).
+try:        # the fused pass over a chunk (rundir/_tensor_sums.c), built at install when a C compiler is there
+    from ._tensor_sums import chunk_sums as _fused_chunk_sums
+except ImportError:                         # numpy's passes instead, about twice as slow
+    _fused_chunk_sums = None
+
+# Values of each of w, m and v read per chunk (1 MB each): numpy's passes over a chunk find
+# it in cache, and their per-call cost stays small (measured on andrea-12m, one thread:
+# 64K-512K values cost about the same; 32K a third more, in per-call overhead).
 CHUNK_VALUES = 1 << 18
 # Values of each array read before their pages are dropped from the mapping (8 MB each).
 RELEASE_VALUES = 1 << 21
@@ -51,6 +58,8 @@ RELEASE_VALUES = 1 << 21
 MAX_THREADS = 4
 
 Progress = Callable[[int, int], None]       # (values done, values in all)
+# One chunk's sums: (ww, maxabs, v_sum, vv, dead, mm, uu), as _tensor_sums.chunk_sums returns them.
+ChunkSums = tuple[float, float, float, float, int, float, float]
 
 
 class InspectCancelled(Exception):
@@ -181,8 +190,9 @@ class _Buffers:
 
 
 class _Sums:
-    """Running sums of one chunk or tensor (float64 Python floats; each chunk's are
-    float32 dot products, so the float32 rounding is over one chunk only)."""
+    """Running sums of one chunk or tensor (float64 Python floats; each chunk's are summed
+    in double lanes by the fused pass, or are numpy's float32 dot products, whose float32
+    rounding is then over one chunk only)."""
 
     __slots__ = ("ww", "maxabs", "mm", "v_sum", "vv", "uu", "n_w", "n_v", "n_u", "dead", "bad",
                  "dd", "ww_b", "mm_ab", "mm_b")
@@ -207,21 +217,46 @@ def _sumsq(x: np.ndarray) -> float:
     return float(np.dot(x, x))
 
 
+def _update_terms(m: np.ndarray, v: np.ndarray, eps_scaled: np.float32, out: np.ndarray) -> np.ndarray:
+    """m / (sqrt(v) + eps / c) into ``out``, in float32: Adam's step up to the factors
+    1 / c (c = 1 / sqrt(1 - beta2^t)) and 1 / (1 - beta1^t), applied once at the end."""
+    np.sqrt(v, out=out)
+    np.add(out, eps_scaled, out=out)
+    return np.divide(m, out, out=out)
+
+
+def _numpy_chunk_sums(w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buffers, eps2: float,
+                      eps_scaled: np.float32, with_update: bool) -> ChunkSums:
+    """:data:`ChunkSums` with numpy, where the fused pass was not built: one dot product
+    (float32) or reduction per sum, each over data the previous one left in cache."""
+    k = w.size
+    ww = _sumsq(w)
+    maxabs = max(float(w.max()), -float(w.min())) if k else 0.0
+    v_sum, vv = float(np.dot(v, bufs.ones[:k])), _sumsq(v)
+    dead = int(np.count_nonzero(np.less(v, eps2, out=bufs.flags[:k])))
+    mm = _sumsq(m)
+    uu = _sumsq(_update_terms(m, v, eps_scaled, bufs.values[:k])) if with_update else 0.0
+    return ww, maxabs, v_sum, vv, dead, mm, uu
+
+
 def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buffers,
                eps2: float, eps_scaled: np.float32, with_update: bool) -> None:
     """Add one chunk of a tensor to its sums (under ``np.errstate(all="ignore")``).
 
-    Fast on the assumption that every value is finite: one dot product per sum, each
-    pass over data the previous one left in cache. A finite sum proves its array finite
-    (a NaN or an Inf makes it NaN or Inf), so only a chunk whose sum comes out
-    non-finite (a non-finite value, or a float32 overflow) is summed again, masked and
-    in float64."""
+    Fast on the assumption that every value is finite: one pass takes every sum. A
+    finite sum proves its array finite (a NaN or an Inf makes it NaN or Inf), so only an
+    array whose sum comes out non-finite (a non-finite value, or with numpy's float32 sums
+    an overflow) is summed again, masked and in float64."""
     k = w.size
-    ww = _sumsq(w)
+    if _fused_chunk_sums is not None:
+        ww, maxabs, v_sum, vv, dead, mm, uu = _fused_chunk_sums(w, m, v, eps2, float(eps_scaled), with_update)
+    else:
+        ww, maxabs, v_sum, vv, dead, mm, uu = _numpy_chunk_sums(w, m, v, bufs, eps2, eps_scaled, with_update)
+    s.dead += dead
     if math.isfinite(ww):
         s.ww += ww
         s.n_w += k
-        s.maxabs = max(s.maxabs, float(w.max()), -float(w.min()))
+        s.maxabs = max(s.maxabs, maxabs)
     else:
         ok = np.isfinite(w)
         s.bad["w"] += k - int(np.count_nonzero(ok))
@@ -230,7 +265,6 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
         s.n_w += wf.size
         if wf.size:
             s.maxabs = max(s.maxabs, float(np.abs(wf).max()))
-    v_sum, vv = float(np.dot(v, bufs.ones[:k])), _sumsq(v)
     if math.isfinite(v_sum) and math.isfinite(vv):
         s.v_sum += v_sum
         s.vv += vv
@@ -242,31 +276,22 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
         s.v_sum += float(vf.sum())
         s.vv += float(np.dot(vf, vf))
         s.n_v += vf.size
-    s.dead += int(np.count_nonzero(np.less(v, eps2, out=bufs.flags[:k])))
-    u = bufs.values[:k]
-    if with_update:
-        # m / (sqrt(v) * c + eps) = (1 / c) * m / (sqrt(v) + eps / c), with
-        # c = 1 / sqrt(1 - beta2^t): one pass fewer; the 1 / c and 1 / (1 - beta1^t)
-        # factors are applied once at the end. In place, in float32; v is still in cache.
-        np.sqrt(v, out=u)
-        np.add(u, eps_scaled, out=u)
-    mm = _sumsq(m)
     if math.isfinite(mm):
         s.mm += mm
     else:
         ok = np.isfinite(m)
         s.bad["m"] += k - int(np.count_nonzero(ok))
         s.mm += _sumsq(m[ok].astype(np.float64))
-    if with_update:
-        np.divide(m, u, out=u)                  # m is still in cache from its sum
-        uu = _sumsq(u)
-        if math.isfinite(uu):
-            s.uu += uu
-            s.n_u += k
-        else:
-            uf = u[np.isfinite(u)].astype(np.float64)
-            s.uu += float(np.dot(uf, uf))
-            s.n_u += uf.size
+    if not with_update:
+        return
+    if math.isfinite(uu):
+        s.uu += uu
+        s.n_u += k
+    else:
+        u = _update_terms(m, v, eps_scaled, bufs.values[:k])
+        uf = u[np.isfinite(u)].astype(np.float64)
+        s.uu += float(np.dot(uf, uf))
+        s.n_u += uf.size
 
 
 def _add_against(s: _Sums, w: np.ndarray, m: np.ndarray, w_b: np.ndarray, m_b: np.ndarray, bufs: _Buffers) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import rundir.inspect
 from rundir import CheckpointError, RunConfig, inspect_checkpoint
 from rundir.checkpoint_layout import BARE_TENSOR_VALUES, chunk_layout, model_layout
 from rundir.inspect import InspectCancelled, inspect_file
@@ -23,6 +24,18 @@ from rundir.config import PRESETS
 from tests.rundirs import make_run
 
 RTOL = 1e-5
+
+
+@pytest.fixture(autouse=True, params=["fused", "numpy"])
+def summing(request, monkeypatch):
+    """Every test here runs twice: with the C extension's fused pass over a chunk, and
+    with numpy's passes (what an install without a C compiler uses)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(rundir.inspect, "_fused_chunk_sums", None)
+    else:
+        assert rundir.inspect._fused_chunk_sums is not None, (
+            "rundir._tensor_sums is not built: install a C compiler and reinstall (make install)")
+    return request.param
 
 
 def raw(path: Path) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
