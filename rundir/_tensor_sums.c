@@ -70,6 +70,65 @@ fused_sums(const float *w, const float *m, const float *v, Py_ssize_t n,
         sum_chunk(w, m, v, n, eps2, eps_scaled, 0, out);
 }
 
+static void
+release_all(Py_buffer *views, int count)
+{
+    for (int k = 0; k < count; k++)
+        PyBuffer_Release(&views[k]);
+}
+
+/* The sums comparing a chunk with the same chunk of another checkpoint: ||w - w'||^2
+ * (the difference taken in double, so exact), ||w'||^2, m.m', ||m||^2 and ||m'||^2. */
+CLONES static void
+fused_pair_sums(const float *w, const float *m, const float *w_b, const float *m_b, Py_ssize_t n,
+                double out[5])
+{
+    double dd = 0, ww_b = 0, mm_ab = 0, mm_a = 0, mm_b = 0;
+#pragma omp simd reduction(+ : dd, ww_b, mm_ab, mm_a, mm_b)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const double d = (double)w[i] - w_b[i];
+        dd += d * d;
+        ww_b += (double)w_b[i] * w_b[i];
+        mm_ab += (double)m[i] * m_b[i];
+        mm_a += (double)m[i] * m[i];
+        mm_b += (double)m_b[i] * m_b[i];
+    }
+    out[0] = dd;
+    out[1] = ww_b;
+    out[2] = mm_ab;
+    out[3] = mm_a;
+    out[4] = mm_b;
+}
+
+/* The first ``count`` arguments as C-contiguous float32 buffers of one length, into
+ * ``views``. Returns their length in values; on failure, -1 with an exception set and
+ * no buffer held. */
+static Py_ssize_t
+float32_buffers(PyObject *const *args, int count, const char *const *names, Py_buffer *views)
+{
+    for (int k = 0; k < count; k++) {
+        Py_buffer *view = &views[k];
+        if (PyObject_GetBuffer(args[k], view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            release_all(views, k);
+            return -1;
+        }
+        if (view->itemsize != 4 || view->format == NULL ||
+                (strcmp(view->format, "f") != 0 && strcmp(view->format, "<f") != 0)) {
+            PyErr_Format(PyExc_TypeError, "%s: expected a float32 buffer, got format %s",
+                         names[k], view->format ? view->format : "B");
+            release_all(views, k + 1);
+            return -1;
+        }
+        if (view->len != views[0].len) {
+            PyErr_Format(PyExc_ValueError, "%s differs in length from %s (%zd and %zd bytes)",
+                         names[k], names[0], view->len, views[0].len);
+            release_all(views, k + 1);
+            return -1;
+        }
+    }
+    return views[0].len / 4;
+}
+
 PyDoc_STRVAR(chunk_sums_doc,
 "chunk_sums(w, m, v, eps2, eps_scaled, with_update, /)\n--\n\n"
 "Sums of one chunk: (ww, maxabs, v_sum, vv, dead, mm, uu).\n\n"
@@ -77,20 +136,6 @@ PyDoc_STRVAR(chunk_sums_doc,
 "of squares (uu of m / (sqrt(v) + eps_scaled), 0.0 unless with_update); maxabs is the\n"
 "largest |w| (NaNs skipped); dead counts v < eps2. A sum is NaN or infinite exactly\n"
 "when its array holds a NaN or an infinity. The GIL is released while summing.");
-
-static int
-float32_buffer(PyObject *obj, Py_buffer *view, const char *name)
-{
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return -1;
-    if (view->itemsize != 4 || view->format == NULL || (strcmp(view->format, "f") != 0 && strcmp(view->format, "<f") != 0)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a float32 buffer, got format %s",
-                     name, view->format ? view->format : "B");
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
 
 static PyObject *
 chunk_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -100,46 +145,60 @@ chunk_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "chunk_sums() takes 6 arguments (%zd given)", nargs);
         return NULL;
     }
-    double eps2 = PyFloat_AsDouble(args[3]), eps_scaled = PyFloat_AsDouble(args[4]);
-    int with_update = PyObject_IsTrue(args[5]);
+    const double eps2 = PyFloat_AsDouble(args[3]), eps_scaled = PyFloat_AsDouble(args[4]);
+    const int with_update = PyObject_IsTrue(args[5]);
     if (PyErr_Occurred() || with_update < 0)
         return NULL;
-    Py_buffer w, m, v;
-    if (float32_buffer(args[0], &w, "w") < 0)
+    static const char *const names[] = {"w", "m", "v"};
+    Py_buffer views[3];
+    const Py_ssize_t n = float32_buffers(args, 3, names, views);
+    if (n < 0)
         return NULL;
-    if (float32_buffer(args[1], &m, "m") < 0) {
-        PyBuffer_Release(&w);
+    Sums s;
+    Py_BEGIN_ALLOW_THREADS
+    fused_sums(views[0].buf, views[1].buf, views[2].buf, n, (float)eps2, (float)eps_scaled, with_update, &s);
+    Py_END_ALLOW_THREADS
+    release_all(views, 3);
+    return Py_BuildValue("(ddddLdd)", s.ww, (double)s.maxabs, s.v_sum, s.vv, s.dead, s.mm, s.uu);
+}
+
+PyDoc_STRVAR(pair_sums_doc,
+"pair_sums(w, m, w_b, m_b, /)\n--\n\n"
+"Sums comparing one chunk with another checkpoint's: (dd, ww_b, mm_ab, mm_a, mm_b) =\n"
+"(||w - w_b||^2, ||w_b||^2, m . m_b, ||m||^2, ||m_b||^2), of C-contiguous float32 buffers of one\n"
+"length. A sum is NaN or infinite exactly when a value it reads is. The GIL is released\n"
+"while summing.");
+
+static PyObject *
+pair_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "pair_sums() takes 4 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (float32_buffer(args[2], &v, "v") < 0) {
-        PyBuffer_Release(&w);
-        PyBuffer_Release(&m);
+    static const char *const names[] = {"w", "m", "w_b", "m_b"};
+    Py_buffer views[4];
+    const Py_ssize_t n = float32_buffers(args, 4, names, views);
+    if (n < 0)
         return NULL;
-    }
-    PyObject *result = NULL;
-    if (w.len != m.len || w.len != v.len) {
-        PyErr_Format(PyExc_ValueError, "w, m and v differ in length (%zd, %zd, %zd bytes)", w.len, m.len, v.len);
-    } else {
-        Sums s;
-        Py_BEGIN_ALLOW_THREADS
-        fused_sums(w.buf, m.buf, v.buf, w.len / 4, (float)eps2, (float)eps_scaled, with_update, &s);
-        Py_END_ALLOW_THREADS
-        result = Py_BuildValue("(ddddLdd)", s.ww, (double)s.maxabs, s.v_sum, s.vv, s.dead, s.mm, s.uu);
-    }
-    PyBuffer_Release(&w);
-    PyBuffer_Release(&m);
-    PyBuffer_Release(&v);
-    return result;
+    double out[5];
+    Py_BEGIN_ALLOW_THREADS
+    fused_pair_sums(views[0].buf, views[1].buf, views[2].buf, views[3].buf, n, out);
+    Py_END_ALLOW_THREADS
+    release_all(views, 4);
+    return Py_BuildValue("(ddddd)", out[0], out[1], out[2], out[3], out[4]);
 }
 
 static PyMethodDef methods[] = {
     {"chunk_sums", (PyCFunction)(void (*)(void))chunk_sums, METH_FASTCALL, chunk_sums_doc},
+    {"pair_sums", (PyCFunction)(void (*)(void))pair_sums, METH_FASTCALL, pair_sums_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "rundir._tensor_sums",
-    "The checkpoint inspector's fused pass over a chunk (see chunk_sums).", -1, methods, NULL, NULL, NULL, NULL,
+    "The checkpoint inspector's fused passes over a chunk (chunk_sums, pair_sums).", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC

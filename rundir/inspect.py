@@ -5,8 +5,9 @@ the mapping every few megabytes once read), so a 1.46 GB andrea-120m checkpoint 
 bounded peak RSS. The tensors and Adam's settings are :mod:`rundir.checkpoint_layout`'s
 (from the ``.json``; fixed-size chunks of the flat vector without one). Validity is :func:`inspect_checkpoint`'s,
 so a truncated, header-mismatched or foreign file gets the checkpoints pane's reason.
-Each chunk is summed in one fused pass (the C extension ``rundir._tensor_sums``), or with
-numpy's passes where it was not built (no C compiler at install).
+Each chunk is summed in one fused pass (the C extension ``rundir._tensor_sums``), its
+comparison with the other checkpoint's in another, or with numpy's passes where it was not
+built (no C compiler at install).
 
 Every statistic is taken over the finite values of its array; the non-finite ones are
 counted in ``nonfinite``. Statistics (per tensor)::
@@ -21,7 +22,7 @@ counted in ``nonfinite``. Statistics (per tensor)::
                  step count or lr is unknown, or w_rms is 0)
 
 and with a second checkpoint (``against``): ``w_rel_change`` = ||w - w'|| / ||w'|| and
-``m_cosine`` = cos(m, m').
+``m_cosine`` = cos(m, m'), each over the pairs where both values are finite.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ from .checkpoint import HEADER_SIZE, CheckpointError, CheckpointInfo, expected_s
 from .checkpoint_layout import AdamSettings, Layout, TensorSlice, adam_settings, layout_of
 from .safe_read import open_regular
 
-try:        # the fused pass over a chunk (rundir/_tensor_sums.c), built at install when a C compiler is there
-    from ._tensor_sums import chunk_sums as _fused_chunk_sums
+try:        # the fused passes over a chunk (rundir/_tensor_sums.c), built at install when a C compiler is there
+    from ._tensor_sums import chunk_sums as _fused_chunk_sums, pair_sums as _fused_pair_sums
 except ImportError:                         # numpy's passes instead, about twice as slow
-    _fused_chunk_sums = None
+    _fused_chunk_sums = _fused_pair_sums = None
 
 # Values of each of w, m and v read per chunk (1 MB each): numpy's passes over a chunk find
 # it in cache, and their per-call cost stays small (measured on andrea-12m, one thread:
@@ -195,14 +196,15 @@ class _Sums:
     rounding is then over one chunk only)."""
 
     __slots__ = ("ww", "maxabs", "mm", "v_sum", "vv", "uu", "n_w", "n_v", "n_u", "dead", "bad",
-                 "dd", "ww_b", "mm_ab", "mm_b")
-    _ADDED = ("ww", "mm", "v_sum", "vv", "uu", "n_w", "n_v", "n_u", "dead", "dd", "ww_b", "mm_ab", "mm_b")
+                 "dd", "ww_b", "mm_ab", "mm_a", "mm_b")
+    _ADDED = ("ww", "mm", "v_sum", "vv", "uu", "n_w", "n_v", "n_u", "dead", "dd", "ww_b", "mm_ab", "mm_a", "mm_b")
 
     def __init__(self) -> None:
         self.ww = self.maxabs = self.mm = self.v_sum = self.vv = self.uu = 0.0
         self.n_w = self.n_v = self.n_u = self.dead = 0          # finite values of w, v, the update; v < eps^2
         self.bad = {"w": 0, "m": 0, "v": 0}                     # non-finite values of each
-        self.dd = self.ww_b = self.mm_ab = self.mm_b = 0.0      # against: (w - w')^2, w'^2, m.m', m'^2
+        # against, over the pairs where both values are finite: (w - w')^2, w'^2, m.m', m^2, m'^2
+        self.dd = self.ww_b = self.mm_ab = self.mm_a = self.mm_b = 0.0
 
     def add(self, other: "_Sums") -> None:
         """Add another chunk's (or tensor's) sums to these."""
@@ -296,19 +298,24 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
 
 def _add_against(s: _Sums, w: np.ndarray, m: np.ndarray, w_b: np.ndarray, m_b: np.ndarray, bufs: _Buffers) -> None:
     """Add one chunk's comparison sums; pairs where either value is non-finite are left out."""
-    d = np.subtract(w, w_b, out=bufs.values[:w.size])
-    sums = (_sumsq(d), _sumsq(w_b), float(np.dot(m, m_b)), _sumsq(m_b))
+    if _fused_pair_sums is not None:
+        sums = _fused_pair_sums(w, m, w_b, m_b)
+    else:
+        d = np.subtract(w, w_b, out=bufs.values[:w.size])
+        sums = (_sumsq(d), _sumsq(w_b), float(np.dot(m, m_b)), _sumsq(m), _sumsq(m_b))
     if not all(math.isfinite(x) for x in sums):
         ok = np.isfinite(w) & np.isfinite(w_b)
         d = w[ok].astype(np.float64) - w_b[ok]
         wb = w_b[ok].astype(np.float64)
         okm = np.isfinite(m) & np.isfinite(m_b)
         ma, mb = m[okm].astype(np.float64), m_b[okm].astype(np.float64)
-        sums = (float(np.dot(d, d)), float(np.dot(wb, wb)), float(np.dot(ma, mb)), float(np.dot(mb, mb)))
+        sums = (float(np.dot(d, d)), float(np.dot(wb, wb)), float(np.dot(ma, mb)), float(np.dot(ma, ma)),
+                float(np.dot(mb, mb)))
     s.dd += sums[0]
     s.ww_b += sums[1]
     s.mm_ab += sums[2]
-    s.mm_b += sums[3]
+    s.mm_a += sums[3]
+    s.mm_b += sums[4]
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -378,7 +385,7 @@ def inspect_file(path: str | os.PathLike[str], against: str | os.PathLike[str] |
                                        "v_norm": math.sqrt(grand.vv)}
     if b is not None:
         totals["w_rel_change"] = _ratio(math.sqrt(grand.dd), math.sqrt(grand.ww_b))
-        totals["m_cosine"] = _ratio(grand.mm_ab, math.sqrt(grand.mm * grand.mm_b))
+        totals["m_cosine"] = _ratio(grand.mm_ab, math.sqrt(grand.mm_a * grand.mm_b))
     return InspectReport(_summary(info), info.status, layout, adam, tensors, totals,
                          _summary(other) if other is not None else None)
 
@@ -473,7 +480,7 @@ def _stats(ts: TensorSlice, s: _Sums, adam: AdamSettings, with_update: bool, u_s
                         _rms(s.v_sum, s.n_v) if s.v_sum >= 0 else None, s.dead / ts.count, update, dict(s.bad))
     if against:
         stats.w_rel_change = _ratio(math.sqrt(s.dd), math.sqrt(s.ww_b))
-        stats.m_cosine = _ratio(s.mm_ab, math.sqrt(s.mm * s.mm_b))
+        stats.m_cosine = _ratio(s.mm_ab, math.sqrt(s.mm_a * s.mm_b))
     return stats
 
 

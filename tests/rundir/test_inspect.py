@@ -32,6 +32,7 @@ def summing(request, monkeypatch):
     with numpy's passes (what an install without a C compiler uses)."""
     if request.param == "numpy":
         monkeypatch.setattr(rundir.inspect, "_fused_chunk_sums", None)
+        monkeypatch.setattr(rundir.inspect, "_fused_pair_sums", None)
     else:
         assert rundir.inspect._fused_chunk_sums is not None, (
             "rundir._tensor_sums is not built: install a C compiler and reinstall (make install)")
@@ -153,6 +154,29 @@ def test_against_matches_numpy(tmp_path):
     # against itself: nothing moved, m points the same way
     same = inspect_file(run / "step_000200.bin", against=run / "step_000200.bin")
     assert all(t.w_rel_change == 0.0 and t.m_cosine == pytest.approx(1.0) for t in same.tensors)
+
+
+def test_against_leaves_out_pairs_with_a_nonfinite_value(tmp_path):
+    run = make_run(tmp_path / "run", checkpoints=(100, 200), model_sized=True)
+    n = RunConfig.from_preset("micro").model.n_params()
+    for path, k, index, value in ((run / "step_000200.bin", 0, 3, np.nan), (run / "step_000100.bin", 0, 9, np.inf),
+                                  (run / "step_000100.bin", 1, 4, np.nan)):
+        mapped = np.memmap(path, dtype="<f4", mode="r+", offset=8, shape=(3, n))
+        mapped[k, index] = value                                            # in wte.weight
+        mapped.flush()
+        del mapped
+    report = inspect_file(run / "step_000200.bin", against=run / "step_000100.bin")
+    _, _, w, m, _ = raw(run / "step_000200.bin")
+    _, _, w0, m0, _ = raw(run / "step_000100.bin")
+    first = report.tensors[0].count
+    ok = np.isfinite(w[:first]) & np.isfinite(w0[:first])
+    okm = np.isfinite(m[:first]) & np.isfinite(m0[:first])
+    assert (ok.size - ok.sum(), okm.size - okm.sum()) == (2, 1)
+    a, b, ma, mb = w[:first][ok], w0[:first][ok], m[:first][okm], m0[:first][okm]
+    t = report.tensors[0]
+    assert t.w_rel_change == pytest.approx(np.linalg.norm(a - b) / np.linalg.norm(b), rel=RTOL)
+    assert t.m_cosine == pytest.approx(ma @ mb / (np.linalg.norm(ma) * np.linalg.norm(mb)), rel=1e-4, abs=1e-6)
+    json.dumps(report.to_json(), allow_nan=False)
 
 
 def test_against_a_checkpoint_of_another_shape_is_refused(tmp_path):

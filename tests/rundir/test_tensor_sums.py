@@ -66,6 +66,20 @@ def test_finite_chunks_give_finite_sums(arrays_):
     assert all(math.isfinite(x) for x in _tensor_sums.chunk_sums(w, m, v, EPS2, EPS_SCALED, True))
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 70).flatmap(lambda n: st.tuples(*(arrays(np.float32, n, elements=values) for _ in range(4)))))
+def test_pair_sums_match_float64_and_nonfinite_values_propagate(arrays_):
+    w, m, w_b, m_b = (a.astype(np.float64) for a in arrays_)
+    got = _tensor_sums.pair_sums(*arrays_)
+    with np.errstate(all="ignore"):
+        want = (np.sum((w - w_b) ** 2), np.sum(w_b * w_b), np.sum(m * m_b), np.sum(m * m), np.sum(m_b * m_b))
+    for key, g, x in zip(("dd", "ww_b", "mm_ab", "mm_a", "mm_b"), got, want):
+        if math.isfinite(x):
+            assert g == pytest.approx(x, rel=1e-9, abs=1e-300), key
+        else:
+            assert not math.isfinite(g), key
+
+
 def test_a_chunk_of_the_inspectors_size_and_float32_overflowing_squares():
     rng = np.random.default_rng(1)
     w, m = (rng.standard_normal(1 << 18, dtype=np.float32) for _ in range(2))
@@ -83,12 +97,19 @@ def test_memory_mapped_read_only_slices_are_read_in_place(tmp_path):
     assert (ww, maxabs) == (285.0, 9.0)
 
 
+F32 = np.zeros(3, np.float32)
+
+
 @pytest.mark.parametrize("args, error, message", [
-    ((np.zeros(3), np.zeros(3, np.float32), np.zeros(3, np.float32)), TypeError, "w: expected a float32 buffer"),
-    ((np.zeros(3, np.float32), np.zeros(3, np.int32), np.zeros(3, np.float32)), TypeError, "m: expected a float32"),
-    ((np.zeros(3, np.float32), np.zeros(3, np.float32), np.zeros(4, np.float32)), ValueError, "differ in length"),
-    ((np.zeros(6, np.float32)[::2], np.zeros(3, np.float32), np.zeros(3, np.float32)), ValueError, "not C-contiguous"),
+    ((np.zeros(3), F32, F32), TypeError, "w: expected a float32 buffer, got format d"),
+    ((F32, np.zeros(3, np.int32), F32), TypeError, "m: expected a float32 buffer, got format i"),
+    ((F32, F32, np.zeros(4, np.float32)), ValueError, r"(v|w_b) differs in length from w \(16 and 12 bytes\)"),
+    ((np.zeros(6, np.float32)[::2], F32, F32), ValueError, "not C-contiguous"),
 ])
 def test_wrong_buffers_are_refused_with_a_message(args, error, message):
     with pytest.raises(error, match=message):
         _tensor_sums.chunk_sums(*args, EPS2, EPS_SCALED, True)
+    with pytest.raises(error, match=message):
+        _tensor_sums.pair_sums(*args, F32)
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        _tensor_sums.pair_sums(*args)
