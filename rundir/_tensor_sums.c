@@ -1,13 +1,16 @@
-/* One fused pass over a chunk of a checkpoint's w, m and v: every sum the inspector
- * (rundir/inspect.py) takes, in one read of each value instead of numpy's eleven.
+/* The checkpoint inspector's (rundir/inspect.py) fused passes: over a chunk of a
+ * checkpoint's w, m and v (chunk_sums), every sum its statistics need in one read of each
+ * value instead of numpy's eleven passes; over a chunk of two checkpoints' w and m
+ * (pair_sums), the comparison's sums.
  *
  * The sums are taken in double lanes, so a sum comes out non-finite only when a value
- * is NaN or infinite (a float32 square cannot overflow a double); the caller then sums
- * that array again, masked, in numpy. Built without -ffast-math on purpose: NaN and
- * infinity must propagate for that test to hold. The loop is vectorised by OpenMP's simd
- * reductions (-fopenmp-simd, no OpenMP runtime) and compiled twice, for AVX2 and
- * for the baseline, the right one chosen when the module loads: a cluster's login and
- * GPU nodes need not share an instruction set.
+ * is NaN or infinite (a float32 square cannot overflow a double; the update's terms are
+ * float32, as numpy's, and a negative v or one past float32 is non-finite there too); the
+ * caller then sums that array again, masked, in numpy. Built without -ffast-math on purpose: NaN and
+ * infinity must propagate for that test to hold. The loops are vectorised by OpenMP's simd
+ * reductions (-fopenmp-simd, no OpenMP runtime) and, with GCC on x86-64, compiled twice,
+ * for AVX2 and for the baseline, the right one chosen when the module loads: a cluster's
+ * login and GPU nodes need not share an instruction set.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
