@@ -7,7 +7,6 @@ import html
 import json
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -134,9 +133,7 @@ async def test_overview_live(tmp_path):
             await pilot.press("s")
             await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
             await pilot.press("y")
-            deadline = time.monotonic() + 120
-            while trainer.proc.poll() is None and time.monotonic() < deadline:
-                await pilot.pause(0.2)
+            await until(pilot, lambda: trainer.proc.poll() is not None, timeout=120, what="the trainer to stop")
             assert trainer.proc.returncode == 0
             await until(pilot, lambda: by_name(app)["live"].trainer_state == "stopped", what="the stop to show")
             await pilot.press("q")
