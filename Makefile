@@ -26,7 +26,7 @@ test: install
 bench: install
 	$(BIN)/python -m bench
 
-# The long reliability runs: the kill -9 campaign at 1,000 kills (about an hour) and the
+# The long reliability runs: the kill -9 campaign at 1,000 kills (about 1 h 30 min on 2 CPUs) and the
 # readers' fuzzing at 10,000 cases a property; the figures are printed at the end.
 # Smaller: make soak KILL9_KILLS=5 FUZZ_EXAMPLES=200. The run directories stay in
 # SOAK_TMP afterwards (pytest's numbered temporary directories would be removed by the

@@ -12,8 +12,8 @@ the per-pair ratios is reported, in wall time and in CPU time; and both run in a
 process with the same threads. The ratio with the target is single-threaded on both
 sides (the inspector with ``threads=1``, numpy's BLAS limited to one thread by
 ``OPENBLAS_NUM_THREADS=1`` and its kin, set before numpy loads); a second line, for
-information, lets both use the machine's CPUs (the inspector's default threads, BLAS's
-default threads).
+information, lets both use the machine's CPUs (the inspector on as many threads as CPUs,
+BLAS on its default threads).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from pathlib import Path
 import rundir.inspect
 from bench.bench_inspect import _bare_pass
 from rundir.inspect import inspect_file
-path, n, threads = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) or None
+path, n, threads = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 if sys.argv[4] == "numpy":                  # as installed without a C compiler
     rundir.inspect._fused_chunk_sums = None
 _bare_pass(path, n)                         # both from the page cache, buffers warm
@@ -100,7 +100,8 @@ def _timed(path: Path, n: int, single: bool, summing: str = "fused") -> dict[str
     the inspector summing with its fused pass or (``"numpy"``) with numpy's."""
     env = {k: v for k, v in os.environ.items() if k not in _ONE_THREAD}
     env.update(_ONE_THREAD if single else {}, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", _TIME, str(path), str(n), "1" if single else "0", summing],
+    threads = 1 if single else os.cpu_count() or 1
+    out = subprocess.run([sys.executable, "-c", _TIME, str(path), str(n), str(threads), summing],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
@@ -129,7 +130,7 @@ def run() -> list[Result]:
         results.append(Result("inspect", "the same without the C extension (numpy's passes)", numpy_only["ours"],
                               "s", numpy_only["base"], "numpy pass", numpy_only["ratio"]))
         both = _timed(path, n, single=False)
-        results.append(Result("inspect", f"the same, both on every CPU ({os.cpu_count()} CPUs)", both["ours"], "s",
+        results.append(Result("inspect", f"the same, both on every CPU (the inspector on {os.cpu_count()} threads)", both["ours"], "s",
                               both["base"], "numpy pass, BLAS threads", both["ratio"]))
         path.unlink()
 

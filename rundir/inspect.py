@@ -54,9 +54,10 @@ except ImportError:                         # numpy's passes instead, about twic
 CHUNK_VALUES = 1 << 18
 # Values of each array read before their pages are dropped from the mapping (8 MB each).
 RELEASE_VALUES = 1 << 21
-# Threads summing chunks at once (numpy's ufuncs let go of the GIL): past a few, the
-# page cache is what limits.
-MAX_THREADS = 4
+# Threads summing chunks at once by default. One: with the fused pass a chunk is summed at
+# about the page cache's speed, and more threads contend for the mapping's page faults
+# (andrea-12m on an idle 2-CPU machine: 18-20 ms on one thread, 24-30 ms on two or four).
+DEFAULT_THREADS = 1
 
 Progress = Callable[[int, int], None]       # (values done, values in all)
 # One chunk's sums: (ww, maxabs, v_sum, vv, dead, mm, uu), as _tensor_sums.chunk_sums returns them.
@@ -344,15 +345,15 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 def inspect_file(path: str | os.PathLike[str], against: str | os.PathLike[str] | None = None, *,
                  progress: Progress | None = None, cancelled: Callable[[], bool] | None = None,
-                 chunk_values: int = CHUNK_VALUES, threads: int | None = None) -> InspectReport:
+                 chunk_values: int = CHUNK_VALUES, threads: int = DEFAULT_THREADS) -> InspectReport:
     """Read the checkpoint at ``path`` (and ``against``, a second one of the same shape)
     chunk by chunk and return its statistics. Raises :class:`CheckpointError` with a
     one-line reason for an invalid file or two that cannot be compared, and
     :class:`InspectCancelled` when ``cancelled()`` turns true. ``progress(done, total)``
     is called after each chunk (values of the flat vector). Chunks are summed by
-    ``threads`` threads (default: the CPUs, at most :data:`MAX_THREADS`; 1: in the calling
-    thread, no pool) and the sums
-    added in file order, so the result does not depend on the count."""
+    ``threads`` threads (1, the default: in the calling thread, no pool; the fused pass and
+    numpy let go of the GIL) and the sums added in file order, so the result does not
+    depend on the count."""
     info = open_valid(path)
     assert info.n_params is not None
     layout, adam = layout_of(info), adam_settings(info.sidecar)
@@ -375,8 +376,7 @@ def inspect_file(path: str | os.PathLike[str], against: str | os.PathLike[str] |
         a.close()
         raise
     try:
-        tensors, grand = _read(a, b, layout, adam, progress, cancelled, chunk_values,
-                               threads or min(MAX_THREADS, os.cpu_count() or 1))
+        tensors, grand = _read(a, b, layout, adam, progress, cancelled, chunk_values, threads)
     finally:
         a.close()
         if b is not None:
