@@ -77,7 +77,7 @@ from bench.bench_inspect import _bare_pass
 from rundir.inspect import inspect_file
 path, n, threads = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 if sys.argv[4] == "numpy":                  # as installed without a C compiler
-    rundir.inspect._fused_chunk_sums = None
+    rundir.inspect._fused_chunk_sums = rundir.inspect._fused_pair_sums = None
 _bare_pass(path, n)                         # both from the page cache, buffers warm
 inspect_file(path, threads=threads)
 pairs = []
@@ -130,8 +130,8 @@ def run() -> list[Result]:
         results.append(Result("inspect", "the same without the C extension (numpy's passes)", numpy_only["ours"],
                               "s", numpy_only["base"], "numpy pass", numpy_only["ratio"]))
         both = _timed(path, n, single=False)
-        results.append(Result("inspect", f"the same, both on every CPU (the inspector on {os.cpu_count()} threads)", both["ours"], "s",
-                              both["base"], "numpy pass, BLAS threads", both["ratio"]))
+        results.append(Result("inspect", f"the same, both on every CPU (the inspector on {os.cpu_count()} threads)",
+                              both["ours"], "s", both["base"], "numpy pass, BLAS threads", both["ratio"]))
         path.unlink()
 
         n = RunConfig.from_preset("andrea-120m").model.n_params()
