@@ -188,8 +188,10 @@ class DashboardScreen(Screen):
         self.query_one(EventLog).notice(notice)
 
     def _closing_down(self) -> bool:
-        """The app is quitting and has removed the panes: a read that lands now is dropped."""
-        return not self.query(EventLog)
+        """The app is quitting: a read that lands now is dropped. Checked on the app, which
+        stops running before it removes any pane: Textual removes the panes concurrently, so
+        one pane still there says nothing of the others."""
+        return not self.app.is_running or not self.query(EventLog)
 
     @property
     def plot(self) -> LossPlot:
