@@ -27,6 +27,7 @@ and with a second checkpoint (``against``): ``w_rel_change`` = ||w - w'|| / ||w'
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import os
@@ -183,12 +184,20 @@ def open_valid(path: str | os.PathLike[str]) -> CheckpointInfo:
 
 
 class _Buffers:
-    """Scratch arrays of one chunk, allocated once per inspection (per thread)."""
+    """Scratch arrays of one chunk, allocated once per inspection (per thread); ``ones``
+    and ``flags`` only where numpy's passes use them (the fused pass needs neither)."""
 
     def __init__(self, size: int):
+        self.size = size
         self.values = np.empty(size, dtype=np.float32)
-        self.ones = np.ones(size, dtype=np.float32)
-        self.flags = np.empty(size, dtype=bool)
+
+    @functools.cached_property
+    def ones(self) -> np.ndarray:
+        return np.ones(self.size, dtype=np.float32)
+
+    @functools.cached_property
+    def flags(self) -> np.ndarray:
+        return np.empty(self.size, dtype=bool)
 
 
 class _Sums:
@@ -243,8 +252,10 @@ def _numpy_chunk_sums(w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buffer
 
 
 def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buffers,
-               eps2: float, eps_scaled: np.float32, with_update: bool) -> None:
-    """Add one chunk of a tensor to its sums (under ``np.errstate(all="ignore")``).
+               eps2: float, eps_scaled: np.float32, with_update: bool) -> float:
+    """Add one chunk of a tensor to its sums (under ``np.errstate(all="ignore")``);
+    returns the chunk's ||m||^2 as first summed (non-finite if m is), which
+    :func:`_add_against` reuses.
 
     Fast on the assumption that every value is finite: one pass takes every sum. A
     finite sum proves its array finite (a NaN or an Inf makes it NaN or Inf), so only an
@@ -286,7 +297,7 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
         s.bad["m"] += k - int(np.count_nonzero(ok))
         s.mm += _sumsq(m[ok].astype(np.float64))
     if not with_update:
-        return
+        return mm
     if math.isfinite(uu):
         s.uu += uu
         s.n_u += k
@@ -295,15 +306,18 @@ def _add_chunk(s: _Sums, w: np.ndarray, m: np.ndarray, v: np.ndarray, bufs: _Buf
         uf = u[np.isfinite(u)].astype(np.float64)
         s.uu += float(np.dot(uf, uf))
         s.n_u += uf.size
+    return mm
 
 
-def _add_against(s: _Sums, w: np.ndarray, m: np.ndarray, w_b: np.ndarray, m_b: np.ndarray, bufs: _Buffers) -> None:
-    """Add one chunk's comparison sums; pairs where either value is non-finite are left out."""
+def _add_against(s: _Sums, w: np.ndarray, m: np.ndarray, w_b: np.ndarray, m_b: np.ndarray, bufs: _Buffers,
+                 mm: float) -> None:
+    """Add one chunk's comparison sums; pairs where either value is non-finite are left out.
+    ``mm`` is the chunk's ||m||^2 from :func:`_add_chunk`: numpy's passes do not sum it again."""
     if _fused_pair_sums is not None:
         sums = _fused_pair_sums(w, m, w_b, m_b)
     else:
         d = np.subtract(w, w_b, out=bufs.values[:w.size])
-        sums = (_sumsq(d), _sumsq(w_b), float(np.dot(m, m_b)), _sumsq(m), _sumsq(m_b))
+        sums = (_sumsq(d), _sumsq(w_b), float(np.dot(m, m_b)), mm, _sumsq(m_b))
     if not all(math.isfinite(x) for x in sums):
         ok = np.isfinite(w) & np.isfinite(w_b)
         d = w[ok].astype(np.float64) - w_b[ok]
@@ -408,9 +422,9 @@ def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, pro
         bufs = getattr(local, "bufs", None)
         if bufs is None:
             bufs = local.bufs = _Buffers(chunk_values)
-        _add_chunk(s, a.w[lo:hi], a.m[lo:hi], a.v[lo:hi], bufs, eps2, eps_scaled, with_update)
+        mm = _add_chunk(s, a.w[lo:hi], a.m[lo:hi], a.v[lo:hi], bufs, eps2, eps_scaled, with_update)
         if b is not None:
-            _add_against(s, a.w[lo:hi], a.m[lo:hi], b.w[lo:hi], b.m[lo:hi], bufs)
+            _add_against(s, a.w[lo:hi], a.m[lo:hi], b.w[lo:hi], b.m[lo:hi], bufs, mm)
         return s
 
     def add_quietly(s: _Sums, lo: int, hi: int) -> _Sums:
