@@ -4,7 +4,7 @@ extensions there is still experimental)."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    # The checkpoint inspector's fused pass over a chunk (see the file's comment).
+    # The checkpoint inspector's fused passes over a chunk (see the file's comment).
     # Optional: without a C compiler the install goes on, and the inspector sums with
     # numpy instead, about twice as slowly.
     Extension("rundir._tensor_sums", ["rundir/_tensor_sums.c"],

@@ -184,12 +184,15 @@ def open_valid(path: str | os.PathLike[str]) -> CheckpointInfo:
 
 
 class _Buffers:
-    """Scratch arrays of one chunk, allocated once per inspection (per thread); ``ones``
-    and ``flags`` only where numpy's passes use them (the fused pass needs neither)."""
+    """Scratch arrays of one chunk, per inspection (per thread), each allocated when first
+    used: numpy's passes use all three, the fused pass none unless a value is non-finite."""
 
     def __init__(self, size: int):
         self.size = size
-        self.values = np.empty(size, dtype=np.float32)
+
+    @functools.cached_property
+    def values(self) -> np.ndarray:
+        return np.empty(self.size, dtype=np.float32)
 
     @functools.cached_property
     def ones(self) -> np.ndarray:

@@ -191,7 +191,7 @@ class DashboardScreen(Screen):
         """The app is quitting: a read that lands now is dropped. Checked on the app, which
         stops running before it removes any pane: Textual removes the panes concurrently, so
         one pane still there says nothing of the others."""
-        return not self.app.is_running or not self.query(EventLog)
+        return not self.app.is_running
 
     @property
     def plot(self) -> LossPlot:
