@@ -33,7 +33,7 @@ KEYS = [
     ("x", "loss plot: x axis (step, tokens, wall clock); every marker stays at its step"),
     ("1-6", "a pane: " + ", ".join(f"{key} {name}" for key, name, _ in PANES) + ". Below "
             f"{FULL_FROM.width}x{FULL_FROM.height} it is shown under the plot; in both layouts it takes "
-            "the keys below (Tab moves to the next pane too)"),
+            "the keys below (Tab and Shift+Tab move to the next and previous pane too)"),
     ("↑ ↓", "in events, checkpoints, arms and problems: select a row (PgUp/PgDn, Home/End); in samples "
             "and status: scroll"),
     ("Enter", "the selected row in full: a checkpoint's whole reason, everything about an arm, a whole "

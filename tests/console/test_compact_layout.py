@@ -226,3 +226,39 @@ async def test_the_pivot_screen_keeps_its_six_steps_in_view_at_80x24(tmp_path):
         steps = app.screen.query_one("#pivot-steps")
         assert 0 <= steps.region.y and steps.region.bottom <= NARROW[1] - 1
         assert all(app.screen.query_one(f"#cap-{i}").region.bottom <= steps.region.y for i in range(3))
+
+
+@pytest.mark.asyncio
+async def test_tab_and_shift_tab_walk_the_panes_in_the_compact_layout(tmp_path):
+    app = app_for(healthy(tmp_path), live_probe)
+    async with app.run_test(size=NARROW) as pilot:
+        await settled(pilot)
+        order = [wid for _, _, wid in PANES]
+        for wid in order[1:] + order[:1]:                          # events is in view first; Tab wraps
+            await pilot.press("tab")
+            await pilot.pause()
+            assert [w for w in order if shown(app, w)] == [wid]
+            assert f"[reverse] {order.index(wid) + 1} " in app.dashboard.query_one(f"#{wid}").border_title
+        for wid in reversed(order):                                # Shift+Tab: back through them all
+            await pilot.press("shift+tab")
+            await pilot.pause()
+            assert [w for w in order if shown(app, w)] == [wid]
+            widget = app.dashboard.query_one(f"#{wid}")
+            if widget.focusable:
+                assert app.focused is widget
+
+
+@pytest.mark.asyncio
+async def test_tab_walks_the_panes_in_the_full_layout_passing_over_a_hidden_one(tmp_path):
+    app = app_for(healthy(tmp_path), live_probe)              # no problem: the problems line is hidden
+    async with app.run_test(size=BIG) as pilot:
+        await settled(pilot)
+        focused = []
+        for _ in range(6):
+            await pilot.press("tab")
+            await pilot.pause()
+            focused.append(app.focused.id)
+        assert focused == ["events", "checkpoints", "arms", "samples", "status", "events"]
+        await pilot.press("shift+tab")
+        await pilot.pause()
+        assert app.focused.id == "status"
