@@ -48,6 +48,8 @@ URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
+# The loss plot's keys share one description where the key bar is narrow ("l w e x plot").
+PLOT_KEYS = Binding.Group("plot")
 DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "inspect", "log_y", "window", "smoothing",
                                "x_axis", "help", "quit"})
 
@@ -61,12 +63,12 @@ class ConsoleApp(App[None]):
         Binding("c", "checkpoint", "checkpoint"),
         Binding("s", "stop", "stop"),
         Binding("p", "pivot", "pivot"),
+        Binding("r", "rollback", "rollback"),
         Binding("i", "inspect", "inspect"),
-        Binding("r", "rollback", "rollback", show=False),
-        Binding("l", "log_y", "log-y"),
-        Binding("w", "window", "window"),
-        Binding("e", "smoothing", "smooth"),
-        Binding("x", "x_axis", "x-axis", show=False),
+        Binding("l", "log_y", "log-y", group=PLOT_KEYS),
+        Binding("w", "window", "window", group=PLOT_KEYS),
+        Binding("e", "smoothing", "smooth", group=PLOT_KEYS),
+        Binding("x", "x_axis", "x-axis", group=PLOT_KEYS),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help", key_display="?"),
     ]

@@ -35,6 +35,8 @@ PANES = (("1", "events", "events"), ("2", "checkpoints", "checkpoints"), ("3", "
          ("4", "samples", "samples"), ("5", "problems", "problems"), ("6", "status", "status"))
 PANE_IDS = {name: wid for _, name, wid in PANES}
 FIRST_PANE = "events"
+# Said in the key bar after the keys, where they fit (README's key table ends with them).
+KEY_HINTS = ((f"1-{len(PANES)}", "panes"), ("Tab", "next pane"), ("↑↓", "rows"), ("⏎", "detail"))
 
 
 class DashboardScreen(Screen):
@@ -82,7 +84,7 @@ class DashboardScreen(Screen):
                 yield SamplesPane(id="samples", classes="pane")
         # The panes' keys are said where there is room; in the compact layout the tab strip
         # says them too.
-        yield KeyBar(hints=((f"1-{len(PANES)}", "panes"), ("Tab", "next pane"), ("↑↓", "rows"), ("⏎", "detail")))
+        yield KeyBar(hints=KEY_HINTS)
 
     _ready = False
     _early_notices: list[Notice]

@@ -204,7 +204,7 @@ async def test_the_key_bar_says_e_and_where_there_is_room_the_pane_keys(tmp_path
     async with app.run_test(size=NARROW) as pilot:
         await settled(pilot)
         bar = str(app.dashboard.query_one(KeyBar).render())
-        assert "e smooth" in bar and "1-6 panes" not in bar
+        assert "l w e x plot" in bar and "1-6 panes" not in bar
         await pilot.resize_terminal(*BIG)
         await pilot.pause()
         bar = str(app.dashboard.query_one(KeyBar).render())
