@@ -13,6 +13,8 @@ from console.screens.dashboard import FULL_FROM, PANES
 from console.screens.pivot_wizard import PivotScreen
 from console.views import Notice
 from console.widgets import CheckpointsPane, EventLog, KeyBar, LossPlot, StatusLine
+from console.plot import MARKER_GLYPHS
+from console.widgets.loss_plot import legend_runs
 from tests.console.conftest import NOW, until
 from tests.console.test_hostile_text import pane_lines
 from tests.console.test_snapshots import BIG, NARROW, app_for, healthy, live_probe, settled
@@ -262,3 +264,34 @@ async def test_tab_walks_the_panes_in_the_full_layout_passing_over_a_hidden_one(
         await pilot.press("shift+tab")
         await pilot.pause()
         assert app.focused.id == "status"
+
+
+def legend_text(runs) -> str:
+    return "".join(text for text, _ in runs)
+
+
+@pytest.mark.asyncio
+async def test_the_plot_legend_at_80_columns_names_every_marker_the_plot_shows_whole(tmp_path):
+    # A spike, a non-finite step and a rewind without a resume (another engine's restart).
+    run = make_run(tmp_path / "run", steps=1000, checkpoints=(100, 200, 300, 400), spikes={700: 29.0},
+                   nonfinite=(120,), restarts=((250, 200, 5.0, False),))
+    app = app_for(run, live_probe)
+    async with app.run_test(size=NARROW) as pilot:
+        await settled(pilot)
+        legend = pane_lines(app.dashboard.query_one(LossPlot))[1].strip("│")
+        for entry in ("▴ checkpoint", "! spike", "× nonfinite", "< rewind"):
+            assert entry in legend, legend
+
+
+def test_the_legend_keeps_its_rare_markers_whole_at_any_width():
+    every = {"checkpoint", "resume", "pivot", "spike", "nonfinite", "rewind", "rollback"}
+    assert legend_text(legend_runs(every, True, 200)).strip().split("  ")[0] == "raw smoothed"
+    for width in range(50, 120):
+        text = legend_text(legend_runs(every, True, width))
+        assert len(text) <= width, (width, text)
+        for kind in ("spike", "nonfinite", "rewind", "rollback"):       # the rare ones stay, whole
+            assert f"{MARKER_GLYPHS[kind][0]} {kind}" in text, (width, text)
+        for kind, (glyph, _) in MARKER_GLYPHS.items():                  # no glyph without its word
+            assert text.count(glyph) == text.count(f"{glyph} {kind}"), (width, text)
+    # Only common markers, few shown: the ones absent from the plot go first.
+    assert legend_text(legend_runs({"checkpoint"}, False, 30)).split() == ["raw", "smoothed", "▴", "checkpoint"]
