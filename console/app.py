@@ -287,7 +287,8 @@ class ConsoleApp(App[None]):
         if outcome is None:
             self.say("pivot screen closed: nothing was done")
         else:
-            self.say(f"pivot: {outcome.message}", "good" if outcome.ok else "error")
+            # As --pivot prints it: a success names the pivot itself ("pivot complete: ...").
+            self.say(outcome.message if outcome.ok else f"pivot: {outcome.message}", "good" if outcome.ok else "error")
             self.request_read(ALL_KINDS)
 
     def action_inspect(self) -> None:
@@ -317,7 +318,8 @@ class ConsoleApp(App[None]):
         if outcome is None:
             self.say("rollback screen closed: nothing was done")
         else:
-            self.say(f"rollback: {outcome.message}", "good" if outcome.ok else "error")
+            self.say(outcome.message if outcome.ok else f"rollback: {outcome.message}",
+                     "good" if outcome.ok else "error")
             self.request_read(ALL_KINDS)
 
     def action_log_y(self) -> None:
