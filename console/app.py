@@ -305,8 +305,8 @@ class ConsoleApp(App[None]):
         # Imported here: the table and progress bar are not needed for the first frame.
         from .screens.inspector import InspectorScreen
 
-        readable = [c.path for c in checkpoints if c.status != "invalid"]
-        self.push_screen(InspectorScreen(info.path, readable if info.path in readable else None))
+        # [ and ] move between the readable ones (from an invalid one too: it stands at its step).
+        self.push_screen(InspectorScreen(info.path, [c.path for c in checkpoints if c.status != "invalid"]))
 
     @work(exclusive=True, group="rollback-screen")
     async def action_rollback(self) -> None:
