@@ -94,3 +94,15 @@ def format_float(x: float | None, fmt: str = ".4f") -> str:
 
 def format_pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def format_counter(value: object) -> str:
+    """A counter from the run directory (the bandit's phase): a whole number with thousands
+    separators, a fraction in four significant digits, anything else as printable text."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return format(value, ".4g")
+    return printable(value)
