@@ -12,6 +12,9 @@ from rundir.text import LINE_LIMIT, printable, printable_block  # noqa: F401
 # The loss plot's x axes (the x key cycles them; --x-axis picks one): here, not in the
 # plot module, so that the command line offers them without loading numpy.
 X_AXES = ("step", "tokens", "time")
+# What every step of a history must have for an x axis other than the step (else the plot
+# is by step, and says so).
+AXIS_NEEDS = {"time": "a time", "tokens": "a token count"}
 
 if TYPE_CHECKING:
     from rundir.storage import Storage

@@ -18,8 +18,8 @@ from rich.console import Console
 from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK
 
-from .format import (LINE_LIMIT, format_age, format_counter, format_float, format_pct, format_rate, format_size,
-                     printable, printable_block, slurm_text, stall_text, storage_text)
+from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_counter, format_float, format_pct, format_rate,
+                     format_size, printable, printable_block, slurm_text, stall_text, storage_text)
 from .findings import findings_json, findings_lines
 from .plot import PlotOptions, finding_markers, plot_markers, plot_text, plot_x
 from .views import RunSnapshot
@@ -139,6 +139,9 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
             e.event == EVENT_ROLLBACK for e in h.events) else ""
         rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
         by = {"tokens": " by tokens", "time": " by wall clock"}.get(axis, "")
+        if axis != opts.x_axis:
+            lines.append(f"x axis: step, not {opts.x_axis}: not every step of the history has "
+                         f"{AXIS_NEEDS[opts.x_axis]}")
         scale = ", log scale" if opts.log_y else ""
         lines.append(f"loss{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
                      f"{rolled_back}{rewound})")

@@ -21,7 +21,7 @@ from rich.style import Style
 
 from rundir.abandoned import abandoned_mask
 
-from ..format import X_AXES
+from ..format import AXIS_NEEDS, X_AXES
 from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, Marker, PlotOptions, build_canvas, ema_debiased,
                     plot_x, render_runs)
 from ..views import HistoryView
@@ -54,6 +54,7 @@ class LossPlot(Widget):
         self._built_at = 0.0
         self._repaint_timer = None
         self._styles: dict[str | None, Style] = {}
+        self._drawn_axis: tuple[str, str] | None = None     # (the x axis asked for, the one drawn)
 
     # -- data ------------------------------------------------------------------
     def show(self, history: HistoryView, markers: list[Marker]) -> None:
@@ -126,6 +127,9 @@ class LossPlot(Widget):
         window = "all steps" if not self.window else f"last {self.window:,}"
         ema = f"EMA {self.smoothing:g}" if self.smoothing > 0 else "EMA off"
         axis = "" if self.x_axis == "step" else f" · x: {'wall clock' if self.x_axis == 'time' else 'tokens'}"
+        if self.x_axis != "step" and self._drawn_axis == (self.x_axis, "step"):
+            # The history cannot give that axis for every step: the plot is by step, and says so.
+            axis = f" · x: step (not every step has {AXIS_NEEDS[self.x_axis]})"
         return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y{axis}"
 
     # -- drawing -----------------------------------------------------------------
@@ -173,6 +177,9 @@ class LossPlot(Widget):
         legend = legend_runs(shown, abandoned is not None, width)
         plot_h = max(1, height - 3)
         x, axis = plot_x(self.x_axis, h.step, h.tokens_column, h.time_column)
+        if self._drawn_axis != (self.x_axis, axis):
+            self._drawn_axis = (self.x_axis, axis)
+            self.call_later(self._options_changed)          # the subtitle says which axis was drawn
         canvas = build_canvas(h.step, h.loss, self._smooth(h), max(1, width - LABEL_WIDTH), plot_h,
                               options, self._markers, x=x, x_axis=axis, abandoned=abandoned)
         return [legend, *render_runs(canvas, label_width=LABEL_WIDTH)]
