@@ -52,3 +52,14 @@ def test_editable_install_prints_no_warning(tmp_path):
         assert len(pth) == 1, wheel.namelist()
         # Still editable: the .pth names the project itself, so an edit needs no reinstall.
         assert wheel.read(pth[0]).decode().split() == [str(project.resolve())]
+
+
+def test_make_demo_without_a_terminal_says_so_before_installing(tmp_path):
+    """``make demo | tee demo.log``: one line naming --once, at once, and nothing installed
+    or started (the venv is pointed at a directory that must stay absent)."""
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "--no-print-directory", "demo", f"VENV={venv}", f"DEMO_DIR={tmp_path / 'demo'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "the dashboard needs a terminal" in done.stderr and "--once" in done.stderr
+    assert not venv.exists() and not (tmp_path / "demo").exists()
