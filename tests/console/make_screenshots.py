@@ -54,6 +54,9 @@ def states(tmp: Path):
                                live_probe), WIDE, ("i", *"s" * 9)    # sorted by update_ratio, largest first
     yield "pivot-80x24", app_for(healthy(tmp / "i2"), live_probe), NARROW, ("p",)
     yield "rollback", app_for(healthy(tmp / "m"), live_probe), WIDE, ("r",)
+    yield "rollback-80x24", app_for(healthy(tmp / "m2"), live_probe), NARROW, ("r",)
+    yield "inspector-80x24", app_for(make_run(tmp / "l2" / "run", checkpoints=(100, 200, 300), model_sized=True),
+                                     live_probe), NARROW, ("i",)
 
 
 async def shoot(name: str, app, size, keys) -> Path:
