@@ -15,7 +15,7 @@ from console.screens import ConfirmScreen
 from console.screens.pivot_wizard import PivotScreen
 from tests.console.test_hostile_text import pane_lines
 from tests.console.conftest import until
-from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, settled
+from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, settled, steady_cursors
 
 
 async def open_pivot(pilot) -> None:
@@ -23,6 +23,7 @@ async def open_pivot(pilot) -> None:
     await pilot.press("p")
     # the screen opens once the journal has been looked at
     await until(pilot, lambda: isinstance(pilot.app.screen, PivotScreen), 20, "the pivot screen")
+    steady_cursors(pilot.app)
     await pilot.pause()
 
 

@@ -16,7 +16,7 @@ from rundir.rollback_files import read_rollback_journal
 from tests.console.conftest import until
 from tests.console.test_hostile_text import pane_lines
 from tests.console.test_rollback_live import SPIKE_END, check_rolled_back, spiky_run  # noqa: F401 (fixture)
-from tests.console.test_snapshots import NARROW, WIDE, app_for, healthy, settled
+from tests.console.test_snapshots import NARROW, WIDE, app_for, healthy, settled, steady_cursors
 from tests.rundirs import make_run
 from tests.trainer.trainer_runs import snapshot
 
@@ -29,6 +29,7 @@ async def open_rollback(pilot, settle: bool = True) -> RollbackScreen:
     await until(pilot, lambda: isinstance(pilot.app.screen, RollbackScreen), 20, "the rollback screen")
     screen = pilot.app.screen
     assert isinstance(screen, RollbackScreen)
+    steady_cursors(pilot.app)
     await wait_for_plan(pilot, screen)
     return screen
 
