@@ -10,16 +10,16 @@ from pathlib import Path
 
 import psutil
 
-from rundir import Verification, verify_trainer
+from rundir import TrainerRecord, Verification, verify_trainer
 
 from .views import TRAINER_LABELS, TrainerView
 
 
 def _slurm(v: Verification) -> dict[str, str] | None:
-    recorded = v.record.extra.get("slurm") if v.record else None
-    if not isinstance(recorded, dict):
+    recorded = v.record.slurm if v.record else None
+    if recorded is None:
         return None
-    job = {k: str(val) for k, val in recorded.items()}
+    job = recorded.to_dict()
     if v.job is not None:
         job.update(state=v.job.state, run_time=v.job.run_time, time_limit=v.job.time_limit)
     return job
@@ -36,7 +36,7 @@ class TrainerProbe:
 
     def __init__(self) -> None:
         self._proc: psutil.Process | None = None
-        self._key: tuple[int, float] | None = None
+        self._key: TrainerRecord | None = None
         self._nvidia_smi = shutil.which("nvidia-smi")
         self._gpu: tuple[float, dict[int, int]] = (0.0, {})
 
@@ -51,9 +51,9 @@ class TrainerProbe:
             self._proc = self._key = None
             return view
         try:
-            if self._key != (rec.pid, rec.create_time):
+            if not rec.same_trainer(self._key):
                 self._proc = psutil.Process(rec.pid)
-                self._key = (rec.pid, rec.create_time)
+                self._key = rec
                 self._proc.cpu_percent(None)            # primes the next reading
                 cpu = None
             else:

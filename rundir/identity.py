@@ -67,27 +67,42 @@ def _lock_key(run_dir: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _exclusive_flock_lines(lines: list[str], pid: int | None, dev: int, ino: int) -> bool:
-    """Whether ``/proc/locks``-format lines show a granted exclusive flock on (dev, ino),
-    held by ``pid`` (any pid when None). A waiter (``->``) holds nothing."""
+def _exclusive_flock_holders(lines: list[str], dev: int, ino: int) -> list[str]:
+    """The holders (pid fields) of granted exclusive flocks on (dev, ino) in
+    ``/proc/locks``-format lines. A waiter (``->``) holds nothing."""
     where = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    holders = []
     for line in lines:
         parts = line.split()
         if len(parts) < 6 or "->" in parts:
             continue
         kind, mode, holder, key = parts[1], parts[3], parts[4], parts[5]
-        if kind == "FLOCK" and mode == "WRITE" and key == where and (pid is None or holder == str(pid)):
-            return True
-    return False
+        if kind == "FLOCK" and mode == "WRITE" and key == where:
+            holders.append(holder)
+    return holders
+
+
+def _lock_table() -> list[str]:
+    try:
+        with open(PROC_LOCKS, "rb") as fh:
+            return fh.read(_PROC_LOCKS_MAX).decode("ascii", "replace").splitlines()
+    except OSError:
+        return []
 
 
 def _from_lock_table(pid: int, dev: int, ino: int) -> bool:
-    try:
-        with open(PROC_LOCKS, "rb") as fh:
-            table = fh.read(_PROC_LOCKS_MAX).decode("ascii", "replace")
-    except OSError:
-        return False
-    return _exclusive_flock_lines(table.splitlines(), pid, dev, ino)
+    return str(pid) in _exclusive_flock_holders(_lock_table(), dev, ino)
+
+
+def run_lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
+    """The pid that holds ``RUN_DIR/.lock`` as the kernel's lock table shows it here, or None
+    when nobody does (or the table cannot tell). Read without taking the lock: taking it,
+    even for a moment, would refuse a trainer starting at that moment."""
+    key = _lock_key(Path(run_dir))
+    if key is None:
+        return None
+    holders = _exclusive_flock_holders(_lock_table(), *key)
+    return int(holders[0]) if holders and holders[0].isdigit() else None
 
 
 def _from_open_files(pid: int, dev: int, ino: int) -> bool:
@@ -108,7 +123,7 @@ def _from_open_files(pid: int, dev: int, ino: int) -> bool:
         except OSError:
             continue
         lock_lines = [line.split(":", 1)[1] for line in info.splitlines() if line.startswith("lock:")]
-        if _exclusive_flock_lines(lock_lines, None, dev, ino):
+        if _exclusive_flock_holders(lock_lines, dev, ino):
             return True
     return False
 

@@ -31,11 +31,11 @@ from typing import Any
 import torch
 
 from rundir import LossHistory, RunLock, TrainerRecord, remove_trainer_record, write_run_config, write_trainer_record
+from rundir.trainer_record import SlurmPlacement
 from rundir.atomic import remove_stale_temps
 from rundir.checkpoint import arrays_checksum
 from rundir.layout import LOSS_JSON
 from rundir.retention import finish_interrupted_prune
-from rundir.slurm import job_from_env
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
 from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
@@ -149,11 +149,9 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
             write_run_config(run_dir, plan.config)
         # Under torchrun this is rank 0's worker: the process the console signals. Inside a
         # SLURM job the record names the job too: a console on another node signals through it.
-        extra: dict[str, Any] = {"rank": 0, "world_size": ranks.world_size,
-                                 "launcher_pid": os.getppid()} if ranks.distributed else {}
-        if (job := job_from_env()) is not None:
-            extra["slurm"] = job
-        record = TrainerRecord.for_this_process(**extra)
+        placement: dict[str, Any] = {"rank": 0, "world_size": ranks.world_size,
+                                     "launcher_pid": os.getppid()} if ranks.distributed else {}
+        record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), **placement)
         write_trainer_record(run_dir, record)
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
         configure(plan.threads, plan.device)
