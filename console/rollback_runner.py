@@ -223,6 +223,7 @@ class RollbackRunner(JournalledRunner):
                           launching=f"launching the trainer from {checkpoint.name} skipping "
                                     f"{journal.skip_batches} batches per arm ...",
                           awaited="the rollback", step="step 3", timeout=self.timeout, cancelled=self.cancelled,
+                          confirm_launch=self.confirm,
                           retry="run --rollback again to retry step 3")
         self._file_finished_journal(journal, ROLLBACK_RECORD, journal.to_step)
         self.report("3", f"running again from step {journal.to_step}")
