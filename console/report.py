@@ -18,7 +18,7 @@ from rich.console import Console
 from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK
 
-from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
+from .format import (LINE_LIMIT, format_age, format_ago, format_float, format_pct, format_rate, format_size, format_uptime, printable,
                      printable_block, slurm_text, stall_text, storage_text)
 from .findings import findings_json, findings_lines
 from .plot import PlotOptions, finding_markers, plot_markers, plot_text, plot_x
@@ -43,7 +43,7 @@ def trainer_line(snap: RunSnapshot, now: float) -> str:
         parts.append(f"pid {t.pid}")
     if t.state == "running":
         if t.started:
-            parts.append(f"up {format_age(now - t.started)}")
+            parts.append(f"up {format_uptime(now - t.started)}")
         parts.append(f"cpu {t.cpu_percent:.0f}%" if t.cpu_percent is not None else "cpu -")
         parts.append(f"rss {format_size(t.rss)}")
         parts.append(f"gpu {format_size(t.gpu_memory)}" if t.gpu_memory is not None else "gpu n/a")
@@ -116,7 +116,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append(f"step         {step} · loss {format_float(h.last_loss)} · "
                  f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
     newest = snap.newest_checkpoint
-    lines.append("checkpoint   " + (f"{printable(newest.path.name)} (step {newest.step:,}, {format_age(now - newest.mtime)} ago, {newest.status})"
+    lines.append("checkpoint   " + (f"{printable(newest.path.name)} (step {newest.step:,}, {format_ago(now - newest.mtime)}, {newest.status})"
                                     if newest else "none usable"))
     lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
                  f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
