@@ -24,6 +24,8 @@ from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 from rundir.spikes import DEFAULT_WINDOW
 
 from .findings import spike_text
+from rundir.text import strict_json_value
+
 from .format import LINE_LIMIT, printable
 from .views import RunSnapshot
 
@@ -240,7 +242,7 @@ def run_notify(argv: list[str], payload: dict, timeout: float = NOTIFY_TIMEOUT_S
     """Run ``argv`` (no shell) with ``payload`` as JSON on stdin; None when it exited 0,
     else one line saying what went wrong (missing, failed, hung: killed with its group
     after ``timeout`` seconds). Never raises for what the command does."""
-    data = (json.dumps(payload, default=str) + "\n").encode()
+    data = (json.dumps(strict_json_value(payload), default=str) + "\n").encode()
     name = printable(argv[0] if argv else "", 80)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
 from rundir.config import MIN_WINDOW
 from rundir.runs import is_runs_dir
-from rundir.text import printable
+from rundir.text import printable, strict_json_value
 
 from .format import X_AXES
 from .prefetch import start_history_prefetch
@@ -273,7 +273,7 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         return code
     if args.json:
-        sys.stdout.write(json.dumps(to_json(snap, now), indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
                                      options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
