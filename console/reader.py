@@ -24,6 +24,7 @@ import numpy as np
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
 from rundir.abandoned import head_rows
+from rundir.identity import open_directory
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
 from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stall_threshold
@@ -182,6 +183,7 @@ class RunReader:
         self._sources = SourceCache()           # arm source checks, between reads of .state.json
         self._dir_id: tuple[int, int, bool] | None = None   # the run directory last listed (_dir_identity)
         self._lost_pid: int | None = None       # the trainer that ran when the directory went away
+        self._seen_id: tuple[int, int] | None = None   # (device, inode) of the directory when last seen whole
 
     @property
     def snapshot(self) -> RunSnapshot | None:
@@ -307,6 +309,7 @@ class RunReader:
         as not verified, never as stopped."""
         if dir_state == "ok":
             self._lost_pid = None
+            self._seen_id = self._dir_id[:2] if self._dir_id else None
             return trainer
         if prev is None or trainer.state not in ("stopped", "unreadable"):
             return trainer
@@ -314,9 +317,15 @@ class RunReader:
             self._lost_pid = prev.trainer.pid
         if self._lost_pid is None:
             return trainer
-        return TrainerView(state="unverified", label=TRAINER_LABELS["unverified"], pid=self._lost_pid,
-                           reason=f"the run directory is {dir_state} (renamed or removed?): pid {self._lost_pid}, "
-                                  "the trainer that was running, can no longer be verified")
+        # The trainer holds its run directory open: where it holds it is where the run went.
+        went = open_directory(self._lost_pid, self._seen_id) if self._seen_id else None
+        if went is not None:
+            reason = (f"the run directory was moved to {went}: pid {self._lost_pid} trains on there "
+                      f"(andrea-console {went} watches it)")
+        else:
+            reason = (f"the run directory is {dir_state} (renamed or removed?): pid {self._lost_pid}, the trainer "
+                      "that was running, can no longer be verified")
+        return TrainerView(state="unverified", label=TRAINER_LABELS["unverified"], pid=self._lost_pid, reason=reason)
 
     def _dir_identity(self) -> tuple[int, int, bool] | None:
         """(device, inode, is a directory) of the run directory's path; None: nothing there."""

@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from .safe_read import _kind, open_regular
+from .safe_read import file_kind, open_regular
 
 
 # Reads go in blocks of at most this many bytes, so that a read's memory follows the
@@ -99,7 +99,7 @@ class LossHistoryWriter:
         try:
             st = os.fstat(self._fd)
             if not stat.S_ISREG(st.st_mode):
-                raise OSError(f"{self.path.name}: is {_kind(st.st_mode)}, not a regular file")
+                raise OSError(f"{self.path.name}: is {file_kind(st.st_mode)}, not a regular file")
             # A torn last line from a crashed writer must not swallow our first line.
             if st.st_size and os.pread(self._fd, 1, st.st_size - 1) != b"\n":
                 os.write(self._fd, b"\n")

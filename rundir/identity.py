@@ -12,6 +12,10 @@ claims. Before a signal, the process must also
 - **run a trainer entry point**: ``andrea-train`` (as the program, or the script a Python
   interpreter runs) or ``python -m trainer`` (as torchrun starts each worker).
 
+Which run directory a process trains is what its command line names, or the directory it
+holds open (:func:`holds_directory_open`): a trainer keeps its run directory open, so that a
+run moved or renamed under it trains on, and is still its trainer's, at its new name.
+
 Linux only, like the rest of the console's process checks: where ``/proc`` cannot answer,
 the answer is "not proven", and nothing is signalled.
 """
@@ -19,6 +23,7 @@ the answer is "not proven", and nothing is signalled.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .layout import LOCK_FILE
@@ -126,6 +131,34 @@ def _from_open_files(pid: int, dev: int, ino: int) -> bool:
         if _exclusive_flock_holders(lock_lines, dev, ino):
             return True
     return False
+
+
+def open_directory(pid: int, identity: tuple[int, int]) -> Path | None:
+    """Where the directory with ``identity`` (device, inode) is now, when process ``pid``
+    holds it open (a trainer holds its run directory open for its lifetime, and trains on in
+    it when it is moved); None when it does not, or that cannot be seen."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            st = os.stat(f"{fd_dir}/{fd}")
+            if (st.st_dev, st.st_ino) == identity and stat.S_ISDIR(st.st_mode):
+                return Path(os.readlink(f"{fd_dir}/{fd}"))
+        except OSError:
+            continue
+    return None
+
+
+def holds_directory_open(pid: int, run_dir: str | os.PathLike[str]) -> bool:
+    """Whether process ``pid`` holds ``run_dir`` itself open."""
+    try:
+        st = os.stat(run_dir)
+    except OSError:
+        return False
+    return open_directory(pid, (st.st_dev, st.st_ino)) is not None
 
 
 def holds_run_lock(pid: int, run_dir: str | os.PathLike[str]) -> tuple[bool, str]:

@@ -23,7 +23,7 @@ from typing import Literal
 
 import psutil
 
-from .identity import holds_run_lock, runs_trainer_entry_point
+from .identity import holds_directory_open, holds_run_lock, runs_trainer_entry_point
 from .layout import LOCK_FILE
 from .slurm import JobInfo, check_job, query_job, scancel_command
 from .text import printable
@@ -154,7 +154,7 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
         return Verification("stale", f"pid {record.pid} was reused by another process (its start time differs)", record)
     if uid != os.getuid() and os.getuid() != 0:
         return Verification("unverified", f"pid {record.pid} belongs to {_user_name(uid)}, not to you", record)
-    if not _names_run_dir(proc, cmdline, run_dir):
+    if not (_names_run_dir(proc, cmdline, run_dir) or holds_directory_open(record.pid, run_dir)):
         return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) does not name this run directory", record)
     if not runs_trainer_entry_point(cmdline):
         return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) is not a trainer "

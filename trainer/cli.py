@@ -39,6 +39,7 @@ from rundir.retention import finish_interrupted_prune
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
 from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
+from trainer.held_dir import HeldRunDir
 from trainer.outputs import RunOutputs
 from trainer.args import PROG, build_parser
 from trainer.preflight import BAD_INPUT, Plan, plan_and_lock, plan_run
@@ -141,10 +142,14 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
     signals = AgreedSignals(SignalFlags(), ranks).install()
     run_dir = plan.run_dir
     pid = os.getpid()
-    progress = out = None
+    progress = out = held = None
     try:
         if not ranks.writer:
             return _run_other_rank(plan, ranks, signals)
+        # Held open from here on: the run's files are reached through it, so that the run
+        # trains on (and checkpoints) in its directory wherever that is moved.
+        held = HeldRunDir(plan.run_dir)
+        run_dir = held.path
         if plan.create_run_toml:
             write_run_config(run_dir, plan.config)
         # Under torchrun this is rank 0's worker: the process the console signals. Inside a
@@ -157,7 +162,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         configure(plan.threads, plan.device)
         progress = Progress(run_dir, plan.config.run.log_every)
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
-        out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step)
+        out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step, held)
         if stale:
             progress.message(f"removed {len(stale)} temporary file(s) left by a writer that died: "
                              f"{', '.join(p.name for p in stale)}")
@@ -201,6 +206,8 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
             progress.close()
         if ranks.writer:
             remove_trainer_record(run_dir, pid)
+        if held is not None:
+            held.close()
         signals.restore()
 
 

@@ -297,6 +297,37 @@ def test_the_real_probe_on_a_renamed_run_directory_does_not_say_exited(tmp_path)
             moved.rename(run)
 
 
+def test_a_run_moved_under_its_trainer_trains_on_there_and_stops_cleanly(tmp_path):
+    """Renamed while training: the trainer holds its directory open and goes on in it (a
+    trainer that wrote by path lost every later checkpoint, its final one too); the console
+    that watched says where it went; a console at the new name verifies it (it holds the
+    directory open) and stops it, and the final checkpoint is the last logged step."""
+    import json
+
+    from rundir import latest_resumable
+    from tests.console.test_cli import console
+    from tests.trainer.trainer_runs import step_lines
+
+    run = tmp_path / "live"
+    with Trainer(run) as trainer:
+        reader = RunReader(run)
+        assert reader.read()[0].trainer.state == "running"
+        moved = tmp_path / "moved"
+        run.rename(moved)
+        snap, _ = reader.read({TRAINER})
+        assert snap.trainer.state == "unverified" and f"moved to {moved}" in snap.trainer.reason
+        assert json.loads(console(moved, "--json").stdout)["trainer"]["state"] == "running"
+        r = console(moved, "--checkpoint", "--timeout", "120", timeout=180)
+        assert r.returncode == 0 and Path(r.stdout.strip()).parent == moved, r.stderr
+        r = console(moved, "--stop", "--timeout", "120", timeout=180)
+        assert r.returncode == 0, r.stderr
+        assert trainer.proc.wait(60) == 0
+    events = [json.loads(line) for line in (moved / ".loss.json").read_text().splitlines() if '"event"' in line]
+    assert not any(e["event"] == "checkpoint_failed" for e in events)
+    assert latest_resumable(moved).step == step_lines(moved)[-1]["step"]
+    assert "the run directory was moved: it is now" in (moved / "trainer.log").read_text()
+
+
 def test_no_stall_right_after_a_checkpoint_landed(tmp_path):
     run = make_run(tmp_path / "run", checkpoints=())
     now = [EPOCH + 10_000.0]
