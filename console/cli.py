@@ -49,6 +49,7 @@ from .format import X_AXES
 from .prefetch import start_history_prefetch
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130                  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +130,15 @@ def _fail(message: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, not a traceback. What a mode had done stays done (a pivot or a
+        # rollback keeps its journal, and the next run of it carries on).
+        return _fail("interrupted", EXIT_INTERRUPTED)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     run_dir = Path(args.run_dir)
     if (args.preset or args.slurm or args.sbatch) and not args.start:
@@ -290,13 +300,17 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     if not result.ok:
         return _fail(result.message, EXIT_REFUSED)
     print(printable(result.message, None), file=sys.stderr)
-    if args.checkpoint:
-        info, why = wait_for_checkpoint(run_dir, result, args.timeout)
-        if info is None:
-            return _fail(why, EXIT_TIMEOUT if "within" in why else EXIT_REFUSED)
-        print(info.path)
-        return EXIT_OK
-    exited, text = wait_for_exit(run_dir, result, args.timeout)
+    try:
+        if args.checkpoint:
+            info, why = wait_for_checkpoint(run_dir, result, args.timeout)
+            if info is None:
+                return _fail(why, EXIT_TIMEOUT if "within" in why else EXIT_REFUSED)
+            print(info.path)
+            return EXIT_OK
+        exited, text = wait_for_exit(run_dir, result, args.timeout)
+    except KeyboardInterrupt:
+        return _fail(f"interrupted while waiting; the {'checkpoint' if args.checkpoint else 'stop'} was asked for "
+                     "and goes on without this wait", EXIT_INTERRUPTED)
     print(printable(text, None))
     return EXIT_OK if exited else EXIT_TIMEOUT
 

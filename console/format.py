@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 def stall_text(t: "TrainerView") -> str:
     """``no new step for 2m05s (alive and verified; stall threshold 1m00s)``."""
-    return (f"no new step for {format_age(t.stalled_for)} (alive and verified; "
+    text = (f"no new step for {format_age(t.stalled_for)} (alive and verified; "
             f"stall threshold {format_age(t.stall_threshold)})")
+    return f"{text}: {t.suspended}" if t.suspended else text
 
 
 def slurm_text(job: dict[str, str] | None) -> str:

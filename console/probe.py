@@ -25,6 +25,15 @@ def _slurm(v: Verification) -> dict[str, str] | None:
     return job
 
 
+def _suspended(status: str, pid: int) -> str | None:
+    """Why a live process makes no progress when the kernel has stopped it; None otherwise."""
+    if status == psutil.STATUS_STOPPED:
+        return f"stopped by a signal (state T: SIGSTOP or Ctrl-Z); kill -CONT {pid} resumes it"
+    if status == psutil.STATUS_TRACING_STOP:
+        return "stopped by a debugger (state t)"
+    return None
+
+
 class TrainerProbe:
     """Verifies ``.trainer.json`` and measures the verified process (CPU%, RSS, GPU memory).
 
@@ -60,9 +69,11 @@ class TrainerProbe:
                 assert self._proc is not None
                 cpu = self._proc.cpu_percent(None)
             rss = self._proc.memory_info().rss
+            status = self._proc.status()
         except psutil.Error:
             return view
-        return replace(view, cpu_percent=cpu, rss=rss, gpu_memory=self._gpu_memory(rec.pid))
+        return replace(view, cpu_percent=cpu, rss=rss, gpu_memory=self._gpu_memory(rec.pid),
+                       suspended=_suspended(status, rec.pid))
 
     def _gpu_memory(self, pid: int) -> int | None:
         if not self._nvidia_smi:

@@ -299,7 +299,8 @@ class RunReader:
                 pass
         idle = now - latest
         stalled = idle > threshold
-        label = "stalled" if stalled else TRAINER_LABELS.get(trainer.state, trainer.state)
+        label = "suspended" if trainer.suspended else "stalled" if stalled \
+            else TRAINER_LABELS.get(trainer.state, trainer.state)
         return replace(trainer, label=label, stalled_for=idle if stalled else None, stall_threshold=threshold)
 
     def _out_of_sight(self, trainer: TrainerView, prev: RunSnapshot | None, dir_state: str) -> TrainerView:
@@ -347,6 +348,14 @@ class RunReader:
             return f"unreadable ({(err.strerror or type(err).__name__).lower()})", ()
         if not names:
             return "empty", ()
+        try:
+            # Listing needs read permission, reaching the files search (x): a directory with
+            # the one and not the other lists names whose files cannot be opened.
+            os.stat(os.path.join(self.run_dir, names[0]), follow_symlinks=False)
+        except PermissionError:
+            return "unreadable (its files cannot be reached: no search (x) permission on the directory)", ()
+        except OSError:
+            pass
         return "ok", tuple(sorted(n for n in names if not is_known(n)))
 
     def _retention(self, config: RunConfig | None, checkpoints: tuple[CheckpointInfo, ...],

@@ -54,6 +54,8 @@ def trainer_line(snap: RunSnapshot, now: float) -> str:
         line += f" ({printable(t.reason, LINE_LIMIT)})"
     elif t.stalled:
         line += f" (STALLED: {stall_text(t)})"
+    elif t.suspended:
+        line += f" ({t.suspended})"
     return line
 
 
@@ -201,6 +203,7 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                     "uptime": (now - t.started) if t.started and t.state == "running" else None,
                     "cpu_percent": t.cpu_percent, "rss": t.rss, "gpu_memory": t.gpu_memory, "argv": list(t.argv),
                     "stalled": t.stalled, "stalled_for": t.stalled_for, "stall_threshold": t.stall_threshold,
+                    "suspended": t.suspended,
                     "slurm": t.slurm},
         "history": {"format": h.format, "steps": h.n_steps, "last_step": h.last_step, "steps_ahead": h.steps_ahead,
                     "last_loss": _num(h.last_loss),

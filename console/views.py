@@ -77,6 +77,9 @@ class TrainerView:
     slurm: dict[str, str] | None = None
     stalled_for: float | None = None    # seconds without a new history line, when past the threshold
     stall_threshold: float | None = None
+    # Set when the verified process is stopped by a signal (SIGSTOP, Ctrl-Z: state T), or by
+    # a debugger (t): why it makes no progress, and how it goes on.
+    suspended: str | None = None
 
     @property
     def signallable(self) -> bool:

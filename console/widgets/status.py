@@ -12,7 +12,7 @@ from .lines import LinesPane
 from .rows import hang_indent
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
-                "not supervised": "bold yellow", "stalled": "bold red"}
+                "not supervised": "bold yellow", "stalled": "bold red", "suspended": "bold red"}
 
 
 LABEL = 11
@@ -47,8 +47,8 @@ class StatusPane(LinesPane, can_focus=True):
             add("slurm", Text(slurm_text(t.slurm)))
         if t.state != "running":
             add("", Text(printable(t.reason, LINE_LIMIT), style="grey62" if t.state == "stopped" else "yellow"))
-        elif t.stalled:
-            add("", Text(stall_text(t), style="bold red"))
+        elif t.stalled or t.suspended:
+            add("", Text(stall_text(t) if t.stalled else t.suspended, style="bold red"))
         running = t.state == "running"
         add("uptime", format_uptime(now - t.started) if running and t.started else "-")
         step = f"{h.last_step:,}" if h.last_step is not None else "-"

@@ -59,8 +59,8 @@ class StatusLine(Static):
             text.append(printable(problems[0]), style="red")
         elif t.state != "running":
             text.append(printable(t.reason), style="grey62" if t.state == "stopped" else "yellow")
-        elif t.stalled:
-            text.append(stall_text(t), style="bold red")
+        elif t.stalled or t.suspended:
+            text.append(stall_text(t) if t.stalled else t.suspended, style="bold red")
         else:
             cpu = f"{t.cpu_percent:.0f}%" if t.cpu_percent is not None else "-"
             text.append("pid ", style="grey62")

@@ -169,3 +169,32 @@ def test_a_file_name_that_is_not_utf8_is_escaped_and_the_json_is_strict(make_run
         json.loads(console(run, "--json").stdout)["other_files"]
     assert "step_000500\\xff.bin" in names, names
     assert "step_000500\\xff.bin" in console(run, "--once").stdout
+
+
+@pytest.mark.parametrize("mode", ["--checkpoint", "--stop"])
+def test_ctrl_c_while_waiting_is_one_line_and_exit_130(tmp_path, mode):
+    """Ctrl-C during --checkpoint or --stop: one line, exit 130, no traceback."""
+    import signal as signals
+
+    from tests.rundir.test_process import record_for, start_child
+    from rundir import write_trainer_record
+
+    run = tmp_path / "run"
+    stand_in = start_child(run, tmp_path / "signals.txt", "--stay")     # verified, never answers
+    try:
+        write_trainer_record(run, record_for(stand_in.pid))
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, "-m", "console", str(run), mode, "--timeout", "600"], cwd=ROOT,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while "SIGUSR1" not in (tmp_path / "signals.txt").read_text() and "SIGTERM" not in \
+                (tmp_path / "signals.txt").read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signals.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("andrea-console: interrupted")
+    finally:
+        stand_in.kill()
+        stand_in.wait()

@@ -18,11 +18,12 @@ import pytest
 from rundir import (RunLock, RunLockedError, SlurmPlacement, TrainerRecord, read_trainer_record,
                     remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
 from rundir.trainer_record import process_start, read_boot_id, read_start_ticks
+from tests.processes import NOBODY, run_as
 
 # A stand-in trainer that passes every check a real one does: run as a script named
 # andrea-train, it names the run directory, holds the run's .lock, reports every
-# SIGUSR1/SIGTERM it receives into a file, and exits on SIGTERM. With "--no-lock" it
-# holds no lock; run with "python -c" it is not a trainer entry point.
+# SIGUSR1/SIGTERM it receives into a file, and exits on SIGTERM (not with "--stay"). With
+# "--no-lock" it holds no lock; run with "python -c" it is not a trainer entry point.
 CHILD = r"""
 import fcntl, os, signal, sys, time, pathlib
 run, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
@@ -33,7 +34,7 @@ if "--no-lock" not in sys.argv:
 def note(sig, frame):
     with out.open("a") as f:
         f.write(signal.Signals(sig).name + "\n")
-    if sig == signal.SIGTERM:
+    if sig == signal.SIGTERM and "--stay" not in sys.argv:
         sys.exit(0)
 signal.signal(signal.SIGUSR1, note)
 signal.signal(signal.SIGTERM, note)
@@ -320,35 +321,13 @@ def test_trainer_entry_points(argv, trainer):
     assert runs_trainer_entry_point(argv) is trainer
 
 
-NOBODY = 65534
-
-
 def _verify_as(uid: int, run_dir) -> tuple[str, str]:
-    """``verify_trainer`` in a forked child that has given up root for ``uid``: a real
-    console of another user (modules imported before the fork, so nothing is read from a
-    directory that user may not enter)."""
-    import rundir.identity  # noqa: F401  (imported before the fork)
-    import rundir.process   # noqa: F401
-    import rundir.slurm     # noqa: F401
-    import pwd              # noqa: F401
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                             # the child: never returns
-        try:
-            os.close(read_fd)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            v = verify_trainer(run_dir)
-            os.write(write_fd, json.dumps([v.state, v.reason]).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as fh:
-        answer = fh.read()
-    os.waitpid(pid, 0)
-    state, reason = json.loads(answer)
-    return state, reason
+    """``verify_trainer`` by a real console of another user."""
+    import pwd                      # noqa: F401  (imported before the fork)
+    import rundir.slurm             # noqa: F401
+
+    v = run_as(uid, lambda: (lambda v: [v.state, v.reason])(verify_trainer(run_dir)))
+    return v[0], v[1]
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="starting a process of another user needs root")
