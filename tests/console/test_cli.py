@@ -198,3 +198,19 @@ def test_ctrl_c_while_waiting_is_one_line_and_exit_130(tmp_path, mode):
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_times_ahead_of_the_clock_are_said_so(make_run_dir):
+    """A checkpoint written by a machine whose clock runs ahead: "in the future", never
+    "in the future ago"; a token count that went back is no speed (it read -0.0 tok/s)."""
+    run = make_run_dir(checkpoints=(100, 200, 300))
+    ahead = time.time() + 3600
+    os.utime(run / "step_000300.bin", (ahead, ahead))
+    with open(run / ".loss.json", "a") as fh:
+        for step, tokens in ((301, 1000), (302, 999)):
+            fh.write(json.dumps({"step": step, "loss": 2.0, "lr": 3e-3, "grad_norm": 1.0, "arm": "a",
+                                 "tokens": tokens, "time": EPOCH + 1000 + step}) + "\n")
+    out = console(run, "--once").stdout
+    assert "in the future ago" not in out and "in the future" in out, out
+    [speed] = [line for line in out.splitlines() if line.startswith("step ")]
+    assert "-0.0" not in speed and speed.endswith("· -"), speed           # no speed, rather than a wrong one
