@@ -1,0 +1,216 @@
+"""``--serve``: the dashboard in a real browser (chromium through Playwright), read-only by
+default, with control only for the URL's token; and ``--read-only`` in the console itself.
+
+The browser tests share one chromium on one xdist worker (group ``browser``) and take
+about 25 s together on a 2-CPU machine; the rest take a second or two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from console.app import ConsoleApp
+from console.overview_app import OverviewApp
+from console.screens import DashboardScreen
+from console.widgets import EventLog
+from rundir import list_checkpoints
+from tests.console import browser
+from tests.console.conftest import until
+from tests.console.trainer_proc import ROOT, Trainer
+from tests.processes import processes_naming
+from tests.rundirs import make_run
+
+REFUSED = "refused: this console is read-only"
+STEP = re.compile(r"step +([\d,]+)")
+
+
+def console(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "console", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+# -- the console's own refusal (no browser) ------------------------------------------
+
+@pytest.mark.asyncio
+async def test_a_read_only_dashboard_refuses_c_s_p_r_with_one_line_each(tmp_path):
+    app = ConsoleApp(make_run(tmp_path / "run", steps=300), watch=False, tick=None, read_only=True)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None, what="the first read")
+        for key in "cspr":
+            await pilot.press(key)
+        await pilot.pause()
+        lines = [line for line in app.dashboard.query_one(EventLog).texts if REFUSED in line]
+        assert [re.search(r"(\w): refused", line)[1] for line in lines] == list("cspr"), lines
+        assert isinstance(app.screen, DashboardScreen)          # no confirmation, no pivot or rollback screen
+        assert not [w for w in app.workers if w.group in ("signal", "pivot-screen", "rollback-screen")]
+        await pilot.press("l")                                  # what only changes the view still works
+        assert app.dashboard.plot.log_y
+
+
+@pytest.mark.asyncio
+async def test_a_read_only_overview_refuses_c_and_s_on_the_selected_run(tmp_path):
+    make_run(tmp_path / "runs" / "one", steps=50)
+    app = OverviewApp(tmp_path / "runs", watch=False, tick=None, read_only=True)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await until(pilot, lambda: app.summaries, what="the runs scanned")
+        await pilot.press("c")
+        await pilot.pause()
+        assert REFUSED in str(app.overview.query_one("#overview-notice").render())
+        await pilot.press("s")
+        await pilot.pause()
+        assert app.screen is app.overview
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--host", "0.0.0.0"], "--host, --port and --allow-control go with --serve"),
+    (["--serve", "--start"], "--start: refused: this console is read-only"),
+    (["--read-only", "--stop"], "--stop: refused: this console is read-only"),
+    (["--read-only", "--serve", "--allow-control"], "contradict"),
+    (["--serve", "--notify", "true"], "--notify does not go with --serve"),
+    (["--serve", "--port", "70000"], "--port 70000: expected 0 to 65535"),
+])
+def test_serve_usage_errors_exit_2_with_one_line(tmp_path, args, says):
+    out = console(str(make_run(tmp_path / "run", steps=10)), *args)
+    assert out.returncode == 2 and says in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+
+
+def test_control_off_localhost_is_not_served_unconfirmed(tmp_path):
+    out = console(str(make_run(tmp_path / "run", steps=10)), "--serve", "--host", "0.0.0.0", "--port", "0",
+                  "--allow-control")
+    assert out.returncode == 1 and "not confirmed" in out.stderr and not out.stdout, out
+
+
+# -- the token, over plain HTTP ------------------------------------------------------
+
+def status_of(url: str, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=60) as answer:
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_without_the_token_403_and_no_console_starts(tmp_path):
+    run = make_run(tmp_path / "run", steps=10)
+    with browser.Served(run, "--allow-control") as served:
+        token = served.url.split("token=", 1)[1]
+        assert len(token) >= 40
+        assert status_of(served.base) == 403
+        assert status_of(served.base + "?token=" + token[:-1] + "x") == 403
+        # The tab's websocket itself: refused before any console process starts.
+        ws = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+              "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+        assert status_of(served.base + "ws?width=80&height=24", ws) == 403
+        assert status_of(served.base + "ws?width=80&height=24", {**ws, "Cookie": "andrea-console-token-1=x"}) == 403
+        assert not served.tabs()
+        assert status_of(served.url) == 200
+        # A name that rebinds to this machine is not localhost.
+        assert status_of(served.url, {"Host": "attacker.example"}) == 403
+        assert served.interrupt() == 0
+    assert "refused GET /ws" in served.output()
+
+
+def test_read_only_still_refuses_another_sites_websocket(tmp_path):
+    with browser.Served(make_run(tmp_path / "run", steps=10)) as served:
+        ws = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+              "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "https://elsewhere.example"}
+        assert status_of(served.base + "ws?width=80&height=24", ws) == 403
+        assert status_of(served.base) == 200 and not served.tabs()
+
+
+def test_a_server_killed_with_sigkill_leaves_no_tab_console(tmp_path):
+    """A tab opened by a websocket client (aiohttp's, as textual.js would); the server is
+    killed; the kernel ends the tab's console (its parent-death signal)."""
+    import aiohttp
+
+    run = make_run(tmp_path / "run", steps=10)
+    with browser.Served(run) as served:
+        async def tab_then_kill() -> list:
+            async with aiohttp.ClientSession() as session:
+                async with session.ws_connect(served.base + "ws?width=100&height=30") as ws:
+                    drawn = ""
+                    while "10 steps" not in drawn:          # the console's first frame
+                        message = await asyncio.wait_for(ws.receive(), browser.START_S)
+                        assert message.type == aiohttp.WSMsgType.BINARY, message
+                        drawn += message.data.decode(errors="replace")
+                    tabs = served.tabs()
+                    served.proc.kill()
+                    served.proc.wait()
+                    return tabs
+
+        tabs = asyncio.run(tab_then_kill())
+        assert len(tabs) == 1
+        browser.wait_until(lambda: not processes_naming(tmp_path), what="the tab's console to end")
+
+
+# -- in a real browser -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chromium():
+    why = browser.missing()
+    if why:
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = browser.launch(playwright)
+        yield instance
+        instance.close()
+
+
+@pytest.mark.xdist_group("browser")
+def test_browser_read_only_shows_the_run_refuses_c_and_ctrl_c_ends_the_tab(chromium, tmp_path):
+    runs = tmp_path / "runs"
+    make_run(runs / "alpha-run", steps=4321)
+    with browser.Served(runs) as served:
+        page, status = browser.open_page(chromium, served.url)
+        assert status == 200
+        browser.wait_for_text(page, "alpha-run", "4,321")          # the overview's row
+        browser.press(page, "Enter")                                # the run's dashboard
+        browser.wait_for_text(page, "history    4,321 steps")
+        assert len(served.tabs()) == 1
+        browser.press(page, "c")
+        browser.wait_for_text(page, f"c: {REFUSED}")
+        tab = served.tabs()[0]
+        assert "--read-only" in tab.cmdline()
+        page.screenshot(path=str(tmp_path / "dashboard-web.png"))
+        assert (tmp_path / "dashboard-web.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        # Ctrl-C at the server's terminal with the tab open: the tab's console ends too.
+        assert served.interrupt() == 0, served.output()
+        assert not tab.is_running()
+        page.wait_for_selector("body.-closed", timeout=browser.START_S * 1000)
+        page.context.close()
+    assert not processes_naming(tmp_path)
+
+
+@pytest.mark.xdist_group("browser")
+def test_browser_with_the_token_c_lands_a_checkpoint_and_closing_the_tab_ends_its_console(chromium, tmp_path):
+    run = tmp_path / "live"
+    with Trainer(run) as trainer, browser.Served(run, "--allow-control") as served:
+        page, status = browser.open_page(chromium, served.base)
+        assert status == 403 and not served.tabs()                  # no token: nothing starts
+        page.context.close()
+        page, status = browser.open_page(chromium, served.url)
+        assert status == 200
+        browser.wait_for_text(page, "live", "running")
+        assert STEP.search(browser.screen_text(page))
+        assert not list_checkpoints(run)
+        browser.press(page, "c")
+        browser.wait_for_text(page, "requested checkpoint landed")
+        assert [c for c in list_checkpoints(run) if c.status == "complete"]
+        assert REFUSED not in browser.screen_text(page)
+        tab = served.tabs()[0]
+        assert "--read-only" not in tab.cmdline()
+        page.context.close()                                        # the tab closes: its console ends
+        browser.wait_until(lambda: not served.tabs(), what="the tab's console to end", detail=served.output)
+        assert trainer.proc.poll() is None                          # and training goes on
+        assert served.interrupt() == 0
+    assert "tab closed" in served.output()
