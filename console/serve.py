@@ -156,16 +156,17 @@ class TabProcess(AppService):
         return self._process.pid if self._process is not None else None
 
     async def end(self, grace: float = QUIT_GRACE_S) -> None:
-        """Ask the console to quit and wait for it; after ``grace`` seconds, kill its session."""
-        try:
-            await asyncio.wait_for(self.stop(), grace)
-        except asyncio.TimeoutError:
-            pass
+        """Ask the console to quit and wait for it to exit; after ``grace`` seconds, kill its session."""
         process = self._process
-        if process is None:
+        if process is None:                 # it never started
             return
+
+        async def quit_and_exit() -> None:
+            await self.stop()
+            await process.wait()
+
         try:
-            await asyncio.wait_for(process.wait(), grace)
+            await asyncio.wait_for(quit_and_exit(), grace)
         except asyncio.TimeoutError:
             try:
                 os.killpg(process.pid, signal.SIGKILL)

@@ -82,6 +82,13 @@ def test_serve_usage_errors_exit_2_with_one_line(tmp_path, args, says):
     assert out.returncode == 2 and says in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
 
 
+def test_serve_without_textual_serve_says_how_to_install_it(tmp_path):
+    blocked = "import sys; sys.modules['textual_serve'] = None; from console.cli import main; sys.exit(main(sys.argv[1:]))"
+    out = subprocess.run([sys.executable, "-c", blocked, str(make_run(tmp_path / "run", steps=10)), "--serve"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2 and "pip install 'andrea-console[serve]'" in out.stderr and not out.stdout, out
+
+
 def test_control_off_localhost_is_not_served_unconfirmed(tmp_path):
     out = console(str(make_run(tmp_path / "run", steps=10)), "--serve", "--host", "0.0.0.0", "--port", "0",
                   "--allow-control")
