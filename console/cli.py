@@ -54,7 +54,7 @@ from .format import X_AXES
 from .prefetch import start_history_prefetch
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
-SERVE_HOST, SERVE_PORT = "127.0.0.1", 8765      # console.serve's defaults (not imported: aiohttp is slow to)
+SERVE_HOST, SERVE_PORT = "127.0.0.1", 8765      # --serve's defaults (here: console.serve imports aiohttp)
 
 
 def build_parser() -> argparse.ArgumentParser:

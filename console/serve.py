@@ -39,10 +39,9 @@ from textual_serve.download_manager import DownloadManager
 
 from rundir.text import printable
 
+from .cli import SERVE_HOST, SERVE_PORT
 from .supervise import reap_children
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
 TOKEN_PARAM = "token"
 # A tab's console is asked to quit when its tab closes; it is killed if it has not ended this
 # many seconds later.
@@ -154,6 +153,12 @@ class TabProcess(AppService):
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
+
+    async def run(self) -> None:
+        await super().run()
+        # The console's output ended (q, or it failed to start): the page says the session
+        # ended, rather than waiting on a websocket nothing will write to again.
+        await self.remote_close()
 
     async def end(self, grace: float = QUIT_GRACE_S) -> None:
         """Ask the console to quit and wait for it to exit; after ``grace`` seconds, kill its session."""
@@ -327,8 +332,8 @@ def url_of(host: str, port: int, token: str | None) -> str:
 def serve(target: Path, args: argparse.Namespace, fail: Callable[[str, int], int],
           ask: Callable[[str], bool]) -> int:
     """``--serve``: serve ``target`` until Ctrl-C (or SIGTERM); an exit status."""
-    host = DEFAULT_HOST if args.host is None else args.host
-    port = DEFAULT_PORT if args.port is None else args.port
+    host = SERVE_HOST if args.host is None else args.host
+    port = SERVE_PORT if args.port is None else args.port
     try:
         infos, loopback = resolve(host, port)
     except OSError as err:

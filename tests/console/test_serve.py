@@ -127,6 +127,32 @@ def test_read_only_still_refuses_another_sites_websocket(tmp_path):
         assert status_of(served.base) == 200 and not served.tabs()
 
 
+def test_a_tab_whose_console_cannot_start_is_closed(tmp_path):
+    """The run directory is gone when a tab opens: its console exits 2 with one line, and
+    the websocket is closed (the page says the session ended), not left open and blank."""
+    import shutil
+
+    import aiohttp
+
+    run = make_run(tmp_path / "run", steps=10)
+    with browser.Served(run) as served:
+        shutil.rmtree(run)
+
+        async def open_tab() -> aiohttp.WSMessage:
+            async with aiohttp.ClientSession() as session:
+                async with session.ws_connect(served.base + "ws?width=100&height=30") as ws:
+                    while True:
+                        message = await asyncio.wait_for(ws.receive(), browser.START_S)
+                        if message.type != aiohttp.WSMsgType.BINARY:
+                            return message
+
+        assert asyncio.run(open_tab()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+        browser.wait_until(lambda: not served.tabs(), what="the tab to be forgotten")
+        assert served.interrupt() == 0
+        # (textual-serve passes a tab's stderr on to the server's stdout)
+        assert "no such run directory" in served.proc.stdout.read().decode(), served.output()
+
+
 def test_a_server_killed_with_sigkill_leaves_no_tab_console(tmp_path):
     """A tab opened by a websocket client (aiohttp's, as textual.js would); the server is
     killed; the kernel ends the tab's console (its parent-death signal)."""
