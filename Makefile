@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml setup.py rundir/_tensor_sums.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e '.[train,dev]'
+	$(BIN)/pip install -q -e '.[train,serve,dev]'
 	touch $@
 
 install: $(BIN)/.installed
@@ -42,7 +42,8 @@ FUZZ_EXAMPLES ?= 10000
 SOAK_TMP ?= /tmp/andrea-soak
 soak: install
 	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:xdist -q \
-		--basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py
+		--basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py \
+		tests/console/test_plot_any_float.py
 
 screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots

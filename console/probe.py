@@ -10,19 +10,28 @@ from pathlib import Path
 
 import psutil
 
-from rundir import Verification, verify_trainer
+from rundir import TrainerRecord, Verification, verify_trainer
 
 from .views import TRAINER_LABELS, TrainerView
 
 
 def _slurm(v: Verification) -> dict[str, str] | None:
-    recorded = v.record.extra.get("slurm") if v.record else None
-    if not isinstance(recorded, dict):
+    recorded = v.record.slurm if v.record else None
+    if recorded is None:
         return None
-    job = {k: str(val) for k, val in recorded.items()}
+    job = recorded.to_dict()
     if v.job is not None:
         job.update(state=v.job.state, run_time=v.job.run_time, time_limit=v.job.time_limit)
     return job
+
+
+def _suspended(status: str, pid: int) -> str | None:
+    """Why a live process makes no progress when the kernel has stopped it; None otherwise."""
+    if status == psutil.STATUS_STOPPED:
+        return f"stopped by a signal (state T: SIGSTOP or Ctrl-Z); kill -CONT {pid} resumes it"
+    if status == psutil.STATUS_TRACING_STOP:
+        return "stopped by a debugger (state t)"
+    return None
 
 
 class TrainerProbe:
@@ -36,7 +45,7 @@ class TrainerProbe:
 
     def __init__(self) -> None:
         self._proc: psutil.Process | None = None
-        self._key: tuple[int, float] | None = None
+        self._key: TrainerRecord | None = None
         self._nvidia_smi = shutil.which("nvidia-smi")
         self._gpu: tuple[float, dict[int, int]] = (0.0, {})
 
@@ -51,18 +60,20 @@ class TrainerProbe:
             self._proc = self._key = None
             return view
         try:
-            if self._key != (rec.pid, rec.create_time):
+            if not rec.same_trainer(self._key):
                 self._proc = psutil.Process(rec.pid)
-                self._key = (rec.pid, rec.create_time)
+                self._key = rec
                 self._proc.cpu_percent(None)            # primes the next reading
                 cpu = None
             else:
                 assert self._proc is not None
                 cpu = self._proc.cpu_percent(None)
             rss = self._proc.memory_info().rss
+            status = self._proc.status()
         except psutil.Error:
             return view
-        return replace(view, cpu_percent=cpu, rss=rss, gpu_memory=self._gpu_memory(rec.pid))
+        return replace(view, cpu_percent=cpu, rss=rss, gpu_memory=self._gpu_memory(rec.pid),
+                       suspended=_suspended(status, rec.pid))
 
     def _gpu_memory(self, pid: int) -> int | None:
         if not self._nvidia_smi:

@@ -23,6 +23,8 @@ import numpy as np
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.abandoned import head_rows
+from rundir.identity import open_directory
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
 from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stall_threshold
@@ -108,9 +110,8 @@ def current_segment(h: LossHistory) -> tuple[slice, float]:
         if not math.isfinite(since) or (math.isfinite(t) and t >= since):
             start_step, since = step, (t if math.isfinite(t) else -math.inf)
     steps = h.step
-    head = h.head_step if h.head_step is not None else h.last_step
     lo = int(np.searchsorted(steps, start_step, side="left"))
-    hi = int(np.searchsorted(steps, head, side="right")) if head is not None else len(steps)
+    hi = head_rows(steps, h.head_step)
     return slice(max(lo, hi - 2 * RATE_STEPS), max(lo, hi)), since
 
 
@@ -182,6 +183,7 @@ class RunReader:
         self._sources = SourceCache()           # arm source checks, between reads of .state.json
         self._dir_id: tuple[int, int, bool] | None = None   # the run directory last listed (_dir_identity)
         self._lost_pid: int | None = None       # the trainer that ran when the directory went away
+        self._seen_id: tuple[int, int] | None = None   # (device, inode) of the directory when last seen whole
 
     @property
     def snapshot(self) -> RunSnapshot | None:
@@ -297,7 +299,8 @@ class RunReader:
                 pass
         idle = now - latest
         stalled = idle > threshold
-        label = "stalled" if stalled else TRAINER_LABELS.get(trainer.state, trainer.state)
+        label = "suspended" if trainer.suspended else "stalled" if stalled \
+            else TRAINER_LABELS.get(trainer.state, trainer.state)
         return replace(trainer, label=label, stalled_for=idle if stalled else None, stall_threshold=threshold)
 
     def _out_of_sight(self, trainer: TrainerView, prev: RunSnapshot | None, dir_state: str) -> TrainerView:
@@ -307,6 +310,7 @@ class RunReader:
         as not verified, never as stopped."""
         if dir_state == "ok":
             self._lost_pid = None
+            self._seen_id = self._dir_id[:2] if self._dir_id else None
             return trainer
         if prev is None or trainer.state not in ("stopped", "unreadable"):
             return trainer
@@ -314,9 +318,15 @@ class RunReader:
             self._lost_pid = prev.trainer.pid
         if self._lost_pid is None:
             return trainer
-        return TrainerView(state="unverified", label=TRAINER_LABELS["unverified"], pid=self._lost_pid,
-                           reason=f"the run directory is {dir_state} (renamed or removed?): pid {self._lost_pid}, "
-                                  "the trainer that was running, can no longer be verified")
+        # The trainer holds its run directory open: where it holds it is where the run went.
+        went = open_directory(self._lost_pid, self._seen_id) if self._seen_id else None
+        if went is not None:
+            reason = (f"the run directory was moved to {went}: pid {self._lost_pid} trains on there "
+                      f"(andrea-console {went} watches it)")
+        else:
+            reason = (f"the run directory is {dir_state} (renamed or removed?): pid {self._lost_pid}, the trainer "
+                      "that was running, can no longer be verified")
+        return TrainerView(state="unverified", label=TRAINER_LABELS["unverified"], pid=self._lost_pid, reason=reason)
 
     def _dir_identity(self) -> tuple[int, int, bool] | None:
         """(device, inode, is a directory) of the run directory's path; None: nothing there."""
@@ -338,6 +348,14 @@ class RunReader:
             return f"unreadable ({(err.strerror or type(err).__name__).lower()})", ()
         if not names:
             return "empty", ()
+        try:
+            # Listing needs read permission, reaching the files search (x): a directory with
+            # the one and not the other lists names whose files cannot be opened.
+            os.stat(os.path.join(self.run_dir, names[0]), follow_symlinks=False)
+        except PermissionError:
+            return "unreadable (its files cannot be reached: no search (x) permission on the directory)", ()
+        except OSError:
+            pass
         return "ok", tuple(sorted(n for n in names if not is_known(n)))
 
     def _retention(self, config: RunConfig | None, checkpoints: tuple[CheckpointInfo, ...],
@@ -474,8 +492,14 @@ class RunReader:
                 and not found:
             return prev
         loss = h.loss
-        last_loss = _last_finite(loss)
+        # Where the run is: its head (the step of the newest step line), not the largest step,
+        # which after a rollback or a resume from an older checkpoint belongs to an earlier
+        # segment whose steps have not been run again yet.
+        rows = head_rows(h.step, h.head_step)
+        head = int(h.step[rows - 1]) if rows else None
+        last_loss = _last_finite(loss[:rows])
         tokens = h.tokens
+        tokens_now = int(tokens[rows - 1]) if rows and tokens[rows - 1] >= 0 else None
         # Rates from the current segment's tail only: the cost of a read must not grow with
         # the history, and a pause before a resume is no part of any rate.
         tail, since = current_segment(h)
@@ -483,11 +507,11 @@ class RunReader:
         silent = silent_rewinds(h)
         steps_per_s = rate_per_s(h.step[tail].astype(np.float64), t_tail, since)
         return HistoryView(
-            version=self._history_version, format=h.format, n_steps=len(h), last_step=h.last_step,
-            last_loss=last_loss, tokens=int(tokens[-1]) if len(tokens) and tokens[-1] >= 0 else None,
-            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, h.last_step, steps_per_s),
+            version=self._history_version, format=h.format, n_steps=len(h), last_step=head,
+            last_loss=last_loss, tokens=tokens_now, steps_ahead=len(h) - rows,
+            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, head, steps_per_s),
             tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
-            if len(tokens) and tokens[-1] >= 0 else None,
+            if tokens_now is not None else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),

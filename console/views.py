@@ -77,6 +77,9 @@ class TrainerView:
     slurm: dict[str, str] | None = None
     stalled_for: float | None = None    # seconds without a new history line, when past the threshold
     stall_threshold: float | None = None
+    # Set when the verified process is stopped by a signal (SIGSTOP, Ctrl-Z: state T), or by
+    # a debugger (t): why it makes no progress, and how it goes on.
+    suspended: str | None = None
 
     @property
     def signallable(self) -> bool:
@@ -95,8 +98,8 @@ class HistoryView:
     version: int                        # bumped at every change: the plot re-renders on it
     format: str | None
     n_steps: int
-    last_step: int | None
-    last_loss: float | None
+    last_step: int | None               # where the run is: the head (the newest step line's step)
+    last_loss: float | None             # the newest finite loss at or before the head
     tokens: int | None
     steps_per_s: float | None
     tokens_per_s: float | None
@@ -120,6 +123,9 @@ class HistoryView:
     # few steps it went back to, and how many times in all.
     silent_rewinds: tuple[int, ...] = ()
     silent_rewind_count: int = 0
+    # Steps after the head, left by an earlier segment (a rollback, a resume from an older
+    # checkpoint) and not run again yet: shown dimmed, never as where the run is.
+    steps_ahead: int = 0
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ One module per file kind:
 - :mod:`.spikes`      loss spikes in a history (rolling median and MAD, incremental)
 - :mod:`.resume_check` whether a resume re-ran its logged steps bit for bit
 - :mod:`.sidecars`    ``.state.json`` and ``.samples.json``
-- :mod:`.process`     ``.trainer.json``, ``.lock``, verifying and signalling the trainer
+- :mod:`.trainer_record` ``.trainer.json`` as a typed record, and whether a live process is the one it names
+- :mod:`.process`     ``.lock``, verifying and signalling the trainer
 - :mod:`.config`      ``run.toml``
 - :mod:`.sources`     the arms' data sources; :mod:`.zombies` arms whose data is gone
 - :mod:`.atomic`      atomic replacement, the only way these files are rewritten
@@ -31,8 +32,9 @@ _EXPORTS = {
                    "write_checkpoint"),
     "config": ("ConfigError", "RunConfig", "load_run_config", "write_run_config"),
     "history": ("HistoryEvent", "HistoryUpdate", "LossHistory", "LossHistoryWriter"),
-    "process": ("RunLock", "RunLockedError", "TrainerRecord", "Verification", "read_trainer_record",
-                "remove_trainer_record", "signal_trainer", "verify_trainer", "write_trainer_record"),
+    "process": ("RunLock", "RunLockedError", "Verification", "signal_trainer", "verify_trainer"),
+    "trainer_record": ("SlurmPlacement", "TrainerRecord", "read_trainer_record", "remove_trainer_record",
+                       "write_trainer_record"),
     "safe_read": ("FileRead", "read_bytes", "read_json", "read_json_object"),
     "sidecars": ("ArmState", "BanditState", "Sample", "SidecarRead", "newest_per_arm", "read_samples", "read_state",
                  "write_samples", "write_state"),
@@ -48,11 +50,12 @@ if TYPE_CHECKING:
                              read_sidecar, verify_checksum, write_checkpoint)
     from .config import ConfigError, RunConfig, load_run_config, write_run_config
     from .history import HistoryEvent, HistoryUpdate, LossHistory, LossHistoryWriter
-    from .process import (RunLock, RunLockedError, TrainerRecord, Verification, read_trainer_record,
-                          remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
+    from .process import RunLock, RunLockedError, Verification, signal_trainer, verify_trainer
     from .safe_read import FileRead, read_bytes, read_json, read_json_object
     from .sidecars import (ArmState, BanditState, Sample, SidecarRead, newest_per_arm, read_samples, read_state,
                            write_samples, write_state)
+    from .trainer_record import (SlurmPlacement, TrainerRecord, read_trainer_record, remove_trainer_record,
+                                 write_trainer_record)
     from .zombies import find_zombies
 
 

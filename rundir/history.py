@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 import orjson
 
-from .safe_read import _kind, open_regular
+from .safe_read import file_kind, open_regular
 
 
 # Reads go in blocks of at most this many bytes, so that a read's memory follows the
@@ -99,7 +99,7 @@ class LossHistoryWriter:
         try:
             st = os.fstat(self._fd)
             if not stat.S_ISREG(st.st_mode):
-                raise OSError(f"{self.path.name}: is {_kind(st.st_mode)}, not a regular file")
+                raise OSError(f"{self.path.name}: is {file_kind(st.st_mode)}, not a regular file")
             # A torn last line from a crashed writer must not swallow our first line.
             if st.st_size and os.pread(self._fd, 1, st.st_size - 1) != b"\n":
                 os.write(self._fd, b"\n")
@@ -1243,14 +1243,17 @@ def _next_byte(data: bytes, i: int, direction: int) -> int:
 # A summary of many runs reads this many bytes at the end of each history, never more:
 # a few thousand steps of JSON Lines, whatever the file's size.
 TAIL_BYTES = 32 << 10
+TAIL_WIDEN = 32                # a tail with no step line looks back this many times as far (1 MiB)
 _FLAT_OBJECT = re.compile(rb"\{[^{}]*\}")
 
 
 @dataclass(frozen=True)
 class HistoryTail:
-    """The newest steps of a history (the last :data:`TAIL_BYTES` of the file), as columns
-    sorted by step, and its events in file order. ``complete`` is True when the whole file
-    fit in the tail (the columns are then the whole history)."""
+    """The newest steps of a history (the last :data:`TAIL_BYTES` of the file) up to where
+    the run is, as columns sorted by step, and its events in file order. ``complete`` is True
+    when the whole file fit in the tail (the columns are then the whole history). Steps after
+    the head (the step of the newest step line), an earlier segment's that the current one has
+    not run again, are not in the columns: ``steps_ahead`` counts them."""
 
     format: str | None
     step: np.ndarray
@@ -1264,6 +1267,7 @@ class HistoryTail:
     bad_lines: int = 0
     torn_tail: int = 0
     error: str | None = None
+    steps_ahead: int = 0
 
 
 def _empty_tail(**fields: Any) -> HistoryTail:
@@ -1274,7 +1278,10 @@ def _empty_tail(**fields: Any) -> HistoryTail:
 
 def read_history_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES) -> HistoryTail:
     """The newest lines of ``.loss.json``: one bounded read at the end of the file, the
-    first (cut) line of it dropped; never raises, never reads more than ``max_bytes``.
+    first (cut) line of it dropped; never raises, never reads more than
+    ``max_bytes * TAIL_WIDEN`` bytes. When the newest ``max_bytes`` hold no step line (a
+    junk line longer than that), it looks once further back, and a window that still holds
+    no whole line counts as one unreadable line (never an empty, healthy-looking tail).
     A JSON array (another engine's history) gives its newest flat elements the same way."""
     path = Path(path)
     try:
@@ -1286,14 +1293,21 @@ def read_history_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES)
     except OSError as err:
         return _empty_tail(error=f"{path.name}: cannot read: {err.strerror or err}")
     try:
-        size = st.st_size
-        start = max(0, size - max_bytes)
-        head = os.pread(fd, min(size, 64 << 10), 0) if start else b""
-        data = os.pread(fd, size - start, start)
+        tail = _tail_window(fd, st, max_bytes)
+        if not len(tail.step) and not tail.complete:
+            tail = _tail_window(fd, st, max_bytes * TAIL_WIDEN)
     except OSError as err:
         return _empty_tail(error=f"{path.name}: cannot read: {err.strerror or err}", size=st.st_size)
     finally:
         os.close(fd)
+    return tail
+
+
+def _tail_window(fd: int, st: os.stat_result, max_bytes: int) -> HistoryTail:
+    size = st.st_size
+    start = max(0, size - max_bytes)
+    head = os.pread(fd, min(size, 64 << 10), 0) if start else b""
+    data = os.pread(fd, size - start, start)
     fmt = _detect_format(head if start else data)
     bad = torn = 0
     if fmt == "array":
@@ -1303,19 +1317,24 @@ def read_history_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES)
         pieces = data.split(b"\n")
         if start:
             pieces = pieces[1:]                    # cut by the read: not a whole line
+            if not any(piece.strip() for piece in pieces[:-1]):
+                bad += 1                           # the window is one line longer than itself: junk
         if pieces and pieces[-1].strip():
             torn = len(pieces[-1])                 # not a line until its newline lands
         pieces = [line for line in pieces[:-1] if line.strip()]
     parsed = _tail_typed(pieces) if pieces else ([], [], 0)
     steps, events, bad_pieces = parsed if parsed is not None else _tail_careful(pieces)
     bad += bad_pieces
+    head_step = steps[-1][0] if steps else None
     steps.sort(key=lambda row: row[0])
     # The newest line for a step wins (a resumed run writes its steps again).
     unique = list({row[0]: row for row in steps}.values())
+    behind = [row for row in unique if row[0] <= head_step] if head_step is not None else unique
+    ahead, unique = len(unique) - len(behind), behind
     cols = list(zip(*unique)) if unique else [(), (), (), ()]
     return HistoryTail(fmt, np.array(cols[0], np.int64), np.array(cols[1], np.float64), np.array(cols[2], np.int64),
                        np.array(cols[3], np.float64), tuple(events), size=size, mtime=st.st_mtime,
-                       complete=start == 0, bad_lines=bad, torn_tail=torn)
+                       complete=start == 0, bad_lines=bad, torn_tail=torn, steps_ahead=ahead)
 
 
 def _tail_typed(pieces: list[bytes]) -> tuple[list[tuple[int, float, int, float]], list[HistoryEvent], int] | None:

@@ -12,6 +12,10 @@ claims. Before a signal, the process must also
 - **run a trainer entry point**: ``andrea-train`` (as the program, or the script a Python
   interpreter runs) or ``python -m trainer`` (as torchrun starts each worker).
 
+Which run directory a process trains is what its command line names, or the directory it
+holds open (:func:`holds_directory_open`): a trainer keeps its run directory open, so that a
+run moved or renamed under it trains on, and is still its trainer's, at its new name.
+
 Linux only, like the rest of the console's process checks: where ``/proc`` cannot answer,
 the answer is "not proven", and nothing is signalled.
 """
@@ -19,6 +23,7 @@ the answer is "not proven", and nothing is signalled.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .layout import LOCK_FILE
@@ -67,27 +72,42 @@ def _lock_key(run_dir: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _exclusive_flock_lines(lines: list[str], pid: int | None, dev: int, ino: int) -> bool:
-    """Whether ``/proc/locks``-format lines show a granted exclusive flock on (dev, ino),
-    held by ``pid`` (any pid when None). A waiter (``->``) holds nothing."""
+def _exclusive_flock_holders(lines: list[str], dev: int, ino: int) -> list[str]:
+    """The holders (pid fields) of granted exclusive flocks on (dev, ino) in
+    ``/proc/locks``-format lines. A waiter (``->``) holds nothing."""
     where = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    holders = []
     for line in lines:
         parts = line.split()
         if len(parts) < 6 or "->" in parts:
             continue
         kind, mode, holder, key = parts[1], parts[3], parts[4], parts[5]
-        if kind == "FLOCK" and mode == "WRITE" and key == where and (pid is None or holder == str(pid)):
-            return True
-    return False
+        if kind == "FLOCK" and mode == "WRITE" and key == where:
+            holders.append(holder)
+    return holders
+
+
+def _lock_table() -> list[str]:
+    try:
+        with open(PROC_LOCKS, "rb") as fh:
+            return fh.read(_PROC_LOCKS_MAX).decode("ascii", "replace").splitlines()
+    except OSError:
+        return []
 
 
 def _from_lock_table(pid: int, dev: int, ino: int) -> bool:
-    try:
-        with open(PROC_LOCKS, "rb") as fh:
-            table = fh.read(_PROC_LOCKS_MAX).decode("ascii", "replace")
-    except OSError:
-        return False
-    return _exclusive_flock_lines(table.splitlines(), pid, dev, ino)
+    return str(pid) in _exclusive_flock_holders(_lock_table(), dev, ino)
+
+
+def run_lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
+    """The pid that holds ``RUN_DIR/.lock`` as the kernel's lock table shows it here, or None
+    when nobody does (or the table cannot tell). Read without taking the lock: taking it,
+    even for a moment, would refuse a trainer starting at that moment."""
+    key = _lock_key(Path(run_dir))
+    if key is None:
+        return None
+    holders = _exclusive_flock_holders(_lock_table(), *key)
+    return int(holders[0]) if holders and holders[0].isdigit() else None
 
 
 def _from_open_files(pid: int, dev: int, ino: int) -> bool:
@@ -108,9 +128,37 @@ def _from_open_files(pid: int, dev: int, ino: int) -> bool:
         except OSError:
             continue
         lock_lines = [line.split(":", 1)[1] for line in info.splitlines() if line.startswith("lock:")]
-        if _exclusive_flock_lines(lock_lines, None, dev, ino):
+        if _exclusive_flock_holders(lock_lines, dev, ino):
             return True
     return False
+
+
+def open_directory(pid: int, identity: tuple[int, int]) -> Path | None:
+    """Where the directory with ``identity`` (device, inode) is now, when process ``pid``
+    holds it open (a trainer holds its run directory open for its lifetime, and trains on in
+    it when it is moved); None when it does not, or that cannot be seen."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            st = os.stat(f"{fd_dir}/{fd}")
+            if (st.st_dev, st.st_ino) == identity and stat.S_ISDIR(st.st_mode):
+                return Path(os.readlink(f"{fd_dir}/{fd}"))
+        except OSError:
+            continue
+    return None
+
+
+def holds_directory_open(pid: int, run_dir: str | os.PathLike[str]) -> bool:
+    """Whether process ``pid`` holds ``run_dir`` itself open."""
+    try:
+        st = os.stat(run_dir)
+    except OSError:
+        return False
+    return open_directory(pid, (st.st_dev, st.st_ino)) is not None
 
 
 def holds_run_lock(pid: int, run_dir: str | os.PathLike[str]) -> tuple[bool, str]:

@@ -3,8 +3,9 @@
 The trainer holds an exclusive ``flock`` on ``.lock`` for its lifetime (a second
 trainer refuses to start) and writes ``.trainer.json`` naming itself. Before anyone
 signals that process, :func:`verify_trainer` checks that the record is whole (every key
-of DESIGN.md's pid record), that it names this host, that the pid is alive, that its
-``create_time`` is the recorded one (so a reused pid is refused), that its command line
+of DESIGN.md's pid record), that it names this host, that the pid is alive and started
+when the record says (:meth:`TrainerRecord.is_process`: a reused pid is refused), that it
+is this user's (root may operate any user's trainer, and says so), that its command line
 names this run directory and runs a trainer entry point, and that it holds the run's
 ``.lock`` (:mod:`rundir.identity`): a forged record naming any other process is refused.
 """
@@ -16,95 +17,26 @@ import os
 import signal
 import socket
 import subprocess
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import psutil
 
-from .atomic import atomic_write_json
-from .identity import holds_run_lock, runs_trainer_entry_point
-from .layout import LOCK_FILE, TRAINER_JSON
-from .safe_read import PID_RECORD_MAX, read_json_object
+from .identity import holds_directory_open, holds_run_lock, runs_trainer_entry_point
+from .layout import LOCK_FILE
 from .slurm import JobInfo, check_job, query_job, scancel_command
 from .text import printable
+from .trainer_record import (SlurmPlacement, TrainerRecord, process_start, read_trainer_record,
+                             remove_trainer_record, write_trainer_record)
 
-CREATE_TIME_TOLERANCE = 0.01
-# Every key of DESIGN.md's pid record: a record without one of them is not verified.
-RECORD_KEYS = ("pid", "create_time", "host", "argv", "started")
+__all__ = ["RunLock", "RunLockedError", "SlurmPlacement", "TrainerRecord", "Verification", "read_trainer_record",
+           "remove_trainer_record", "signal_trainer", "trainer_alive", "verify_trainer", "write_trainer_record"]
+
 
 
 class RunLockedError(RuntimeError):
     """Another trainer holds the run directory's lock."""
-
-
-@dataclass(frozen=True)
-class TrainerRecord:
-    """The content of ``.trainer.json``."""
-
-    pid: int
-    create_time: float
-    host: str
-    argv: list[str]
-    started: float
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def for_this_process(cls, **extra: Any) -> "TrainerRecord":
-        proc = psutil.Process()
-        return cls(pid=proc.pid, create_time=proc.create_time(), host=socket.gethostname(),
-                   argv=proc.cmdline(), started=time.time(), extra=extra)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.update(data.pop("extra"))
-        return data
-
-
-def write_trainer_record(run_dir: str | os.PathLike[str], record: TrainerRecord) -> None:
-    atomic_write_json(Path(run_dir) / TRAINER_JSON, record.to_dict())
-
-
-def remove_trainer_record(run_dir: str | os.PathLike[str], pid: int | None = None) -> bool:
-    """Remove ``.trainer.json`` (only if it names ``pid``, when given); True if removed."""
-    path = Path(run_dir) / TRAINER_JSON
-    if pid is not None:
-        record, _ = read_trainer_record(run_dir)
-        if record is None or record.pid != pid:
-            return False
-    try:
-        path.unlink()
-        return True
-    except FileNotFoundError:
-        return False
-
-
-def read_trainer_record(run_dir: str | os.PathLike[str]) -> tuple[TrainerRecord | None, str | None]:
-    """``(record, None)``, ``(None, None)`` when there is none, or ``(None, reason)``; never raises."""
-    read = read_json_object(Path(run_dir) / TRAINER_JSON, PID_RECORD_MAX)
-    if read.missing:
-        return None, None
-    if not read.ok:
-        return None, read.error
-    data = read.value
-    pid, ctime, argv = data.get("pid"), data.get("create_time"), data.get("argv")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return None, f"{TRAINER_JSON}: pid {pid!r} is not a positive integer"
-    if not isinstance(ctime, (int, float)) or isinstance(ctime, bool):
-        return None, f"{TRAINER_JSON}: create_time {ctime!r} is not a number"
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        return None, f"{TRAINER_JSON}: argv is not a list of strings"
-    missing = [key for key in RECORD_KEYS if key not in data]
-    if missing:
-        return None, f"{TRAINER_JSON}: no {', '.join(repr(k) for k in missing)}: not a whole pid record"
-    host, started = data.get("host"), data.get("started")
-    if not isinstance(host, str) or not host:
-        return None, f"{TRAINER_JSON}: host {host!r} is not a host name"
-    if not isinstance(started, (int, float)) or isinstance(started, bool):
-        return None, f"{TRAINER_JSON}: started {started!r} is not a number"
-    return TrainerRecord(pid=pid, create_time=float(ctime), host=host, argv=argv, started=float(started),
-                         extra={k: v for k, v in data.items() if k not in RECORD_KEYS}), None
 
 
 class RunLock:
@@ -199,9 +131,8 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
     if record is None:
         return Verification("stopped", "no trainer is recorded: there is no .trainer.json")
     if record.host != socket.gethostname():
-        recorded_job = record.extra.get("slurm")
-        if isinstance(recorded_job, dict) and recorded_job.get("job_id"):
-            return _verify_through_slurm(run_dir, record, recorded_job)
+        if record.slurm is not None:
+            return _verify_through_slurm(run_dir, record, record.slurm)
         return Verification("unverified", f"the trainer runs on host {record.host!r}, not this one (and not in a "
                                           "SLURM job this console could ask about)", record)
     if record.pid == 1:
@@ -210,17 +141,20 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
         return Verification("unverified", "the record names this console's own pid", record)
     try:
         proc = psutil.Process(record.pid)
-        create_time = proc.create_time()
+        start = process_start(proc)
         cmdline = proc.cmdline()
+        uid = proc.uids().real
         if proc.status() == psutil.STATUS_ZOMBIE:
             return Verification("stale", f"pid {record.pid} has exited (zombie)", record)
     except psutil.NoSuchProcess:
         return Verification("stale", f"pid {record.pid} is not running: the record is stale", record)
     except psutil.AccessDenied:
         return Verification("unverified", f"pid {record.pid} cannot be inspected (access denied)", record)
-    if abs(create_time - record.create_time) > CREATE_TIME_TOLERANCE:
+    if not record.is_process(start):
         return Verification("stale", f"pid {record.pid} was reused by another process (its start time differs)", record)
-    if not _names_run_dir(proc, cmdline, run_dir):
+    if uid != os.getuid() and os.getuid() != 0:
+        return Verification("unverified", f"pid {record.pid} belongs to {_user_name(uid)}, not to you", record)
+    if not (_names_run_dir(proc, cmdline, run_dir) or holds_directory_open(record.pid, run_dir)):
         return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) does not name this run directory", record)
     if not runs_trainer_entry_point(cmdline):
         return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) is not a trainer "
@@ -228,17 +162,28 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
     holds, why = holds_run_lock(record.pid, run_dir)
     if not holds:
         return Verification("unverified", why, record)
+    if uid != os.getuid():
+        # Root may operate anyone's trainer; it is said, never silent.
+        return Verification("running", f"pid {record.pid} verified (it belongs to {_user_name(uid)}; "
+                                       "this console runs as root)", record)
     return Verification("running", f"pid {record.pid} verified", record)
 
 
-def _verify_through_slurm(run_dir: Path, record: TrainerRecord, recorded_job: dict[str, Any]) -> Verification:
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def _verify_through_slurm(run_dir: Path, record: TrainerRecord, placement: SlurmPlacement) -> Verification:
     """A trainer on another node, in a SLURM job: the scheduler vouches for it (the job is
     RUNNING, is this user's, runs on the recorded node and names this run directory)."""
-    job_id = str(recorded_job.get("job_id"))
-    job, why = query_job(job_id)
+    job, why = query_job(placement.job_id)
     if job is None:
-        return Verification("unverified", f"SLURM job {printable(job_id)}: {why}", record)
-    problem = check_job(job, recorded_job, run_dir)
+        return Verification("unverified", f"SLURM job {printable(placement.job_id)}: {why}", record)
+    problem = check_job(job, placement, run_dir)
     if problem is not None:
         state: TrainerState = "stale" if job.state not in ("RUNNING", "PENDING", "SUSPENDED", "") else "unverified"
         return Verification(state, problem, record)
@@ -246,21 +191,25 @@ def _verify_through_slurm(run_dir: Path, record: TrainerRecord, recorded_job: di
                         record, job)
 
 
+def _is_live_process(record: TrainerRecord) -> bool:
+    """The recorded pid runs here, is the process the record names, and has not exited."""
+    try:
+        proc = psutil.Process(record.pid)
+        return record.is_process(process_start(proc)) and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def trainer_alive(run_dir: str | os.PathLike[str], verification: Verification) -> bool:
-    """Whether the verified trainer still runs: its pid with the recorded start time here,
-    or, through SLURM, its record still in place and its job still RUNNING."""
+    """Whether the verified trainer still runs: its pid with the recorded start here, or,
+    through SLURM, its record still in place and its job still RUNNING."""
     record = verification.record
     if record is None:
         return False
     if not verification.via_slurm:
-        try:
-            proc = psutil.Process(record.pid)
-            return abs(proc.create_time() - record.create_time) < CREATE_TIME_TOLERANCE and \
-                proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
+        return _is_live_process(record)
     now, _ = read_trainer_record(run_dir)
-    if now is None or (now.pid, now.create_time, now.host) != (record.pid, record.create_time, record.host):
+    if not record.same_trainer(now):
         return False                         # a clean exit removes the record
     job, _ = query_job(verification.job.job_id)
     return job is not None and job.state == "RUNNING"
@@ -274,32 +223,32 @@ def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Veri
     verification = verify_trainer(run_dir)
     if not verification.ok:
         return verification
-    assert verification.record is not None
+    record = verification.record
+    assert record is not None
     if verification.via_slurm:
-        world = verification.record.extra.get("world_size")
-        if sig == signal.SIGUSR1 and isinstance(world, int) and world > 1:
+        assert record.slurm is not None and verification.job is not None
+        if sig == signal.SIGUSR1 and record.distributed:
             # scancel reaches torchrun's agent, never its workers (sessions of their own).
-            return Verification("unverified", f"a checkpoint request cannot reach the {world} torchrun workers of "
-                                              f"SLURM job {verification.job.job_id} through scancel; a stop "
-                                              "(SIGTERM, forwarded by torchrun) checkpoints and exits",
-                                verification.record, verification.job)
-        command = scancel_command(verification.record.extra["slurm"], signal.Signals(sig).name.removeprefix("SIG"))
+            return Verification("unverified", f"a checkpoint request cannot reach the {record.world_size} torchrun "
+                                              f"workers of SLURM job {verification.job.job_id} through scancel; a "
+                                              "stop (SIGTERM, forwarded by torchrun) checkpoints and exits",
+                                record, verification.job)
+        command = scancel_command(record.slurm, signal.Signals(sig).name.removeprefix("SIG"))
         try:
             r = subprocess.run(command, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as err:
-            return Verification("unverified", f"{' '.join(command)} failed: {err}", verification.record)
+            return Verification("unverified", f"{' '.join(command)} failed: {err}", record)
         if r.returncode != 0:
-            return Verification("unverified", f"{' '.join(command)} failed: {printable(r.stderr.strip())}",
-                                verification.record)
+            return Verification("unverified", f"{' '.join(command)} failed: {printable(r.stderr.strip())}", record)
         return verification
     try:
-        # psutil re-checks the create time, closing the window in which the pid could be reused.
-        proc = psutil.Process(verification.record.pid)
-        if abs(proc.create_time() - verification.record.create_time) > CREATE_TIME_TOLERANCE:
-            return Verification("stale", "the trainer exited and its pid was reused", verification.record)
+        # Checked again right before the signal, closing the window in which the pid could be reused.
+        proc = psutil.Process(record.pid)
+        if not record.is_process(process_start(proc)):
+            return Verification("stale", "the trainer exited and its pid was reused", record)
         proc.send_signal(sig)
     except psutil.NoSuchProcess:
-        return Verification("stale", f"pid {verification.record.pid} exited before the signal", verification.record)
+        return Verification("stale", f"pid {record.pid} exited before the signal", record)
     except psutil.AccessDenied:
-        return Verification("unverified", f"not allowed to signal pid {verification.record.pid}", verification.record)
+        return Verification("unverified", f"not allowed to signal pid {record.pid}", record)
     return verification

@@ -55,7 +55,8 @@ class FileRead(Generic[T]):
         return self.error is None and self.value is not None
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for a message: "a FIFO", "a directory"..."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
@@ -72,6 +73,33 @@ def _size(n: int) -> str:
     return f"{n / MiB:g} MiB" if n >= MiB else f"{n / KiB:g} KiB" if n >= KiB else f"{n} bytes"
 
 
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """None when ``path`` is absent or a regular file (a link to one counts); else what it is
+    ("a FIFO", "a directory", or why it cannot be looked at). Never raises."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"not to be looked at ({err.strerror or err})"
+    return None if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)
+
+
+def open_for_append(path: str | os.PathLike[str]) -> int:
+    """Open (create) ``path`` for appending without ever blocking (a FIFO put there would
+    block an ordinary open until a reader came); ``OSError`` naming what it is when it is
+    not a regular file. The caller closes the fd."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{Path(path).name} is {file_kind(st.st_mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     """Open ``path`` read-only without blocking; the fd and its stat. Raises ``OSError``
     (``FileNotFoundError`` when absent), or ``ValueError`` naming what it is when it is
@@ -80,7 +108,7 @@ def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"is {_kind(st.st_mode)}, not a regular file")
+            raise ValueError(f"is {file_kind(st.st_mode)}, not a regular file")
     except BaseException:
         os.close(fd)
         raise

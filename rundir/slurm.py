@@ -1,8 +1,7 @@
 """SLURM: the job a trainer runs in, as the pid record carries it and the scheduler reports it.
 
-A trainer started inside a SLURM job records ``"slurm": {"job_id", "step_id", "cluster",
-"node", "job_name", "user"}`` in ``.trainer.json`` (DESIGN.md section 1), from the
-environment SLURM gives every task. :func:`query_job` asks the scheduler about a job
+A trainer started inside a SLURM job records where it runs in ``.trainer.json``
+(:class:`rundir.trainer_record.SlurmPlacement`, DESIGN.md section 1). :func:`query_job` asks the scheduler about a job
 (``scontrol show job -o``), with a timeout, never raising.
 """
 
@@ -13,27 +12,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
-
 from .safe_read import read_bytes
+from .trainer_record import BATCH_STEP, SlurmPlacement
 
 SCONTROL_TIMEOUT_S = 10.0
-BATCH_STEP = "batch"            # the step id recorded by a trainer that is the batch script's process
-
-# The record's keys and the environment variables they come from.
-_FROM_ENV = {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID", "cluster": "SLURM_CLUSTER_NAME",
-             "node": "SLURMD_NODENAME", "job_name": "SLURM_JOB_NAME", "user": "SLURM_JOB_USER"}
-
-
-def job_from_env(env: Mapping[str, str] | None = None) -> dict[str, str] | None:
-    """This process's SLURM job, for the pid record; None outside SLURM."""
-    env = os.environ if env is None else env
-    if not env.get("SLURM_JOB_ID"):
-        return None
-    job = {key: env.get(var, "") for key, var in _FROM_ENV.items()}
-    job["user"] = job["user"] or env.get("USER", "")
-    job["step_id"] = job["step_id"] or BATCH_STEP        # the batch step has no SLURM_STEP_ID
-    return job
 
 
 @dataclass(frozen=True)
@@ -134,7 +116,7 @@ def _same(path: Path, target: Path) -> bool:
         return False
 
 
-def check_job(job: JobInfo, recorded: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> str | None:
+def check_job(job: JobInfo, recorded: SlurmPlacement, run_dir: str | os.PathLike[str]) -> str | None:
     """Why the job cannot be the trainer of ``run_dir`` that the pid record describes (one
     line naming the failed check), or None when every check holds: the job is RUNNING,
     belongs to this user, runs on the recorded node, and its working directory or command
@@ -143,7 +125,7 @@ def check_job(job: JobInfo, recorded: Mapping[str, Any], run_dir: str | os.PathL
         return f"SLURM job {job.job_id} is {job.state or 'in an unknown state'}, not RUNNING"
     if job.uid is not None and job.uid != os.getuid():
         return f"SLURM job {job.job_id} belongs to user {job.user or job.uid}, not to you"
-    node = str(recorded.get("node", ""))
+    node = recorded.node
     if not node or node not in _node_names(job.nodes):
         return f"SLURM job {job.job_id} runs on {job.nodes or 'no node'}, not on the recorded node {node!r}"
     if not _names_run_dir(job, Path(run_dir)):
@@ -152,14 +134,14 @@ def check_job(job: JobInfo, recorded: Mapping[str, Any], run_dir: str | os.PathL
     return None
 
 
-def scancel_command(recorded: Mapping[str, Any], signal_name: str) -> list[str]:
+def scancel_command(recorded: SlurmPlacement, signal_name: str) -> list[str]:
     """The ``scancel`` that delivers ``signal_name`` (``USR1``, ``TERM``) to the recorded
     trainer's step: the batch step (``--full``: its every process) when the batch script runs
     the trainer, else the trainer's own step (``JOB.STEP``, as ``srun`` starts it). Checked
     against SLURM 22.05: a batch script that ``exec``s the trainer is reached; one that runs it
     as a child must trap the signal (``trap '' USR1``), or the signal ends the shell and the job;
     torchrun's workers are not reached (see the README)."""
-    job_id, step = str(recorded["job_id"]), str(recorded.get("step_id") or BATCH_STEP)
+    job_id, step = recorded.job_id, recorded.step_id or BATCH_STEP
     if step == BATCH_STEP:
         # --full, not --batch: every process of the batch step (an exec'd trainer is the
         # only one; --batch alone would miss a trainer started under a trapping shell).

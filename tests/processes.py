@@ -42,3 +42,31 @@ def stop_processes_naming(path: Path, grace: float = 30.0, settle: float = 0.0) 
             pass
     psutil.wait_procs(alive, timeout=5)
     return [" ".join(proc.info["cmdline"] or []) for proc in procs]
+
+
+NOBODY = 65534
+
+
+def run_as(uid: int, fn):
+    """``fn()`` in a forked child that has given up root for ``uid`` (its group too): a real
+    process of another user, running this test's code. What ``fn`` returns must be JSON;
+    modules it needs are imported before the call, so the child reads nothing from a
+    directory that user may not enter. Needs root."""
+    import json
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                             # the child: never returns
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write_fd, json.dumps(fn()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as fh:
+        answer = fh.read()
+    os.waitpid(pid, 0)
+    return json.loads(answer)

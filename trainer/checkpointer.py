@@ -111,6 +111,7 @@ class Checkpointer:
         loop waits exactly when it will not go on: a stop, the final or a divergence
         checkpoint) or synchronous: then the finished write is collected and returned."""
         t0 = time.monotonic()
+        self.out.note_move()
         if self.busy:                                   # at most one in flight
             self.collect(wait=True)
             self._waited = time.monotonic() - t0

@@ -31,14 +31,15 @@ from typing import Any
 import torch
 
 from rundir import LossHistory, RunLock, TrainerRecord, remove_trainer_record, write_run_config, write_trainer_record
+from rundir.trainer_record import SlurmPlacement
 from rundir.atomic import remove_stale_temps
 from rundir.checkpoint import arrays_checksum
 from rundir.layout import LOSS_JSON
 from rundir.retention import finish_interrupted_prune
-from rundir.slurm import job_from_env
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
 from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
+from trainer.held_dir import HeldRunDir
 from trainer.outputs import RunOutputs
 from trainer.args import PROG, build_parser
 from trainer.preflight import BAD_INPUT, Plan, plan_and_lock, plan_run
@@ -141,25 +142,27 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
     signals = AgreedSignals(SignalFlags(), ranks).install()
     run_dir = plan.run_dir
     pid = os.getpid()
-    progress = out = None
+    progress = out = held = None
     try:
         if not ranks.writer:
             return _run_other_rank(plan, ranks, signals)
+        # Held open from here on: the run's files are reached through it, so that the run
+        # trains on (and checkpoints) in its directory wherever that is moved.
+        held = HeldRunDir(plan.run_dir)
+        run_dir = held.path
         if plan.create_run_toml:
             write_run_config(run_dir, plan.config)
         # Under torchrun this is rank 0's worker: the process the console signals. Inside a
         # SLURM job the record names the job too: a console on another node signals through it.
-        extra: dict[str, Any] = {"rank": 0, "world_size": ranks.world_size,
-                                 "launcher_pid": os.getppid()} if ranks.distributed else {}
-        if (job := job_from_env()) is not None:
-            extra["slurm"] = job
-        record = TrainerRecord.for_this_process(**extra)
+        placement: dict[str, Any] = {"rank": 0, "world_size": ranks.world_size,
+                                     "launcher_pid": os.getppid()} if ranks.distributed else {}
+        record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), **placement)
         write_trainer_record(run_dir, record)
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
         configure(plan.threads, plan.device)
         progress = Progress(run_dir, plan.config.run.log_every)
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
-        out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step)
+        out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step, held)
         if stale:
             progress.message(f"removed {len(stale)} temporary file(s) left by a writer that died: "
                              f"{', '.join(p.name for p in stale)}")
@@ -203,6 +206,8 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
             progress.close()
         if ranks.writer:
             remove_trainer_record(run_dir, pid)
+        if held is not None:
+            held.close()
         signals.restore()
 
 

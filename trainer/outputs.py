@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from trainer.bandit import OnlineDataMixer
 from trainer.guard import SafetyStop, describe_os_error
+from trainer.held_dir import HeldRunDir
 from trainer.progress import Progress
 from rundir import CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
 from rundir.layout import LOSS_JSON, SAMPLES_JSON, STATE_JSON
@@ -33,8 +34,10 @@ def _describe(fields: dict[str, Any]) -> str:
 class RunOutputs:
     """Open for the trainer's lifetime (under the run's lock)."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], progress: Progress, samples_keep: int, resume_step: int):
+    def __init__(self, run_dir: str | os.PathLike[str], progress: Progress, samples_keep: int, resume_step: int,
+                 held: HeldRunDir | None = None):
         self.run_dir = Path(run_dir)
+        self.held = held
         self.progress = progress
         self.history = LossHistoryWriter(self.run_dir / LOSS_JSON)
         self.samples_keep = samples_keep
@@ -43,6 +46,13 @@ class RunOutputs:
         previous = read_samples(self.run_dir).value or []
         self.samples = [dataclasses.asdict(s) for s in previous if s.step <= resume_step][-samples_keep:]
         self._failing: set[str] = set()          # live files whose last write failed
+
+    def note_move(self) -> None:
+        """Say once in the log where the run directory went, when it was moved or renamed
+        (training goes on in it: its files are reached through the open directory)."""
+        moved = self.held.moved_to() if self.held is not None else None
+        if moved is not None:
+            self.progress.message(f"the run directory was moved: it is now {moved}; training goes on there")
 
     def event(self, name: str, step: int, message: str | None = None, **fields: Any) -> None:
         """An event line in ``.loss.json`` and a line in the log."""

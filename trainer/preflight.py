@@ -20,7 +20,8 @@ from rundir import (CheckpointError, CheckpointInfo, ConfigError, RunConfig, Run
                     inspect_checkpoint, latest_resumable, list_checkpoints, load_run_config, read_state,
                     verify_checksum)
 from rundir.config import validate_policy
-from rundir.layout import LOCK_FILE, RUN_TOML
+from rundir.layout import LOCK_FILE, LOSS_JSON, RUN_TOML, SAMPLES_JSON, STATE_JSON, TRAINER_JSON, TRAINER_LOG
+from rundir.safe_read import not_regular
 from rundir.sidecars import ArmState, BanditState
 from rundir.zombies import find_zombies
 from trainer.args import DEFAULT_PRESET, RUN_FLAGS
@@ -165,9 +166,27 @@ def plan_run(args: argparse.Namespace) -> Plan:
 BAD_INPUT = (InputError, ConfigError, CheckpointError, RunLockedError)
 
 
+# The files the trainer writes in the run directory: each, where it exists, must be a
+# regular file (a FIFO would block the open, a directory fails the write half-way).
+WRITTEN_FILES = (LOCK_FILE, TRAINER_JSON, TRAINER_LOG, LOSS_JSON, STATE_JSON, SAMPLES_JSON, RUN_TOML)
+
+
+def check_written_files(run_dir: Path) -> None:
+    """Raise :class:`InputError` naming the first file the trainer would write that is not a
+    regular file; before the lock is taken and before anything is written."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError(f"{run_dir} is not a directory")
+    for name in WRITTEN_FILES:
+        what = not_regular(run_dir / name)
+        if what is not None:
+            raise InputError(f"{run_dir / name} is {what}, not a regular file: the trainer writes it; "
+                             "move it out of the way")
+
+
 def plan_and_lock(args: argparse.Namespace, lock: RunLock, world_size: int = 1) -> Plan:
     """Plan the run and take the lock (released again on bad input or nothing to do)."""
     run_dir = Path(args.run_dir)
+    check_written_files(run_dir)
     try:
         # A directory that has a lock file may have a live trainer: ask it first (taking
         # the lock changes nothing there). A new directory is locked once it is created.

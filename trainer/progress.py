@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rundir.layout import TRAINER_LOG
+from rundir.safe_read import open_for_append
 
 LIVE_REFRESH_S = 0.25
 
@@ -37,7 +38,8 @@ class Progress:
     def __init__(self, run_dir: str | os.PathLike[str], log_every: int, stream: TextIO | None = None):
         self.path = Path(run_dir) / TRAINER_LOG
         self.log_every = log_every
-        self._log = open(self.path, "a", encoding="utf-8", buffering=1)
+        # Never blocks, and refuses what is not a regular file (a FIFO there would hang the open).
+        self._log = os.fdopen(open_for_append(self.path), "a", encoding="utf-8", buffering=1)
         self.stream = stream if stream is not None else sys.stdout
         # When stdout is trainer.log itself, write each line once.
         self._echo = not _same_file(self.stream, self.path)

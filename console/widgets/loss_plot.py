@@ -20,6 +20,7 @@ import time
 from rich.style import Style
 
 from rundir.abandoned import abandoned_mask
+from rundir.layout import EVENT_ROLLBACK
 
 from ..format import AXIS_NEEDS, X_AXES
 from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, Marker, PlotOptions, build_canvas, ema_debiased,
@@ -171,8 +172,8 @@ class LossPlot(Widget):
             return [[("reading .loss.json…", "grey50")]]
         options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
         shown = {m.kind for m in self._markers}
-        abandoned = abandoned_mask(h.step, h.time_column, h.events)
-        if abandoned is not None:
+        abandoned = abandoned_mask(h.step, h.time_column, h.events, h.last_step)
+        if any(ev.event == EVENT_ROLLBACK for ev in h.events):
             shown.add("rollback")
         legend = legend_runs(shown, abandoned is not None, width)
         plot_h = max(1, height - 3)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..format import format_age, format_float, format_rate, format_size, printable, stall_text
+from ..format import format_ago, format_float, format_rate, format_size, printable, stall_text
 from ..views import RunSnapshot
 from .status import STATE_STYLES, alert_text
 
@@ -47,7 +47,7 @@ class StatusLine(Static):
         text.append(*SEP)
         text.append("ckpt ", style="grey62")
         if newest:
-            text.append(f"{newest.step:,}, {format_age(now - newest.mtime)} ago")
+            text.append(f"{newest.step:,}, {format_ago(now - newest.mtime)}")
         else:
             text.append("none usable", style="yellow")
         text.append("\n")
@@ -59,8 +59,8 @@ class StatusLine(Static):
             text.append(printable(problems[0]), style="red")
         elif t.state != "running":
             text.append(printable(t.reason), style="grey62" if t.state == "stopped" else "yellow")
-        elif t.stalled:
-            text.append(stall_text(t), style="bold red")
+        elif t.stalled or t.suspended:
+            text.append(stall_text(t) if t.stalled else t.suspended, style="bold red")
         else:
             cpu = f"{t.cpu_percent:.0f}%" if t.cpu_percent is not None else "-"
             text.append("pid ", style="grey62")

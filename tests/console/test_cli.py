@@ -181,3 +181,66 @@ def test_once_writes_every_step_with_thousands_separators(make_run_dir):
     assert "resume at 11,000" in said
     unseparated = [line for line in ours if re.search(r"\bsteps? \d{4,}", line) or re.search(r"=\d{4,}", line)]
     assert not unseparated, unseparated
+
+
+def test_a_file_name_that_is_not_utf8_is_escaped_and_the_json_is_strict(make_run_dir):
+    """``step_000500\\xff.bin``: --json, the overview's --json and --once show the byte as
+    ``\\xff``; the JSON is strict UTF-8 (a lone surrogate in it was rejected by orjson)."""
+    import orjson
+
+    run = make_run_dir(checkpoints=(100,))
+    odd = os.fsencode(run) + b"/step_000500\xff.bin"
+    with open(odd, "wb") as fh:
+        fh.write(b"junk")
+    for out in (console(run, "--json").stdout, console(run.parent, "--json").stdout):
+        orjson.loads(out.encode("utf-8"))                  # strict: raises on a lone surrogate
+        assert "\\udcff" not in out
+    names = [c["name"] for c in json.loads(console(run, "--json").stdout)["checkpoints"]] + \
+        json.loads(console(run, "--json").stdout)["other_files"]
+    assert "step_000500\\xff.bin" in names, names
+    assert "step_000500\\xff.bin" in console(run, "--once").stdout
+
+
+@pytest.mark.parametrize("mode", ["--checkpoint", "--stop"])
+def test_ctrl_c_while_waiting_is_one_line_and_exit_130(tmp_path, mode):
+    """Ctrl-C during --checkpoint or --stop: one line, exit 130, no traceback."""
+    import signal as signals
+
+    from tests.rundir.test_process import record_for, start_child
+    from rundir import write_trainer_record
+
+    run = tmp_path / "run"
+    stand_in = start_child(run, tmp_path / "signals.txt", "--stay")     # verified, never answers
+    try:
+        write_trainer_record(run, record_for(stand_in.pid))
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, "-m", "console", str(run), mode, "--timeout", "600"], cwd=ROOT,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while "SIGUSR1" not in (tmp_path / "signals.txt").read_text() and "SIGTERM" not in \
+                (tmp_path / "signals.txt").read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signals.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("andrea-console: interrupted")
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
+def test_times_ahead_of_the_clock_are_said_so(make_run_dir):
+    """A checkpoint written by a machine whose clock runs ahead: "in the future", never
+    "in the future ago"; a token count that went back is no speed (it read -0.0 tok/s)."""
+    run = make_run_dir(checkpoints=(100, 200, 300))
+    ahead = time.time() + 3600
+    os.utime(run / "step_000300.bin", (ahead, ahead))
+    with open(run / ".loss.json", "a") as fh:
+        for step, tokens in ((301, 1000), (302, 999)):
+            fh.write(json.dumps({"step": step, "loss": 2.0, "lr": 3e-3, "grad_norm": 1.0, "arm": "a",
+                                 "tokens": tokens, "time": EPOCH + 1000 + step}) + "\n")
+    out = console(run, "--once").stdout
+    assert "in the future ago" not in out and "in the future" in out, out
+    [speed] = [line for line in out.splitlines() if line.startswith("step ")]
+    assert "-0.0" not in speed and speed.endswith("· -"), speed           # no speed, rather than a wrong one

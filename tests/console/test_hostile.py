@@ -297,6 +297,37 @@ def test_the_real_probe_on_a_renamed_run_directory_does_not_say_exited(tmp_path)
             moved.rename(run)
 
 
+def test_a_run_moved_under_its_trainer_trains_on_there_and_stops_cleanly(tmp_path):
+    """Renamed while training: the trainer holds its directory open and goes on in it (a
+    trainer that wrote by path lost every later checkpoint, its final one too); the console
+    that watched says where it went; a console at the new name verifies it (it holds the
+    directory open) and stops it, and the final checkpoint is the last logged step."""
+    import json
+
+    from rundir import latest_resumable
+    from tests.console.test_cli import console
+    from tests.trainer.trainer_runs import step_lines
+
+    run = tmp_path / "live"
+    with Trainer(run) as trainer:
+        reader = RunReader(run)
+        assert reader.read()[0].trainer.state == "running"
+        moved = tmp_path / "moved"
+        run.rename(moved)
+        snap, _ = reader.read({TRAINER})
+        assert snap.trainer.state == "unverified" and f"moved to {moved}" in snap.trainer.reason
+        assert json.loads(console(moved, "--json").stdout)["trainer"]["state"] == "running"
+        r = console(moved, "--checkpoint", "--timeout", "120", timeout=180)
+        assert r.returncode == 0 and Path(r.stdout.strip()).parent == moved, r.stderr
+        r = console(moved, "--stop", "--timeout", "120", timeout=180)
+        assert r.returncode == 0, r.stderr
+        assert trainer.proc.wait(60) == 0
+    events = [json.loads(line) for line in (moved / ".loss.json").read_text().splitlines() if '"event"' in line]
+    assert not any(e["event"] == "checkpoint_failed" for e in events)
+    assert latest_resumable(moved).step == step_lines(moved)[-1]["step"]
+    assert "the run directory was moved: it is now" in (moved / "trainer.log").read_text()
+
+
 def test_no_stall_right_after_a_checkpoint_landed(tmp_path):
     run = make_run(tmp_path / "run", checkpoints=())
     now = [EPOCH + 10_000.0]
@@ -396,3 +427,42 @@ async def test_no_problem_no_pinned_line(tmp_path):
         await settled(pilot)
         bar = app.dashboard.query_one(ProblemsBar)
         assert not bar.display and bar.region.height == 0
+
+
+def test_a_trainer_stopped_by_a_signal_is_said_so(tmp_path):
+    """SIGSTOP (Ctrl-Z): the process lives, verified, and makes no progress; the console says
+    it is stopped by a signal (state T), and how it goes on, not only that it stalled."""
+    import json
+    import signal
+
+    from tests.console.test_cli import console
+
+    run = tmp_path / "live"
+    with Trainer(run) as trainer:
+        os.kill(trainer.proc.pid, signal.SIGSTOP)
+        try:
+            out = console(run, "--once", "--stall-after", "1").stdout
+            assert "suspended" in out and "stopped by a signal (state T" in out and "kill -CONT" in out, out
+            data = json.loads(console(run, "--json").stdout)["trainer"]
+            assert data["state"] == "running" and data["label"] == "suspended"
+            assert data["suspended"].startswith("stopped by a signal (state T")
+        finally:
+            os.kill(trainer.proc.pid, signal.SIGCONT)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="reading as another user (root reads any directory) needs root")
+def test_a_directory_that_can_be_listed_but_not_searched_is_unreadable(tmp_path):
+    """Mode r-- without x: the names list, the files cannot be reached. It said "directory ok"
+    and "no run.toml"; now: it cannot be read, and why."""
+    from tests.processes import NOBODY, run_as
+
+    shared = Path(tempfile.mkdtemp(prefix="andrea-noexec-"))
+    try:
+        shared.chmod(0o755)
+        run = make_run(shared / "run")
+        run.chmod(0o744)                                    # others: read (list), no search
+        state = run_as(NOBODY, lambda: RunReader(run, now=fixed_now).read()[0].dir_state)
+        assert state.startswith("unreadable") and "no search (x) permission" in state, state
+    finally:
+        (shared / "run").chmod(0o755)
+        shutil.rmtree(shared, ignore_errors=True)

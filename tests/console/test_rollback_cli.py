@@ -76,7 +76,7 @@ def test_a_resume_the_trainer_refuses_is_reported_and_pending(make_run_dir):
     r = console(run, "--rollback", "--yes", "--timeout", "60", timeout=120)
     assert r.returncode == 1 and "step 3: the trainer exited with code 2 instead of resuming" in r.stderr
     assert "[1] stop the trainer (SIGTERM): no trainer running" in r.stdout
-    assert "stopped at step" not in r.stdout and "the history's newest step is 600" in r.stdout    # one thing said
+    assert "stopped at step" not in r.stdout and "the run is at step 600" in r.stdout    # one thing said
     journal, _ = read_rollback_journal(run)
     assert journal.stage == "set_aside" and journal.to_step == 300 and journal.set_aside == [400, 500]
     assert (run / LOSS_JSON).read_bytes() == history

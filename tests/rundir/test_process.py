@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -9,17 +10,20 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
-from rundir import (RunLock, RunLockedError, TrainerRecord, read_trainer_record,
-                            remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
+from rundir import (RunLock, RunLockedError, SlurmPlacement, TrainerRecord, read_trainer_record,
+                    remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
+from rundir.trainer_record import process_start, read_boot_id, read_start_ticks
+from tests.processes import NOBODY, run_as
 
 # A stand-in trainer that passes every check a real one does: run as a script named
 # andrea-train, it names the run directory, holds the run's .lock, reports every
-# SIGUSR1/SIGTERM it receives into a file, and exits on SIGTERM. With "--no-lock" it
-# holds no lock; run with "python -c" it is not a trainer entry point.
+# SIGUSR1/SIGTERM it receives into a file, and exits on SIGTERM (not with "--stay"). With
+# "--no-lock" it holds no lock; run with "python -c" it is not a trainer entry point.
 CHILD = r"""
 import fcntl, os, signal, sys, time, pathlib
 run, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
@@ -30,7 +34,7 @@ if "--no-lock" not in sys.argv:
 def note(sig, frame):
     with out.open("a") as f:
         f.write(signal.Signals(sig).name + "\n")
-    if sig == signal.SIGTERM:
+    if sig == signal.SIGTERM and "--stay" not in sys.argv:
         sys.exit(0)
 signal.signal(signal.SIGUSR1, note)
 signal.signal(signal.SIGTERM, note)
@@ -62,18 +66,27 @@ def start_child(run_dir, log, *extra, as_script=True):
 
 
 def record_for(pid, **changes):
+    """The record a trainer with this pid writes (start ticks and boot id included)."""
     p = psutil.Process(pid)
-    fields = dict(pid=pid, create_time=p.create_time(), host=socket.gethostname(), argv=p.cmdline(),
-                  started=time.time())
+    start = process_start(p)
+    fields = dict(pid=pid, create_time=start.create_time, host=socket.gethostname(), argv=p.cmdline(),
+                  started=time.time(), start_ticks=start.start_ticks, boot_id=start.boot_id)
     fields.update(changes)
     return TrainerRecord(**fields)
 
 
 def test_record_round_trip_and_removal_only_by_owner(tmp_path):
-    rec = TrainerRecord.for_this_process(rank=0)
+    rec = TrainerRecord.for_this_process(rank=0, world_size=2, launcher_pid=7,
+                                         slurm=SlurmPlacement(job_id="12", node="n1"))
     write_trainer_record(tmp_path, rec)
+    data = json.loads((tmp_path / ".trainer.json").read_text())
+    data["from_another_writer"] = [1]
+    (tmp_path / ".trainer.json").write_text(json.dumps(data))
     got, err = read_trainer_record(tmp_path)
-    assert err is None and got.pid == os.getpid() and got.extra == {"rank": 0}
+    assert err is None and got.pid == os.getpid() and (got.rank, got.world_size, got.launcher_pid) == (0, 2, 7)
+    assert got.slurm == SlurmPlacement(job_id="12", step_id="batch", node="n1")
+    assert got.start_ticks == read_start_ticks(os.getpid()) and got.boot_id == read_boot_id() and got.boot_id
+    assert got.extra == {"from_another_writer": [1]} and got.to_dict() == data
     assert not remove_trainer_record(tmp_path, pid=os.getpid() + 1)
     assert remove_trainer_record(tmp_path, pid=os.getpid())
     assert read_trainer_record(tmp_path) == (None, None)
@@ -130,6 +143,51 @@ def test_verified_trainer_gets_the_signal(tmp_path):
         proc.wait()
 
 
+def test_a_stepped_clock_does_not_make_the_live_trainer_stale(tmp_path):
+    """A clock step (NTP, a paused VM) moves every computed process start time: the record's
+    create_time is 20 s off the one computed now, but its ticks since boot and boot id are
+    the process's own. It is the live trainer and gets the signal."""
+    log = tmp_path / "signals.txt"
+    proc = start_child(tmp_path, log)
+    try:
+        rec = record_for(proc.pid)
+        write_trainer_record(tmp_path, dataclasses.replace(rec, create_time=rec.create_time - 20.0))
+        v = verify_trainer(tmp_path)
+        assert v.state == "running", v.reason
+        assert signal_trainer(tmp_path, signal.SIGUSR1).ok
+        until(lambda: "SIGUSR1" in log.read_text(), "the signal")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("change", ["ticks", "boot"])
+def test_another_start_or_boot_is_a_reused_pid_whatever_create_time_says(tmp_path, change):
+    """The pid is alive and create_time matches to the microsecond, but the ticks since boot
+    (or the boot) are another process's: refused as reused, and nothing is signalled."""
+    log = tmp_path / "signals.txt"
+    proc = start_child(tmp_path, log)
+    try:
+        rec = record_for(proc.pid)
+        rec = dataclasses.replace(rec, start_ticks=rec.start_ticks + 1) if change == "ticks" else \
+            dataclasses.replace(rec, boot_id="00000000-0000-0000-0000-000000000000")
+        write_trainer_record(tmp_path, rec)
+        v = signal_trainer(tmp_path, signal.SIGUSR1)
+        assert v.state == "stale" and "reused" in v.reason, v
+        time.sleep(0.3)
+        assert log.read_text().splitlines() == ["ready"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def until(condition, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("case", ["pid1", "own", "unrelated", "reused", "other-host", "no-host", "no-started"])
 def test_spoofed_records_are_refused_and_nothing_is_signalled(tmp_path, case):
     log = tmp_path / "signals.txt"
@@ -141,7 +199,7 @@ def test_spoofed_records_are_refused_and_nothing_is_signalled(tmp_path, case):
             rec = record_for(os.getpid(), argv=["andrea-train", str(tmp_path)])
         elif case == "unrelated":      # alive, right create_time, but its argv names another directory
             rec = record_for(victim.pid)
-        elif case == "reused":         # right pid and argv, but another start time
+        elif case == "reused":         # right pid and argv, but another start time (a record without ticks)
             rec = record_for(victim.pid, argv=["andrea-train", str(tmp_path)])
             rec = TrainerRecord(rec.pid, rec.create_time - 100, rec.host, rec.argv, rec.started)
         elif case == "other-host":
@@ -261,3 +319,45 @@ def test_trainer_entry_points(argv, trainer):
     from rundir.identity import runs_trainer_entry_point
 
     assert runs_trainer_entry_point(argv) is trainer
+
+
+def _verify_as(uid: int, run_dir) -> tuple[str, str]:
+    """``verify_trainer`` by a real console of another user."""
+    import pwd                      # noqa: F401  (imported before the fork)
+    import rundir.slurm             # noqa: F401
+
+    v = run_as(uid, lambda: (lambda v: [v.state, v.reason])(verify_trainer(run_dir)))
+    return v[0], v[1]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="starting a process of another user needs root")
+def test_a_trainer_of_another_user_is_refused_unless_the_console_is_root():
+    """A console verifies only its own user's trainer; root may operate anyone's and says so."""
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="andrea-uid-"))
+    try:
+        shared.chmod(0o777)
+        run, log = shared / "run", shared / "signals.txt"
+        run.mkdir()
+        run.chmod(0o777)
+        script = shared / "andrea-train"
+        script.write_text(CHILD)
+        script.chmod(0o755)
+        # The system interpreter: the test's own may live where that user cannot enter.
+        victim = subprocess.Popen(["/usr/bin/python3", str(script), str(run), str(log)], user=NOBODY, group=NOBODY)
+        try:
+            _wait_ready(victim, log)
+            write_trainer_record(run, record_for(victim.pid))
+            (run / ".trainer.json").chmod(0o644)
+            v = verify_trainer(run)
+            assert v.ok and "this console runs as root" in v.reason and "uid 65534" in v.reason, v.reason
+            assert _verify_as(NOBODY, run)[0] == "running"
+            state, reason = _verify_as(NOBODY - 1, run)
+            assert state == "unverified" and "uid 65534" in reason and "not to you" in reason, reason
+        finally:
+            victim.kill()
+            victim.wait()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

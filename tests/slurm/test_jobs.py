@@ -8,6 +8,7 @@ log USR1 and TERM.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rundir import latest_resumable, read_trainer_record, write_trainer_record
+from rundir import SlurmPlacement, TrainerRecord, latest_resumable, read_trainer_record, write_trainer_record
 from rundir.slurm import parse_job, query_job
 from tests.trainer.trainer_runs import ROOT, step_lines, wait_for
 
@@ -61,7 +62,7 @@ def training_job(trainer_run, name: str, launch: str) -> tuple[Path, str]:
 
     def recorded():
         record, _ = read_trainer_record(run)
-        return record is not None and record.extra.get("slurm", {}).get("job_id") == job_id and \
+        return record is not None and record.slurm is not None and record.slurm.job_id == job_id and \
             len(step_lines(run)) > 5
     wait_for(recorded, timeout=180, what=f"job {job_id} training")
     return run, job_id
@@ -71,7 +72,7 @@ def training_job(trainer_run, name: str, launch: str) -> tuple[Path, str]:
 def test_checkpoint_and_stop_a_job_from_another_node(slurm, trainer_run, launch, step):
     run, job_id = training_job(trainer_run, f"job-{launch}", launch)
     record, _ = read_trainer_record(run)
-    assert record.extra["slurm"]["step_id"] == step and record.extra["slurm"]["node"] == socket.gethostname()
+    assert record.slurm.step_id == step and record.slurm.node == socket.gethostname()
     try:
         once = elsewhere(str(run), "--json", timeout=60)
         trainer = __import__("json").loads(once.stdout)["trainer"]
@@ -95,10 +96,10 @@ def test_checkpoint_and_stop_a_job_from_another_node(slurm, trainer_run, launch,
 
 
 def forged(run: Path, job_id: str, node: str | None = None) -> None:
-    write_trainer_record(run, __import__("rundir").TrainerRecord(
+    write_trainer_record(run, TrainerRecord(
         pid=4242, create_time=1.0, host="compute-1", argv=["andrea-train", str(run)], started=1.0,
-        extra={"slurm": {"job_id": job_id, "step_id": "batch", "node": node or socket.gethostname(),
-                         "cluster": "local", "job_name": "x", "user": "root"}}))
+        slurm=SlurmPlacement(job_id=job_id, step_id="batch", node=node or socket.gethostname(),
+                             cluster="local", job_name="x", user="root")))
 
 
 @pytest.mark.parametrize("case, why", [
@@ -206,9 +207,7 @@ def test_a_checkpoint_request_to_a_torchrun_job_is_refused_and_a_stop_goes_throu
     try:
         forged(run, job_id)
         record, _ = read_trainer_record(run)
-        write_trainer_record(run, __import__("rundir").TrainerRecord(
-            record.pid, record.create_time, record.host, record.argv, record.started,
-            {**record.extra, "rank": 0, "world_size": 2}))
+        write_trainer_record(run, dataclasses.replace(record, rank=0, world_size=2))
         r = elsewhere(str(run), "--checkpoint", "--timeout", "5", timeout=60)
         assert r.returncode == 1 and "cannot reach the 2 torchrun workers" in r.stderr, r.stderr
         time.sleep(1)
@@ -244,7 +243,7 @@ def test_a_polish_pivot_from_another_node_resubmits_the_job(slurm, trainer_run):
         r = elsewhere(str(run), "--pivot", "--cap", "prose=0.6", "--yes", "--timeout", "180")
         assert r.returncode == 0, r.stdout + r.stderr
         record, _ = read_trainer_record(run)
-        jobs.append(record.extra["slurm"]["job_id"])
+        jobs.append(record.slurm.job_id)
         assert jobs[1] != jobs[0] and job_state(jobs[1]) == "RUNNING"
         [pivot] = events(run, "pivot")
         assert pivot["policy"]["caps"]["prose"] == 0.6
@@ -265,7 +264,7 @@ def test_a_torchrun_job_of_two_processes_stops_from_another_node(slurm, trainer_
     try:
         def recorded():
             record, _ = read_trainer_record(run)
-            return record is not None and record.extra.get("world_size") == 2 and len(step_lines(run)) > 5
+            return record is not None and record.world_size == 2 and len(step_lines(run)) > 5
         wait_for(recorded, timeout=240, what="the torchrun job training")
         r = elsewhere(str(run), "--stop", "--timeout", "120")
         assert r.returncode == 0, r.stderr

@@ -134,3 +134,24 @@ def test_latest_prefers_complete_and_a_foreign_bin_resumes_on_request(trained, c
     log = (trained / "trainer.log").read_text()
     assert "resume from step_000020.bin NOT exactly: foreign checkpoint" in log
     assert "samplers, RNG and bandit start fresh" in log
+
+
+@pytest.mark.parametrize("name, what", [
+    ("trainer.log", "a FIFO"), ("trainer.log", "a directory"), (".lock", "a directory"),
+    (".loss.json", "a directory"), (".loss.json", "a FIFO"), (".loss.json", "a character device"),
+    (".trainer.json", "a directory"), (".state.json", "a FIFO"),
+])
+def test_a_run_file_that_is_not_a_regular_file(trained, capsys, name, what):
+    """A FIFO in place of trainer.log used to hang the trainer in open() after it had taken
+    the lock and recorded itself; a directory or a device raised a traceback half-way. Now:
+    one line naming it, exit 2, nothing touched, before the lock or any write."""
+    path = trained / name
+    path.unlink(missing_ok=True)
+    if what == "a FIFO":
+        os.mkfifo(path)
+    elif what == "a directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/null")
+    refused(trained, capsys, expect=f"{path} is {what}, not a regular file")
+    assert not (trained / ".trainer.json").is_file()

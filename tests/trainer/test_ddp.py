@@ -132,8 +132,8 @@ def test_signals_to_the_recorded_process_and_the_console_checkpoint_pivot_and_st
         record, _ = read_trainer_record(run)
         # The record names rank 0's worker, a child of the torchrun agent, not the agent.
         assert record is not None and record.pid != proc.pid
-        assert record.extra["rank"] == 0 and record.extra["world_size"] == NPROC
-        assert record.extra["launcher_pid"] == proc.pid
+        assert record.rank == 0 and record.world_size == NPROC
+        assert record.launcher_pid == proc.pid
         assert psutil.Process(record.pid).ppid() == proc.pid
 
         # The console attaches: the trainer is running, verified.
@@ -191,7 +191,7 @@ def test_signals_to_the_recorded_process_and_the_console_checkpoint_pivot_and_st
         assert load_run_config(run).arms["prose"].cap == 0.6
         wait_for(lambda: last_step(run) >= pivot["step"] + 5, timeout=120, what="training after the pivot")
         record, _ = read_trainer_record(run)
-        assert record is not None and record.extra["world_size"] == NPROC
+        assert record is not None and record.world_size == NPROC
         # --stop: SIGTERM to the recorded process; the console sees it exit cleanly.
         r = console(run, "--stop")
         assert r.returncode == 0, r.stdout + r.stderr
