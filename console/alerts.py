@@ -1,6 +1,6 @@
 """Alerts: problems of a run raised once each, for someone who is not looking at the screen.
 
-:func:`current_alerts` turns a :class:`~console.views.RunSnapshot` into :class:`Alert`\\ s
+:func:`current_alerts` turns a :class:`~console.model.snapshot.RunSnapshot` into :class:`Alert`\\ s
 (non-finite loss, divergence stop, stall, spike, trainer exited abnormally, zombie arm,
 failed checkpoint, disk nearly full, a resume that diverged). :class:`AlertTracker` says
 which are new: each is raised once while it lasts (one that clears and comes back is
@@ -27,7 +27,7 @@ from .findings import spike_text
 from rundir.text import strict_json_value
 
 from .format import LINE_LIMIT, format_counter, printable
-from .views import RunSnapshot
+from .model.snapshot import RunSnapshot
 
 NOTIFY_TIMEOUT_S = 10.0
 EXIT_HEALTHY, EXIT_WARNINGS, EXIT_ERRORS = 0, 1, 2

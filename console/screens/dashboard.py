@@ -20,7 +20,7 @@ from textual.widget import Widget
 
 from ..messages import DetailRequested
 from ..plot import finding_markers, plot_markers
-from ..views import Notice, RunSnapshot
+from ..model.snapshot import Notice, RunSnapshot
 from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
                        StatusPane)
 from ..widgets.problems import ALL, SHOWN

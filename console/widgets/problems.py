@@ -1,7 +1,7 @@
 """The pinned problems line, above the event log: what is wrong with the run now.
 
 The event log says each problem once, when it is seen, and a trainer that logs fast
-scrolls it away; this line shows the current :meth:`~console.views.RunSnapshot.problems`
+scrolls it away; this line shows the current :meth:`~console.model.snapshot.RunSnapshot.problems`
 (most important first, a few of them, each on one line) for as long as they last, and
 is hidden when there are none. In the compact layout it is a pane of its own (key 5)
 that lists them all; Enter on the selected one shows it whole.

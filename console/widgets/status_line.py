@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ..format import format_ago, format_float, format_rate, format_size, printable, stall_text
-from ..views import RunSnapshot
+from ..model.snapshot import RunSnapshot
 from .status import STATE_STYLES, alert_text
 
 SEP = (" · ", "grey50")

@@ -19,7 +19,7 @@ from console.app import ConsoleApp
 from console.messages import SnapshotReady
 from console.reader import PROMPT_CHARS, SAMPLE_CHARS, RunReader
 from console.report import ROWS_LISTED, render_text
-from console.views import LISTED, TrainerView
+from console.model.snapshot import LISTED, TrainerView
 from console.widgets import ArmsPane, CheckpointsPane, EventLog, ProblemsBar, SamplesPane
 from console.widgets import arms as arms_pane
 from console.widgets import checkpoints as checkpoints_pane

@@ -22,7 +22,8 @@ from rundir.spikes import Spike
 from rundir.storage import Storage
 from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 
-from .format import LINE_LIMIT, format_counter, format_size, printable, stall_text
+from ..format import LINE_LIMIT, format_counter, format_size, printable, stall_text
+from .levels import Level
 
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
@@ -51,12 +52,14 @@ class Notice:
 
     time: float
     text: str
-    level: str = "info"                 # info | good | warn | error
+    level: Level = Level.INFO
 
     def __post_init__(self) -> None:
         # Notices quote the run directory (names, reasons, errors a trainer wrote): whoever
-        # builds one, the event log gets one printable line.
+        # builds one, the event log gets one printable line. A level outside the one
+        # vocabulary is refused where it is made, not shown unstyled.
         object.__setattr__(self, "text", printable(self.text, LINE_LIMIT))
+        object.__setattr__(self, "level", Level(self.level))
 
 
 @dataclass(frozen=True)
