@@ -25,8 +25,9 @@ from textual.worker import get_current_worker
 
 from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER
 
-from .alerts import NOTIFY_TIMEOUT_S, Alert, AlertTracker, child_exit_alert, run_notify
+from .alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
 from .format import printable
+from .model.findings import Finding, child_exit_alert
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
 from .plot import PlotOptions
@@ -88,7 +89,7 @@ class ConsoleApp(App[None]):
         self.read_only = read_only
         self.alerts = AlertTracker()
         self.bell_on_alert, self.notify_argv, self.notify_timeout = bell, notify, notify_timeout
-        self._alert_queue: queue.SimpleQueue[Alert] = queue.SimpleQueue()
+        self._alert_queue: queue.SimpleQueue[Finding] = queue.SimpleQueue()
         self.run_dir = Path(run_dir)
         self.now = now
         self.reader = reader or RunReader(self.run_dir, now=now, probe=probe)
@@ -205,7 +206,7 @@ class ConsoleApp(App[None]):
             self.raise_alert(alert)
 
     # -- alerts --------------------------------------------------------------------
-    def raise_alert(self, alert: Alert) -> None:
+    def raise_alert(self, alert: Finding) -> None:
         """An event, the bell (unless --no-bell) and --notify CMD (in a worker)."""
         self.say(f"ALERT: {alert.text}", alert.level)
         if self.bell_on_alert:

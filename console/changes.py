@@ -13,7 +13,8 @@ from rundir import HistoryEvent
 from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
 from .format import format_counter, format_size, printable, stall_text
-from .model.snapshot import LISTED, Notice, RunSnapshot, many, names_and_more
+from .model.findings import LISTED, many, names_and_more
+from .model.snapshot import Notice, RunSnapshot
 
 
 def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
@@ -27,10 +28,7 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
         out.append(Notice(now, f"watching {printable(snap.name)}: trainer {snap.trainer.label}"
                           + (f" (pid {snap.trainer.pid})" if snap.trainer.pid and snap.trainer.state == "running"
                              else "") + f", {snap.history.n_steps:,} steps, {len(snap.checkpoints)} checkpoint(s)"))
-        for problem in snap.problems():
-            if "torn last line" in problem or "non-finite" in problem or "unreadable line" in problem:
-                continue          # already said by the history read
-            out.append(Notice(now, problem, "error" if "zombie" in problem or "invalid" in problem else "warning"))
+        out.extend(Notice(now, p.text, p.level) for p in snap.problems if not p.spec.said_by_read)
         return out
     if snap.checkpoints is not prev.checkpoints:
         before = {c.path.name: c for c in prev.checkpoints}

@@ -42,8 +42,9 @@ from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .rollback_runner import pending_rollback
 from .probe import TrainerProbe
-from .model.snapshot import (LISTED, TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView, RunSnapshot,
-                    TrainerView)
+from .model.findings import LISTED
+from .model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
+                             RunSnapshot, TrainerView)
 
 # The run directory's size is walked again at most this often (and when checkpoints change).
 STORAGE_EVERY_S = 10.0
