@@ -222,7 +222,8 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHi
     common = dict(preset=plan.config.run.preset, n_params=plan.config.model.n_params(), device=plan.device,
                   threads=torch.get_num_threads(), arms=list(plan.arms), overrides=plan.overrides,
                   max_steps=plan.config.run.max_steps, torch_version=torch.__version__, pid=os.getpid(),
-                  world_size=state.ranks.world_size)
+                  world_size=state.ranks.world_size, precision=state.precision, compile=plan.config.run.compile,
+                  adamw=state.optimizer.kernel)
     if plan.checkpoint is None:
         out.event("start", 0, f"start: preset {plan.config.run.preset}, {common['n_params']:,} parameters, "
                               f"arms {', '.join(plan.arms)}, device {plan.device}", seed=plan.config.run.seed, **common)
