@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ import torch
 from rundir import inspect_checkpoint, load_run_config
 from rundir.config import ConfigError, RunConfig
 from tests.trainer.test_bad_input import edit, refused
-from tests.trainer.trainer_runs import events, run_trainer, step_lines, without_time
+from tests.trainer.trainer_runs import ROOT, events, run_trainer, step_lines, trainer_cmd, without_time
 from trainer.cli import main
 from trainer.data import ArmData
 from trainer.precision import autocast
@@ -112,3 +114,28 @@ def test_bad_precision_in_run_toml(trainer_run, capsys):
     refused(run, capsys, expect="run.precision = 'fp16' is not allowed: one of auto, fp32, bf16")
     with pytest.raises(ConfigError, match="run.compile = 'yes' is not allowed: true or false"):
         RunConfig.from_preset("micro", compile="yes")
+
+
+@pytest.mark.slow
+def test_compile_on_and_off_across_resumes_trains_the_same_steps(trainer_run, tmp_path):
+    """run.compile changes the kernels, not the run: eager, then compiled, then eager again,
+    the same steps draw the same arms and batches as a run that never compiled, to within
+    rounding, and each resume says that it changed the arithmetic. (One cold Inductor compile
+    of the micro model: 30-45 s on 2 idle CPUs, 100 s on a loaded machine.)"""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    eager, mixed = trainer_run("eager"), trainer_run("mixed")
+    assert run_trainer(eager, "--max-steps", "30").returncode == 0
+    for flag, steps in (("--no-compile", "10"), ("--compile", "20"), ("--no-compile", "30")):
+        r = subprocess.run(trainer_cmd(mixed, "--max-steps", steps, flag), cwd=ROOT, capture_output=True, text=True,
+                           timeout=600, env=env)
+        assert r.returncode == 0, r.stderr
+    assert any((tmp_path / "inductor").rglob("*.py")), "Inductor generated no kernels"
+    ours, theirs = step_lines(mixed), step_lines(eager)
+    assert [(s["step"], s["arm"], s["tokens"]) for s in ours] == [(s["step"], s["arm"], s["tokens"]) for s in theirs]
+    assert [s["loss"] for s in ours] == pytest.approx([s["loss"] for s in theirs], rel=1e-3)
+    assert [e["compile"] for e in events(mixed, "start") + events(mixed, "resume")] == [False, True, False]
+    for resume, was, now in zip(events(mixed, "resume"), ("off", "on"), ("on", "off")):
+        assert resume["exact"] is False
+        assert resume["fresh"] == [f"torch.compile {was} when written, {now} now: other kernels, the same steps "
+                                   "in other rounding"]
+    assert load_run_config(mixed).run.compile is False          # a flag never rewrites run.toml
