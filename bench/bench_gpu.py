@@ -2,8 +2,9 @@
 
 On a CUDA machine (one prepared command, under 8 minutes): andrea-120m in bf16 with
 ``torch.compile`` for 400 steps, checkpoints and sample audits every 100 with the console
-watching; the same 400 steps again as 200 and a resume; then the same model eager in bf16
-and in fp32 (TF32) for comparison. It prints
+watching; the same 400 steps again as 200 and a resume; 150 eager steps with
+``run.strict_determinism`` (and 75 + a resume); then the same model eager in bf16 and in fp32
+(TF32) for comparison. It prints
 
 - tokens/s and the median step time (steps whose boundary held no audit or checkpoint),
   and tokens/s over every step (audits and checkpoints included);
@@ -14,8 +15,10 @@ and in fp32 (TF32) for comparison. It prints
   write is in flight;
 - the trainer's peak GPU memory (its ``stop`` event);
 - an exact-resume check on the device: the main run's N steps in one go against N/2 then a
-  resume to N, ``step_N.bin`` compared byte for byte; when they differ, where and by how much, whether
-  two uninterrupted runs differ as well, and which kernels torch warned are not deterministic;
+  resume to N, ``step_N.bin`` compared byte for byte; when they differ, where and by how
+  much; which kernels torch warned are not deterministic; then the same with strict
+  determinism (every kernel deterministic, or an error naming the one that is not), and
+  what strictness costs in tokens/s;
 - the console: its CPU share while it watches the run train, and ``--once`` on the run
   (its text, wall and CPU time);
 - the fused AdamW kernel over the flat buffers against ``torch.optim.AdamW(fused=True)`` on
@@ -78,7 +81,7 @@ def make_plan() -> Plan:
     if cuda:
         name = torch.cuda.get_device_name()
         plan = dict(device="cuda", device_name=name, preset="andrea-120m", steps=400, cadence=100, compare_steps=150,
-                    compile=True, warmup=10, deadline_s=450.0)
+                    compile=True, warmup=10, deadline_s=440.0)
     else:
         name = f"cpu ({os.cpu_count()} logical CPUs, 1 torch thread)"
         plan = dict(device="cpu", device_name=name, preset="tiny", steps=40, cadence=10, compare_steps=12,
@@ -153,7 +156,8 @@ def _speed_lines(report: Report, plan: Plan, label: str, run: TrainerRun, cadenc
         with_attention = (6 * n + 12 * layers * block * width) * s.tokens_per_s / plan.peak[1]
         figures["mfu"] = mfu
         report.say(f"{label}: MFU {100 * mfu:.1f}% (6N = 6 x {n:,} FLOP/token at {s.tokens_per_s:,.0f} tokens/s over "
-                   f"the peak {plan.peak[0]}); {100 * with_attention:.1f}% with attention's 12·L·T·d; over every step "
+                   f"the peak {plan.peak[0]}); {100 * with_attention:.1f}% with attention's 12·L·T·d; "
+                   f"over every step "
                    f"{100 * 6 * n * s.overall_tokens_per_s / plan.peak[1]:.1f}%")
     else:
         report.say(f"{label}: MFU not computed: no peak bf16 FLOP/s known for {plan.device_name} "
@@ -204,6 +208,8 @@ def device_checks(report: Report, plan: Plan) -> list[Result]:
                 flash = f"does NOT run: {str(err).splitlines()[0]}"
         report.say(f"flash attention on {plan.device_name}: {flash}"
                    + "".join(f"; warned: {w.message}" for w in caught))
+        del q
+        torch.cuda.empty_cache()           # the trainers measured next have the device to themselves
     return results
 
 
@@ -316,7 +322,8 @@ def exact_resume(report: Report, plan: Plan, root: Path, figures: dict[str, Any]
 
     n, half = plan.steps, plan.steps // 2
     straight = root / "main"
-    settings = dict(precision="bf16", compile=plan.compile, max_steps=n, checkpoint_every=half, sample_every=half)
+    settings = dict(precision="bf16", compile=plan.compile, max_steps=n, checkpoint_every=half, sample_every=half,
+                    keep_last=1)
     report.say(f"exact resume: the main run's {n} steps in one go against {half} then a resume to {n}")
     resumed = _new_run(root, "exact-resumed", plan, **settings)
     runs = [run_trainer(resumed, "--max-steps", str(half), timeout=report.left(plan)),
@@ -336,7 +343,6 @@ def exact_resume(report: Report, plan: Plan, root: Path, figures: dict[str, Any]
         report.say(f"exact resume on {plan.device}: {name} DIFFERS: values differing {same.differing}, largest "
                    f"difference {same.max_abs}; first re-run step that differs: {where}; the trainer said it "
                    f"resumed {said}")
-        _without_a_resume(report, plan, root, straight, settings, name, runs)
     warned = nondeterminism_warnings((root / "main.stderr").read_text(errors="replace"), *(r.stderr for r in runs))
     for line in warned:
         report.say(f"torch warned (not deterministic): {line}")
@@ -345,24 +351,33 @@ def exact_resume(report: Report, plan: Plan, root: Path, figures: dict[str, Any]
     shutil.rmtree(resumed)
 
 
-def _without_a_resume(report: Report, plan: Plan, root: Path, straight: Path, settings: dict[str, Any], name: str,
-                      runs: list[TrainerRun]) -> None:
-    """Whether two uninterrupted runs of the same steps agree: the kernels, or the resume?"""
-    if report.left(plan) < 30:
-        report.say("no time left to run the same steps again without a resume")
+def strict_determinism(report: Report, plan: Plan, root: Path, figures: dict[str, Any]) -> None:
+    """On CUDA: run.strict_determinism = true, eager: whether every kernel has a deterministic
+    implementation, whether the resume is then exact, and its speed (against bf16 eager)."""
+    from rundir.layout import checkpoint_name
+
+    if plan.device != "cuda":
+        report.say("strict determinism: nothing to measure on CPU (always strict there)")
         return
-    again = _new_run(root, "exact-again", plan, **settings)
-    run = run_trainer(again, timeout=report.left(plan))
-    runs.append(run)
-    if not run.ok:
-        raise RuntimeError(f"exact resume, second straight run: {run.problem()}")
-    twice = compare_checkpoints(straight / name, again / name)
-    if twice.identical:
-        report.say("two uninterrupted runs agree byte for byte: the resume loses something (a bug to report)")
-    else:
-        report.say(f"two uninterrupted runs differ too ({twice.differing} values): the device's kernels are not "
-                   "deterministic here, so no resume can be exact; see the warnings below")
-    shutil.rmtree(again)
+    n, half = plan.compare_steps, plan.compare_steps // 2
+    settings = dict(precision="bf16", strict_determinism=True, max_steps=n, checkpoint_every=half,
+                    sample_every=half, keep_last=1)
+    report.say(f"strict determinism (eager bf16): {n} steps in one go against {half} then a resume to {n}")
+    straight = _new_run(root, "strict-straight", plan, **settings)
+    resumed = _new_run(root, "strict-resumed", plan, **settings)
+    for run_dir, flags in ((straight, ()), (resumed, ("--max-steps", str(half))), (resumed, ())):
+        run = run_trainer(run_dir, *flags, timeout=report.left(plan))
+        if not run.ok:
+            raise RuntimeError(f"strict determinism: the trainer: {run.problem()}")
+        if run_dir is straight:
+            figures["bf16 strict"] = _speed_lines(report, plan, "bf16 eager, strict determinism", run, half)
+    name = checkpoint_name(n)
+    same = compare_checkpoints(straight / name, resumed / name)
+    figures["strict exact"] = same.identical
+    report.say(f"strict determinism: {name} " + ("byte-identical after the resume" if same.identical else
+                                                f"DIFFERS after the resume: values differing {same.differing}"))
+    for run_dir in (straight, resumed):
+        shutil.rmtree(run_dir)
 
 
 # -- the table ------------------------------------------------------------------------
@@ -397,6 +412,14 @@ def results(plan: Plan, figures: dict[str, Any]) -> list[Result]:
     if "exact" in figures:
         out.append(Result("gpu", f"exact resume {plan.steps} vs {plan.steps // 2}+resume, {plan.device}",
                           float(figures["exact"]), "", target="byte-identical", met=figures["exact"]))
+    if "bf16 strict" in figures:
+        strict = figures["bf16 strict"]["speed"].tokens_per_s
+        eager = figures["bf16 eager"]["speed"].tokens_per_s if "bf16 eager" in figures else None
+        out.append(Result("gpu", "tokens/s, bf16 eager, strict determinism", strict, "tok/s", eager,
+                          "bf16 eager, warnings only" if eager else ""))
+    if "strict exact" in figures:
+        out.append(Result("gpu", f"exact resume, strict determinism, {plan.device}", float(figures["strict exact"]), "",
+                          target="byte-identical", met=figures["strict exact"]))
     if "console_cpu" in figures:
         cpu = figures["console_cpu"]
         out.append(Result("gpu", "console CPU while the run trains", 100 * cpu, "% core", target="< 5%",
@@ -407,7 +430,8 @@ def results(plan: Plan, figures: dict[str, Any]) -> list[Result]:
 
 
 PHASES: tuple[tuple[str, float, Callable[..., None]], ...] = (
-    ("main run", 60.0, main_run), ("exact resume", 60.0, exact_resume), ("comparison runs", 30.0, comparison_runs))
+    ("main run", 60.0, main_run), ("exact resume", 60.0, exact_resume),
+    ("strict determinism", 60.0, strict_determinism), ("comparison runs", 30.0, comparison_runs))
 
 
 def run() -> list[Result]:

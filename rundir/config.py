@@ -213,6 +213,10 @@ class RunSection:
     # the value it resolved into a new run.toml, so the run keeps it on whatever machine resumes it.
     precision: str = "auto"
     compile: bool = False           # torch.compile the model for training (the sample audit runs eager)
+    # On CUDA, a kernel without a deterministic implementation raises instead of warning, and
+    # flash/memory-efficient attention take their deterministic (slower) backward: what makes a
+    # resume there exact. CPU is always strict.
+    strict_determinism: bool = False
     launch: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -237,6 +241,8 @@ class RunSection:
             _fail("run.precision", self.precision, f"one of {', '.join(PRECISIONS)}")
         if not isinstance(self.compile, bool):
             _fail("run.compile", self.compile, "true or false")
+        if not isinstance(self.strict_determinism, bool):
+            _fail("run.strict_determinism", self.strict_determinism, "true or false")
         if not isinstance(self.launch, list) or not all(isinstance(a, str) for a in self.launch):
             _fail("run.launch", self.launch, "a list of strings (the command that starts the trainer)")
 

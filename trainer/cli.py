@@ -156,7 +156,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         record = TrainerRecord.for_this_process(**extra)
         write_trainer_record(run_dir, record)
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
-        configure(plan.threads, plan.device)
+        configure(plan.threads, plan.device, plan.config.run.strict_determinism)
         progress = Progress(run_dir, plan.config.run.log_every)
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
         out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step)
@@ -208,7 +208,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
 
 def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> int:
     """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`)."""
-    configure(plan.threads, plan.device)
+    configure(plan.threads, plan.device, plan.config.run.strict_determinism)
     state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit, ranks,
                         plan.skip_batches)
     state.ddp = ranks.wrap(state.model, state.device)

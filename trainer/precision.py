@@ -18,6 +18,7 @@ A checkpoint records its precision; resuming it in another one is refused unless
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, ContextManager
 
 import torch
@@ -32,7 +33,11 @@ def resolve(requested: str, device: str) -> str:
     if requested != "auto":
         return requested
     if device.startswith("cuda") and torch.cuda.is_available():
-        major, _ = torch.cuda.get_device_capability(torch.device(device))
+        # This process's own GPU (under torchrun, "cuda" means LOCAL_RANK's): asking about
+        # device 0 from every rank would put a CUDA context on it for each of them.
+        index = torch.device(device).index
+        own = index if index is not None else int(os.environ.get("LOCAL_RANK", 0))
+        major, _ = torch.cuda.get_device_capability(own)
         return BF16 if major >= 8 else FP32
     return FP32
 

@@ -173,7 +173,8 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
 
 def _arithmetic_changes(saved: dict[str, Any], config: RunConfig, optimizer: FlatAdamW) -> list[str]:
     """What computes other numbers than the process that wrote the checkpoint: its precision
-    (resumed in another only with --force-precision), torch.compile, the AdamW kernel."""
+    (resumed in another only with --force-precision), torch.compile, strict determinism (on
+    CUDA), the AdamW kernel."""
     changes = []
     now = resolve(config.run.precision, str(optimizer.weights.device))
     if saved_precision(saved) != now:
@@ -181,6 +182,10 @@ def _arithmetic_changes(saved: dict[str, Any], config: RunConfig, optimizer: Fla
     was, is_ = ("on" if flag else "off" for flag in (bool(saved.get("compile", False)), config.run.compile))
     if was != is_:
         changes.append(f"torch.compile {was} when written, {is_} now: other kernels, the same steps in other rounding")
+    strict = not torch.is_deterministic_algorithms_warn_only_enabled()
+    if saved.get("strict_determinism", strict) != strict:
+        was, is_ = ("strict" if flag else "warning-only" for flag in (not strict, strict))
+        changes.append(f"written with {was} determinism, {is_} now (run.strict_determinism): other attention kernels")
     kernel = saved.get("adamw", KERNEL_OF_OLDER_CHECKPOINTS)
     if kernel != optimizer.kernel:
         changes.append(f"AdamW's {kernel} kernel wrote it, the {optimizer.kernel} kernel updates now (other rounding)")
@@ -217,5 +222,6 @@ def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
         "compile": state.config.run.compile,
         "adamw": state.optimizer.kernel,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "strict_determinism": not torch.is_deterministic_algorithms_warn_only_enabled(),
         "time": time.time(),
     }

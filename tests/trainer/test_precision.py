@@ -139,3 +139,25 @@ def test_compile_on_and_off_across_resumes_trains_the_same_steps(trainer_run, tm
         assert resume["fresh"] == [f"torch.compile {was} when written, {now} now: other kernels, the same steps "
                                    "in other rounding"]
     assert load_run_config(mixed).run.compile is False          # a flag never rewrites run.toml
+
+
+def test_strict_determinism_raises_instead_of_warning_on_cuda_and_is_recorded(bf16_run, capsys):
+    from trainer.determinism import configure
+
+    try:
+        for strict, warn_only in ((False, True), (True, False)):
+            configure(1, "cuda", strict=strict)            # the flags only: no CUDA needed to set them
+            assert torch.is_deterministic_algorithms_warn_only_enabled() is warn_only
+    finally:
+        configure(1, "cpu")
+    assert not torch.is_deterministic_algorithms_warn_only_enabled()      # CPU: always strict
+    sidecar = bf16_run / "step_000010.json"
+    data = json.loads(sidecar.read_text())
+    assert data["strict_determinism"] is True
+    data["strict_determinism"] = False                  # as a CUDA run with warnings only writes it
+    sidecar.write_text(json.dumps(data))
+    assert main([str(bf16_run), "--max-steps", "12"]) == 0
+    capsys.readouterr()
+    [resume] = events(bf16_run, "resume")
+    assert resume["fresh"] == ["written with warning-only determinism, strict now (run.strict_determinism): other "
+                               "attention kernels"]
