@@ -257,12 +257,16 @@ def main_run(report: Report, plan: Plan, root: Path, figures: dict[str, Any]) ->
     def mark() -> None:                               # from the warm-up's end to the last step line
         steps = len(History.read(run_dir).steps)
         if (steps > plan.warmup and not marks) or (steps >= plan.steps and len(marks) == 1):
-            cpu = watcher.cpu_times()
+            try:
+                cpu = watcher.cpu_times()
+            except psutil.Error:                      # the console died: its exit status says so below
+                return
             marks.append((time.monotonic(), cpu.user + cpu.system))
 
     run = wait_trainer(start_trainer(run_dir), run_dir, timeout=max(report.left(plan), 30), meanwhile=mark)
     stop.touch()
-    console_rss = int(console.communicate(timeout=120)[0].split()[-1])
+    said = console.communicate(timeout=120)[0].split()
+    console_rss = int(said[-1]) if console.returncode == 0 and said else None
     if not run.ok:
         raise RuntimeError(f"the trainer: {run.problem()}")
     figures["main"] = _speed_lines(report, plan, label, run, plan.cadence)
@@ -272,8 +276,9 @@ def main_run(report: Report, plan: Plan, root: Path, figures: dict[str, Any]) ->
         (t_a, c_a), (t_b, c_b) = marks
         steps_per_s = (plan.steps - plan.warmup) / (t_b - t_a)
         figures["console_cpu"] = (c_b - c_a) / (t_b - t_a)
+        rss = f"peak RSS {console_rss / 2**20:.0f} MiB" if console_rss else f"it exited {console.returncode}"
         report.say(f"console while the run trains ({steps_per_s:.1f} steps/s appended over {t_b - t_a:.1f} s): "
-                   f"{100 * figures['console_cpu']:.2f}% of a core, peak RSS {console_rss / 2**20:.0f} MiB")
+                   f"{100 * figures['console_cpu']:.2f}% of a core, {rss}")
     text, wall, cpu = console_once(run_dir)
     figures["once"] = (wall, cpu)
     report.say(f"console --once on the run: {wall:.2f} s wall, {cpu:.2f} s CPU; it printed:")

@@ -16,6 +16,8 @@ from typing import Any, Callable
 import numpy as np
 import orjson
 
+from rundir.layout import LOSS_JSON
+
 ROOT = Path(__file__).resolve().parents[1]
 # A torch warning that a kernel without a deterministic implementation ran (warn_only on CUDA),
 # or that a kernel chose a non-deterministic algorithm.
@@ -73,7 +75,12 @@ def wait_trainer(proc: "subprocess.Popen[bytes]", run_dir: Path, timeout: float,
             pid, status, usage = os.wait4(proc.pid, 0)
             break
         if meanwhile is not None:
-            meanwhile()
+            try:
+                meanwhile()
+            except BaseException:               # never leave the trainer running behind an error
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                raise
         time.sleep(0.1)
     proc.returncode = os.waitstatus_to_exitcode(status)
     stderr = (run_dir.parent / f"{run_dir.name}.stderr").read_text(errors="replace")
@@ -93,7 +100,7 @@ class History:
     @classmethod
     def read(cls, run_dir: Path) -> "History":
         h = cls()
-        path = run_dir / ".loss.json"
+        path = run_dir / LOSS_JSON
         data = path.read_bytes() if path.exists() else b""
         for line in data[:data.rfind(b"\n") + 1].splitlines():
             row = orjson.loads(line)
@@ -129,7 +136,7 @@ def speed(history: History, warmup: int, cadence: int) -> Speed:
     writing = _steps_during_writes(history)
     clean = [t[s] - t[s - 1] for s in window if (s - 1) % cadence != 0 and s not in writing]
     during = [t[s] - t[s - 1] for s in window if (s - 1) % cadence != 0 and s in writing]
-    step_s = statistics.median(clean)
+    step_s = statistics.median(clean or during)        # a disk slower than the cadence: always writing
     first, last = window[0] - 1, window[-1]
     tokens = history.steps[last]["tokens"] - history.steps[first]["tokens"]
     per_step = tokens / (last - first)
