@@ -1,8 +1,8 @@
 """The training loop: one function, one update per iteration, in seed 003's order.
 
 One update: train mode; draw the batch (the bandit picks the arm, the arm's sampler the
-windows); ``zero_grad``; forward (the loss included: under bf16 autocast when
-``run.precision`` is bf16, :mod:`trainer.precision`); backward; record the global gradient norm; clip to
+windows); ``zero_grad``; forward and loss (under bf16 autocast when ``run.precision`` is
+bf16: :mod:`trainer.precision`); backward; record the global gradient norm; clip to
 ``grad_clip``; the AdamW step. A non-finite gradient norm skips the step (the line
 says so) rather than poisoning the weights, and so does a non-finite loss; after
 ``run.max_nonfinite`` of them in a row the trainer stops (:mod:`trainer.guard`). Then
