@@ -17,9 +17,9 @@ kernel (tests compare them):
   pass that reads w, g, m, v once and writes w, m, v once: ``AdamW(fused=True)``'s kernel.
   On a GPU the update is memory-bound, so one pass instead of about twenty matters
   (andrea-120m's three buffers are 1.46 GB); on CPU it is 5-12x faster too.
-- ``foreach``: ``torch._foreach_*`` ops, one per line above, the arithmetic of
-  ``AdamW(foreach=True)`` and of ``AdamW(foreach=False)``, and of this trainer before the
-  fused kernel. The fused kernel rounds differently (its lerp and its products are
+- ``foreach``: ``torch._foreach_*`` ops, one per line above, the calls of
+  ``AdamW(foreach=True)``; on CPU also the arithmetic of ``AdamW(foreach=False)`` and of this
+  trainer before the fused kernel. The fused kernel rounds differently (its lerp and its products are
   fused-multiply-adds), so the two give different last bits: a resume across them is
   recorded as inexact, like a resume under another torch version.
 
@@ -29,8 +29,6 @@ and because flat state makes the checkpoint contract literal.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
@@ -100,16 +98,18 @@ class FlatAdamW:
                                 beta1=c.beta1, beta2=c.beta2, weight_decay=c.weight_decay, eps=c.eps,
                                 amsgrad=False, maximize=False)
             return
-        t = self.step_count
+        # The calls and scalars of torch.optim.AdamW(foreach=True), overloads included (a list of
+        # one scalar where it passes one per tensor), so that CUDA's foreach kernels match too.
+        t = float(self.step_count)
         weights, m, v, g = [self.weights], [self.m], [self.v], [grad]
         torch._foreach_mul_(weights, 1 - c.lr * c.weight_decay)
         torch._foreach_lerp_(m, g, 1 - c.beta1)
         torch._foreach_mul_(v, c.beta2)
         torch._foreach_addcmul_(v, g, g, 1 - c.beta2)
         denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, math.sqrt(1 - c.beta2 ** t))
+        torch._foreach_div_(denom, [(1 - c.beta2 ** t) ** 0.5])
         torch._foreach_add_(denom, c.eps)
-        torch._foreach_addcdiv_(weights, m, denom, -c.lr / (1 - c.beta1 ** t))
+        torch._foreach_addcdiv_(weights, m, denom, [(c.lr / (1 - c.beta1 ** t)) * -1])
 
     @torch.no_grad()
     def load(self, weights: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step_count: int) -> None:

@@ -25,6 +25,7 @@ def test_the_gpu_bench_runs_its_whole_path_on_cpu(tmp_path):
     text = report.read_text()
     for expected in (
             r"fused kernel, on cpu: bit-identical to torch\.optim\.AdamW\(fused=True\)",
+            r"foreach kernel, on cpu: bit-identical to torch\.optim\.AdamW\(foreach=True\)",
             r"foreach kernel, on cpu: bit-identical to torch\.optim\.AdamW\(foreach=False\)",
             r"bf16: [\d,]+ tokens/s, step [\d.]+ ms \(median of \d+ steps after 3\)",
             r"bf16: MFU not computed: no peak bf16 FLOP/s known for cpu .*\(set ANDREA_PEAK_TFLOPS\)",
