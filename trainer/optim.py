@@ -16,12 +16,12 @@ kernel (tests compare them):
 - ``fused`` (the default wherever torch has it, CPU and CUDA): ``torch._fused_adamw_``, one
   pass that reads w, g, m, v once and writes w, m, v once: ``AdamW(fused=True)``'s kernel.
   On a GPU the update is memory-bound, so one pass instead of about twenty matters
-  (andrea-120m's three buffers are 1.46 GB); on CPU it is 5-12x faster too.
+  (andrea-120m's three buffers are 1.46 GB); on CPU it is 3-14x faster too.
 - ``foreach``: ``torch._foreach_*`` ops, one per line above, the calls of
-  ``AdamW(foreach=True)``; on CPU also the arithmetic of ``AdamW(foreach=False)`` and of this
-  trainer before the fused kernel. The fused kernel rounds differently (its lerp and its products are
-  fused-multiply-adds), so the two give different last bits: a resume across them is
-  recorded as inexact, like a resume under another torch version.
+  ``AdamW(foreach=True)``; on CPU also the arithmetic of ``AdamW(foreach=False)`` and of
+  this trainer before the fused kernel. The fused kernel rounds differently (its lerp and
+  its products are fused multiply-adds), so the two give different last bits: a resume
+  across them is recorded as inexact, like a resume under another torch version.
 
 Written here rather than taken from ``torch.optim`` because that one imports
 ``torch._dynamo`` on its first step (three seconds of start-up on a small machine),
