@@ -22,7 +22,8 @@ from trainer.bandit import OnlineDataMixer
 from trainer.data import ArmData, ArmSampler, ByteTokenizer, SamplerStateError
 from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
-from trainer.optim import FlatAdamW
+from trainer.optim import KERNEL_OF_OLDER_CHECKPOINTS, FlatAdamW
+from trainer.precision import resolve, saved_precision
 from rundir.checkpoint import CheckpointInfo, open_checkpoint
 from rundir.config import RunConfig
 from trainer.state import TrainingState, decode_rng, encode_rng, load_flat, make_optimizer
@@ -157,6 +158,7 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
             inexact.append(f"{saved.get('threads')} thread(s) wrote it, {torch.get_num_threads()} now")
         if saved.get("device") != device.type:
             inexact.append(f"written on {saved.get('device')}, running on {device.type}")
+        inexact += _arithmetic_changes(saved, config, optimizer)
         saved_world = saved.get("world_size", 1)
         if saved_world != ranks.world_size:
             # Samplers, bandit and RNG are rank-independent, so the batches are the same
@@ -167,6 +169,27 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
     return TrainingState(config, device, model, optimizer, tokenizer, samplers, bandit, step=step,
                          tokens_seen=int(tokens_seen), ema_loss=saved.get("ema_loss"), inexact=inexact, reset=reset,
                          ranks=ranks)
+
+
+def _arithmetic_changes(saved: dict[str, Any], config: RunConfig, optimizer: FlatAdamW) -> list[str]:
+    """What computes other numbers than the process that wrote the checkpoint: its precision
+    (resumed in another only with --force-precision), torch.compile, strict determinism (on
+    CUDA), the AdamW kernel."""
+    changes = []
+    now = resolve(config.run.precision, str(optimizer.weights.device))
+    if saved_precision(saved) != now:
+        changes.append(f"trained in {saved_precision(saved)}, {now} now (--force-precision)")
+    was, is_ = ("on" if flag else "off" for flag in (bool(saved.get("compile", False)), config.run.compile))
+    if was != is_:
+        changes.append(f"torch.compile {was} when written, {is_} now: other kernels, the same steps in other rounding")
+    strict = not torch.is_deterministic_algorithms_warn_only_enabled()
+    if saved.get("strict_determinism", strict) != strict:
+        was, is_ = ("strict" if flag else "warning-only" for flag in (not strict, strict))
+        changes.append(f"written with {was} determinism, {is_} now (run.strict_determinism): other attention kernels")
+    kernel = saved.get("adamw", KERNEL_OF_OLDER_CHECKPOINTS)
+    if kernel != optimizer.kernel:
+        changes.append(f"AdamW's {kernel} kernel wrote it, the {optimizer.kernel} kernel updates now (other rounding)")
+    return changes
 
 
 def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
@@ -195,6 +218,10 @@ def checkpoint_payload(state: TrainingState) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         # Processes that trained it (torchrun); samplers, bandit and RNG are the same on every rank.
         "world_size": state.ranks.world_size,
+        "precision": state.precision,
+        "compile": state.config.run.compile,
+        "adamw": state.optimizer.kernel,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "strict_determinism": not torch.is_deterministic_algorithms_warn_only_enabled(),
         "time": time.time(),
     }
