@@ -239,7 +239,7 @@ class RunReader:
         if SAMPLES in kinds:
             read = read_samples(self.run_dir)
             samples = tuple(_shown_sample(s) for s in newest_per_arm(read.value or []).values())
-            samples_error = None if read.error and "not written yet" in read.error else read.error
+            samples_error = None if read.missing else read.error                # absent is normal
         else:
             samples, samples_error = prev.samples, prev.samples_error
         log_tail = self.log.read() if LOG in kinds else prev.log_tail
@@ -523,7 +523,7 @@ class RunReader:
         read = read_state(self.run_dir)
         state = read.value
         configured = config.arms if config is not None else {}
-        error = None if read.error and "not written yet" in read.error else read.error   # absent is normal
+        error = None if read.missing else read.error                            # absent is normal
         rows: list[ArmRow] = []
         if state is not None:
             try:
