@@ -43,6 +43,8 @@ from .prefetch import HistoryPrefetch
 from .rollback_runner import pending_rollback
 from .probe import TrainerProbe
 from .model.findings import LISTED
+from .model.levels import Level
+from .model.markers import derive_markers
 from .model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
                              RunSnapshot, TrainerView)
 
@@ -151,6 +153,31 @@ def read_pivots(run_dir: Path) -> tuple[tuple[PivotEntry, ...], str | None]:
     return tuple(entries), pending
 
 
+@dataclass
+class _Read:
+    """One read in progress: what the last snapshot was, which file kinds are read again
+    (a part may widen them: a directory that changed is read whole), the parts derived so
+    far and the notices said on the way."""
+
+    prev: RunSnapshot | None
+    kinds: frozenset[str]
+    now: float
+    values: dict = field(default_factory=dict)
+    notices: list[Notice] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the snapshot: its fields, the file kinds whose change makes it read again,
+    and the method that derives them (given the parts before it)."""
+
+    name: str
+    fields: tuple[str, ...]
+    kinds: frozenset[str]
+    derive: Callable[["RunReader", _Read], dict]
+    due: Callable[["RunReader", float], bool] = lambda reader, now: False     # re-derived anyway when due
+
+
 class RunReader:
     """Reads a run directory into :class:`RunSnapshot`s, re-reading only what changed.
 
@@ -203,73 +230,103 @@ class RunReader:
 
     # -- the read --------------------------------------------------------------
     def read(self, kinds: Iterable[str] = ALL_KINDS) -> tuple[RunSnapshot, list[Notice]]:
-        """Re-read ``kinds`` (everything on the first call); never raises for bad input."""
+        """Re-read ``kinds`` (everything on the first call); never raises for bad input.
+        Each part of the snapshot (:data:`PARTS`) is derived anew when a file kind it reads
+        changed, and carried over from the last snapshot otherwise."""
         prev = self._snapshot
-        kinds = ALL_KINDS if prev is None else frozenset(kinds)
-        now = self.now()
-        notices: list[Notice] = []
+        read = _Read(prev, ALL_KINDS if prev is None else frozenset(kinds), self.now())
         # One stat tells whether the directory is still the one last listed: a run directory
         # renamed away or replaced is seen at the next read, whatever kinds it was asked for.
-        moved = prev is not None and self._dir_identity() != self._dir_id
-        dir_state, other = self._dir_state() if (DIRECTORY in kinds or prev is None or moved
-                                                 or kinds & {CHECKPOINTS, CONFIG}) \
-            else (prev.dir_state, prev.other_files)
-        if prev is not None and (prev.dir_state != dir_state or moved):
-            kinds = ALL_KINDS
+        if prev is not None and self._dir_identity() != self._dir_id:
+            read.kinds = ALL_KINDS
+        versions = dict(prev.versions) if prev is not None else {}
+        for part in PARTS:
+            if prev is None or read.kinds & part.kinds or part.due(self, read.now):
+                fields = part.derive(self, read)
+                if prev is None or any(fields[name] is not getattr(prev, name) for name in fields):
+                    versions[part.name] = versions.get(part.name, 0) + 1
+            else:
+                fields = {name: getattr(prev, name) for name in part.fields}
+            read.values.update(fields)
+        snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=read.now,
+                           versions=versions, **read.values)
+        changes = describe_changes(prev, snap, read.now, self._answered_requests(prev, snap, read.now))
+        notices = changes + read.notices if prev is None else read.notices + changes    # the summary first
+        self._snapshot = snap
+        return snap, notices
+
+    # -- the parts, in the order they are derived (each may use those before it) ----
+    def _part_directory(self, read: _Read) -> dict:
+        dir_state, other = self._dir_state()
+        prev = read.prev
+        if prev is not None and (prev.dir_state != dir_state or read.kinds == ALL_KINDS):
+            read.kinds = ALL_KINDS
             if prev.dir_state != dir_state:
-                notices.append(Notice(now, f"run directory is now {dir_state}",
-                                      "warning" if dir_state != "ok" else "info"))
-        config, config_error = (prev.config, prev.config_error) if prev and CONFIG not in kinds else self._config(dir_state)
-        history = self._history(now, notices, first=prev is None, config=config) if HISTORY in kinds \
-            else prev.history
+                read.notices.append(Notice(read.now, f"run directory is now {dir_state}",
+                                           Level.WARNING if dir_state != "ok" else Level.INFO))
+        return {"dir_state": dir_state, "other_files": other}
+
+    def _part_config(self, read: _Read) -> dict:
+        config, error = self._config(read.values["dir_state"])
+        return {"config": config, "config_error": error}
+
+    def _part_history(self, read: _Read) -> dict:
+        return {"history": self._history(read.now, read.notices, first=read.prev is None,
+                                         config=read.values["config"])}
+
+    def _part_trainer(self, read: _Read) -> dict:
         # The trainer before the checkpoints: one that exits writes its final checkpoint, then
         # removes its record, so a read that sees the record gone lists that checkpoint too
         # (and the notice of the exit names it, not the one before).
-        trainer = self.probe(self.run_dir) if TRAINER in kinds else prev.trainer
-        if prev is not None and prev.trainer.state == "running" and trainer.state != "running":
-            kinds = kinds | {CHECKPOINTS}
-        checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
-        trainer = self._out_of_sight(trainer, prev, dir_state)
-        if kinds & {TRAINER, HISTORY, CHECKPOINTS}:
-            trainer = self._stall(trainer, now)
-        if STATE in kinds or CONFIG in kinds or prev is None:
-            arms = self._arms(config)
-        else:
-            arms = prev.arms
-        if SAMPLES in kinds:
-            read = read_samples(self.run_dir)
-            samples = tuple(_shown_sample(s) for s in newest_per_arm(read.value or []).values())
-            samples_error = None if read.missing else read.error                # absent is normal
-        else:
-            samples, samples_error = prev.samples, prev.samples_error
-        log_tail = self.log.read() if LOG in kinds else prev.log_tail
-        if prev is None or kinds & {DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}:
-            pivots, pending_pivot = read_pivots(self.run_dir)
-            rollback = pending_rollback(self.run_dir)
-        else:
-            pivots, pending_pivot, rollback = prev.pivots, prev.pending_pivot, prev.pending_rollback
-        if prev is None or kinds & {CHECKPOINTS, CONFIG, DIRECTORY}:
-            retention = self._retention(config, checkpoints, history)
-        else:
-            retention = prev.retention
-        if prev is None or kinds & {CHECKPOINTS, CONFIG, DIRECTORY} or now - self._storage_at >= STORAGE_EVERY_S:
-            storage = self._storage(config, checkpoints, history, dir_state, trainer.state == "running", now)
-        else:
-            storage = prev.storage
-        snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=now,
-                           dir_state=dir_state, config=config, config_error=config_error, trainer=trainer,
-                           history=history, checkpoints=checkpoints, arms=arms, samples=samples,
-                           samples_error=samples_error, log_tail=log_tail, other_files=other,
-                           log_seen=self.log.seen, pivots=pivots, pending_pivot=pending_pivot,
-                           pending_rollback=rollback,
-                           retention=retention, storage=storage)
-        changes = describe_changes(prev, snap, now, self._answered_requests(prev, snap, now))
-        if prev is None:
-            notices[:0] = changes                            # the summary first
-        else:
-            notices.extend(changes)
-        self._snapshot = snap
-        return snap, notices
+        trainer = self.probe(self.run_dir)
+        if read.prev is not None and read.prev.trainer.state == "running" and trainer.state != "running":
+            read.kinds = read.kinds | {CHECKPOINTS}
+        return {"trainer": trainer}
+
+    def _part_checkpoints(self, read: _Read) -> dict:
+        return {"checkpoints": self._checkpoints(read.prev)}
+
+    def _part_trainer_state(self, read: _Read) -> dict:
+        """The verified trainer as the run's files show it: out of sight when its directory
+        went away, stalled when its history stopped growing."""
+        trainer = self._out_of_sight(read.values["trainer"], read.prev, read.values["dir_state"])
+        if read.kinds & {TRAINER, HISTORY, CHECKPOINTS}:
+            trainer = self._stall(trainer, read.now)
+        return {"trainer": trainer}
+
+    def _part_arms(self, read: _Read) -> dict:
+        return {"arms": self._arms(read.values["config"])}
+
+    def _part_samples(self, read: _Read) -> dict:
+        samples = read_samples(self.run_dir)
+        newest = tuple(_shown_sample(s) for s in newest_per_arm(samples.value or []).values())
+        return {"samples": newest, "samples_error": None if samples.missing else samples.error}   # absent is normal
+
+    def _part_log(self, read: _Read) -> dict:
+        tail = self.log.read()
+        return {"log_tail": tail, "log_seen": self.log.seen}
+
+    def _part_guided(self, read: _Read) -> dict:
+        pivots, pending_pivot = read_pivots(self.run_dir)
+        return {"pivots": pivots, "pending_pivot": pending_pivot, "pending_rollback": pending_rollback(self.run_dir)}
+
+    def _part_retention(self, read: _Read) -> dict:
+        v = read.values
+        return {"retention": self._retention(v["config"], v["checkpoints"], v["history"])}
+
+    def _part_storage(self, read: _Read) -> dict:
+        v = read.values
+        return {"storage": self._storage(v["config"], v["checkpoints"], v["history"], v["dir_state"],
+                                         v["trainer"].state == "running", read.now)}
+
+    def _storage_due(self, now: float) -> bool:
+        return now - self._storage_at >= STORAGE_EVERY_S
+
+    def _part_markers(self, read: _Read) -> dict:
+        v, h, prev = read.values, read.values["history"], read.prev
+        if prev is not None and v["checkpoints"] is prev.checkpoints and h is prev.history:
+            return {"markers": prev.markers}          # thousands of checkpoints: not again at every read
+        return {"markers": derive_markers(v["checkpoints"], h.events, h.silent_rewinds, h.spikes, h.nonfinite_steps)}
 
     # -- parts -----------------------------------------------------------------
     def stall_threshold(self) -> float:
@@ -548,3 +605,25 @@ class RunReader:
         return ArmsView(rows=tuple(rows), policy_from=STATE_JSON if state else (RUN_TOML if configured else "none"),
                         phase=dict(state.phase) if state else {}, state_step=state.step if state else None,
                         error=error)
+
+
+# The parts of a snapshot, in the order they are derived (each may use those before it).
+PARTS: tuple[Part, ...] = (
+    Part("directory", ("dir_state", "other_files"), frozenset({DIRECTORY, CHECKPOINTS, CONFIG}),
+         RunReader._part_directory),
+    Part("config", ("config", "config_error"), frozenset({CONFIG}), RunReader._part_config),
+    Part("history", ("history",), frozenset({HISTORY}), RunReader._part_history),
+    Part("trainer", ("trainer",), frozenset({TRAINER}), RunReader._part_trainer),
+    Part("checkpoints", ("checkpoints",), frozenset({CHECKPOINTS}), RunReader._part_checkpoints),
+    Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
+         RunReader._part_trainer_state),
+    Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
+    Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
+    Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),
+    Part("guided", ("pivots", "pending_pivot", "pending_rollback"), frozenset({DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}),
+         RunReader._part_guided),
+    Part("retention", ("retention",), frozenset({CHECKPOINTS, CONFIG, DIRECTORY}), RunReader._part_retention),
+    Part("storage", ("storage",), frozenset({CHECKPOINTS, CONFIG, DIRECTORY}), RunReader._part_storage,
+         due=RunReader._storage_due),
+    Part("markers", ("markers",), frozenset({CHECKPOINTS, HISTORY}), RunReader._part_markers),
+)
