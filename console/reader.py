@@ -19,30 +19,28 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-import numpy as np
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
-from rundir.abandoned import head_rows
 from rundir.identity import open_directory
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
-from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stall_threshold
+from rundir.run_summary import RATE_STEPS, stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, EVENT_START, HISTORY, LOG, LOSS_JSON,
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, HISTORY, LOG, LOSS_JSON,
                            RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
-from .changes import describe_changes, event_notice
+from .changes import describe_changes
 from .findings import HistoryFindings
+from .history_part import HistoryPart
 from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .rollback_runner import pending_rollback
 from .probe import TrainerProbe
-from .model.findings import LISTED
 from .model.levels import Level
 from .model.markers import derive_markers
 from .model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
@@ -83,53 +81,6 @@ class CheckpointRequest:
 
     sent_at: float
     baseline: dict[str, CheckpointStamp] = field(default_factory=dict)
-
-
-def _last_finite(x: np.ndarray) -> float | None:
-    """The last finite value, looking back in growing chunks (not a mask of the whole column)."""
-    end, chunk = len(x), 64
-    while end > 0:
-        part = x[max(0, end - chunk):end]
-        idx = np.flatnonzero(np.isfinite(part))
-        if len(idx):
-            return float(part[idx[-1]])
-        end -= chunk
-        chunk *= 4
-    return None
-
-
-def current_segment(h: LossHistory) -> tuple[slice, float]:
-    """The rows of the run's current segment, and when it began: the steps since the newest
-    ``start``/``resume`` event or rewind (another engine's restart), up to the newest step
-    written. Rates are measured over it alone, never across the pause before a resume."""
-    start_step, since = 0, -math.inf
-    for ev in reversed(h.events):
-        if ev.event in (EVENT_RESUME, EVENT_START):
-            start_step = (ev.step if ev.step is not None else 0) + 1
-            since = ev.time if ev.time is not None and math.isfinite(ev.time) else -math.inf
-            break
-    if h.rewinds:
-        step, t = h.rewinds[-1]
-        if not math.isfinite(since) or (math.isfinite(t) and t >= since):
-            start_step, since = step, (t if math.isfinite(t) else -math.inf)
-    steps = h.step
-    lo = int(np.searchsorted(steps, start_step, side="left"))
-    hi = head_rows(steps, h.head_step)
-    return slice(max(lo, hi - 2 * RATE_STEPS), max(lo, hi)), since
-
-
-def silent_rewinds(h: LossHistory) -> list[int]:
-    """The steps the history went back to with no ``resume`` (or ``start``) event just
-    before them: another engine's restart, otherwise invisible."""
-    if not h.rewinds:
-        return []
-    announced = set()
-    for ev in h.events:
-        if ev.event in (EVENT_RESUME, EVENT_START):
-            for step in (ev.step, ev.data.get("from_step")):
-                if isinstance(step, int) and not isinstance(step, bool):
-                    announced.add(step + 1)
-    return [step for step, _ in h.rewinds if step not in announced]
 
 
 def _finite(x: float) -> float | None:
@@ -195,16 +146,11 @@ class RunReader:
         self.stall_after = stall_after
         self.now = now
         self.probe = probe or TrainerProbe()
-        self.history = LossHistory(self.run_dir / LOSS_JSON)
-        self._prefetch = prefetch               # the first history read, done by a forked child
+        self._history = HistoryPart(self.run_dir / LOSS_JSON, prefetch, self.findings)
         self._snapshot: RunSnapshot | None = None
-        self._history_version = 0
-        self._rewinds = 0
         self.log = LogTail(self.run_dir / TRAINER_LOG)
         self._requests: list[CheckpointRequest] = []
         self._requests_lock = threading.Lock()
-        self._torn_seen = 0
-        self._torn_reported = 0
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
         self._storage_at = 0.0
         self._ckpt_written = 0.0                # mtime of the newest checkpoint file
@@ -212,6 +158,11 @@ class RunReader:
         self._dir_id: tuple[int, int, bool] | None = None   # the run directory last listed (_dir_identity)
         self._lost_pid: int | None = None       # the trainer that ran when the directory went away
         self._seen_id: tuple[int, int] | None = None   # (device, inode) of the directory when last seen whole
+
+    @property
+    def history(self) -> LossHistory:
+        """The incremental reader of ``.loss.json`` (the prefetch's, once handed over)."""
+        return self._history.history
 
     @property
     def snapshot(self) -> RunSnapshot | None:
@@ -271,8 +222,9 @@ class RunReader:
         return {"config": config, "config_error": error}
 
     def _part_history(self, read: _Read) -> dict:
-        return {"history": self._history(read.now, read.notices, first=read.prev is None,
-                                         config=read.values["config"])}
+        return {"history": self._history.read(read.now, read.notices, first=read.prev is None,
+                                              config=read.values["config"],
+                                              prev=read.prev.history if read.prev else None)}
 
     def _part_trainer(self, read: _Read) -> dict:
         # The trainer before the checkpoints: one that exits writes its final checkpoint, then
@@ -502,79 +454,6 @@ class RunReader:
             return None, str(err)
         except Exception as err:      # a config the library could not even classify (never expected)
             return None, f"run.toml: {type(err).__name__}: {err}"
-
-    def _history(self, now: float, notices: list[Notice], first: bool, config: RunConfig | None = None
-                 ) -> HistoryView:
-        earlier = None
-        if self._prefetch is not None:
-            prefetch, self._prefetch = self._prefetch, None
-            handed_over = prefetch.result()
-            if handed_over is not None and handed_over[0].path == self.history.path:
-                self.history, earlier = handed_over
-        h = self.history
-        update = h.refresh()
-        if earlier is not None:                 # what the child read counts as this read's
-            update = earlier.then(update)
-        if update.changed or first or self._snapshot is None:
-            self._history_version += 1
-        if update.rewound or update.reset:
-            self._rewinds += 1
-            if update.reset and not first:
-                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", "warning"))
-        for problem in update.new_problems[:5]:
-            notices.append(Notice(now, f"skipped: {problem}", "warning"))
-        if update.new_bad_lines > 5:
-            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", "warning"))
-        if update.new_nonfinite:
-            loss = h.loss
-            tail = loss[-max(update.new_steps, 1):]
-            bad = h.step[-len(tail):][~np.isfinite(tail)]
-            where = ", ".join(f"{int(s):,}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
-            notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
-                                  f"{update.new_nonfinite:,} non-finite loss value(s)", "error"))
-        for ev in ([] if first else update.new_events):     # the whole past is not news
-            text = event_notice(ev)
-            if text:
-                notices.append(Notice(now, text[0], text[1]))
-        # A torn tail is normal for an instant while a line is written; one that is still
-        # there at the next read (or at the first) is reported, once.
-        if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
-            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", "warning"))
-            self._torn_reported = h.torn_tail
-        elif not h.torn_tail:
-            self._torn_reported = 0
-        self._torn_seen = h.torn_tail
-        found = self.findings.update(h, update, config, now, notices, first)
-        prev = self._snapshot.history if self._snapshot else None
-        if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
-                and not found:
-            return prev
-        loss = h.loss
-        # Where the run is: its head (the step of the newest step line), not the largest step,
-        # which after a rollback or a resume from an older checkpoint belongs to an earlier
-        # segment whose steps have not been run again yet.
-        rows = head_rows(h.step, h.head_step)
-        head = int(h.step[rows - 1]) if rows else None
-        last_loss = _last_finite(loss[:rows])
-        tokens = h.tokens
-        tokens_now = int(tokens[rows - 1]) if rows and tokens[rows - 1] >= 0 else None
-        # Rates from the current segment's tail only: the cost of a read must not grow with
-        # the history, and a pause before a resume is no part of any rate.
-        tail, since = current_segment(h)
-        t_tail = h.time[tail]
-        silent = silent_rewinds(h)
-        steps_per_s = rate_per_s(h.step[tail].astype(np.float64), t_tail, since)
-        return HistoryView(
-            version=self._history_version, format=h.format, n_steps=len(h), last_step=head,
-            last_loss=last_loss, tokens=tokens_now, steps_ahead=len(h) - rows,
-            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, head, steps_per_s),
-            tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
-            if tokens_now is not None else None,
-            nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
-            error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
-            last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
-            tokens_column=tokens.copy(), time_column=h.time.copy(),
-            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent))
 
     def _arms(self, config: RunConfig | None) -> ArmsView:
         read = read_state(self.run_dir)
