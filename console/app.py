@@ -19,7 +19,6 @@ from typing import Callable, Mapping
 
 from textual import actions, work
 from textual.app import App
-from textual.binding import Binding
 from textual.dom import DOMNode
 from textual.worker import get_current_worker
 
@@ -27,6 +26,7 @@ from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER
 
 from .alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
 from .format import printable
+from .keys import CONTROL_ACTIONS
 from .model.findings import Finding, child_exit_alert
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
@@ -50,13 +50,6 @@ URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
-# The loss plot's keys share one description where the key bar is narrow ("l w e x plot").
-PLOT_KEYS = Binding.Group("plot")
-DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "inspect", "log_y", "window", "smoothing",
-                               "x_axis", "help", "quit"})
-# The app's actions that signal or change a run: a read-only console (--read-only, every
-# browser tab of --serve without --allow-control) refuses them where actions are dispatched.
-CONTROL_ACTIONS = {"checkpoint": "c", "stop": "s", "pivot": "p", "rollback": "r"}
 READ_ONLY_REFUSAL = "{key}: refused: this console is read-only, it never signals or changes the run"
 
 
@@ -65,19 +58,6 @@ class ConsoleApp(App[None]):
     TITLE = "andrea-console"
     ENABLE_COMMAND_PALETTE = False
     SCREENS = {"help": HelpScreen}
-    BINDINGS = [
-        Binding("c", "checkpoint", "checkpoint"),
-        Binding("s", "stop", "stop"),
-        Binding("p", "pivot", "pivot"),
-        Binding("r", "rollback", "rollback"),
-        Binding("i", "inspect", "inspect"),
-        Binding("l", "log_y", "log-y", group=PLOT_KEYS),
-        Binding("w", "window", "window", group=PLOT_KEYS),
-        Binding("e", "smoothing", "smooth", group=PLOT_KEYS),
-        Binding("x", "x_axis", "x-axis", group=PLOT_KEYS),
-        Binding("q", "quit", "quit"),
-        Binding("question_mark", "help", "help", key_display="?"),
-    ]
 
     def __init__(self, run_dir: str | Path, *, now: Callable[[], float] = time.time,
                  probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
@@ -292,13 +272,6 @@ class ConsoleApp(App[None]):
     def _changed_from_thread(self, kinds: frozenset[str]) -> None:
         self.post_message(FilesChanged(kinds))
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The dashboard's keys act only while the dashboard is the screen in front (the
-        pivot screen's fields take letters, and a second pivot must not start over one)."""
-        if action in DASHBOARD_ACTIONS:
-            return self.screen is getattr(self, "dashboard", None)
-        return True
-
     @work(exclusive=True, group="pivot-screen")
     async def action_pivot(self) -> None:
         pending = await asyncio.to_thread(pending_pivot, self.run_dir)
@@ -341,19 +314,6 @@ class ConsoleApp(App[None]):
             self.say(outcome.message if outcome.ok else f"rollback: {outcome.message}",
                      "good" if outcome.ok else "error")
             self.request_read(ALL_KINDS)
-
-    def action_log_y(self) -> None:
-        plot = self.dashboard.plot
-        plot.log_y = not plot.log_y
-
-    def action_window(self) -> None:
-        self.dashboard.plot.toggle_window()
-
-    def action_smoothing(self) -> None:
-        self.dashboard.plot.cycle_smoothing()
-
-    def action_x_axis(self) -> None:
-        self.dashboard.plot.cycle_x_axis()
 
     def action_help(self) -> None:
         self.push_screen("help")

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Callable
 
 from textual import events, work
-from textual.binding import Binding
 
 from rundir import Verification, verify_trainer
 from rundir.layout import ALL_KINDS
 from rundir.run_summary import RunsSummarizer
 from rundir.storage import free_bytes
 
-from .app import DASHBOARD_ACTIONS, START_UP_S, ConsoleApp
+from .app import START_UP_S, ConsoleApp
+from .keys import BACK_TO_OVERVIEW, bindings
 from .format import printable
 from .messages import ConsoleNotice, FilesChanged, RunsScanned, SnapshotReady
 from .overview_report import trainer_label
@@ -33,13 +33,13 @@ from .screens.compare import CompareScreen
 from .screens.overview import OverviewScreen
 from .model.snapshot import Notice, TrainerView
 
-# The app's keys that act on the overview too (on the selected run, for c and s).
-OVERVIEW_ACTIONS = frozenset({"checkpoint", "stop", "help", "quit"})
+class RunDashboardScreen(DashboardScreen):
+    """A run's dashboard opened from the overview: Escape returns to it."""
+
+    BINDINGS = bindings((BACK_TO_OVERVIEW,))
 
 
 class OverviewApp(ConsoleApp):
-    BINDINGS = [*ConsoleApp.BINDINGS, Binding("escape", "back", "overview")]
-
     def __init__(self, root: str | Path, *, now: Callable[[], float] = time.time,
                  verify: Callable[[Path], Verification] = verify_trainer,
                  probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
@@ -104,15 +104,6 @@ class OverviewApp(ConsoleApp):
         else:
             self._wake_runs.set()
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "back":
-            return self.run_open and self.screen is self.dashboard
-        if self.screen is self.overview:
-            return action not in DASHBOARD_ACTIONS - OVERVIEW_ACTIONS
-        if isinstance(self.screen, CompareScreen):
-            return action not in DASHBOARD_ACTIONS - {"help", "quit"}
-        return super().check_action(action, parameters)
-
     def _selected_trainer(self) -> tuple[Path, TrainerView] | None:
         s = self.overview.selected
         if s is None:
@@ -148,7 +139,7 @@ class OverviewApp(ConsoleApp):
         self.snapshot = None
         self._stop_watch = threading.Event()
         self.run_open = True
-        self.dashboard = DashboardScreen(self.window_steps, self.options.smoothing)
+        self.dashboard = RunDashboardScreen(self.window_steps, self.options.smoothing)
         self.sub_title = printable(run_dir.name)
         self.push_screen(self.dashboard)
         self.request_read(ALL_KINDS)

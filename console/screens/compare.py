@@ -8,7 +8,6 @@ from pathlib import Path
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -16,6 +15,7 @@ from rundir import LossHistory
 from rundir.layout import LOSS_JSON
 
 from ..format import LINE_LIMIT, printable
+from ..keys import COMPARE_KEYS, bindings
 from ..messages import CompareReady
 from ..widgets import KeyBar
 from ..widgets.compare_plot import ComparePlot
@@ -34,11 +34,7 @@ def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
 
 
 class CompareScreen(Screen):
-    BINDINGS = [
-        Binding("x", "x_axis", "step/tokens"),
-        Binding("l", "log_y", "log-y"),
-        Binding("escape", "back", "overview"),
-    ]
+    BINDINGS = bindings(COMPARE_KEYS)
 
     def __init__(self, runs: list[tuple[str, Path]]) -> None:
         super().__init__(id="compare")

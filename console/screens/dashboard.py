@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.geometry import Size
 from textual.reactive import var
 from textual.screen import Screen
 from textual.widget import Widget
 
+from ..keys import RUN_KEYS, bindings, hints, pane_keys
 from ..messages import DetailRequested
 from ..model.snapshot import Notice, RunSnapshot
 from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
@@ -34,18 +34,14 @@ PANES = (("1", "events", "events"), ("2", "checkpoints", "checkpoints"), ("3", "
          ("4", "samples", "samples"), ("5", "problems", "problems"), ("6", "status", "status"))
 PANE_IDS = {name: wid for _, name, wid in PANES}
 FIRST_PANE = "events"
-# Said in the key bar after the keys, where they fit (README's key table ends with them).
-KEY_HINTS = ((f"1-{len(PANES)}", "panes"), ("Tab", "next pane"), ("↑↓", "rows"), ("⏎", "detail"))
+# The dashboard's keys: the run's, then those that move among the panes (README's key
+# table ends with the hints the key bar says after the keys).
+DASHBOARD_KEYS = (*RUN_KEYS, *pane_keys(PANES, f"{FULL_FROM.width}x{FULL_FROM.height}"))
 
 
 class DashboardScreen(Screen):
     AUTO_FOCUS = None           # no pane is focused until a number key (or Tab, or a click) picks one
-    BINDINGS = [Binding(key, f"pane('{name}')", name, show=False) for key, name, _ in PANES] + [
-        # In both layouts Tab walks the panes in the tab strip's order, not Textual's focus
-        # chain: in the compact layout that chain holds only the pane in view.
-        Binding("tab", "next_pane(1)", "next pane", show=False),
-        Binding("shift+tab", "next_pane(-1)", "previous pane", show=False),
-    ]
+    BINDINGS = bindings(DASHBOARD_KEYS)
 
     # A var, not a reactive: setting it must not repaint the whole screen, only the panes
     # whose part changed (they refresh themselves).
@@ -83,7 +79,7 @@ class DashboardScreen(Screen):
                 yield SamplesPane(id="samples", classes="pane")
         # The panes' keys are said where there is room; in the compact layout the tab strip
         # says them too.
-        yield KeyBar(hints=KEY_HINTS)
+        yield KeyBar(hints=hints(DASHBOARD_KEYS))
 
     _ready = False
     _early_notices: list[Notice]
@@ -146,6 +142,19 @@ class DashboardScreen(Screen):
         widget = self.query_one(f"#{PANE_IDS[self.pane]}")
         if widget.focusable and widget.display:
             widget.focus()
+
+    # -- the loss plot's keys ------------------------------------------------------
+    def action_log_y(self) -> None:
+        self.plot.log_y = not self.plot.log_y
+
+    def action_window(self) -> None:
+        self.plot.toggle_window()
+
+    def action_smoothing(self) -> None:
+        self.plot.cycle_smoothing()
+
+    def action_x_axis(self) -> None:
+        self.plot.cycle_x_axis()
 
     def action_pane(self, name: str) -> None:
         """Key 1-6: the compact layout shows that pane under the plot; both layouts focus it."""

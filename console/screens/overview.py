@@ -7,7 +7,6 @@ from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
@@ -17,6 +16,7 @@ from rundir.runs import RunsListing
 from ..format import LINE_LIMIT, printable
 from ..model.levels import Level
 from ..model.snapshot import Notice
+from ..keys import OVERVIEW_KEYS, bindings
 from ..widgets import KeyBar
 from ..widgets.runs_table import RunsTable
 
@@ -25,11 +25,7 @@ NOTICE_STYLES = {Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bol
 
 
 class OverviewScreen(Screen):
-    BINDINGS = [
-        Binding("enter", "open_run", "open", priority=True),   # before the table's own Enter
-        Binding("space", "mark", "mark"),
-        Binding("v", "compare", "compare marked"),
-    ]
+    BINDINGS = bindings(OVERVIEW_KEYS)
 
     def __init__(self, root: Path) -> None:
         super().__init__(id="overview")

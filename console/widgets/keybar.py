@@ -11,10 +11,9 @@ from textual import events
 from textual.binding import Binding
 from textual.widgets import Static
 
-
-# Kept in the bar at any width: the keys that act on the run, quitting, and the help that
-# lists every other key.
-ESSENTIAL_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "quit", "help", "open_run", "back"})
+# ESSENTIAL_ACTIONS: kept in the bar at any width (console.keys says which): the keys that
+# act on the run, quitting, and the help that lists every other key.
+from ..keys import ESSENTIAL_ACTIONS
 
 
 class KeyBar(Static):
@@ -90,7 +89,7 @@ class KeyBar(Static):
         entries = grouped
         while length(entries, 1) > width:
             optional = [i for i, (members, _) in enumerate(entries)
-                        if all(b.action not in ESSENTIAL_ACTIONS for _, b in members)]
+                        if all(b.action.removeprefix("app.") not in ESSENTIAL_ACTIONS for _, b in members)]
             if not optional:
                 break
             entries = entries[:optional[-1]] + entries[optional[-1] + 1:]

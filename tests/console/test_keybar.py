@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from console.app import ConsoleApp
 from console.screens import HelpScreen
-from console.screens.dashboard import KEY_HINTS
+from console.keys import RUN_KEYS, hints
+from console.screens.dashboard import DASHBOARD_KEYS
 from console.screens.help import KEYS as HELP_KEYS
 from console.widgets import KeyBar
 from tests.console.test_snapshots import BIG, NARROW, app_for, settled
@@ -22,7 +22,7 @@ async def test_the_key_bar_shows_the_keys_and_a_click_presses_one(tmp_path):
     async with app.run_test(size=NARROW) as pilot:
         await settled(pilot)
         bar = app.query_one(KeyBar)
-        shown = [b.key for b in ConsoleApp.BINDINGS if b.show]
+        shown = [k.key for k in RUN_KEYS if k.shown]
         assert [key for _, _, key in bar.keys] == shown
         plain = str(bar.render())
         assert plain.startswith("c checkpoint s stop p pivot") and plain.rstrip().endswith("? help")   # closer at 80 columns
@@ -40,7 +40,7 @@ async def test_every_key_of_the_dashboard_is_in_the_bar_at_any_width(tmp_path, s
         await settled(pilot)
         bar = app.query_one(KeyBar)
         plain = str(bar.render())
-        assert [key for _, _, key in bar.keys] == [b.key for b in ConsoleApp.BINDINGS]
+        assert [key for _, _, key in bar.keys] == [k.key for k in RUN_KEYS]
         assert "r rollback" in plain and "i inspect" in plain
         if size == NARROW:
             assert "l w e x plot" in plain and "x-axis" not in plain
@@ -60,13 +60,11 @@ def test_the_readme_key_table_is_the_key_bar():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme[readme.index("| key | key bar | what it does |"):].split("\n\n")[0].splitlines()[2:]
     rows = [[cell.strip() for cell in row.strip("|").split("|")] for row in table]
-    bindings = ConsoleApp.BINDINGS
-    assert [(key.strip("`"), word) for key, word, _ in rows[:len(bindings)]] == \
-        [(b.key_display or b.key, b.description) for b in bindings]
-    assert [word for _, word, _ in rows[len(bindings):]] == [what for _, what in KEY_HINTS]
+    assert [(key.strip("`"), word) for key, word, _ in rows[:len(RUN_KEYS)]] == \
+        [(k.shown_as, k.label) for k in RUN_KEYS]
+    assert [word for _, word, _ in rows[len(RUN_KEYS):]] == [what for _, what in hints(DASHBOARD_KEYS)]
 
 
 def test_the_help_lists_the_bar_s_keys_in_its_order():
-    assert [key for key, _ in HELP_KEYS[:len(ConsoleApp.BINDINGS)]] == \
-        [b.key_display or b.key for b in ConsoleApp.BINDINGS]
-    assert [key for key, _ in HELP_KEYS[len(ConsoleApp.BINDINGS):]] == ["1-6", "Tab", "↑ ↓", "Enter"]
+    assert [key for key, _ in HELP_KEYS[:len(RUN_KEYS)]] == [k.shown_as for k in RUN_KEYS]
+    assert [key for key, _ in HELP_KEYS[len(RUN_KEYS):]] == ["1-6", "Tab", "↑↓", "⏎"]

@@ -1,0 +1,138 @@
+"""Every key of the console, as data: the bindings, the key bar and the help are made from it.
+
+Each screen binds its own keys (:func:`bindings`): the dashboard's run keys act only while
+the dashboard is in front, with no gate that has to know the list. A key's ``action`` is
+Textual's: ``app.checkpoint`` runs on the app (whose workers signal the trainer), a bare
+name on the screen that binds it. The key bar shows the bindings of the screen in front, the
+help lists :data:`DASHBOARD_KEYS` and :data:`OVERVIEW_KEYS` with their ``help``, and a
+read-only console refuses the ``control`` ones (:data:`CONTROL_ACTIONS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+# Where the key bar is narrow, the loss plot's keys share one word ("l w e x plot").
+PLOT_GROUP = Binding.Group("plot")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key: what it does, and how the key bar and the help say so."""
+
+    key: str                    # Textual's name ("c", "question_mark"); "" for the help's other rows
+    action: str                 # Textual's action ("app.checkpoint", "log_y", "pane('events')")
+    label: str                  # the key bar's word
+    help: str                   # the help's line
+    display: str = ""           # shown as, when not the key itself ("?", "1-6", "Tab")
+    shown: bool = True          # in the key bar
+    group: Binding.Group | None = None
+    control: bool = False       # signals or changes a run: a read-only console refuses it
+    essential: bool = False     # kept in the key bar at any width
+    hint: bool = False          # said after the keys in the bar, where they fit (display, label)
+    priority: bool = False      # before a focused widget's own use of the key
+
+    @property
+    def name(self) -> str:
+        """The action without its namespace (``checkpoint`` for ``app.checkpoint``)."""
+        return self.action.removeprefix("app.")
+
+    @property
+    def shown_as(self) -> str:
+        return self.display or self.key
+
+
+def bindings(keys: tuple[Key, ...]) -> list[Binding]:
+    """The Textual bindings of ``keys`` (those that are keys, not only help rows)."""
+    return [Binding(k.key, k.action, k.label, show=k.shown, key_display=k.display or None, group=k.group,
+                    priority=k.priority)
+            for k in keys if k.key]
+
+
+def hints(keys: tuple[Key, ...]) -> tuple[tuple[str, str], ...]:
+    """What the key bar says after the keys: ``(display, label)``."""
+    return tuple((k.shown_as, k.label) for k in keys if k.hint)
+
+
+QUIT = Key("q", "app.quit", "quit", "quit the console; training continues", essential=True)
+HELP = Key("question_mark", "app.help", "help", "this help (↑/↓ and PgUp/PgDn scroll it; Escape, ? or q closes it)",
+           display="?", essential=True)
+
+# The dashboard's keys, in the key bar's order (README's key table is in the same order).
+RUN_KEYS = (
+    Key("c", "app.checkpoint", "checkpoint", "checkpoint now: SIGUSR1 to the verified trainer; the event log says "
+        "when the checkpoint lands",
+        control=True, essential=True),
+    Key("s", "app.stop", "stop", "stop cleanly: asks first (y/Enter confirms, any other key cancels), then SIGTERM; "
+        "the trainer writes a final checkpoint and exits", control=True, essential=True),
+    Key("p", "app.pivot", "pivot", "polish pivot: edit caps and floors, ctrl+s runs the six steps (asks before the "
+        "stop), ctrl+r rolls back an interrupted one, Escape returns", control=True, essential=True),
+    Key("r", "app.rollback", "rollback", "rollback past the newest loss spike: proposes the checkpoint before it and "
+        "the batches to skip, says what is lost, ctrl+s runs the three steps (asks first), Escape returns",
+        control=True, essential=True),
+    Key("i", "app.inspect", "inspect", "inspect a checkpoint (the one selected in the checkpoints pane, else the "
+        "newest complete): per tensor w_rms, w_maxabs, m_norm, sqrt_v_rms, dead v, update ratio, non-finite "
+        "counts; s/r or a header click sorts, ←/→ scroll the columns, [ ] older/newer, a compares with the "
+        "previous, Escape returns"),
+    Key("l", "log_y", "log-y", "loss plot: log / linear y", group=PLOT_GROUP),
+    Key("w", "window", "window", "loss plot: all steps / the last N steps", group=PLOT_GROUP),
+    Key("e", "smoothing", "smooth", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)", group=PLOT_GROUP),
+    Key("x", "x_axis", "x-axis", "loss plot: x axis (step, tokens, wall clock); every marker stays at its step",
+        group=PLOT_GROUP),
+    QUIT,
+    HELP,
+)
+
+
+def pane_keys(panes: tuple[tuple[str, str, str], ...], full_from: str) -> tuple[Key, ...]:
+    """The dashboard's keys that move among its ``panes`` ((key, name, title) each)."""
+    names = ", ".join(f"{key} {name}" for key, name, _ in panes)
+    return (
+        *(Key(key, f"pane('{name}')", name, "", shown=False) for key, name, _ in panes),
+        Key("", "", "panes", f"a pane: {names}. Below {full_from} it is shown under the plot; in both layouts it "
+            "takes the keys below", display=f"1-{len(panes)}", hint=True),
+        # In both layouts Tab walks the panes in the tab strip's order, not Textual's focus
+        # chain: in the compact layout that chain holds only the pane in view.
+        Key("tab", "next_pane(1)", "next pane", "the next pane (Shift+Tab the previous one), as its number key",
+            display="Tab", shown=False, hint=True),
+        Key("shift+tab", "next_pane(-1)", "previous pane", "", shown=False),
+        Key("", "", "rows", "in events, checkpoints, arms and problems: select a row (PgUp/PgDn, Home/End); in "
+            "samples and status: scroll", display="↑↓", hint=True),
+        Key("", "", "detail", "the selected row in full: a checkpoint's whole reason, everything about an arm, a "
+            "whole event or problem (Escape, Enter or q closes it)", display="⏎", hint=True),
+    )
+
+
+# The dashboard of a run opened from the overview: Escape returns to it.
+BACK_TO_OVERVIEW = Key("escape", "app.back", "overview", "back to the overview", essential=True)
+
+# The overview of a runs directory (andrea-console runs/).
+OVERVIEW_KEYS = (
+    Key("enter", "open_run", "open", "open the selected run's dashboard; Escape there returns to the overview",
+        display="⏎", priority=True, essential=True),               # before the table's own Enter
+    Key("space", "mark", "mark", "mark or unmark the selected run", display="space"),
+    Key("v", "compare", "compare marked", "compare the marked runs (or the selected one): loss curves overlaid, "
+        "min/max envelope per run; x step / tokens, l log / linear y, Escape returns"),
+    Key("c", "app.checkpoint", "checkpoint", "checkpoint the selected run's trainer (verified, as on the dashboard)",
+        control=True, essential=True),
+    Key("s", "app.stop", "stop", "stop the selected run's trainer (verified; asks first, as on the dashboard)",
+        control=True, essential=True),
+    QUIT,
+    HELP,
+)
+
+# The comparison of runs (the overview's v).
+COMPARE_KEYS = (
+    Key("x", "x_axis", "step/tokens", "x axis: step or tokens"),
+    Key("l", "log_y", "log-y", "log / linear y"),
+    Key("escape", "back", "overview", "back to the overview", essential=True),
+    QUIT,
+    HELP,
+)
+
+# Acted on by the app, refused by a read-only console: action name -> key.
+CONTROL_ACTIONS = {k.name: k.shown_as for keys in (RUN_KEYS, OVERVIEW_KEYS) for k in keys if k.control}
+ESSENTIAL_ACTIONS = frozenset(k.name for keys in (RUN_KEYS, OVERVIEW_KEYS, (BACK_TO_OVERVIEW,))
+                              for k in keys if k.essential)
