@@ -5,7 +5,7 @@ One module per file kind:
 
 - :mod:`.layout`      the vocabulary: every file name, the checkpoint pattern, event names, signals
 - :mod:`.checkpoint`  ``step_NNNNNN.bin`` / ``.json``: list, quick-validate, map, write
-- :mod:`.history`     ``.loss.json``: appender and incremental reader
+- :mod:`.history`     ``.loss.json`` (a package): appender, incremental reader, tail reader, and the one rule for a line
 - :mod:`.spikes`      loss spikes in a history (rolling median and MAD, incremental)
 - :mod:`.resume_check` whether a resume re-ran its logged steps bit for bit
 - :mod:`.sidecars`    ``.state.json`` and ``.samples.json``
