@@ -14,6 +14,7 @@ absent or not a number; a number past a float's range is infinite), ``tokens`` a
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -44,8 +45,39 @@ class TypedLine(msgspec.Struct, gc=False):
     event: str | None = None
 
 
-decode_block = msgspec.json.Decoder(list[TypedLine]).decode
-_get_row = attrgetter("step", "tokens", "arm", *FLOAT_COLUMNS, "event")
+STEP_COLUMNS = ("step", "tokens", "arm", *FLOAT_COLUMNS)    # every column of a step line
+_DTYPES = {"step": np.int64, "tokens": np.int64, **{name: np.float64 for name in FLOAT_COLUMNS}}
+
+
+@functools.cache
+def _typed_decoder(columns: tuple[str, ...]) -> Callable[[Any], list[Any]]:
+    """A decoder of lines into :class:`TypedLine`, or into a struct of only ``columns`` (and
+    the event) typed as there, for a reader that needs fewer (skipped keys cost less)."""
+    struct: Any = TypedLine
+    if columns != STEP_COLUMNS:
+        typed = {f.name: f for f in msgspec.structs.fields(TypedLine)}
+        struct = msgspec.defstruct(f"TypedLine_{'_'.join(columns)}",
+                                   [(name, typed[name].type, typed[name].default) for name in (*columns, "event")],
+                                   gc=False)
+    return msgspec.json.Decoder(list[struct]).decode
+
+
+_GET = {name: attrgetter(name) for name in (*STEP_COLUMNS, "event")}
+
+
+def _typed_columns(decoded: list[Any], columns: tuple[str, ...]) -> dict[str, Any]:
+    """The columns of decoded lines, each in one pass (raises OverflowError for an integer
+    past 64 bits, which the decoder takes up to 2**64 - 1)."""
+    block: dict[str, Any] = {}
+    for name in columns:
+        values = map(_GET[name], decoded)
+        if name == "arm":
+            block["arm_names"] = tuple(values)
+        elif name == "loss":
+            block[name] = np.array(list(values), np.float64)        # null: NaN
+        else:
+            block[name] = np.fromiter(values, _DTYPES[name], len(decoded))
+    return block
 
 
 @dataclass(frozen=True)
@@ -221,27 +253,27 @@ def careful_batch(records: list[Any], first: int) -> Batch:
     return Batch(columns_from_rows(rows), events, bad)
 
 
-def typed_batch(text: memoryview | bytes, element: Callable[[int, list[TypedLine]], bytes], first: int,
-                n: int | None = None) -> Batch | None:
+def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], bytes], first: int,
+                n: int | None = None, columns: tuple[str, ...] = STEP_COLUMNS) -> Batch | None:
     """The fast path: the lines of ``text`` (a JSON array of them; ``n`` of them when
     known) in one typed decode, the first numbered ``first``; event lines are read whole
     through ``element(i, decoded)``, which gives the i-th line's bytes. None when any line
     needs :func:`careful_batch` (not JSON, NaN tokens, a field of another type, a step
-    out of range, an event too deep): what it returns then is what that gives."""
+    out of range, an event too deep): what it returns then is what that gives, for the
+    ``columns`` asked for ("step" among them; the arm's are ``arm_names``)."""
     try:
-        decoded = decode_block(text)
+        decoded = _typed_decoder(columns)(text)
     except Exception:               # invalid, or nested deeper than the decoder goes
         return None
     if n is not None and len(decoded) != n:
         return None                 # a line holding a comma-joined pair
     if not decoded:
         return Batch(columns_from_rows([]), [], [])
-    step, tokens, arms, *floats, events = zip(*map(_get_row, decoded))
     try:
-        block = {"step": np.array(step, np.int64), "tokens": np.array(tokens, np.int64), "arm_names": arms,
-                 **{name: np.array(col, np.float64) for name, col in zip(FLOAT_COLUMNS, floats)}}
+        block = _typed_columns(decoded, columns)
     except OverflowError:           # a step or token count past 64 bits
         return None
+    events = tuple(map(_GET["event"], decoded))
     found: list[tuple[dict[str, Any], int, int]] = []
     if events.count(None) != len(decoded):
         is_step = np.equal(np.array(events, object), None)

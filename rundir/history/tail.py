@@ -19,6 +19,7 @@ from .limits import TAIL_BYTES
 from .records import Batch, HistoryEvent, careful_batch, columns_from_rows, event_of, parse_line, typed_batch
 
 _FLAT_OBJECT = re.compile(rb"\{[^{}]*\}")
+_TAIL_COLUMNS = ("step", "loss", "tokens", "time")      # what a summary uses
 
 
 @dataclass(frozen=True)
@@ -100,18 +101,22 @@ def _tail_window(fd: int, st: os.stat_result, max_bytes: int) -> HistoryTail:
     columns = batch.columns
     step = columns["step"]                         # in file order
     # The newest line for a step wins (a resumed run writes its steps again), up to the head.
-    order = np.argsort(step, kind="stable")
-    newest = order[np.append(step[order][1:] != step[order][:-1], True)] if len(step) else order
-    kept = newest[step[newest] <= step[-1]] if len(step) else newest
+    if len(step) < 2 or bool((step[1:] > step[:-1]).all()):
+        kept, ahead = slice(None), 0               # in order, each step once: the usual case
+    else:
+        order = np.argsort(step, kind="stable")
+        newest = order[np.append(step[order][1:] != step[order][:-1], True)]
+        kept = newest[step[newest] <= step[-1]]
+        ahead = len(newest) - len(kept)
     return HistoryTail(fmt, step[kept], columns["loss"][kept], columns["tokens"][kept], columns["time"][kept],
                        tuple(event_of(record, line) for record, line, _ in batch.events), size=size,
                        mtime=st.st_mtime, complete=start == 0, bad_lines=bad + len(batch.bad), torn_tail=torn,
-                       steps_ahead=len(newest) - len(kept))
+                       steps_ahead=ahead)
 
 
 def _read_pieces(pieces: list[bytes]) -> Batch:
     """The pieces (whole lines, or an array's flat elements) in one typed decode, else one by one."""
     if not pieces:
         return Batch(columns_from_rows([]), [], [])
-    typed = typed_batch(b"[" + b",".join(pieces) + b"]", lambda i, _: pieces[i], 0, len(pieces))
+    typed = typed_batch(b"[" + b",".join(pieces) + b"]", lambda i, _: pieces[i], 0, len(pieces), _TAIL_COLUMNS)
     return typed if typed is not None else careful_batch(list(map(parse_line, pieces)), 0)
