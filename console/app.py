@@ -15,11 +15,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
-from textual import work
+from textual import actions, work
 from textual.app import App
 from textual.binding import Binding
+from textual.dom import DOMNode
 from textual.worker import get_current_worker
 
 from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER
@@ -50,6 +51,10 @@ TICK_S = 2.0
 START_UP_S = 10.0
 DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "inspect", "log_y", "window", "smoothing",
                                "x_axis", "help", "quit"})
+# The app's actions that signal or change a run: a read-only console (--read-only, every
+# browser tab of --serve without --allow-control) refuses them where actions are dispatched.
+CONTROL_ACTIONS = {"checkpoint": "c", "stop": "s", "pivot": "p", "rollback": "r"}
+READ_ONLY_REFUSAL = "{key}: refused: this console is read-only, it never signals or changes the run"
 
 
 class ConsoleApp(App[None]):
@@ -75,8 +80,10 @@ class ConsoleApp(App[None]):
                  probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
                  child: subprocess.Popen | None = None, options: PlotOptions | None = None,
                  window: int = 2000, tick: float | None = TICK_S, reader: RunReader | None = None,
-                 bell: bool = True, notify: list[str] | None = None, notify_timeout: float = NOTIFY_TIMEOUT_S):
+                 bell: bool = True, notify: list[str] | None = None, notify_timeout: float = NOTIFY_TIMEOUT_S,
+                 read_only: bool = False):
         super().__init__()
+        self.read_only = read_only
         self.alerts = AlertTracker()
         self.bell_on_alert, self.notify_argv, self.notify_timeout = bell, notify, notify_timeout
         self._alert_queue: queue.SimpleQueue[Alert] = queue.SimpleQueue()
@@ -227,6 +234,18 @@ class ConsoleApp(App[None]):
         self.post_message(ConsoleNotice(Notice(self.now(), text, level)))
 
     # -- keys --------------------------------------------------------------------
+    async def run_action(self, action: str | actions.ActionParseResult, default_namespace: DOMNode | None = None,
+                         namespaces: Mapping[str, DOMNode] | None = None) -> bool:
+        """Every key, click and binding of the app's actions comes here: a read-only console
+        refuses those that signal or change a run, saying so in one line."""
+        if self.read_only:
+            namespace, name, _ = actions.parse(action) if isinstance(action, str) else action
+            on_app = namespace == "app" or (not namespace and default_namespace in (None, self))
+            if on_app and name in CONTROL_ACTIONS:
+                self.say(READ_ONLY_REFUSAL.format(key=CONTROL_ACTIONS[name]), "warn")
+                return True
+        return await super().run_action(action, default_namespace, namespaces)
+
     def action_checkpoint(self) -> None:
         self.say("c: checkpoint requested")
         self.checkpoint_now()

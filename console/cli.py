@@ -17,9 +17,14 @@
                                            per-tensor statistics of a checkpoint's weights, m and v
     andrea-console RUN_DIR --rollback [--to STEP] [--skip-batches N] [--yes]
                                            go back past the newest loss spike, step by step
+    andrea-console RUN_DIR|RUNS_DIR --serve [--host H] [--port N] [--allow-control]
+                                           the dashboard (or overview) in a browser, read-only
+                                           unless --allow-control (then a token in the URL)
+    andrea-console RUN_DIR|RUNS_DIR --read-only
+                                           the dashboard refusing every key that signals
 
-Exit status: 0 done; 1 nothing verified to signal, the trainer did not do it, or no valid
-checkpoint to inspect (or two that cannot be compared);
+Exit status: 0 done; 1 nothing verified to signal, the trainer did not do it, no valid
+checkpoint to inspect (or two that cannot be compared), or --serve cannot listen;
 2 bad usage or a missing (or unreadable) run directory; 3 timed out waiting.
 
 Textual is imported only when the dashboard opens, so the twins start fast; torch is
@@ -50,6 +55,7 @@ from .prefetch import start_history_prefetch
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130                  # 128 + SIGINT, as a shell reports a Ctrl-C
+SERVE_HOST, SERVE_PORT = "127.0.0.1", 8765      # --serve's defaults (here: console.serve imports aiohttp)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--rollback", action="store_true",
                       help="guided rollback past the newest loss spike: stop, set aside the checkpoints after the "
                            "chosen one, resume from it skipping batches (completes an interrupted rollback)")
+    mode.add_argument("--serve", action="store_true",
+                      help="serve the dashboard (the overview for a runs directory) to web browsers, each tab its "
+                           "own console, read-only unless --allow-control; prints the URL; Ctrl-C stops")
+    p.add_argument("--host", metavar="H", help=f"--serve: the address to listen on (default {SERVE_HOST})")
+    p.add_argument("--port", type=int, metavar="N", help=f"--serve: the port (default {SERVE_PORT}; 0: any free one)")
+    p.add_argument("--allow-control", action="store_true",
+                   help="--serve: the browser's c, s, p, r act on the run; the URL then needs the token printed "
+                        "at start (403 without it); off localhost, asks first (--yes does not ask)")
+    p.add_argument("--read-only", action="store_true",
+                   help="the dashboard refuses the keys that signal or change a run (c, s, p, r), saying so")
     p.add_argument("--to", type=int, metavar="STEP", help="--rollback: the checkpoint step to go back to")
     p.add_argument("--skip-batches", type=int, metavar="N",
                    help="--rollback: batches each arm skips after the resume (default: up to the spike's end)")
@@ -95,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cap", action="append", default=[], metavar="ARM=X", help="--pivot: new cap of ARM")
     p.add_argument("--floor", action="append", default=[], metavar="ARM=Y", help="--pivot: new floor of ARM")
     p.add_argument("--drop", action="append", default=[], metavar="ARM", help="--pivot: drop ARM from run.toml")
-    p.add_argument("--yes", action="store_true", help="--pivot, --rollback: do not ask before stopping the trainer; with them and --start, "
-                        "run run.toml's launch command without asking when another user wrote run.toml")
+    p.add_argument("--yes", action="store_true",
+                   help="answer yes instead of asking: --pivot, --rollback (stopping the trainer), --start and the "
+                        "relaunches (a run.toml launch command another user wrote), --serve --allow-control off "
+                        "localhost")
     p.add_argument("--start", action="store_true",
                    help="launch andrea-train RUN_DIR (or run.toml's run.launch) detached, output to "
                         "RUN_DIR/trainer.log, then open the dashboard")
@@ -166,9 +184,12 @@ def _main(argv: list[str] | None) -> int:
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)
     if (args.cap or args.floor or args.drop) and not args.pivot or \
-            args.yes and not (args.pivot or args.rollback or args.start):
-        return _fail("--cap, --floor, --drop and --yes go with --pivot (--yes also with --rollback and --start)",
-                     EXIT_USAGE)
+            args.yes and not (args.pivot or args.rollback or args.start or args.serve):
+        return _fail("--cap, --floor, --drop and --yes go with --pivot (--yes also with --rollback, --start and "
+                     "--serve)", EXIT_USAGE)
+    refused = _serve_usage(args)
+    if refused:
+        return _fail(refused, EXIT_USAGE)
     if (args.to is not None or args.skip_batches is not None) and not args.rollback:
         return _fail("--to and --skip-batches go with --rollback", EXIT_USAGE)
     bad_path = run_dir_problem(run_dir, may_create=args.start)
@@ -177,7 +198,11 @@ def _main(argv: list[str] | None) -> int:
     inspect = args.inspect is not None or args.against
     dashboard = not (args.once or args.json or args.check or inspect or args.checkpoint or args.stop
                      or args.pivot or args.pivot_rollback or args.rollback)
-    if dashboard and not sys.stdout.isatty():
+    if args.serve:
+        return _serve(run_dir, args)
+    # A console in a browser tab of --serve draws through Textual's web driver (named by
+    # TEXTUAL_DRIVER), not on a terminal.
+    if dashboard and not sys.stdout.isatty() and not os.environ.get("TEXTUAL_DRIVER"):
         return _fail("the dashboard needs a terminal, and stdout is not one: use --once (text) or --json",
                      EXIT_USAGE)
     if is_runs_dir(run_dir):             # runs/: every run at once
@@ -202,11 +227,54 @@ def _main(argv: list[str] | None) -> int:
             return code
     open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window, stall_after=args.stall_after,
                    spikes=(args.spike_window, args.spike_k), bell=not args.no_bell, notify=args.notify_argv,
+                   read_only=args.read_only,
                    **({"notify_timeout": args.notify_timeout} if args.notify_timeout is not None else {}))
     if child is not None and child.poll() is None:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
               f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
     return EXIT_OK
+
+
+def _serve_usage(args: argparse.Namespace) -> str | None:
+    """Why the --serve and --read-only options do not go together as given (None: they do)."""
+    if (args.host is not None or args.port is not None or args.allow_control) and not args.serve:
+        return "--host, --port and --allow-control go with --serve"
+    if args.read_only and args.allow_control:
+        return "--read-only and --allow-control contradict each other"
+    if args.port is not None and not 0 <= args.port <= 65535:
+        return f"--port {args.port}: expected 0 to 65535 (0: any free port)"
+    changes = [flag for flag, on in (("--start", args.start), ("--checkpoint", args.checkpoint),
+                                     ("--stop", args.stop), ("--pivot", args.pivot),
+                                     ("--pivot-rollback", args.pivot_rollback), ("--rollback", args.rollback)) if on]
+    if changes and (args.read_only or args.serve and not args.allow_control):
+        return (f"{changes[0]}: refused: this console is read-only (--serve without --allow-control, or "
+                "--read-only), it never signals or changes a run")
+    if args.serve and (args.inspect is not None or args.against):
+        return "--inspect does not go with --serve (the dashboard's i key inspects)"
+    if args.serve and args.notify is not None:
+        return "--notify does not go with --serve: every open tab would run it (use a terminal console or --check)"
+    return None
+
+
+def _serve(run_dir: Path, args: argparse.Namespace) -> int:
+    """``--serve`` (with ``--allow-control --start``, the trainer is started first)."""
+    if args.start and is_runs_dir(run_dir):
+        return _fail(f"{run_dir} holds run directories: --start acts on one run, name it ({run_dir / 'NAME'})",
+                     EXIT_USAGE)
+    try:
+        from .serve import serve
+    except ImportError as err:
+        return _fail(f"--serve needs textual-serve: pip install 'andrea-console[serve]' ({err})", EXIT_USAGE)
+    child = None
+    if args.start:
+        child, code = _start(run_dir, args.preset, list(args.sbatch) if args.slurm else None)
+        if code:
+            return code
+    code = serve(run_dir, args, _fail, _asker(args))
+    if child is not None and child.poll() is None:
+        print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
+              f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
+    return code
 
 
 def run_dir_problem(run_dir: Path, may_create: bool = False) -> str | None:

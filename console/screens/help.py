@@ -99,6 +99,9 @@ class HelpScreen(ModalScreen[None]):
         box.border_title = "andrea-console help"
         box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc ? q close"
         with box:
+            if getattr(self.app, "read_only", False):
+                yield Static(Text("read-only: c, s, p and r are refused here (--serve without --allow-control, "
+                                  "or --read-only)\n", style="bold yellow"))
             yield Static(Text("keys", style="bold"))
             yield Static(keys)
             yield Static(Text("\noverview of a runs directory (andrea-console runs/)", style="bold"))

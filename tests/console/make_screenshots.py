@@ -3,7 +3,9 @@
     python -m tests.console.make_screenshots      (or: make screenshots)
 
 The run directories are the snapshot tests' (tests/rundirs.py, a fixed clock, a fake
-live trainer), so the pictures change only when the console does.
+live trainer), so the pictures change only when the console does. One more, a PNG: the
+dashboard served in a browser (``--serve``) on a live micro trainer, taken by chromium
+where it is installed (else skipped, saying why).
 """
 
 from __future__ import annotations
@@ -71,11 +73,44 @@ async def shoot(name: str, app, size, keys) -> Path:
         return Path(app.save_screenshot(f"{name}.svg", str(OUT)))
 
 
+def shoot_web(tmp: Path) -> Path | None:
+    """``dashboard-web.png``: a live micro trainer's dashboard in chromium, read-only, after
+    ``c`` was refused."""
+    from tests.console import browser
+    from tests.console.trainer_proc import Trainer
+    from rundir.layout import LOSS_JSON
+
+    why = browser.missing()
+    if why:
+        print(f"dashboard-web.png: skipped: {why}", file=sys.stderr)
+        return None
+    from playwright.sync_api import sync_playwright
+
+    run = tmp / "web" / "demo"
+    run.parent.mkdir()
+    with Trainer(run), sync_playwright() as playwright, browser.Served(run) as served:
+        # Enough steps for a curve.
+        browser.wait_until(lambda: (run / LOSS_JSON).read_bytes().count(b"\n") >= 300, what="300 steps")
+        chromium = browser.launch(playwright)
+        page, _ = browser.open_page(chromium, served.url, size=(1600, 1000))
+        browser.wait_for_text(page, "running")
+        browser.press(page, "c")
+        browser.wait_for_text(page, "c: refused")
+        page.wait_for_timeout(1500)         # the frame after the text arrived, and the next read
+        path = OUT / "dashboard-web.png"
+        page.screenshot(path=str(path))
+        chromium.close()
+    return path
+
+
 def main() -> int:
     OUT.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name, app, size, keys in states(Path(tmp)):
             path = asyncio.run(shoot(name, app, size, keys))
+            print(path.relative_to(OUT.parent))
+        path = shoot_web(Path(tmp))
+        if path is not None:
             print(path.relative_to(OUT.parent))
     return 0
 

@@ -429,27 +429,6 @@ async def test_no_problem_no_pinned_line(tmp_path):
         assert not bar.display and bar.region.height == 0
 
 
-def test_a_trainer_stopped_by_a_signal_is_said_so(tmp_path):
-    """SIGSTOP (Ctrl-Z): the process lives, verified, and makes no progress; the console says
-    it is stopped by a signal (state T), and how it goes on, not only that it stalled."""
-    import json
-    import signal
-
-    from tests.console.test_cli import console
-
-    run = tmp_path / "live"
-    with Trainer(run) as trainer:
-        os.kill(trainer.proc.pid, signal.SIGSTOP)
-        try:
-            out = console(run, "--once", "--stall-after", "1").stdout
-            assert "suspended" in out and "stopped by a signal (state T" in out and "kill -CONT" in out, out
-            data = json.loads(console(run, "--json").stdout)["trainer"]
-            assert data["state"] == "running" and data["label"] == "suspended"
-            assert data["suspended"].startswith("stopped by a signal (state T")
-        finally:
-            os.kill(trainer.proc.pid, signal.SIGCONT)
-
-
 @pytest.mark.skipif(os.getuid() != 0, reason="reading as another user (root reads any directory) needs root")
 def test_a_directory_that_can_be_listed_but_not_searched_is_unreadable(tmp_path):
     """Mode r-- without x: the names list, the files cannot be reached. It said "directory ok"

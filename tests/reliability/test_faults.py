@@ -235,7 +235,7 @@ def test_max_nonfinite_zero_never_stops(trainer_run):
 
 # -- a stalled trainer, and a second trainer that changes nothing -----------------------
 
-def test_a_stopped_process_is_shown_stalled_and_a_second_trainer_changes_nothing(trainer_run, reliability_report):
+def test_a_stopped_process_is_shown_suspended_and_a_second_trainer_changes_nothing(trainer_run, reliability_report):
     run = trainer_run("stalled")
     proc = start_trainer(run, "--checkpoint-every", "100000")
     try:
@@ -247,11 +247,13 @@ def test_a_stopped_process_is_shown_stalled_and_a_second_trainer_changes_nothing
             time.sleep(1.5)
             data = json.loads(console(run, "--json", "--stall-after", "1").stdout)
             t = data["trainer"]
-            assert t["state"] == "running" and t["label"] == "stalled" and t["stalled"] and t["stalled_for"] > 1
-            assert t["stall_threshold"] == 1
-            assert any(p.startswith("trainer STALLED: no new step for") for p in data["problems"])
+            # Stalled, and why: the kernel stopped it (it used to say only "stalled").
+            assert t["state"] == "running" and t["label"] == "suspended" and t["stalled"] and t["stalled_for"] > 1
+            assert t["stall_threshold"] == 1 and t["suspended"].startswith("stopped by a signal (state T")
+            assert any(p.startswith("trainer STALLED: no new step for") and "stopped by a signal (state T" in p
+                       for p in data["problems"])
             once = console(run, "--once", "--stall-after", "1").stdout
-            assert "trainer      stalled · pid" in once and "(STALLED: no new step for" in once
+            assert "trainer      suspended · pid" in once and "(STALLED: no new step for" in once
             # The default threshold (60 s) is not reached.
             assert not json.loads(console(run, "--json").stdout)["trainer"]["stalled"]
 
