@@ -17,7 +17,13 @@ $(BIN)/.installed: pyproject.toml setup.py rundir/_tensor_sums.c Makefile
 
 install: $(BIN)/.installed
 
-demo: install
+# The dashboard needs a terminal: without one (make demo | tee LOG) say so before installing
+# anything, not after a minute of installing.
+demo:
+	@test -t 1 || { echo "make demo: the dashboard needs a terminal, and stdout is not one (a pipe, as in" \
+		"make demo | tee LOG): nothing was installed or started; run it in a terminal (a run as text:" \
+		".venv/bin/andrea-console RUN_DIR --once)" >&2; exit 2; }
+	@$(MAKE) --no-print-directory install
 	$(BIN)/andrea-console $(DEMO_DIR) --start --preset tiny
 
 test: install

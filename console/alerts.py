@@ -26,7 +26,7 @@ from rundir.spikes import DEFAULT_WINDOW
 from .findings import spike_text
 from rundir.text import strict_json_value
 
-from .format import LINE_LIMIT, printable
+from .format import LINE_LIMIT, format_counter, printable
 from .views import RunSnapshot
 
 NOTIFY_TIMEOUT_S = 10.0
@@ -113,12 +113,12 @@ def current_alerts(snap: RunSnapshot) -> list[Alert]:
         out.append(Alert("disk", "error", text, "disk"))
     stop = snap.safety_stop
     if stop is not None:
-        out.append(Alert("divergence", "error", f"trainer stopped: the run diverged at step {stop.step} "
+        out.append(Alert("divergence", "error", f"trainer stopped: the run diverged at step {format_counter(stop.step)} "
                                                 f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)",
                          f"divergence:{stop.line}", stop.step, ended_pid=_started_pid(snap, stop.line)))
     failed = snap.failed_checkpoint
     if failed is not None:
-        out.append(Alert("checkpoint", "error", f"checkpoint FAILED at step {failed.step}: "
+        out.append(Alert("checkpoint", "error", f"checkpoint FAILED at step {format_counter(failed.step)}: "
                                                 f"{printable(failed.data.get('error', 'write error'), LINE_LIMIT)}",
                          f"checkpoint:{failed.line}", failed.step))
     exited = _abnormal_exit(snap)

@@ -49,6 +49,8 @@ URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
+# The loss plot's keys share one description where the key bar is narrow ("l w e x plot").
+PLOT_KEYS = Binding.Group("plot")
 DASHBOARD_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "inspect", "log_y", "window", "smoothing",
                                "x_axis", "help", "quit"})
 # The app's actions that signal or change a run: a read-only console (--read-only, every
@@ -66,12 +68,12 @@ class ConsoleApp(App[None]):
         Binding("c", "checkpoint", "checkpoint"),
         Binding("s", "stop", "stop"),
         Binding("p", "pivot", "pivot"),
+        Binding("r", "rollback", "rollback"),
         Binding("i", "inspect", "inspect"),
-        Binding("r", "rollback", "rollback", show=False),
-        Binding("l", "log_y", "log-y"),
-        Binding("w", "window", "window"),
-        Binding("e", "smoothing", "smooth"),
-        Binding("x", "x_axis", "x-axis", show=False),
+        Binding("l", "log_y", "log-y", group=PLOT_KEYS),
+        Binding("w", "window", "window", group=PLOT_KEYS),
+        Binding("e", "smoothing", "smooth", group=PLOT_KEYS),
+        Binding("x", "x_axis", "x-axis", group=PLOT_KEYS),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help", key_display="?"),
     ]
@@ -304,7 +306,8 @@ class ConsoleApp(App[None]):
         if outcome is None:
             self.say("pivot screen closed: nothing was done")
         else:
-            self.say(f"pivot: {outcome.message}", "good" if outcome.ok else "error")
+            # As --pivot prints it: a success names the pivot itself ("pivot complete: ...").
+            self.say(outcome.message if outcome.ok else f"pivot: {outcome.message}", "good" if outcome.ok else "error")
             self.request_read(ALL_KINDS)
 
     def action_inspect(self) -> None:
@@ -321,8 +324,8 @@ class ConsoleApp(App[None]):
         # Imported here: the table and progress bar are not needed for the first frame.
         from .screens.inspector import InspectorScreen
 
-        readable = [c.path for c in checkpoints if c.status != "invalid"]
-        self.push_screen(InspectorScreen(info.path, readable if info.path in readable else None))
+        # [ and ] move between the readable ones (from an invalid one too: it stands at its step).
+        self.push_screen(InspectorScreen(info.path, [c.path for c in checkpoints if c.status != "invalid"]))
 
     @work(exclusive=True, group="rollback-screen")
     async def action_rollback(self) -> None:
@@ -334,7 +337,8 @@ class ConsoleApp(App[None]):
         if outcome is None:
             self.say("rollback screen closed: nothing was done")
         else:
-            self.say(f"rollback: {outcome.message}", "good" if outcome.ok else "error")
+            self.say(outcome.message if outcome.ok else f"rollback: {outcome.message}",
+                     "good" if outcome.ok else "error")
             self.request_read(ALL_KINDS)
 
     def action_log_y(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from rundir import HistoryEvent
 from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
-from .format import format_size, printable, stall_text
+from .format import format_counter, format_size, printable, stall_text
 from .views import LISTED, Notice, RunSnapshot, many, names_and_more
 
 
@@ -122,12 +122,17 @@ def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
         value = d.get(key)
         return printable(value) if value not in (None, "") else default
 
+    def step_field(key: str) -> str:
+        # A step the event names (the event's own where it names none), with thousands separators.
+        value = d.get(key, ev.step)
+        return "None" if value is None else format_counter(value)
+
     at = f" at step {ev.step:,}" if ev.step is not None else ""
     if ev.event == EVENT_CHECKPOINT:
         return None                      # the checkpoint file landing says it, with its status
     if ev.event == EVENT_RESUME:
         src = field("checkpoint") or field("path")
-        return f"trainer resumed from step {field('from_step', str(ev.step))}" + (f" ({src})" if src else ""), "info"
+        return f"trainer resumed from step {step_field('from_step')}" + (f" ({src})" if src else ""), "info"
     if ev.event == EVENT_ZOMBIE:
         return f"trainer dropped zombie arm {field('arm', '?')}: {field('reason')}".rstrip(": "), "error"
     if ev.event == EVENT_PIVOT:
@@ -138,7 +143,7 @@ def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
         return f"could not write {field('file', 'a file')}{at}: {field('error', 'write error')}", "warn"
     if ev.event == EVENT_STOP and d.get("reason") == "nonfinite":
         return (f"trainer STOPPED{at}: the run diverged ({field('in_a_row', '?')} non-finite steps in a row; "
-                f"last good step {field('last_good_step', 'None')})"), "error"
+                f"last good step {step_field('last_good_step')})"), "error"
     if ev.event == EVENT_STOP:
         return f"trainer logged stop{at}" + (f" ({field('reason')})" if d.get("reason") else ""), "info"
     if ev.event == EVENT_SIGNAL:

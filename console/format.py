@@ -12,6 +12,9 @@ from rundir.text import LINE_LIMIT, printable, printable_block  # noqa: F401
 # The loss plot's x axes (the x key cycles them; --x-axis picks one): here, not in the
 # plot module, so that the command line offers them without loading numpy.
 X_AXES = ("step", "tokens", "time")
+# What every step of a history must have for an x axis other than the step (else the plot
+# is by step, and says so).
+AXIS_NEEDS = {"time": "a time", "tokens": "a token count"}
 
 if TYPE_CHECKING:
     from rundir.storage import Storage
@@ -124,3 +127,15 @@ def format_pct(x: float | None) -> str:
     if x is None or not math.isfinite(100 * x):
         return "-"
     return f"{100 * x:.1f}%" if abs(100 * x) < 1e6 else f"{100 * x:.3g}%"
+
+
+def format_counter(value: object) -> str:
+    """A counter from the run directory (the bandit's phase): a whole number with thousands
+    separators, a fraction in four significant digits, anything else as printable text."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return format(value, ".4g")
+    return printable(value)

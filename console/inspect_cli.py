@@ -39,7 +39,7 @@ def resolve(run_dir: Path, spec: str | None) -> Path:
     if spec:
         path = checkpoint_path(run_dir, int(spec))
         if not path.exists():
-            raise InspectUsageError(f"{run_dir}: no checkpoint of step {int(spec)} ({path.name})", EXIT_REFUSED)
+            raise InspectUsageError(f"{run_dir}: no checkpoint of step {int(spec):,} ({path.name})", EXIT_REFUSED)
         return path
     info = latest_resumable(run_dir)
     if info is None:

@@ -101,7 +101,7 @@ class PivotRunner(JournalledRunner):
             write_journal(self.run_dir, journal)
         self.report("5", "run.toml: " + policy_text(journal.new_policy))
         self._resume(journal)
-        return PivotOutcome(True, f"pivot complete: the trainer resumed from step {p} with a fresh bandit; "
+        return PivotOutcome(True, f"pivot complete: the trainer resumed from step {p:,} with a fresh bandit; "
                                   f"archive {journal.archive}/", p, journal.archive)
 
     def _plan(self, config: RunConfig) -> tuple[PivotJournal, RunConfig]:
@@ -139,7 +139,7 @@ class PivotRunner(JournalledRunner):
             if info is None:
                 raise PivotFailed(f"step 1: {why}; the pivot stopped before anything changed")
             journal.audit_step = info.step
-            self.report("1", f"landed at step {info.step}")
+            self.report("1", f"landed at step {info.step:,}")
         elif v.state in ("stopped", "stale"):
             self.report("1", "no trainer running: the newest complete checkpoint is the audit point")
         else:
@@ -169,7 +169,7 @@ class PivotRunner(JournalledRunner):
         journal.final_step = final.step
         journal.advance("stopped", f"P = {final.step}")
         write_journal(self.run_dir, journal)
-        self.report("2", f"stopped; final checkpoint at step P = {final.step}")
+        self.report("2", f"stopped; final checkpoint at step P = {final.step:,}")
         return True
 
     def _resume(self, journal: PivotJournal) -> None:
@@ -185,7 +185,7 @@ class PivotRunner(JournalledRunner):
                           confirm_launch=self.confirm,
                           retry="run the pivot again to retry step 6, or roll it back with --pivot-rollback")
         self._file_finished_journal(journal, PIVOT_RECORD, p)
-        self.report("6", f"running again from step {p}, bandit fresh under the new policy")
+        self.report("6", f"running again from step {p:,}, bandit fresh under the new policy")
 
 
 def _request_matches(request: PivotRequest, journal: PivotJournal) -> bool:

@@ -471,9 +471,9 @@ class RunReader:
             loss = h.loss
             tail = loss[-max(update.new_steps, 1):]
             bad = h.step[-len(tail):][~np.isfinite(tail)]
-            where = ", ".join(str(int(s)) for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
+            where = ", ".join(f"{int(s):,}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
             notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
-                                  f"{update.new_nonfinite} non-finite loss value(s)", "error"))
+                                  f"{update.new_nonfinite:,} non-finite loss value(s)", "error"))
         for ev in ([] if first else update.new_events):     # the whole past is not news
             text = event_notice(ev)
             if text:

@@ -18,8 +18,9 @@ from rich.console import Console
 from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK
 
-from .format import (LINE_LIMIT, format_age, format_ago, format_float, format_pct, format_rate, format_size, format_uptime, printable,
-                     printable_block, slurm_text, stall_text, storage_text)
+from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_counter, format_float, format_pct,
+                     format_rate, format_size, format_uptime, printable, printable_block, slurm_text, stall_text,
+                     storage_text)
 from .findings import findings_json, findings_lines
 from .plot import PlotOptions, finding_markers, plot_markers, plot_text, plot_x
 from .views import RunSnapshot
@@ -39,7 +40,9 @@ def _num(x: Any) -> Any:
 def trainer_line(snap: RunSnapshot, now: float) -> str:
     t = snap.trainer
     parts = [t.label]
-    if t.pid is not None:
+    # A trainer that is not running is said by the verification's reason, which names the
+    # pid it looked at: the record's pid beside it would say it twice ("pid 400 (pid 400 ...").
+    if t.pid is not None and t.state == "running":
         parts.append(f"pid {t.pid}")
     if t.state == "running":
         if t.started:
@@ -142,6 +145,9 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
             e.event == EVENT_ROLLBACK for e in h.events) else ""
         rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
         by = {"tokens": " by tokens", "time": " by wall clock"}.get(axis, "")
+        if axis != opts.x_axis:
+            lines.append(f"x axis: step, not {opts.x_axis}: not every step of the history has "
+                         f"{AXIS_NEEDS[opts.x_axis]}")
         scale = ", log scale" if opts.log_y else ""
         lines.append(f"loss{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
                      f"{rolled_back}{rewound})")
@@ -160,7 +166,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
             state = "" if p.finished else " (unfinished)"
             lines.append(f"  {at:<14} {printable(p.archive)}/{state}  {printable(p.policy, LINE_LIMIT)}")
         lines.append("")
-    phase = ", ".join(f"{printable(k)}={printable(v)}" for k, v in snap.arms.phase.items())
+    phase = ", ".join(f"{printable(k)}={format_counter(v)}" for k, v in snap.arms.phase.items())
     lines.append(f"arms ({len(snap.arms.rows)}; policy from {snap.arms.policy_from}"
                  + (f"; phase {phase}" if phase else "") + ")")
     lines.extend(arm_lines(snap) or ["  none"])

@@ -32,7 +32,8 @@ import numpy as np
 from rundir import (CheckpointInfo, ConfigError, LossHistory, checkpoint_path, inspect_checkpoint, latest_resumable,
                     list_checkpoints, load_run_config, newest_complete_since, verify_checksum, verify_trainer)
 from rundir.abandoned import abandoned_mask
-from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD
+from rundir.config import AlertsConfig
+from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD, RUN_TOML
 from rundir.pivot_files import read_journal as read_pivot_journal
 from rundir.rollback_files import (Loss, RollbackError, RollbackJournal, check_skip_batches, choose_checkpoint,
                                    lost_training, read_rollback_journal, set_aside_checkpoints,
@@ -105,17 +106,27 @@ def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) 
     """Choose X and N and say what is lost; reads only. Raises :class:`RollbackError` (or
     ``ConfigError``) saying why there is nothing to roll back to."""
     run_dir = Path(run_dir)
-    alerts = load_run_config(run_dir).alerts
     history = LossHistory(run_dir / LOSS_JSON)
     history.refresh()
+    if not os.path.lexists(run_dir / RUN_TOML):
+        raise RollbackError(_not_this_trainers_run(run_dir, history, request))
+    alerts = load_run_config(run_dir).alerts
     spike = newest_spike(history, request.window or alerts.window, request.k or alerts.k)
     if request.to_step is not None and (isinstance(request.to_step, bool) or request.to_step < 0):
-        raise RollbackError(f"--to {request.to_step!r}: expected a step number >= 0")
-    info = choose_checkpoint(list_checkpoints(run_dir), spike_start=spike.start if spike else None,
-                             margin=alerts.rollback_margin, to_step=request.to_step)
+        raise RollbackError.about_choices(f"{{to}} {request.to_step!r}: expected a step number >= 0")
+    checkpoints = list_checkpoints(run_dir)
+    try:
+        info = choose_checkpoint(checkpoints, spike_start=spike.start if spike else None,
+                                 margin=alerts.rollback_margin, to_step=request.to_step)
+    except RollbackError as err:
+        foreign = sum(c.status == "foreign" for c in checkpoints)
+        if not foreign or any(c.status == "complete" for c in checkpoints):
+            raise
+        raise RollbackError(f"{err}; the {foreign:,} checkpoint(s) here are foreign: {NEEDS_OWN_CHECKPOINT}") from None
     last = history.head_step
     if last is None or last <= info.step:
-        raise RollbackError(f"the run is at step {last}: nothing after step {info.step} to roll back")
+        raise RollbackError(f"the run is at step {'none' if last is None else f'{last:,}'}: nothing after "
+                            f"step {info.step:,} to roll back")
     if request.skip_batches is not None:
         skip = check_skip_batches(request.skip_batches)
     else:
@@ -123,6 +134,34 @@ def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) 
     tokens = (info.sidecar or {}).get("tokens_seen")
     loss = lost_training(history, info.step, tokens if isinstance(tokens, int) else None)
     return RollbackProposal(info, spike, skip, loss, alerts.rollback_margin)
+
+
+# Why another engine's run cannot be rolled back: what a resume reads.
+NEEDS_OWN_CHECKPOINT = ("a rollback resumes andrea-train from one of its own complete checkpoints (the .bin with "
+                        "its .json, which holds the step, the data position and the model config), under the run's "
+                        "run.toml")
+
+
+def _not_this_trainers_run(run_dir: Path, history: LossHistory, request: RollbackRequest) -> str:
+    """What was found in a run without a run.toml (another engine's), and why it cannot be
+    rolled back (the spike found with the default detection, or --spike-window/--spike-k)."""
+    defaults = AlertsConfig()
+    spike = newest_spike(history, request.window or defaults.window, request.k or defaults.k) \
+        if history.last_step is not None else None
+    checkpoints = list_checkpoints(run_dir)
+    found = f"found {spike_span(spike)}" if spike else "found no loss spike"
+    foreign = sum(c.status == "foreign" for c in checkpoints)
+    of_them = "all" if foreign == len(checkpoints) else f"{foreign:,} of them"
+    files = f"{len(checkpoints):,} checkpoint(s), {of_them} foreign (weights, m and v only)" if foreign else \
+        f"{len(checkpoints):,} checkpoint(s)"
+    return (f"{found} and {files}; but there is no run.toml, so this is not andrea-train's run (another "
+            f"engine's, or one not started yet), and {NEEDS_OWN_CHECKPOINT}")
+
+
+def spike_span(spike: Spike) -> str:
+    """``the loss spike at steps 110,000–110,039 (peak 9.5 at step 110,002)``."""
+    steps = f"step {spike.start:,}" if spike.end == spike.start else f"steps {spike.start:,}–{spike.end:,}"
+    return f"the loss spike at {steps} (peak {spike.peak_loss:.4g} at step {spike.peak_step:,})"
 
 
 class RollbackRunner(JournalledRunner):
@@ -143,8 +182,8 @@ class RollbackRunner(JournalledRunner):
         if not journal.done("set_aside"):
             self._set_aside(journal)
         self._resume(journal)
-        return RollbackOutcome(True, f"rollback complete: the trainer resumed from step {journal.to_step} skipping "
-                                     f"{journal.skip_batches} batches per arm; checkpoints after it in "
+        return RollbackOutcome(True, f"rollback complete: the trainer resumed from step {journal.to_step:,} skipping "
+                                     f"{journal.skip_batches:,} batches per arm; checkpoints after it in "
                                      f"{journal.archive}/", journal.to_step, journal.archive)
 
     def _plan(self) -> RollbackJournal | None:
@@ -155,10 +194,10 @@ class RollbackRunner(JournalledRunner):
             asked = self.request
             if (asked.to_step is not None and asked.to_step != journal.to_step) or \
                     (asked.skip_batches is not None and asked.skip_batches != journal.skip_batches):
-                raise StepFailed(f"an interrupted rollback to step {journal.to_step} (skipping {journal.skip_batches} "
+                raise StepFailed(f"an interrupted rollback to step {journal.to_step:,} (skipping {journal.skip_batches:,} "
                                  f"batches; last completed stage: {journal.stage}) is pending: run --rollback "
                                  "again without --to and --skip-batches to complete it")
-            self.report("plan", f"completing the interrupted rollback to step {journal.to_step} (last completed "
+            self.report("plan", f"completing the interrupted rollback to step {journal.to_step:,} (last completed "
                                 f"stage: {journal.stage})")
             return journal
         pivot, pivot_error = read_pivot_journal(self.run_dir)
@@ -183,9 +222,7 @@ class RollbackRunner(JournalledRunner):
             sent, _ = self._send_stop_and_wait("1", after_timeout="; run --rollback again to continue")
             final = newest_complete_since(self.run_dir, sent.baseline)
             journal.final_step = final.step if final is not None else None
-        elif v.state in ("stopped", "stale"):
-            self.report("1", "no trainer running: nothing to stop")
-        else:
+        elif v.state not in ("stopped", "stale"):
             raise StepFailed(f"step 1: {supervise.refusal(v)}; the rollback never signals an unverified process")
         if verify_trainer(self.run_dir).ok:                    # verified: nothing trains the run now
             raise StepFailed("step 1: a trainer runs the directory again; run --rollback again to continue")
@@ -194,8 +231,13 @@ class RollbackRunner(JournalledRunner):
         journal.from_step = history.head_step
         journal.advance("stopped", f"newest step {journal.from_step}, final checkpoint {journal.final_step}")
         write_rollback_journal(self.run_dir, journal)
-        final = f"; its final checkpoint at step {journal.final_step} is kept" if journal.final_step is not None else ""
-        self.report("1", f"stopped at step {journal.from_step}{final}")
+        newest = "none" if journal.from_step is None else f"{journal.from_step:,}"
+        if v.ok:
+            final = f"; its final checkpoint at step {journal.final_step:,} is kept" \
+                if journal.final_step is not None else ""
+            self.report("1", f"stopped at step {newest}{final}")
+        else:
+            self.report("1", f"no trainer running, nothing to stop; the run is at step {newest}")
 
     def _set_aside(self, journal: RollbackJournal) -> None:
         x = journal.to_step
@@ -208,11 +250,11 @@ class RollbackRunner(JournalledRunner):
         newest = latest_resumable(self.run_dir)
         if newest is None or newest.step != x:                  # verified: X is now the newest
             raise StepFailed(f"step 2: after setting aside, the newest checkpoint is "
-                             f"{newest.path.name if newest else 'none'}, not step {x}; run --rollback again")
+                             f"{newest.path.name if newest else 'none'}, not step {x:,}; run --rollback again")
         journal.advance("set_aside", str(dest.relative_to(self.run_dir)))
         write_rollback_journal(self.run_dir, journal)
-        moved = ", ".join(str(s) for s in journal.set_aside) or "none"
-        self.report("2", f"checkpoints after step {x} (steps {moved}) moved to {journal.archive}/")
+        moved = ", ".join(f"{s:,}" for s in journal.set_aside) or "none"
+        self.report("2", f"checkpoints after step {x:,} (steps {moved}) moved to {journal.archive}/")
 
     def _resume(self, journal: RollbackJournal) -> None:
         checkpoint = checkpoint_path(self.run_dir, journal.to_step)
@@ -221,12 +263,12 @@ class RollbackRunner(JournalledRunner):
                           arrived=lambda history: rollback_event(history, journal) is not None,
                           report=lambda text: self.report("3", text),
                           launching=f"launching the trainer from {checkpoint.name} skipping "
-                                    f"{journal.skip_batches} batches per arm ...",
+                                    f"{journal.skip_batches:,} batches per arm ...",
                           awaited="the rollback", step="step 3", timeout=self.timeout, cancelled=self.cancelled,
                           confirm_launch=self.confirm,
                           retry="run --rollback again to retry step 3")
         self._file_finished_journal(journal, ROLLBACK_RECORD, journal.to_step)
-        self.report("3", f"running again from step {journal.to_step}")
+        self.report("3", f"running again from step {journal.to_step:,}")
 
 
 def rollback_event(history: LossHistory, journal: RollbackJournal) -> Any:
@@ -246,5 +288,5 @@ def pending_rollback(run_dir: str | os.PathLike[str]) -> str | None:
         return error
     if journal is None:
         return None
-    return (f"a rollback to step {journal.to_step} is unfinished (last completed stage: {journal.stage}); "
+    return (f"a rollback to step {journal.to_step:,} is unfinished (last completed stage: {journal.stage}); "
             "r or --rollback completes it")

@@ -22,7 +22,7 @@ from rundir.spikes import Spike
 from rundir.storage import Storage
 from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 
-from .format import LINE_LIMIT, format_size, printable, stall_text
+from .format import LINE_LIMIT, format_counter, format_size, printable, stall_text
 
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
@@ -287,10 +287,11 @@ class RunSnapshot:
             out.append(f"trainer STALLED: {stall_text(self.trainer)}")
         failed = self.failed_checkpoint
         if failed is not None:
-            out.append(f"checkpoint FAILED at step {failed.step}: {printable(failed.data.get('error', 'write error'))}")
+            out.append(f"checkpoint FAILED at step {format_counter(failed.step)}: "
+                       f"{printable(failed.data.get('error', 'write error'))}")
         stop = self.safety_stop
         if stop is not None:
-            out.append(f"trainer stopped: the run diverged at step {stop.step} "
+            out.append(f"trainer stopped: the run diverged at step {format_counter(stop.step)} "
                        f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)")
         if self.pending_pivot:
             out.append(self.pending_pivot)

@@ -103,7 +103,7 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     if n_params <= 0:
         return invalid(f"header n_params = {n_params}, must be > 0")
     if step != name_step:
-        return invalid(f"header step {step} differs from the file name's step {name_step}", n_params)
+        return invalid(f"header step {step:,} differs from the file name's step {name_step:,}", n_params)
     want = expected_size(n_params)
     if st.st_size != want:
         kind = "truncated" if st.st_size < want else "too long"

@@ -53,25 +53,38 @@ class ResumeCheck:
 
     def text(self) -> str:
         """One line for the events pane."""
-        s = self.from_step
+        s = f"{self.from_step:,}"
         if self.changed:
             what = "; ".join(self.changed)
             same = "identical" if self.identical else "not identical (expected)"
-            return f"resume at {s} changed what is computed ({what}): {self.compared} re-run steps {same}"
+            return f"resume at {s} changed what is computed ({what}): {self.compared:,} re-run steps {same}"
         if not self.identical:
             d = self.first_difference or {}
             key = "loss" if d.get("loss", [0, 0])[0] != d.get("loss", [0, 0])[1] else "grad_norm"
             a, b = d.get(key, [math.nan, math.nan])
-            return f"resume at {s} DIVERGED at step {d.get('step')}: {a!r} vs {b!r}"
+            step = d.get("step")
+            at = f"{step:,}" if isinstance(step, int) else str(step)
+            return f"resume at {s} DIVERGED at step {at}: {_told_apart(a, b)}"
         if self.complete and self.compared:
-            return f"resume at {s} verified: {self.compared} steps identical"
-        return f"resume at {s}: {self.compared} re-run steps identical so far"
+            return f"resume at {s} verified: {self.compared:,} steps identical"
+        return f"resume at {s}: {self.compared:,} re-run steps identical so far"
 
     def to_dict(self) -> dict[str, Any]:
         """``--json``'s ``history.resume_checks`` entry."""
         return {"from_step": self.from_step, "compared": self.compared, "identical": self.identical,
                 "first_difference": self.first_difference, "changed": list(self.changed),
                 "verdict": self.verdict}
+
+
+def _told_apart(a: float, b: float) -> str:
+    """``2.025 vs 2.5``: the two values in the fewest significant digits (at least four)
+    that still tell them apart, so a difference in the 16th digit shows and one in the
+    2nd does not drag 17 digits along."""
+    for digits in range(4, 18):
+        left, right = format(a, f".{digits}g"), format(b, f".{digits}g")
+        if left != right:
+            return f"{left} vs {right}"
+    return f"{a!r} vs {b!r}"
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:

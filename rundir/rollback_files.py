@@ -35,8 +35,36 @@ STAGES = ("planned", "stopped", "set_aside", "resumed")
 MAX_SKIP_BATCHES = 1_000_000      # far past PaLM's 200-500; a typo of more would only spin the samplers
 
 
+@dataclass(frozen=True)
+class ChoiceNames:
+    """How a front end names the rollback's two choices in a message: the command line's
+    options, or the rollback screen's fields."""
+
+    to: str                 # the checkpoint step, before a value: "--to 1,500"
+    choose_to: str          # how to choose that step: "pass --to STEP"
+    skip: str               # the batches to skip, before a value
+
+
+OPTION_NAMES = ChoiceNames(to="--to", choose_to="pass --to STEP", skip="--skip-batches")
+
+
 class RollbackError(RuntimeError):
-    """A rollback that cannot go ahead; the message says why (nothing was changed)."""
+    """A rollback that cannot go ahead; the message says why (nothing was changed).
+
+    A message about the operator's choices is a ``template`` naming them as ``{to}``,
+    ``{choose_to}`` and ``{skip}``: ``str()`` words it for the command line, and
+    :meth:`worded` for another front end."""
+
+    def __init__(self, message: str, *, template: str | None = None) -> None:
+        self.template = template
+        super().__init__(message if template is None else template.format(**vars(OPTION_NAMES)))
+
+    @classmethod
+    def about_choices(cls, template: str) -> "RollbackError":
+        return cls("", template=template)
+
+    def worded(self, names: ChoiceNames) -> str:
+        return str(self) if self.template is None else self.template.format(**vars(names))
 
 
 @dataclass
@@ -76,7 +104,8 @@ def remove_rollback_journal(run_dir: str | os.PathLike[str]) -> None:
 def check_skip_batches(n: Any) -> int:
     """``n`` as a batch count, or :class:`RollbackError` naming the problem."""
     if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_SKIP_BATCHES:
-        raise RollbackError(f"--skip-batches {n!r}: expected a whole number of batches from 0 to {MAX_SKIP_BATCHES:,}")
+        raise RollbackError.about_choices(f"{{skip}} {_braced(n)}: expected a whole number of batches from 0 to "
+                                          f"{MAX_SKIP_BATCHES:,}")
     return n
 
 
@@ -90,19 +119,20 @@ def choose_checkpoint(checkpoints: Iterable[CheckpointInfo], *, spike_start: int
         for info in complete:
             if info.step == to_step:
                 return info
-        have = ", ".join(str(c.step) for c in complete[-8:]) or "none"
-        raise RollbackError(f"--to {to_step}: there is no complete checkpoint at step {to_step} "
-                            f"(complete checkpoints: {have})")
+        have = ", ".join(f"{c.step:,}" for c in complete[-8:]) or "none"
+        raise RollbackError.about_choices(f"{{to}} {to_step}: there is no complete checkpoint at step {to_step:,} "
+                                          f"(complete checkpoints: {have})")
     if spike_start is None:
-        raise RollbackError("no loss spike in the history and no --to STEP: nothing to roll back past")
+        raise RollbackError.about_choices("no loss spike in the history: nothing to roll back past ({choose_to} "
+                                          "to go back to a checkpoint of your choice)")
     limit = spike_start - margin
     early = [c for c in complete if c.step <= limit]
     if not early:
-        oldest = f"the oldest complete checkpoint is at step {complete[0].step}" if complete else \
+        oldest = f"the oldest complete checkpoint is at step {complete[0].step:,}" if complete else \
             "there is no complete checkpoint"
-        raise RollbackError(f"no complete checkpoint at least {margin} steps (alerts.rollback_margin) before the "
-                            f"spike at step {spike_start}, i.e. at step {limit} or earlier: {oldest}; "
-                            "pass --to STEP to choose one")
+        raise RollbackError.about_choices(
+            f"no complete checkpoint at least {margin:,} steps (alerts.rollback_margin) before the spike at step "
+            f"{spike_start:,}, i.e. at step {limit:,} or earlier: {oldest}; {{choose_to}} to choose one")
     return early[-1]
 
 
@@ -118,7 +148,7 @@ class Loss:
 
     def describe(self) -> str:
         if not self.steps:
-            return f"no logged training after step {self.to_step} is lost"
+            return f"no logged training after step {self.to_step:,} is lost"
         parts = [f"steps {self.to_step + 1:,}..{self.last_step:,} ({self.steps:,} steps"]
         if self.tokens is not None:
             parts.append(f", {self.tokens:,} tokens")
@@ -126,6 +156,11 @@ class Loss:
             parts.append(f", {_duration(self.seconds)} of training")
         return "".join(parts) + ") are abandoned (their lines stay in the history; the checkpoints after "\
             f"step {self.to_step:,} are set aside, not deleted)"
+
+
+def _braced(value: Any) -> str:
+    """``repr(value)`` with its braces doubled: a value placed in a message template."""
+    return repr(value).replace("{", "{{").replace("}", "}}")
 
 
 def _duration(seconds: float) -> str:

@@ -76,6 +76,10 @@ class RunSummary:
         return str(self.path)
 
 
+def _step(step: int | None) -> str:
+    return "?" if step is None else f"{step:,}"
+
+
 def _ema(loss: np.ndarray, beta: float = EMA_BETA) -> float | None:
     """The debiased EMA at the last value (non-finite values skipped): a weighted mean."""
     ok = np.isfinite(loss)
@@ -141,14 +145,14 @@ def _tail_problems(tail: HistoryTail, newest: CheckpointInfo | None) -> list[str
         if ev.event == EVENT_CHECKPOINT_FAILED:
             step = ev.step if ev.step is not None else -1
             if newest is None or newest.step < step:
-                out.append(f"checkpoint FAILED at step {ev.step}: {ev.data.get('error', 'write error')}")
+                out.append(f"checkpoint FAILED at step {_step(ev.step)}: {ev.data.get('error', 'write error')}")
             break
         if ev.event in (EVENT_CHECKPOINT, EVENT_START, EVENT_RESUME):
             break
     for ev in reversed(tail.events):
         if ev.event == EVENT_STOP:
             if ev.data.get("reason") == "nonfinite":
-                out.append(f"trainer stopped: the run diverged at step {ev.step}")
+                out.append(f"trainer stopped: the run diverged at step {_step(ev.step)}")
             break
         if ev.event in (EVENT_START, EVENT_RESUME):
             break

@@ -145,13 +145,18 @@ def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
     samples, skipped = [], 0
     for item in items:
         # Other engines call the generated text "text" (or "output"); ours is "completion".
-        completion = next((item[key] for key in SAMPLE_TEXT_KEYS if isinstance(item.get(key), str)), None) \
+        key = next((key for key in SAMPLE_TEXT_KEYS if isinstance(item.get(key), str)), None) \
             if isinstance(item, dict) else None
-        if completion is None:
+        if key is None:
             skipped += 1
             continue
+        prompt, completion = str(item.get("prompt") or ""), item[key]
+        if key != "completion" and prompt and completion.startswith(prompt):
+            # Their "text" is often the whole text, prompt included: shown after the
+            # prompt as it is, it would say the prompt twice ("def def main()").
+            completion = completion[len(prompt):]
         samples.append(Sample(step=_count(item.get("step")), arm=str(item.get("arm") or ""),
-                              prompt=str(item.get("prompt") or ""), completion=completion,
+                              prompt=prompt, completion=completion,
                               temperature=_number(item.get("temperature")), time=_number(item.get("time"))))
     error = f"{path.name}: {skipped} malformed sample(s) skipped" if skipped else None
     return SidecarRead(samples, error)

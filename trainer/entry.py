@@ -1,7 +1,8 @@
 """``andrea-train``'s entry point: says how to install PyTorch when it is missing.
 
-The console and the run-directory library install without torch (``pip install
-andrea-console``); the trainer needs it (``pip install 'andrea-console[train]'``). This
+The console and the run-directory library install without torch (``pip install .`` in a
+checkout); the trainer needs it (``pip install '.[train]'``; the project is not published
+on a package index, so the command names the checkout, not a package name). This
 module imports nothing heavy, so the check costs nothing when torch is there, and
 ``--help`` and ``--prune`` (:mod:`trainer.prune`) work without it.
 """
@@ -12,8 +13,8 @@ import importlib.util
 import sys
 
 EXIT_USAGE = 2
-INSTALL_HINT = ("andrea-train: PyTorch is not installed; install the trainer with "
-                "pip install 'andrea-console[train]' (or pip install torch, with the build for your machine)")
+INSTALL_HINT = ("andrea-train: PyTorch is not installed; install the trainer's extra from the andrea-console "
+                "checkout with pip install '.[train]' there (or pip install torch, with the build for your machine)")
 
 
 def torch_installed() -> bool:

@@ -13,8 +13,11 @@ CONFIRM_KEYS = ("y", "Y", "enter")
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    def __init__(self, question: str, detail: str = "") -> None:
-        super().__init__()
+    """``at_top``: the box stands at the top of the screen, over what it may hide (the
+    guided screens' form, done with once it starts), not over their steps below."""
+
+    def __init__(self, question: str, detail: str = "", at_top: bool = False) -> None:
+        super().__init__(classes="-at-top" if at_top else None)
         self.question = question
         self.detail = detail
 

@@ -35,11 +35,18 @@ PANES = (("1", "events", "events"), ("2", "checkpoints", "checkpoints"), ("3", "
          ("4", "samples", "samples"), ("5", "problems", "problems"), ("6", "status", "status"))
 PANE_IDS = {name: wid for _, name, wid in PANES}
 FIRST_PANE = "events"
+# Said in the key bar after the keys, where they fit (README's key table ends with them).
+KEY_HINTS = ((f"1-{len(PANES)}", "panes"), ("Tab", "next pane"), ("↑↓", "rows"), ("⏎", "detail"))
 
 
 class DashboardScreen(Screen):
     AUTO_FOCUS = None           # no pane is focused until a number key (or Tab, or a click) picks one
-    BINDINGS = [Binding(key, f"pane('{name}')", name, show=False) for key, name, _ in PANES]
+    BINDINGS = [Binding(key, f"pane('{name}')", name, show=False) for key, name, _ in PANES] + [
+        # In both layouts Tab walks the panes in the tab strip's order, not Textual's focus
+        # chain: in the compact layout that chain holds only the pane in view.
+        Binding("tab", "next_pane(1)", "next pane", show=False),
+        Binding("shift+tab", "next_pane(-1)", "previous pane", show=False),
+    ]
 
     # A var, not a reactive: setting it must not repaint the whole screen, only the panes
     # whose part changed (they refresh themselves).
@@ -77,7 +84,7 @@ class DashboardScreen(Screen):
                 yield SamplesPane(id="samples", classes="pane")
         # The panes' keys are said where there is room; in the compact layout the tab strip
         # says them too.
-        yield KeyBar(hints=((f"1-{len(PANES)}", "panes"), ("Tab", "next pane"), ("↑↓", "rows"), ("⏎", "detail")))
+        yield KeyBar(hints=KEY_HINTS)
 
     _ready = False
     _early_notices: list[Notice]
@@ -152,6 +159,24 @@ class DashboardScreen(Screen):
             self.app.bell()
             return
         self._focus_pane()
+
+    def action_next_pane(self, step: int) -> None:
+        """Tab (``step`` 1) or Shift+Tab (-1): the next or previous pane, as its number key
+        would; from no focused pane (the full layout at start), the current one. The
+        problems pane is passed over where it is hidden (no problem, full layout)."""
+        names = [name for _, name, _ in PANES]
+        focused = self.focused
+        current = next((name for name in names if focused is not None
+                        and self.query_one(f"#{PANE_IDS[name]}") in focused.ancestors_with_self), None)
+        at = names.index(current if current is not None else self.pane)
+        if current is None and not self.compact:
+            step = 0
+        for _ in names:
+            at = (at + step) % len(names)
+            if self.compact or self.query_one(f"#{PANE_IDS[names[at]]}").display:
+                break
+            step = step or 1
+        self.action_pane(names[at])
 
     def on_detail_requested(self, message: DetailRequested) -> None:
         self.app.push_screen(DetailScreen(message.title, message.body))

@@ -12,10 +12,12 @@ from __future__ import annotations
 import threading
 from typing import Any, ClassVar, TypeVar
 
+from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.screen import Screen
 from textual.widgets import Input, Static
+from textual.worker import get_current_worker
 
 from ..format import LINE_LIMIT, printable
 from .confirm import ConfirmScreen
@@ -23,11 +25,26 @@ from .confirm import ConfirmScreen
 OutcomeT = TypeVar("OutcomeT")
 
 
+def step_row(key: str, titles: dict[str, str], status: str, style: str) -> Table:
+    """One step's line: number, title, status. A grid, so that a long status wraps in its
+    own column, never under the titles."""
+    row = Table.grid(padding=(0, 1), expand=True)
+    row.add_column(no_wrap=True, width=3, justify="right")
+    row.add_column(no_wrap=True, width=max(len(t) for t in titles.values()) + 1)
+    row.add_column(ratio=1, overflow="fold")
+    row.add_row(Text(f"{key}.", style="bold"), titles[key], Text(status, style=style))
+    return row
+
+
 class GuidedOperationScreen(Screen[OutcomeT]):
     """A subclass sets ``WHAT`` (the operation, for messages), ``OUTCOME_ID`` (the Static
     the outcome goes in), ``CONFIRM_DETAIL`` (what follows a yes) and ``INPUTS`` (a selector
     of the fields locked once it starts), keeps ``request`` (None: not ready to start),
     ``running`` and ``outcome``, and implements ``run_operation`` (its thread worker)."""
+
+    # The first field has the keys when the screen opens (the form's scroll container
+    # would otherwise, and what is typed would go nowhere).
+    AUTO_FOCUS = "Input"
 
     WHAT: ClassVar[str]
     OUTCOME_ID: ClassVar[str]
@@ -61,8 +78,13 @@ class GuidedOperationScreen(Screen[OutcomeT]):
             answer["yes"] = bool(yes)
             answered.set()
 
-        self.app.call_from_thread(self.app.push_screen, ConfirmScreen(question, self.CONFIRM_DETAIL), decided)
-        answered.wait()
+        # At the top, over the form: the steps done so far (the audit checkpoint's step) stay in view.
+        self.app.call_from_thread(self.app.push_screen, ConfirmScreen(question, self.CONFIRM_DETAIL, at_top=True),
+                                  decided)
+        worker = get_current_worker()
+        while not answered.wait(0.1):
+            if worker.is_cancelled:         # the app is closing with the question open: no
+                return False
         return answer["yes"]
 
     def _finish(self, outcome: Any) -> None:

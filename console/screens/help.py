@@ -22,24 +22,26 @@ KEYS = [
           "writes a final checkpoint and exits"),
     ("p", "polish pivot: edit caps and floors, ctrl+s runs the six steps (asks before the stop), "
           "ctrl+r rolls back an interrupted one, Escape returns"),
-    ("i", "inspect a checkpoint (the one selected in the checkpoints pane, else the newest complete): "
-          "per tensor w_rms, w_maxabs, m_norm, sqrt_v_rms, dead v, update ratio, non-finite counts; "
-          "s/r or a header click sorts, [ ] older/newer, a compares with the previous, Escape returns"),
     ("r", "rollback past the newest loss spike: proposes the checkpoint before it and the batches to skip, "
           "says what is lost, ctrl+s runs the three steps (asks first), Escape returns"),
+    ("i", "inspect a checkpoint (the one selected in the checkpoints pane, else the newest complete): "
+          "per tensor w_rms, w_maxabs, m_norm, sqrt_v_rms, dead v, update ratio, non-finite counts; "
+          "s/r or a header click sorts, ←/→ scroll the columns, [ ] older/newer, a compares with the "
+          "previous, Escape returns"),
     ("l", "loss plot: log / linear y"),
     ("w", "loss plot: all steps / the last N steps"),
     ("e", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)"),
     ("x", "loss plot: x axis (step, tokens, wall clock); every marker stays at its step"),
+    ("q", "quit the console; training continues"),
+    ("?", "this help (↑/↓ and PgUp/PgDn scroll it; Escape, ? or q closes it)"),
     ("1-6", "a pane: " + ", ".join(f"{key} {name}" for key, name, _ in PANES) + ". Below "
             f"{FULL_FROM.width}x{FULL_FROM.height} it is shown under the plot; in both layouts it takes "
-            "the keys below (Tab moves to the next pane too)"),
+            "the keys below"),
+    ("Tab", "the next pane (Shift+Tab the previous one), as its number key"),
     ("↑ ↓", "in events, checkpoints, arms and problems: select a row (PgUp/PgDn, Home/End); in samples "
             "and status: scroll"),
     ("Enter", "the selected row in full: a checkpoint's whole reason, everything about an arm, a whole "
               "event or problem (Escape, Enter or q closes it)"),
-    ("q", "quit the console; training continues"),
-    ("?", "this help (↑/↓ and PgUp/PgDn scroll it; Escape, ? or q closes it)"),
 ]
 
 # On the overview of a runs directory (andrea-console runs/).

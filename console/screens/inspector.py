@@ -20,6 +20,7 @@ from textual.worker import get_current_worker
 
 from rundir import CheckpointError
 from rundir.inspect import InspectCancelled, InspectReport, inspect_file
+from rundir.layout import checkpoint_step
 
 from ..format import LINE_LIMIT, printable
 from ..inspect_format import describe, sorted_rows, table_columns, totals_line
@@ -28,6 +29,12 @@ from ..messages import InspectFinished, InspectProgress
 # Columns sorted largest first when first chosen: what an operator looks for is the
 # largest update, the most dead v, the most non-finite values.
 ASCENDING_FIRST = ("#", "tensor")
+# Narrower than this (an SSH session's 80 columns), the columns an operator reads first
+# come right after the tensor's name, and the others follow.
+FIRST_WHEN_NARROW = ("update_ratio", "dead_v", "nonfinite")
+NARROW_BELOW = 120
+# "#" and the tensor's name stay in view while the other columns scroll (← →).
+FIXED_COLUMNS = 2
 
 
 class InspectorScreen(Screen[None]):
@@ -48,7 +55,12 @@ class InspectorScreen(Screen[None]):
         self.checkpoints = list(checkpoints or [path])
         self.index = self.checkpoints.index(path) if path in self.checkpoints else 0
         if path not in self.checkpoints:
-            self.checkpoints.insert(0, path)
+            # One that cannot be read (an invalid checkpoint clicked in the pane) is shown
+            # where its step puts it, so that [ and ] move on past it to its neighbours.
+            step = checkpoint_step(path.name)
+            before = [p for p in self.checkpoints if step is not None and (checkpoint_step(p.name) or 0) < step]
+            self.index = len(before)
+            self.checkpoints.insert(self.index, path)
         self.comparing = False
         self.report: InspectReport | None = None
         self.error = ""
@@ -67,12 +79,45 @@ class InspectorScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="inspect-head")
         yield ProgressBar(total=100, show_eta=False, id="inspect-progress")
-        yield DataTable(id="inspect-table", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="inspect-table", cursor_type="row", zebra_stripes=True, fixed_columns=FIXED_COLUMNS)
+        yield Static(id="inspect-columns")
         yield Static(id="inspect-totals")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        self.watch(table, "scroll_x", self.show_columns_hint, init=False)
+        self.watch(table, "virtual_size", self.show_columns_hint, init=False)
         self.start_read()
+
+    def on_resize(self) -> None:
+        if self.report is not None and self.column_names() != [str(k.value) for k in self.query_one(DataTable).columns]:
+            self.call_after_refresh(self.fill_table)        # across NARROW_BELOW: the other column order
+        self.show_columns_hint()
+
+    def show_columns_hint(self) -> None:
+        """Under the table, where columns are out of view: which, and that ← → reach them."""
+        table = self.query_one(DataTable)
+        columns = list(table.ordered_columns)
+        left: list[str] = []
+        right: list[str] = []
+        if self.report is not None and len(columns) > FIXED_COLUMNS:
+            widths = [c.get_render_width(table) for c in columns]
+            # The scrolled columns are cut from the whole row at scroll_x, after the fixed ones.
+            start, end = table.scroll_x + sum(widths[:FIXED_COLUMNS]), table.scroll_x + table.size.width
+            x = sum(widths[:FIXED_COLUMNS])
+            for c, width in zip(columns[FIXED_COLUMNS:], widths[FIXED_COLUMNS:]):
+                if x < start:
+                    left.append(str(c.key.value))
+                elif x + width > end:
+                    right.append(str(c.key.value))
+                x += width
+        parts = [f"{arrow} {' '.join(names)}" for arrow, names in (("←", left), ("→", right)) if names]
+        hint = Text(no_wrap=True, overflow="ellipsis")
+        if parts:
+            hint.append("← → scroll the columns", style="bold")
+            hint.append(" (the names stay) · " + " · ".join(parts), style="grey62")
+        self.query_one("#inspect-columns", Static).update(hint)
 
     # -- reading -----------------------------------------------------------------
     def start_read(self) -> None:
@@ -134,9 +179,17 @@ class InspectorScreen(Screen[None]):
         self.fill_table()
 
     # -- the table ---------------------------------------------------------------
+    def columns(self) -> list:
+        """The table's columns in the order shown: at narrow widths the ones read first
+        (FIRST_WHEN_NARROW) come right after the tensor's name."""
+        columns = list(table_columns(self.report is not None and self.report.against is not None))
+        if self.app.size.width < NARROW_BELOW:
+            first = sorted((c for c in columns if c[0] in FIRST_WHEN_NARROW), key=lambda c: FIRST_WHEN_NARROW.index(c[0]))
+            columns = columns[:1] + first + [c for c in columns[1:] if c not in first]
+        return columns
+
     def column_names(self) -> list[str]:
-        against = self.report is not None and self.report.against is not None
-        return ["#"] + [name for name, _, _ in table_columns(against)]
+        return ["#"] + [name for name, _, _ in self.columns()]
 
     def fill_table(self) -> None:
         """(Re)build the table in the chosen order; the sorted column's header says which way."""
@@ -146,7 +199,7 @@ class InspectorScreen(Screen[None]):
         table = self.query_one(DataTable)
         cursor = table.cursor_row
         table.clear(columns=True)
-        columns = table_columns(report.against is not None)
+        columns = self.columns()
         arrow = " ▲" if not self.sort_reverse else " ▼"
         table.add_column(Text("#" + (arrow if self.sort_column == "#" else ""), justify="right"), key="#")
         for name, _, right in columns:
@@ -161,6 +214,7 @@ class InspectorScreen(Screen[None]):
             table.add_row(*cells, key=str(index))
         if cursor:
             table.move_cursor(row=min(cursor, table.row_count - 1))
+        self.call_after_refresh(self.show_columns_hint)     # once the new columns are measured
 
     def sort_by(self, column: str) -> None:
         if column == self.sort_column:

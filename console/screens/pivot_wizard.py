@@ -27,7 +27,8 @@ from ..format import LINE_LIMIT, printable
 from ..messages import PivotProgress
 from ..pivot_runner import STEP_TITLES, PivotOutcome, PivotRequest, PivotRunner, rollback_pivot
 from ..views import RunSnapshot
-from .guided import GuidedOperationScreen
+from ..widgets.tick_box import TickBox
+from .guided import GuidedOperationScreen, step_row
 
 STEP_KEYS = ("1", "2", "3", "4", "5", "6")
 # Fewer rows than this: one-line inputs and no blank lines between the parts.
@@ -74,14 +75,17 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
             yield Static(Text(f"Polish pivot of {printable(self.run_dir.name)}", style="bold"), id="pivot-title")
             yield Static(self._intro(), id="pivot-intro")
             if self.config is not None:
+                # The headings stand over the fields' first characters (a full field has a
+                # border and a padding before it, a one-line field a bar).
+                cap = " cap" if compact else "  cap"
                 yield Static(Text.assemble(("arm".ljust(22), "bold"), ("pulls".rjust(8), "bold"),
-                                           ("share".rjust(8), "bold"), (" cap".ljust(10) + " floor", "bold")),
+                                           ("share".rjust(8), "bold"), (cap.ljust(12) + "floor", "bold")),
                              id="pivot-head")
                 for i, arm in enumerate(self.arms):
                     row = self.rows.get(arm)
                     zombie = row is not None and row.status == "zombie"
                     label = Text(arm[:21].ljust(22), style="bold red" if zombie else "")
-                    label.append(_fmt(row.pulls if row else None, "d").rjust(8))
+                    label.append(_fmt(row.pulls if row else None, ",d").rjust(8))
                     label.append(_fmt(row.share if row else None, ".0%").rjust(8))
                     with Horizontal(classes="pivot-arm"):
                         yield Static(label, classes="pivot-arm-label")
@@ -89,7 +93,7 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
                                     disabled=self.pending is not None, compact=compact)
                         yield Input(f"{self.config.arms[arm].floor:g}", id=f"floor-{i}", classes="pivot-num",
                                     disabled=self.pending is not None, compact=compact)
-                        yield Checkbox("drop", zombie, id=f"drop-{i}", classes="pivot-drop",
+                        yield TickBox("drop", zombie, id=f"drop-{i}", classes="pivot-drop",
                                        disabled=self.pending is not None, compact=compact)
             yield Static("", id="pivot-validation")
         with Vertical(id="pivot-progress"):
@@ -113,13 +117,7 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
 
     @staticmethod
     def _step_text(key: str, status: str, style: str) -> Table:
-        # A grid, so that a long status wraps in its own column, never under the titles.
-        row = Table.grid(padding=(0, 1), expand=True)
-        row.add_column(no_wrap=True, width=3, justify="right")
-        row.add_column(no_wrap=True, width=max(len(t) for t in STEP_TITLES.values()) + 1)
-        row.add_column(ratio=1, overflow="fold")
-        row.add_row(Text(f"{key}.", style="bold"), STEP_TITLES[key], Text(status, style=style))
-        return row
+        return step_row(key, STEP_TITLES, status, style)
 
     def on_mount(self) -> None:
         self.validate()

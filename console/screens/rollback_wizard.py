@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -21,14 +22,20 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
 from rundir import ConfigError
-from rundir.rollback_files import RollbackError
+from rundir.rollback_files import ChoiceNames, RollbackError
 
 from ..format import LINE_LIMIT, printable
 from ..messages import RollbackProgress
 from ..rollback_runner import STEP_TITLES, RollbackOutcome, RollbackRequest, RollbackRunner, propose_rollback
-from .guided import GuidedOperationScreen
+from .guided import GuidedOperationScreen, step_row
 
 STEP_KEYS = ("1", "2", "3")
+# Fewer rows than this: one-line fields and no blank lines between the parts.
+COMPACT_BELOW = 40
+# The fields, as the screen's messages name them (not the command line's --to and --skip-batches).
+TO_FIELD, SKIP_FIELD = "to step", "skip batches"
+FIELD_NAMES = ChoiceNames(to=f'"{TO_FIELD}"', choose_to=f'type a checkpoint\'s step in "{TO_FIELD}"',
+                          skip=f'"{SKIP_FIELD}"')
 
 
 class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
@@ -56,16 +63,22 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
         self.outcome: RollbackOutcome | None = None
 
     def compose(self) -> ComposeResult:
+        # As the pivot screen: only the form scrolls; the three steps and the outcome stay
+        # in view under it at any size (80x24 too), the fields one line high where rows are few.
+        compact = self.app.size.height < COMPACT_BELOW
+        self.set_class(compact, "-compact")
+        locked = self.pending is not None
         with VerticalScroll(id="rollback"):
             yield Static(Text(f"Rollback of {printable(self.run_dir.name)}", style="bold"), id="rollback-title")
             yield Static(self._intro(), id="rollback-intro")
             with Horizontal(classes="rollback-field"):
-                yield Static("to step (blank: proposed)", classes="rollback-label")
-                yield Input("", id="rollback-to", classes="rollback-num", disabled=self.pending is not None)
+                yield Static(f"{TO_FIELD} (blank: proposed)", classes="rollback-label")
+                yield Input("", id="rollback-to", classes="rollback-num", disabled=locked, compact=compact)
             with Horizontal(classes="rollback-field"):
-                yield Static("skip batches per arm", classes="rollback-label")
-                yield Input("", id="rollback-skip", classes="rollback-num", disabled=self.pending is not None)
+                yield Static(f"{SKIP_FIELD} per arm", classes="rollback-label")
+                yield Input("", id="rollback-skip", classes="rollback-num", disabled=locked, compact=compact)
             yield Static(Text("working out the proposal ...", style="grey70"), id="rollback-plan")
+        with Vertical(id="rollback-progress"):
             with Vertical(id="rollback-steps"):
                 for key in STEP_KEYS:
                     yield Static(self._step_text(key, "pending", "dim"), id=f"rollback-step-{key}")
@@ -81,8 +94,8 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
                     "checkpoint is kept), set aside the checkpoints after the step, resume from it.", style="grey70")
 
     @staticmethod
-    def _step_text(key: str, status: str, style: str) -> Text:
-        return Text.assemble((f" {key}. ", "bold"), (f"{STEP_TITLES[key]:<42}", ""), (status, style))
+    def _step_text(key: str, status: str, style: str) -> Table:
+        return step_row(key, STEP_TITLES, status, style)
 
     def on_mount(self) -> None:
         self.validate()
@@ -97,7 +110,7 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
                                                                  style="green"))
             return
         values: list[int | None] = []
-        for field, name in (("#rollback-to", "to step"), ("#rollback-skip", "skip batches")):
+        for field, name in (("#rollback-to", TO_FIELD), ("#rollback-skip", SKIP_FIELD)):
             text = self.query_one(field, Input).value.strip()
             if not text:
                 values.append(None)
@@ -108,7 +121,7 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
                 value = -1
             if value < 0:
                 self.query_one("#rollback-plan", Static).update(
-                    Text(f"{name}: {text!r} is not a whole number >= 0", style="bold red"))
+                    Text(f'"{name}": {text!r} is not a whole number >= 0', style="bold red"))
                 return
             values.append(value)
         self.propose(RollbackRequest(values[0], values[1], *self.spikes))
@@ -117,7 +130,10 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
     def propose(self, request: RollbackRequest) -> None:
         try:
             proposal = propose_rollback(self.run_dir, request)
-        except (RollbackError, ConfigError) as err:
+        except RollbackError as err:
+            self.post_message(RollbackProgress("refused", err.worded(FIELD_NAMES)))
+            return
+        except ConfigError as err:
             self.post_message(RollbackProgress("refused", str(err)))
             return
         if not get_current_worker().is_cancelled:

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from rundir.text import BLOCK_LIMIT
 
-from ..format import LINE_LIMIT, format_float, format_pct, printable
+from ..format import LINE_LIMIT, format_counter, format_float, format_pct, printable
 from ..views import LISTED, ArmRow, ArmsView
 from .lines import LinesPane
 from .rows import CURSOR_STYLE, SelectableRows, detail_table
@@ -89,7 +89,7 @@ class ArmsPane(SelectableRows, LinesPane, can_focus=True):
         if not arms.rows:
             text.append("\nno arms: no .state.json and no run.toml" if not arms.error else "", style="grey62")
         text.append("\n\n")
-        phase = " ".join(f"{printable(k)}={_short(v)}" for k, v in list(arms.phase.items())[:PHASE_KEYS])
+        phase = " ".join(f"{printable(k)}={format_counter(v)}" for k, v in list(arms.phase.items())[:PHASE_KEYS])
         if len(arms.phase) > PHASE_KEYS:
             phase += f" … ({len(arms.phase) - PHASE_KEYS:,} more)"
         text.append("policy ", style="grey62")
@@ -139,7 +139,3 @@ def _rows_shown(rows: tuple[ArmRow, ...]) -> tuple[ArmRow, ...]:
     chosen = [i for i, a in enumerate(rows) if a.status != "zombie"][:ROWS]
     chosen += [i for i, a in enumerate(rows) if a.status == "zombie"][:ROWS - len(chosen)]
     return tuple(rows[i] for i in sorted(chosen))
-
-
-def _short(v: object) -> str:
-    return format(v, ".4g") if isinstance(v, float) else printable(v)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual import events
+from textual.binding import Binding
 from textual.widgets import Static
 
 
 # Kept in the bar at any width: the keys that act on the run, quitting, and the help that
 # lists every other key.
-ESSENTIAL_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "quit", "help", "open_run", "back"})
+ESSENTIAL_ACTIONS = frozenset({"checkpoint", "stop", "pivot", "rollback", "quit", "help", "open_run", "back"})
 
 
 class KeyBar(Static):
@@ -44,36 +45,56 @@ class KeyBar(Static):
     def draw(self) -> None:
         key_style = self.get_component_rich_style("key-bar--key")
         description_style = self.get_component_rich_style("key-bar--description")
-        shown = [(key, active.binding) for key, active in self.screen.active_bindings.items() if active.binding.show]
-        width = self.size.width
-
-        def length(entries, gap: int) -> int:
-            return sum(len(self.app.get_key_display(b)) + 1 + len(b.description) + gap for _, b in entries)
-
-        # At 80 columns the keys are closer together; where even that does not fit, the
-        # optional ones go, newest first, so that the essential ones (and ``? help``, which
-        # lists them all) stay in view.
-        gap = 2 if length(shown, 2) <= width else 1
-        while length(shown, gap) > width:
-            optional = [i for i, (_, b) in enumerate(shown) if b.action not in ESSENTIAL_ACTIONS]
-            if not optional:
-                break
-            del shown[optional[-1]]
+        bindings = [(key, active.binding) for key, active in self.screen.active_bindings.items()
+                    if active.binding.show]
+        entries = self.fit(bindings, self.size.width)
+        gap = entries[0][1] if entries else 2
         self.keys = []
         text = Text(no_wrap=True, overflow="ellipsis")
-        for key, binding in shown:
-            start = len(text)
-            text.append(self.app.get_key_display(binding), style=key_style)
-            text.append(f" {binding.description}", style=description_style)
-            self.keys.append((start, len(text), key))
+        for members, _, description in entries:
+            for i, (key, binding) in enumerate(members):
+                start = len(text)
+                text.append(("" if i == 0 else " ") + self.app.get_key_display(binding), style=key_style)
+                self.keys.append((start + (i > 0), len(text), key))
+            text.append(f" {description}", style=description_style)
             text.append(" " * gap)
         for keys, what in self.hints:
-            if len(text) + len(keys) + len(what) + 1 > width:
+            if len(text) + len(keys) + len(what) + 1 > self.size.width:
                 break
             text.append(keys, style=key_style)
             text.append(f" {what}", style=description_style)
             text.append("  ")
         self.update(text)
+
+    def fit(self, bindings: list[tuple[str, Binding]], width: int) -> list[tuple[list[tuple[str, Binding]], int, str]]:
+        """The entries drawn at ``width``: (their keys and bindings, the gap after them,
+        the description). Each key with its own description where they all fit (2 columns
+        apart, else 1); else a group's keys (``Binding.group``) share its description
+        (``l w e x plot``); where even that does not fit, the optional entries go, newest
+        first, so that the essential ones (and ``? help``, which lists them all) stay in view."""
+        display = self.app.get_key_display
+
+        def length(entries: list[tuple[list[tuple[str, Binding]], str]], gap: int) -> int:
+            return sum(sum(len(display(b)) + 1 for _, b in members) + len(what) + gap for members, what in entries)
+
+        single = [([(key, b)], b.description) for key, b in bindings]
+        grouped: list[tuple[list[tuple[str, Binding]], str]] = []
+        for key, b in bindings:
+            if b.group is not None and grouped and grouped[-1][0][-1][1].group is b.group:
+                grouped[-1][0].append((key, b))
+            else:
+                grouped.append(([(key, b)], b.group.description if b.group else b.description))
+        for entries, gap in ((single, 2), (single, 1), (grouped, 2), (grouped, 1)):
+            if length(entries, gap) <= width:
+                return [(members, gap, what) for members, what in entries]
+        entries = grouped
+        while length(entries, 1) > width:
+            optional = [i for i, (members, _) in enumerate(entries)
+                        if all(b.action not in ESSENTIAL_ACTIONS for _, b in members)]
+            if not optional:
+                break
+            entries = entries[:optional[-1]] + entries[optional[-1] + 1:]
+        return [(members, 1, what) for members, what in entries]
 
     def on_click(self, event: events.Click) -> None:
         for start, end, key in self.keys:

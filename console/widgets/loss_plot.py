@@ -22,7 +22,7 @@ from rich.style import Style
 from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK
 
-from ..format import X_AXES
+from ..format import AXIS_NEEDS, X_AXES
 from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, Marker, PlotOptions, build_canvas, ema_debiased,
                     plot_x, render_runs)
 from ..views import HistoryView
@@ -55,6 +55,7 @@ class LossPlot(Widget):
         self._built_at = 0.0
         self._repaint_timer = None
         self._styles: dict[str | None, Style] = {}
+        self._drawn_axis: tuple[str, str] | None = None     # (the x axis asked for, the one drawn)
 
     # -- data ------------------------------------------------------------------
     def show(self, history: HistoryView, markers: list[Marker]) -> None:
@@ -127,6 +128,9 @@ class LossPlot(Widget):
         window = "all steps" if not self.window else f"last {self.window:,}"
         ema = f"EMA {self.smoothing:g}" if self.smoothing > 0 else "EMA off"
         axis = "" if self.x_axis == "step" else f" · x: {'wall clock' if self.x_axis == 'time' else 'tokens'}"
+        if self.x_axis != "step" and self._drawn_axis == (self.x_axis, "step"):
+            # The history cannot give that axis for every step: the plot is by step, and says so.
+            axis = f" · x: step (not every step has {AXIS_NEEDS[self.x_axis]})"
         return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y{axis}"
 
     # -- drawing -----------------------------------------------------------------
@@ -167,18 +171,49 @@ class LossPlot(Widget):
         if h is None:
             return [[("reading .loss.json…", "grey50")]]
         options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
-        legend = [(" " * LABEL_WIDTH + "raw", "grey62"), (" ", None), ("smoothed", "bold green"), ("  ", None)]
         shown = {m.kind for m in self._markers}
         abandoned = abandoned_mask(h.step, h.time_column, h.events, h.last_step)
         if any(ev.event == EVENT_ROLLBACK for ev in h.events):
             shown.add("rollback")
-        for kind, (glyph, style) in MARKER_GLYPHS.items():
-            if kind not in RARE_MARKERS or kind in shown:
-                legend += [(glyph, style), (f" {kind}  ", "grey62")]
-        if abandoned is not None:
-            legend += [("abandoned", ABANDONED_STYLE), ("  ", None)]
+        legend = legend_runs(shown, abandoned is not None, width)
         plot_h = max(1, height - 3)
         x, axis = plot_x(self.x_axis, h.step, h.tokens_column, h.time_column)
+        if self._drawn_axis != (self.x_axis, axis):
+            self._drawn_axis = (self.x_axis, axis)
+            self.call_later(self._options_changed)          # the subtitle says which axis was drawn
         canvas = build_canvas(h.step, h.loss, self._smooth(h), max(1, width - LABEL_WIDTH), plot_h,
                               options, self._markers, x=x, x_axis=axis, abandoned=abandoned)
         return [legend, *render_runs(canvas, label_width=LABEL_WIDTH)]
+
+
+def legend_runs(shown: set[str], abandoned: bool, width: int) -> list[tuple[str, str | None]]:
+    """The legend line at ``width``: every entry whole or not at all (a cut "< rewind"
+    would leave a "<" that says nothing). Where they do not all fit the entries move
+    closer, then the common markers the plot does not show go, then "raw smoothed",
+    then the common markers it shows; a rare marker (named only when the plot shows one)
+    stays."""
+    entries: list[tuple[list[tuple[str, str | None]], int]] = [     # (runs, how late it goes: higher first)
+        ([("raw", "grey62"), (" ", None), ("smoothed", "bold green")], 2)]
+    for kind, (glyph, style) in MARKER_GLYPHS.items():
+        if kind in RARE_MARKERS and kind not in shown:
+            continue
+        drop = 0 if kind in RARE_MARKERS else (1 if kind in shown else 3)
+        entries.append(([(glyph, style), (f" {kind}", "grey62")], drop))
+    if abandoned:
+        entries.append(([("abandoned", ABANDONED_STYLE)], 0))
+
+    def length(kept: list, indent: int, gap: int) -> int:
+        return indent + sum(sum(len(text) for text, _ in runs) for runs, _ in kept) + gap * (len(kept) - 1)
+
+    for indent, gap in ((LABEL_WIDTH, 2), (1, 2), (1, 1)):
+        if length(entries, indent, gap) <= width:
+            break
+    while length(entries, indent, gap) > width and any(late for _, late in entries):
+        latest = max(late for _, late in entries)
+        entries.pop(max(i for i, (_, late) in enumerate(entries) if late == latest))     # the last of them
+    line: list[tuple[str, str | None]] = [(" " * indent, None)]
+    for i, (runs, _) in enumerate(entries):
+        if i:
+            line.append((" " * gap, None))
+        line += runs
+    return line

@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.console import conftest  # noqa: F401  (UTC, so that times are the same everywhere)
 from tests.console.test_overview_snapshots import app_for as overview_for
 from tests.console.test_overview_snapshots import runs_dir
-from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, live_probe, settled
+from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, live_probe, settled, steady_cursors
 from tests.rundirs import make_run
 
 OUT = Path(__file__).resolve().parents[2] / "screenshots"
@@ -56,6 +56,9 @@ def states(tmp: Path):
                                live_probe), WIDE, ("i", *"s" * 9)    # sorted by update_ratio, largest first
     yield "pivot-80x24", app_for(healthy(tmp / "i2"), live_probe), NARROW, ("p",)
     yield "rollback", app_for(healthy(tmp / "m"), live_probe), WIDE, ("r",)
+    yield "rollback-80x24", app_for(healthy(tmp / "m2"), live_probe), NARROW, ("r",)
+    yield "inspector-80x24", app_for(make_run(tmp / "l2" / "run", checkpoints=(100, 200, 300), model_sized=True),
+                                     live_probe), NARROW, ("i",)
 
 
 async def shoot(name: str, app, size, keys) -> Path:
@@ -69,6 +72,7 @@ async def shoot(name: str, app, size, keys) -> Path:
             if reads:
                 await pilot.app.workers.wait_for_complete(reads)
                 await pilot.pause()
+        steady_cursors(pilot.app)
         await pilot.pause(0.5)         # the rollback screen's proposal is worked out in a worker
         return Path(app.save_screenshot(f"{name}.svg", str(OUT)))
 

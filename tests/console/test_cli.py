@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import socket
 import subprocess
@@ -100,6 +101,14 @@ def test_json_carries_rewinds_and_nonfinite_steps_through_the_prefetch(make_run_
     assert "went back to step 401 with no resume event" in r.stdout
 
 
+def test_once_rounds_the_phase_counters_and_separates_thousands(make_run_dir):
+    state = json.dumps({"version": 1, "step": 123456, "policy": {"caps": {}, "floors": {}}, "arms": {},
+                        "phase": {"step": 123456, "explore": 0.40398253747994906, "greedy": True}})
+    r = console(make_run_dir(state_text=state), "--once")
+    assert r.returncode == 0, r.stderr
+    assert "phase step=123,456, explore=0.404, greedy=true)" in r.stdout
+
+
 def test_once_on_an_empty_directory(make_run_dir):
     r = console(make_run_dir(empty=True), "--once")
     assert r.returncode == 0 and "the run directory is empty" in r.stdout
@@ -140,6 +149,8 @@ def test_a_live_process_that_does_not_name_the_run_is_never_signalled(make_run_d
         for flag in ("--stop", "--checkpoint"):
             r = console(run, flag, "--timeout", "2")
             assert r.returncode == 1 and "does not name this run directory" in r.stderr
+        line = next(ln for ln in console(run, "--once").stdout.splitlines() if ln.startswith("trainer "))
+        assert line.startswith("trainer      not supervised (pid ") and line.count(f"pid {sleeper.pid}") == 1, line
         time.sleep(0.2)
         assert sleeper.poll() is None
     finally:
@@ -151,6 +162,25 @@ def test_usage_errors(run_dir):
     assert console(run_dir, "--once", "--json").returncode == 2
     assert console(run_dir, "--once", "--preset", "tiny").returncode == 2
     assert console(run_dir, "--start", "--once").returncode == 2
+
+
+def test_once_writes_every_step_with_thousands_separators(make_run_dir):
+    """Every step the console itself writes reads 12,000, not 12000 (a sample's text, a
+    trainer.log line and a file name are the run's own words, shown as they are)."""
+    run = make_run_dir(steps=12_000, checkpoints=(10_000, 11_000), spikes={11_500: 30.0}, nonfinite=(11_200,),
+                       restarts=((11_100, 11_000, 5.0, True),), trainer_record="stale",
+                       events=({"event": "checkpoint_failed", "step": 11_900, "error": "disk full"},
+                               {"event": "stop", "step": 11_950, "reason": "nonfinite", "in_a_row": 3}),
+                       log_lines=("step 11990 loss 2.0",))
+    r = console(run, "--once")
+    assert r.returncode == 0, r.stderr
+    ours = [line for line in r.stdout.splitlines()
+            if not line.startswith("  step_") and "# sample at step" not in line and "step 11990 loss" not in line]
+    said = "\n".join(ours)
+    assert "checkpoint FAILED at step 11,900" in said and "diverged at step 11,950" in said
+    assert "resume at 11,000" in said
+    unseparated = [line for line in ours if re.search(r"\bsteps? \d{4,}", line) or re.search(r"=\d{4,}", line)]
+    assert not unseparated, unseparated
 
 
 def test_a_file_name_that_is_not_utf8_is_escaped_and_the_json_is_strict(make_run_dir):

@@ -13,6 +13,8 @@ from console.screens.dashboard import FULL_FROM, PANES
 from console.screens.pivot_wizard import PivotScreen
 from console.views import Notice
 from console.widgets import CheckpointsPane, EventLog, KeyBar, LossPlot, StatusLine
+from console.plot import MARKER_GLYPHS
+from console.widgets.loss_plot import legend_runs
 from tests.console.conftest import NOW, until
 from tests.console.test_hostile_text import pane_lines
 from tests.console.test_snapshots import BIG, NARROW, app_for, healthy, live_probe, settled
@@ -204,7 +206,7 @@ async def test_the_key_bar_says_e_and_where_there_is_room_the_pane_keys(tmp_path
     async with app.run_test(size=NARROW) as pilot:
         await settled(pilot)
         bar = str(app.dashboard.query_one(KeyBar).render())
-        assert "e smooth" in bar and "1-6 panes" not in bar
+        assert "l w e x plot" in bar and "1-6 panes" not in bar
         await pilot.resize_terminal(*BIG)
         await pilot.pause()
         bar = str(app.dashboard.query_one(KeyBar).render())
@@ -226,3 +228,70 @@ async def test_the_pivot_screen_keeps_its_six_steps_in_view_at_80x24(tmp_path):
         steps = app.screen.query_one("#pivot-steps")
         assert 0 <= steps.region.y and steps.region.bottom <= NARROW[1] - 1
         assert all(app.screen.query_one(f"#cap-{i}").region.bottom <= steps.region.y for i in range(3))
+
+
+@pytest.mark.asyncio
+async def test_tab_and_shift_tab_walk_the_panes_in_the_compact_layout(tmp_path):
+    app = app_for(healthy(tmp_path), live_probe)
+    async with app.run_test(size=NARROW) as pilot:
+        await settled(pilot)
+        order = [wid for _, _, wid in PANES]
+        for wid in order[1:] + order[:1]:                          # events is in view first; Tab wraps
+            await pilot.press("tab")
+            await pilot.pause()
+            assert [w for w in order if shown(app, w)] == [wid]
+            assert f"[reverse] {order.index(wid) + 1} " in app.dashboard.query_one(f"#{wid}").border_title
+        for wid in reversed(order):                                # Shift+Tab: back through them all
+            await pilot.press("shift+tab")
+            await pilot.pause()
+            assert [w for w in order if shown(app, w)] == [wid]
+            widget = app.dashboard.query_one(f"#{wid}")
+            if widget.focusable:
+                assert app.focused is widget
+
+
+@pytest.mark.asyncio
+async def test_tab_walks_the_panes_in_the_full_layout_passing_over_a_hidden_one(tmp_path):
+    app = app_for(healthy(tmp_path), live_probe)              # no problem: the problems line is hidden
+    async with app.run_test(size=BIG) as pilot:
+        await settled(pilot)
+        focused = []
+        for _ in range(6):
+            await pilot.press("tab")
+            await pilot.pause()
+            focused.append(app.focused.id)
+        assert focused == ["events", "checkpoints", "arms", "samples", "status", "events"]
+        await pilot.press("shift+tab")
+        await pilot.pause()
+        assert app.focused.id == "status"
+
+
+def legend_text(runs) -> str:
+    return "".join(text for text, _ in runs)
+
+
+@pytest.mark.asyncio
+async def test_the_plot_legend_at_80_columns_names_every_marker_the_plot_shows_whole(tmp_path):
+    # A spike, a non-finite step and a rewind without a resume (another engine's restart).
+    run = make_run(tmp_path / "run", steps=1000, checkpoints=(100, 200, 300, 400), spikes={700: 29.0},
+                   nonfinite=(120,), restarts=((250, 200, 5.0, False),))
+    app = app_for(run, live_probe)
+    async with app.run_test(size=NARROW) as pilot:
+        await settled(pilot)
+        legend = pane_lines(app.dashboard.query_one(LossPlot))[1].strip("│")
+        for entry in ("▴ checkpoint", "! spike", "× nonfinite", "< rewind"):
+            assert entry in legend, legend
+
+
+def test_the_legend_keeps_its_rare_markers_whole_at_any_width():
+    every = {"checkpoint", "resume", "pivot", "spike", "nonfinite", "rewind", "rollback"}
+    assert legend_text(legend_runs(every, True, 200)).strip().split("  ")[0] == "raw smoothed"
+    for width in range(50, 120):
+        text = legend_text(legend_runs(every, True, width))
+        assert len(text) <= width, (width, text)
+        for kind in ("spike", "nonfinite", "rewind", "rollback"):       # the rare ones stay, whole
+            assert f"{MARKER_GLYPHS[kind][0]} {kind}" in text, (width, text)
+        for kind, (glyph, _) in MARKER_GLYPHS.items():                  # no glyph without its word
+            assert text.count(glyph) == text.count(f"{glyph} {kind}"), (width, text)
+    # Only common markers, few shown: the ones absent from the plot go first.
+    assert legend_text(legend_runs({"checkpoint"}, False, 30)).split() == ["raw", "smoothed", "▴", "checkpoint"]

@@ -12,6 +12,7 @@ from textual.widgets import DataTable, ProgressBar, Static
 from console.screens.dashboard import DashboardScreen
 from console.screens.inspector import InspectorScreen
 from tests.console.conftest import table_measured, until
+from tests.console.test_hostile_text import pane_lines
 from tests.console.test_snapshots import app_for, live_probe, settled
 from tests.rundirs import make_run
 
@@ -127,6 +128,51 @@ async def test_a_clicked_invalid_checkpoint_says_why(tmp_path):
         assert screen.report is None
         head = str(screen.query_one("#inspect-head", Static).render())
         assert head == "cannot inspect: step_000300.bin: truncated: 612388 bytes, expected 8 + 12 x 51040 = 612488"
+
+
+@pytest.mark.asyncio
+async def test_older_and_newer_move_on_past_an_invalid_checkpoint(tmp_path):
+    app = app_for(model_run(tmp_path, truncated=(200,)), live_probe)
+    async with app.run_test(size=WIDE) as pilot:
+        await settled(pilot)
+        await pilot.click("#checkpoints", offset=(4, 3))           # the second row: step 200, invalid
+        await pilot.pause()
+        screen = await open_inspector(pilot)
+        assert screen.report is None and "step_000200.bin: truncated" in screen.error
+        await pilot.press("right_square_bracket")
+        await settled(pilot)
+        await measured(pilot, screen)
+        assert screen.report is not None and screen.report.checkpoint.step == 300
+        await pilot.press("left_square_bracket")                  # back to the invalid one, then past it
+        await settled(pilot)
+        await measured(pilot, screen)
+        assert screen.report is None and "step_000200.bin" in screen.error
+        await pilot.press("left_square_bracket")
+        await settled(pilot)
+        await measured(pilot, screen)
+        assert screen.report is not None and screen.report.checkpoint.step == 100
+
+
+@pytest.mark.asyncio
+async def test_at_80_columns_the_names_stay_and_the_hint_names_the_columns_out_of_view(tmp_path):
+    app = app_for(model_run(tmp_path), live_probe)
+    async with app.run_test(size=NARROW) as pilot:
+        screen = await open_inspector(pilot)
+        await pilot.pause()
+        table = screen.query_one(DataTable)
+        # The columns read first come right after the name.
+        assert screen.column_names()[:5] == ["#", "tensor", "update_ratio", "dead_v", "nonfinite"]
+        assert table.fixed_columns == 2
+        hint = str(screen.query_one("#inspect-columns", Static).render())
+        assert hint.startswith("← → scroll the columns") and "· → count w_rms" in hint and "· ←" not in hint
+        for _ in range(12):
+            await pilot.press("right")
+        await pilot.pause()
+        assert table.scroll_x > 0
+        row = pane_lines(table)[1]
+        assert "wte.weight" in row                                 # the name stays in view
+        hint = str(screen.query_one("#inspect-columns", Static).render())
+        assert "· ← update_ratio" in hint
 
 
 @pytest.mark.asyncio

@@ -1,13 +1,18 @@
-"""The dashboard's key bar: every shown key of the app, in order, each clickable."""
+"""The dashboard's key bar: every key of the app, in order, each clickable; at 80 columns
+the plot's keys share one description."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from console.app import ConsoleApp
 from console.screens import HelpScreen
+from console.screens.dashboard import KEY_HINTS
+from console.screens.help import KEYS as HELP_KEYS
 from console.widgets import KeyBar
-from tests.console.test_snapshots import NARROW, app_for, settled
+from tests.console.test_snapshots import BIG, NARROW, app_for, settled
 from tests.rundirs import make_run
 
 
@@ -25,3 +30,43 @@ async def test_the_key_bar_shows_the_keys_and_a_click_presses_one(tmp_path):
         await pilot.click(KeyBar, offset=(start, 0))
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [NARROW, (100, 30), BIG], ids=["80x24", "100x30", "160x48"])
+async def test_every_key_of_the_dashboard_is_in_the_bar_at_any_width(tmp_path, size):
+    app = app_for(make_run(tmp_path / "run"))
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot)
+        bar = app.query_one(KeyBar)
+        plain = str(bar.render())
+        assert [key for _, _, key in bar.keys] == [b.key for b in ConsoleApp.BINDINGS]
+        assert "r rollback" in plain and "i inspect" in plain
+        if size == NARROW:
+            assert "l w e x plot" in plain and "x-axis" not in plain
+        else:
+            assert "l log-y" in plain and "e smooth" in plain and "x x-axis" in plain
+        assert len(plain.rstrip()) <= size[0]
+        # A key of the shared description is clicked on its own letter.
+        start, end, _ = next(k for k in bar.keys if k[2] == "x")
+        assert plain[start:end] == "x"
+        await pilot.click(KeyBar, offset=(start, 0))
+        await pilot.pause()
+        assert app.dashboard.plot.x_axis == "tokens"
+
+
+def test_the_readme_key_table_is_the_key_bar():
+    """README's key table lists the bar's keys in its order, with the bar's own words."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| key | key bar | what it does |"):].split("\n\n")[0].splitlines()[2:]
+    rows = [[cell.strip() for cell in row.strip("|").split("|")] for row in table]
+    bindings = ConsoleApp.BINDINGS
+    assert [(key.strip("`"), word) for key, word, _ in rows[:len(bindings)]] == \
+        [(b.key_display or b.key, b.description) for b in bindings]
+    assert [word for _, word, _ in rows[len(bindings):]] == [what for _, what in KEY_HINTS]
+
+
+def test_the_help_lists_the_bar_s_keys_in_its_order():
+    assert [key for key, _ in HELP_KEYS[:len(ConsoleApp.BINDINGS)]] == \
+        [b.key_display or b.key for b in ConsoleApp.BINDINGS]
+    assert [key for key, _ in HELP_KEYS[len(ConsoleApp.BINDINGS):]] == ["1-6", "Tab", "↑ ↓", "Enter"]

@@ -14,7 +14,9 @@ import pytest
 
 from console.app import ConsoleApp
 from console.screens import ConfirmScreen, PivotScreen
+from console.widgets import EventLog
 from tests.console.conftest import until
+from tests.console.test_hostile_text import pane_lines
 from tests.console.trainer_proc import ROOT, train_command
 from tests.processes import stop_processes_naming
 from rundir import list_checkpoints, load_run_config, read_state, verify_trainer
@@ -153,7 +155,7 @@ async def test_pivot_screen_of_a_live_run(live):
     r = live()
     before = (r.run / ".loss.json").read_bytes()
     app = ConsoleApp(r.run, tick=0.5)
-    async with app.run_test(size=(140, 45)) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:         # an SSH session's size: the compact screen
         await until(pilot, lambda: app.snapshot is not None and app.snapshot.trainer.state == "running", 30,
                     "the trainer verified running")
         await pilot.press("p")
@@ -166,13 +168,21 @@ async def test_pivot_screen_of_a_live_run(live):
         assert screen.request is not None
         await pilot.press("ctrl+s")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 60, "the confirmation")
+        await pilot.pause()
+        # The question stands over the form: step 1's "landed at step N" stays in view under it.
+        box, step_1 = app.screen.query_one("#confirm-box").region, screen.query_one("#step-1").region
+        assert box.bottom <= screen.query_one("#pivot-steps").region.y and step_1.bottom <= 23
+        assert "landed at step" in "".join(pane_lines(screen.query_one("#step-1")))
         await pilot.press("y")
         await until(pilot, lambda: screen.outcome is not None, 180, "the pivot's outcome")
         assert screen.outcome.ok, screen.outcome
+        assert screen.query_one("#pivot-outcome").region.bottom <= 23          # above the key bar
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.dashboard
         archive = screen.outcome.archive
+        said = [text for text in app.dashboard.query_one(EventLog).texts if "pivot complete" in text]
+        assert said and not any("pivot: pivot" in text for text in said), said
     caps = {"stdlib-code": 0.6, "stdlib-docstrings": 0.8, "pydoc-topics": 0.8}
     floors = {"stdlib-code": 0.1, "stdlib-docstrings": 0.1, "pydoc-topics": 0.1}
     check_pivot(r.run, before, archive, caps, floors)

@@ -1,4 +1,5 @@
-"""Snapshots of the pivot screen: the policy being edited, invalid input, each step's status.
+"""Snapshots of the pivot screen: the policy being edited, invalid input, each step's status,
+the confirmation over the form at 80x24; its fields and drop boxes read as text.
 
 Deterministic by construction: generated run, fixed clock, no trainer (the steps' status
 lines are posted as the runner would post them), run directory named "run".
@@ -10,9 +11,11 @@ import pytest
 
 from console.messages import PivotProgress
 from console.pivot_runner import PivotOutcome
+from console.screens import ConfirmScreen
 from console.screens.pivot_wizard import PivotScreen
+from tests.console.test_hostile_text import pane_lines
 from tests.console.conftest import until
-from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, settled
+from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, settled, steady_cursors
 
 
 async def open_pivot(pilot) -> None:
@@ -20,7 +23,13 @@ async def open_pivot(pilot) -> None:
     await pilot.press("p")
     # the screen opens once the journal has been looked at
     await until(pilot, lambda: isinstance(pilot.app.screen, PivotScreen), 20, "the pivot screen")
+    steady_cursors(pilot.app)
     await pilot.pause()
+
+
+def screen_lines(app) -> list[str]:
+    """The screen in front as plain text, one string per line, as a terminal shows it."""
+    return ["".join(segment.text for segment in strip) for strip in app.screen._compositor.render_strips()]
 
 
 async def type_into(pilot, selector: str, text: str) -> None:
@@ -58,7 +67,7 @@ def test_pivot_screen_steps(snap_compare, tmp_path, size):
         await open_pivot(pilot)
         screen = pilot.app.screen
         for key, text in [("plan", "new policy: stdlib-code [0.1, 0.5]"),
-                          ("1", "landed at step 3000"), ("2", "stopped; final checkpoint at step P = 3004"),
+                          ("1", "landed at step 3,000"), ("2", "stopped; final checkpoint at step P = 3,004"),
                           ("3", "archived to archive/pivot_003004_20251129T090000Z/"),
                           ("4", ".loss.json left in place, untouched"), ("5", "run.toml: stdlib-code [0.1, 0.5]"),
                           ("6", "launching the trainer from step_003004.bin with a fresh bandit ...")]:
@@ -69,3 +78,44 @@ def test_pivot_screen_steps(snap_compare, tmp_path, size):
 
     # At every size, 80x24 too, the six steps and the outcome are in view under the form.
     assert snap_compare(app_for(healthy(tmp_path)), terminal_size=size, run_before=steps)
+
+
+def test_pivot_screen_asking_before_the_stop_80x24(snap_compare, tmp_path):
+    """Mid-way: the audit checkpoint landed, the question before the stop stands over the
+    form, and step 1's line stays in view under it."""
+    async def asking(pilot):
+        await open_pivot(pilot)
+        screen = pilot.app.screen
+        screen.post_message(PivotProgress("plan", "new policy: stdlib-code [0.1, 0.5]"))
+        screen.post_message(PivotProgress("1", "landed at step 3,000"))
+        screen.post_message(PivotProgress("2", "SIGTERM sent; waiting for the final checkpoint and the exit ..."))
+        await pilot.pause()
+        pilot.app.push_screen(ConfirmScreen("Stop trainer pid 4242? It writes its final checkpoint and exits.",
+                                            screen.CONFIRM_DETAIL, at_top=True))
+        await pilot.pause()
+        box = pilot.app.screen.query_one("#confirm-box").region
+        assert box.bottom <= screen.query_one("#pivot-steps").region.y
+
+    assert snap_compare(app_for(healthy(tmp_path)), terminal_size=NARROW, run_before=asking)
+
+
+@pytest.mark.asyncio
+async def test_fields_and_drop_boxes_read_as_text_at_80x24(tmp_path):
+    """On a low-contrast terminal, or copied as text: each one-line field shows where it
+    starts and ends, and a ticked drop box differs from an unticked one by a glyph."""
+    app = app_for(healthy(tmp_path))
+    async with app.run_test(size=NARROW) as pilot:
+        await open_pivot(pilot)
+        screen = pilot.app.screen
+        row = screen_lines(pilot.app)[screen.query_one("#cap-0").region.y]
+        assert "stdlib-code" in row and "│0.8" in row and "│0.1" in row and row.count("│") == 4, row
+        assert "".join(pane_lines(screen.query_one("#drop-0"))).strip() == "[ ] drop"
+        # The first field has the keys: what is typed replaces its value.
+        assert pilot.app.focused is screen.query_one("#cap-0")
+        await pilot.press("0", ".", "6")
+        assert screen.query_one("#cap-0").value == "0.6"
+        screen.query_one("#drop-1").focus()
+        await pilot.press("space")
+        await pilot.pause()
+        assert "".join(pane_lines(screen.query_one("#drop-1"))).strip() == "[x] drop"
+        assert screen.request is not None and screen.request.drop == ["stdlib-docstrings"]

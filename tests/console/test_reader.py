@@ -208,3 +208,18 @@ def test_a_sample_with_text_instead_of_completion_is_shown(make_run_dir):
     snap, _ = read(make_run_dir(samples_text=samples))
     assert [(s.arm, s.completion) for s in snap.samples] == [("other-engine", "x): pass")]
     assert snap.samples_error == ".samples.json: 1 malformed sample(s) skipped"
+
+
+def test_another_engine_s_whole_text_does_not_say_the_prompt_twice(make_run_dir):
+    """Their "text" (or "output") may hold the prompt too: shown after the prompt, the pane
+    read "def def main()". Ours ("completion") is the continuation, whatever it starts with."""
+    samples = json.dumps({"samples": [
+        {"step": 10, "arm": "whole", "prompt": "def ", "text": "def main():\n    return 0"},
+        {"step": 10, "arm": "output", "prompt": "x = ", "output": "x = 1"},
+        {"step": 10, "arm": "ours", "prompt": "ab", "completion": "abc"}]})
+    run = make_run_dir(samples_text=samples)
+    snap, _ = read(run)
+    assert [(s.arm, s.prompt + s.completion) for s in snap.samples] == [
+        ("whole", "def main():\n    return 0"), ("output", "x = 1"), ("ours", "ababc")]
+    once = render_text(snap, NOW)
+    assert "def main():⏎    return 0" in once and "def def" not in once

@@ -30,7 +30,7 @@ def test_the_proposal_is_the_checkpoint_margin_steps_before_the_newest_spike(mak
 
 
 @pytest.mark.parametrize("flags, code, message", [
-    ((), 1, "no loss spike in the history and no --to STEP"),
+    ((), 1, "no loss spike in the history: nothing to roll back past (pass --to STEP"),
     (("--to", "250"), 1, "--to 250: there is no complete checkpoint at step 250"),
     (("--to", "-5"), 2, "--to -5: expected a step number >= 0"),
     (("--skip-batches", "-1"), 2, "--skip-batches -1: expected a number of batches >= 0"),
@@ -76,6 +76,7 @@ def test_a_resume_the_trainer_refuses_is_reported_and_pending(make_run_dir):
     r = console(run, "--rollback", "--yes", "--timeout", "60", timeout=120)
     assert r.returncode == 1 and "step 3: the trainer exited with code 2 instead of resuming" in r.stderr
     assert "[1] stop the trainer (SIGTERM): no trainer running" in r.stdout
+    assert "stopped at step" not in r.stdout and "the run is at step 600" in r.stdout    # one thing said
     journal, _ = read_rollback_journal(run)
     assert journal.stage == "set_aside" and journal.to_step == 300 and journal.set_aside == [400, 500]
     assert (run / LOSS_JSON).read_bytes() == history
@@ -99,4 +100,25 @@ def test_a_spike_among_the_steps_a_rollback_abandoned_is_not_proposed_again(make
         for step in range(301, 351):
             w.step(step, 2.0, 3e-3, 0.5, "a", step * 512, later + step)
     with pytest.raises(RollbackError, match="no loss spike in the history"):
+        propose_rollback(run, RollbackRequest())
+
+
+def test_another_engine_s_run_is_refused_saying_what_was_found_and_why(make_run_dir):
+    """No run.toml, foreign checkpoints (weights, m and v only), a spike: the refusal names
+    the spike and what a rollback needs, not a missing file."""
+    run = make_run_dir(steps=3000, checkpoints=(1000, 2000, 3000), foreign=(1000, 2000, 3000), with_run_toml=False,
+                       with_state=False, spikes={2500: 30.0, 2501: 28.0})
+    before = snapshot(run)
+    r = console(run, "--rollback", "--yes")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "found the loss spike at steps 2,500–2,501 (peak 30 at step 2,500)" in r.stderr
+    assert "3 checkpoint(s), all foreign" in r.stderr and "no run.toml" in r.stderr
+    assert "resumes andrea-train from one of its own complete checkpoints" in r.stderr
+    assert "no such file" not in r.stderr
+    assert snapshot(run) == before
+
+
+def test_foreign_checkpoints_under_a_run_toml_are_said_to_be_why(make_run_dir):
+    run = make_run_dir(**{**SPIKY, "foreign": SPIKY["checkpoints"]})
+    with pytest.raises(RollbackError, match="the 5 checkpoint.s. here are foreign: a rollback resumes andrea-train"):
         propose_rollback(run, RollbackRequest())

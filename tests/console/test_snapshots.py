@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.widgets import Input
 
 from console.app import ConsoleApp
 from console.reader import RunReader
@@ -36,6 +37,13 @@ FREE_SPACE = 500 << 30          # a fixed filesystem: free space is not the mach
 def app_for(run_dir: Path, probe=None, **options) -> ConsoleApp:
     reader = RunReader(run_dir, now=fixed_now, probe=probe, free_space=lambda _: FREE_SPACE)
     return ConsoleApp(run_dir, now=fixed_now, probe=probe, watch=False, tick=None, reader=reader, **options)
+
+
+def steady_cursors(app) -> None:
+    """A guided screen opens with its first field focused, whose cursor blinks every half
+    second: shown steadily, a screenshot does not depend on when it is taken."""
+    for field in app.screen.query(Input):
+        field.cursor_blink = False
 
 
 async def settled(pilot) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 
 from console.plot import Marker, PlotOptions, build_canvas, column_of, render_runs, x_values
 from console.widgets.loss_plot import LossPlot
+from tests.console.conftest import until
 from tests.console.test_snapshots import app_for, settled
 from tests.rundirs import RunSpec, make_run
 
@@ -70,3 +72,41 @@ def test_once_takes_the_axis_and_the_log_scale_from_flags(tmp_path, capsys):
     assert "k" in axis and "600" not in axis                # token counts, not the steps
     assert main([str(run), "--once", "--x-axis", "time"]) == 0
     assert "loss by wall clock (" in capsys.readouterr().out
+
+
+def timeless_run(tmp_path):
+    """A history whose step lines carry neither a time nor a token count (another engine's)."""
+    run = make_run(tmp_path / "run", RunSpec(steps=300))
+    lines = [orjson.loads(line) for line in (run / ".loss.json").read_bytes().splitlines() if line.strip()]
+    (run / ".loss.json").write_bytes(b"".join(
+        orjson.dumps({k: v for k, v in r.items() if k not in ("time", "tokens")}) + b"\n" for r in lines))
+    return run
+
+
+def test_once_says_when_the_history_cannot_give_the_axis_asked_for(tmp_path, capsys):
+    from console.cli import main
+
+    run = timeless_run(tmp_path)
+    for axis, needs in (("time", "a time"), ("tokens", "a token count")):
+        assert main([str(run), "--once", "--x-axis", axis]) == 0
+        out = capsys.readouterr().out
+        assert f"x axis: step, not {axis}: not every step of the history has {needs}" in out
+        assert "loss (raw + EMA" in out                       # drawn by step
+    assert main([str(run), "--once"]) == 0
+    assert "x axis:" not in capsys.readouterr().out
+
+
+@pytest.mark.asyncio
+async def test_the_plot_says_when_it_draws_by_step_instead(tmp_path):
+    app = app_for(timeless_run(tmp_path))
+    async with app.run_test(size=(140, 45)) as pilot:
+        await settled(pilot)
+        plot = app.query_one(LossPlot)
+        await pilot.press("x")                                # tokens: there are none
+        await until(pilot, lambda: "not every step" in str(plot.border_subtitle), 10, "the subtitle")
+        assert "x: step (not every step has a token count)" in str(plot.border_subtitle)
+        await pilot.press("x")
+        await until(pilot, lambda: "a time)" in str(plot.border_subtitle), 10, "the subtitle")
+        await pilot.press("x")                                # back to step: nothing to say
+        await pilot.pause()
+        assert "x:" not in str(plot.border_subtitle)

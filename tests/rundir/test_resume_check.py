@@ -6,7 +6,7 @@ import math
 
 from rundir import LossHistory, LossHistoryWriter
 from rundir.history import MAX_SUPERSEDED
-from rundir.resume_check import check_resumes
+from rundir.resume_check import ResumeCheck, check_resumes
 
 
 def line(step, loss=None, grad_norm=0.5):
@@ -57,6 +57,15 @@ def test_a_difference_is_a_divergence(tmp_path):
     assert not check.identical and check.verdict == "diverged"
     assert check.first_difference == {"step": 25, "loss": [2.025, 2.5], "grad_norm": [0.5, 0.5]}
     assert check.text() == "resume at 20 DIVERGED at step 25: 2.025 vs 2.5"
+
+
+def test_a_divergence_shows_as_many_digits_as_tell_the_values_apart():
+    check = ResumeCheck(120_000, 10, False, {"step": 120_001, "loss": [0.7900453801235412, 0.8289481497577315],
+                                            "grad_norm": [0.5, 0.5]}, (), True, 3)
+    assert check.text() == "resume at 120,000 DIVERGED at step 120,001: 0.79 vs 0.8289"
+    tiny = ResumeCheck(20, 10, False, {"step": 25, "loss": [1.0000000000000002, 1.0], "grad_norm": [0.5, 0.5]},
+                       (), True, 3)
+    assert tiny.text() == "resume at 20 DIVERGED at step 25: 1.0000000000000002 vs 1"     # a last-bit difference shows
 
 
 def test_pending_until_the_rerun_is_done(tmp_path):

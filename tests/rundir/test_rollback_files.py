@@ -9,7 +9,7 @@ import pytest
 from rundir import LossHistory, latest_resumable, list_checkpoints
 from rundir.layout import LOSS_JSON, ROLLBACK_JOURNAL, ROLLBACK_RECORD
 from rundir.retention import ROLLBACK, protected_steps
-from rundir.rollback_files import (MAX_SKIP_BATCHES, RollbackError, RollbackJournal, check_skip_batches,
+from rundir.rollback_files import (MAX_SKIP_BATCHES, ChoiceNames, RollbackError, RollbackJournal, check_skip_batches,
                                    choose_checkpoint, list_rollbacks, lost_training, read_rollback_journal,
                                    remove_rollback_journal, set_aside_checkpoints, write_rollback_journal)
 from tests.rundirs import make_run
@@ -35,8 +35,28 @@ def test_the_newest_complete_checkpoint_margin_steps_before_the_spike(run):
         choose_checkpoint(infos, to_step=200)
     with pytest.raises(RollbackError, match="--to 250"):
         choose_checkpoint(infos, spike_start=450, to_step=250)
-    with pytest.raises(RollbackError, match="no loss spike in the history and no --to STEP"):
+    with pytest.raises(RollbackError, match=r"no loss spike in the history: nothing to roll back past \(pass --to STEP"):
         choose_checkpoint(infos)
+
+
+def test_a_refusal_names_the_choices_as_the_front_end_does(run):
+    """The command line speaks of --to and --skip-batches, the rollback screen of its fields."""
+    fields = ChoiceNames(to='"to step"', choose_to='type a step in "to step"', skip='"skip batches"')
+    infos = list_checkpoints(run)
+    for call, cli, screen in [
+        (lambda: choose_checkpoint(infos), "(pass --to STEP to go back", '(type a step in "to step" to go back'),
+        (lambda: choose_checkpoint(infos, to_step=200), "--to 200: there is no complete checkpoint at step 200",
+         '"to step" 200: there is no'),
+        (lambda: choose_checkpoint(infos, spike_start=150), "; pass --to STEP to choose one",
+         '; type a step in "to step" to choose one'),
+        (lambda: check_skip_batches(MAX_SKIP_BATCHES + 1), "--skip-batches 1000001: expected",
+         '"skip batches" 1000001: expected'),
+        (lambda: check_skip_batches("{x}"), "--skip-batches '{x}': expected", '"skip batches" \'{x}\': expected'),
+    ]:
+        with pytest.raises(RollbackError) as caught:
+            call()
+        assert cli in str(caught.value) and screen in caught.value.worded(fields)
+        assert "--" not in caught.value.worded(fields)
 
 
 def test_skip_batches_must_be_a_count():
