@@ -1,159 +1,40 @@
 """Alerts: problems of a run raised once each, for someone who is not looking at the screen.
 
-:func:`current_alerts` turns a :class:`~console.views.RunSnapshot` into :class:`Alert`\\ s
-(non-finite loss, divergence stop, stall, spike, trainer exited abnormally, zombie arm,
-failed checkpoint, disk nearly full, a resume that diverged). :class:`AlertTracker` says
+The snapshot's ``alerts`` (:func:`console.model.findings.derive_alerts`: non-finite loss,
+divergence stop, stall, spike, trainer exited abnormally, zombie arm, failed checkpoint,
+disk nearly full, a resume that diverged) are typed findings. :class:`AlertTracker` says
 which are new: each is raised once while it lasts (one that clears and comes back is
-raised again). The dashboard shows a new alert in the events pane, rings the terminal
-bell (unless ``--no-bell``) and hands it to ``--notify CMD`` (:func:`run_notify`: the
-command gets the alert as JSON on stdin, no shell, a timeout). ``--check`` prints the
-alerts and the other problems and exits 0 healthy, 1 warnings, 2 errors
-(:func:`check_report`).
+raised again), and those new together are one alert per kind. The dashboard shows a new
+alert in the events pane, rings the terminal bell (unless ``--no-bell``) and hands it to
+``--notify CMD`` (:func:`run_notify`: the command gets the alert as JSON on stdin, no shell,
+a timeout). ``--check`` prints the alerts and the other problems and exits 0 healthy, 1
+warnings, 2 errors (:func:`check_report`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
-from dataclasses import asdict, dataclass
 
-from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 from rundir.spikes import DEFAULT_WINDOW
-
-from .findings import spike_text
 from rundir.text import strict_json_value
 
-from .format import LINE_LIMIT, format_counter, printable
-from .views import RunSnapshot
+from .format import LINE_LIMIT, printable
+from .model.findings import LISTED, Finding
+from .model.levels import Level
+from .model.snapshot import RunSnapshot
 
 NOTIFY_TIMEOUT_S = 10.0
 EXIT_HEALTHY, EXIT_WARNINGS, EXIT_ERRORS = 0, 1, 2
 
 
-@dataclass(frozen=True)
-class Alert:
-    """One problem: ``kind`` (nonfinite, divergence, stall, spike, exit, zombie, checkpoint,
-    disk, resume), ``level`` (warning or error), one printable line, and ``key``, the
-    identity that makes it raised once. ``ended_pid``: the trainer whose end it reports
-    (an abnormal exit or a divergence stop), so that one end is one alert, however many
-    ways the console learns of it."""
-
-    kind: str
-    level: str
-    text: str
-    key: str
-    step: int | None = None
-    ended_pid: int | None = None
-    count: int = 1                      # the problems it stands for (see gathered_by_kind)
-
-    def to_json(self, run_dir: str, time: float) -> dict:
-        """What ``--notify`` gets on stdin."""
-        return {**asdict(self), "run_dir": run_dir, "time": time}
-
-
-def _nonfinite_runs(steps: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Consecutive non-finite steps as (first, last) runs."""
-    runs: list[tuple[int, int]] = []
-    for s in steps:
-        if runs and s == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], s)
-        else:
-            runs.append((s, s))
-    return runs
-
-
-def _abnormal_exit(snap: RunSnapshot) -> Alert | None:
-    """The trainer is gone without a clean exit: a stale record (killed, crashed), or a
-    process that wrote no ``stop`` event before it ended."""
-    t = snap.trainer
-    if t.state == "stale":
-        return Alert("exit", "error", f"the trainer (pid {t.pid}) is gone without a clean exit (killed or crashed; "
-                                      "see trainer.log)", f"exit:stale:{t.pid}", ended_pid=t.pid)
-    if t.state != "stopped":
-        return None
-    for ev in reversed(snap.history.events):
-        if ev.event == EVENT_STOP:
-            return None
-        if ev.event in (EVENT_START, EVENT_RESUME):
-            pid = ev.data.get("pid")
-            if not isinstance(pid, int):
-                return None                     # not this trainer's history: it writes its pid
-            return Alert("exit", "error", f"the trainer (pid {printable(pid)}) ended without a stop event after step "
-                                          f"{snap.history.last_step} (it failed or was killed; see trainer.log)",
-                         f"exit:line:{ev.line}", snap.history.last_step, ended_pid=pid)
-    return None
-
-
-def _started_pid(snap: RunSnapshot, line: int) -> int | None:
-    """The pid in the last start or resume event before history line ``line``."""
-    for ev in reversed(snap.history.events):
-        if ev.line < line and ev.event in (EVENT_START, EVENT_RESUME):
-            pid = ev.data.get("pid")
-            return pid if isinstance(pid, int) else None
-    return None
-
-
-def child_exit_alert(pid: int, code: int) -> Alert | None:
-    """The alert for a trainer this console started that exited with ``code`` (none for 0)."""
-    if code == 0:
-        return None
-    return Alert("exit", "error", f"the trainer (pid {pid}) exited with code {code}", f"exit:child:{pid}",
-                 ended_pid=pid)
-
-
-def current_alerts(snap: RunSnapshot) -> list[Alert]:
-    """Every alert the snapshot shows, errors first."""
-    h = snap.history
-    out: list[Alert] = []
-    if snap.storage is not None and snap.storage.too_full:
-        text = next((p for p in snap.problems() if p.startswith("disk nearly FULL")), "disk nearly FULL")
-        out.append(Alert("disk", "error", text, "disk"))
-    stop = snap.safety_stop
-    if stop is not None:
-        out.append(Alert("divergence", "error", f"trainer stopped: the run diverged at step {format_counter(stop.step)} "
-                                                f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)",
-                         f"divergence:{stop.line}", stop.step, ended_pid=_started_pid(snap, stop.line)))
-    failed = snap.failed_checkpoint
-    if failed is not None:
-        out.append(Alert("checkpoint", "error", f"checkpoint FAILED at step {format_counter(failed.step)}: "
-                                                f"{printable(failed.data.get('error', 'write error'), LINE_LIMIT)}",
-                         f"checkpoint:{failed.line}", failed.step))
-    exited = _abnormal_exit(snap)
-    if exited is not None:
-        out.append(exited)
-    for first, last in _nonfinite_runs(h.nonfinite_steps):
-        where = f"step {first:,}" if first == last else f"steps {first:,}..{last:,}"
-        out.append(Alert("nonfinite", "error", f"non-finite loss at {where}", f"nonfinite:{first}", first))
-    for check in h.resume_checks:
-        if check.verdict == "diverged":
-            out.append(Alert("resume", "error", check.text(), f"resume:{check.line}", check.from_step))
-    if snap.trainer.stalled:
-        from .format import stall_text
-        out.append(Alert("stall", "warning", f"trainer STALLED: {stall_text(snap.trainer)}",
-                         f"stall:{snap.trainer.pid}:{h.last_step}", h.last_step))
-    for spike in h.spikes:
-        out.append(Alert("spike", "warning", spike_text(spike), f"spike:{spike.start}", spike.start))
-    for name, reason in snap.zombies.items():
-        out.append(Alert("zombie", "warning", f"zombie arm {printable(name)}: {printable(reason, LINE_LIMIT)}",
-                         f"zombie:{name}"))
-    return out
-
-
-# How a kind's problems are named when several are raised as one alert.
-KIND_NOUNS = {"zombie": "zombie arms", "spike": "loss spikes", "nonfinite": "runs of non-finite loss",
-              "resume": "diverged resumes", "exit": "trainer ends", "checkpoint": "failed checkpoints",
-              "divergence": "divergence stops", "stall": "stalls", "disk": "disk problems"}
-LISTED = 3                             # the problems an alert names before it counts the rest
-
-
-def gathered_by_kind(alerts: list[Alert]) -> list[Alert]:
+def gathered_by_kind(alerts: list[Finding]) -> list[Finding]:
     """One alert per kind and level: several problems of a kind (2,000 arms whose data is
     gone) are one alert that names the first few and counts the rest, so they ring one bell
     and run ``--notify`` once. Order of first appearance is kept."""
-    groups: dict[tuple[str, str], list[Alert]] = {}
+    groups: dict[tuple[str, Level], list[Finding]] = {}
     for alert in alerts:
         groups.setdefault((alert.kind, alert.level), []).append(alert)
     out = []
@@ -164,14 +45,9 @@ def gathered_by_kind(alerts: list[Alert]) -> list[Alert]:
         named = "; ".join(a.text for a in members[:LISTED])
         more = f"; and {len(members) - LISTED:,} more" if len(members) > LISTED else ""
         steps = [a.step for a in members if a.step is not None]
-        out.append(Alert(kind, level, f"{len(members):,} {KIND_NOUNS.get(kind, kind)}: {named}{more}",
-                         f"{members[0].key}+{len(members) - 1}", min(steps) if steps else None, count=len(members)))
+        out.append(Finding(kind, level, f"{len(members):,} {members[0].spec.noun or kind}: {named}{more}",
+                           f"{members[0].key}+{len(members) - 1}", min(steps) if steps else None, count=len(members)))
     return out
-
-
-# Kinds that are facts of the history's past: a console that starts on a run raises
-# them only as they happen, not for what was there before it looked.
-HISTORY_KINDS = frozenset({"spike", "nonfinite", "resume"})
 
 
 class AlertTracker:
@@ -182,15 +58,17 @@ class AlertTracker:
         self._active: set[str] | None = None
         self._ended: set[int] = set()
 
-    def new_alerts(self, snap: RunSnapshot) -> list[Alert]:
-        alerts = current_alerts(snap)
+    def new_alerts(self, snap: RunSnapshot) -> list[Finding]:
+        alerts = snap.alerts
         first = self._active is None
         active = self._active or set()
-        new = [a for a in alerts if a.key not in active and not (first and a.kind in HISTORY_KINDS)]
+        # A fact of the history's past is raised as it happens, not for what was there
+        # before this console looked.
+        new = [a for a in alerts if a.key not in active and not (first and a.spec.history_fact)]
         self._active = {a.key for a in alerts}
         return gathered_by_kind([a for a in new if self.first_of_its_end(a)])
 
-    def first_of_its_end(self, alert: Alert) -> bool:
+    def first_of_its_end(self, alert: Finding) -> bool:
         """False when ``alert`` reports the end of a trainer that an earlier alert reported."""
         if alert.ended_pid is None:
             return True
@@ -200,41 +78,34 @@ class AlertTracker:
         return True
 
 
-# problems() lines that an alert already says (in its own words, with its level).
-_SAID_BY_ALERTS = ("disk nearly FULL", "trainer STALLED", "checkpoint FAILED", "trainer stopped: the run diverged",
-                   "zombie arm", f"{LOSS_JSON}: ")
-_NONFINITE_SUFFIX = "non-finite loss value(s)"
-_MANY_ZOMBIES = re.compile(r"[\d,]+ zombie arms: ")
-
-
-def _recent(alert: Alert, last_step: int | None, window: int) -> bool:
+def _recent(alert: Finding, last_step: int | None, window: int) -> bool:
     """History facts count for ``--check`` while recent: within the last ``window`` steps."""
-    if alert.kind not in HISTORY_KINDS or alert.step is None or last_step is None:
+    if not alert.spec.history_fact or alert.step is None or last_step is None:
         return True
     return alert.step > last_step - window
 
 
 def check_report(snap: RunSnapshot) -> tuple[int, list[str]]:
-    """``--check``: its exit status (0 healthy, 1 warnings, 2 errors) and its lines."""
+    """``--check``: its exit status (0 healthy, 1 warnings, 2 errors) and its lines. Each
+    alert at its level (a fact of the history older than the spike window as ``past:``,
+    not counted); each problem that no alert says, as a warning; a run directory that is
+    missing or cannot be read is an error."""
     window = snap.config.alerts.window if snap.config is not None else DEFAULT_WINDOW
     last = snap.history.last_step
+    recent = [alert for alert in snap.alerts if _recent(alert, last, window)]
+    past = [alert for alert in snap.alerts if not _recent(alert, last, window)]
     lines, levels = [], set()
-    alerts = current_alerts(snap)
-    recent = [alert for alert in alerts if _recent(alert, last, window)]
     for alert in gathered_by_kind(recent):
         levels.add(alert.level)
         lines.append(f"{alert.level}: {alert.text}")
-    lines.extend(f"past: {alert.text}" for alert in gathered_by_kind([a for a in alerts if not _recent(a, last, window)]))
-    for problem in snap.problems():
-        said = problem.startswith(_SAID_BY_ALERTS) and (not problem.startswith(f"{LOSS_JSON}: ")
-                                                        or _NONFINITE_SUFFIX in problem) \
-            or _MANY_ZOMBIES.match(problem) is not None
-        if not said:
-            levels.add("warning")
-            lines.append(f"warning: {problem}")
-    if snap.dir_state in ("missing", "not a directory") or snap.dir_state.startswith("unreadable"):
-        levels.add("error")
-    code = EXIT_ERRORS if "error" in levels else EXIT_WARNINGS if levels else EXIT_HEALTHY
+    lines.extend(f"past: {alert.text}" for alert in gathered_by_kind(past))
+    for problem in snap.problems:
+        if problem.spec.alert:
+            continue                    # an alert says it, in its own words and at its level
+        directory_error = problem.kind == "directory" and problem.level is Level.ERROR
+        levels.add(Level.ERROR if directory_error else Level.WARNING)
+        lines.append(f"{Level.WARNING}: {problem.text}")
+    code = EXIT_ERRORS if Level.ERROR in levels else EXIT_WARNINGS if levels else EXIT_HEALTHY
     return code, [printable(line, LINE_LIMIT) for line in lines] or ["healthy: no problems"]
 
 

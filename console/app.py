@@ -25,8 +25,9 @@ from textual.worker import get_current_worker
 
 from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER
 
-from .alerts import NOTIFY_TIMEOUT_S, Alert, AlertTracker, child_exit_alert, run_notify
+from .alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
 from .format import printable
+from .model.findings import Finding, child_exit_alert
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady
 from .pivot_runner import pending_pivot
 from .plot import PlotOptions
@@ -35,7 +36,7 @@ from .rollback_runner import pending_rollback
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
 from .signal_jobs import checkpoint_and_wait, stop_and_wait
 from .supervise import reap_children
-from .views import Notice, RunSnapshot, TrainerView
+from .model.snapshot import Notice, RunSnapshot, TrainerView
 from .widgets import CheckpointsPane
 from .watcher import watch_run
 
@@ -88,7 +89,7 @@ class ConsoleApp(App[None]):
         self.read_only = read_only
         self.alerts = AlertTracker()
         self.bell_on_alert, self.notify_argv, self.notify_timeout = bell, notify, notify_timeout
-        self._alert_queue: queue.SimpleQueue[Alert] = queue.SimpleQueue()
+        self._alert_queue: queue.SimpleQueue[Finding] = queue.SimpleQueue()
         self.run_dir = Path(run_dir)
         self.now = now
         self.reader = reader or RunReader(self.run_dir, now=now, probe=probe)
@@ -205,9 +206,9 @@ class ConsoleApp(App[None]):
             self.raise_alert(alert)
 
     # -- alerts --------------------------------------------------------------------
-    def raise_alert(self, alert: Alert) -> None:
+    def raise_alert(self, alert: Finding) -> None:
         """An event, the bell (unless --no-bell) and --notify CMD (in a worker)."""
-        self.say(f"ALERT: {alert.text}", alert.level.replace("warning", "warn"))
+        self.say(f"ALERT: {alert.text}", alert.level)
         if self.bell_on_alert:
             self.bell()
         if self.notify_argv:
@@ -224,7 +225,7 @@ class ConsoleApp(App[None]):
                 return
             failure = run_notify(self.notify_argv, alert.to_json(str(self.run_dir), self.now()), self.notify_timeout)
             if failure:
-                self.notify_from_thread(failure, "warn")
+                self.notify_from_thread(failure, "warning")
 
     def on_console_notice(self, message: ConsoleNotice) -> None:
         self.dashboard.notice(message.notice)
@@ -244,7 +245,7 @@ class ConsoleApp(App[None]):
             namespace, name, _ = actions.parse(action) if isinstance(action, str) else action
             on_app = namespace == "app" or (not namespace and default_namespace in (None, self))
             if on_app and name in CONTROL_ACTIONS:
-                self.say(READ_ONLY_REFUSAL.format(key=CONTROL_ACTIONS[name]), "warn")
+                self.say(READ_ONLY_REFUSAL.format(key=CONTROL_ACTIONS[name]), "warning")
                 return True
         return await super().run_action(action, default_namespace, namespaces)
 
@@ -267,7 +268,7 @@ class ConsoleApp(App[None]):
         """Ask, then SIGTERM the verified trainer of ``run_dir`` (``trainer`` as last seen)."""
         if trainer is None or not trainer.signallable:
             why = f"the trainer is {trainer.label}: {trainer.reason}" if trainer else "the run is still being read"
-            self.say(f"s: nothing verified to stop ({why})", "warn")
+            self.say(f"s: nothing verified to stop ({why})", "warning")
             return
 
         def decided(yes: bool | None) -> None:
@@ -319,7 +320,7 @@ class ConsoleApp(App[None]):
             info = next((c for status in ("complete", "foreign") for c in reversed(checkpoints)
                          if c.status == status), None)
         if info is None:
-            self.say("i: no checkpoint to inspect", "warn")
+            self.say("i: no checkpoint to inspect", "warning")
             return
         # Imported here: the table and progress bar are not needed for the first frame.
         from .screens.inspector import InspectorScreen

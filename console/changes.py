@@ -13,7 +13,8 @@ from rundir import HistoryEvent
 from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
 from .format import format_counter, format_size, printable, stall_text
-from .views import LISTED, Notice, RunSnapshot, many, names_and_more
+from .model.findings import LISTED, many, names_and_more
+from .model.snapshot import Notice, RunSnapshot
 
 
 def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
@@ -27,10 +28,7 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
         out.append(Notice(now, f"watching {printable(snap.name)}: trainer {snap.trainer.label}"
                           + (f" (pid {snap.trainer.pid})" if snap.trainer.pid and snap.trainer.state == "running"
                              else "") + f", {snap.history.n_steps:,} steps, {len(snap.checkpoints)} checkpoint(s)"))
-        for problem in snap.problems():
-            if "torn last line" in problem or "non-finite" in problem or "unreadable line" in problem:
-                continue          # already said by the history read
-            out.append(Notice(now, problem, "error" if "zombie" in problem or "invalid" in problem else "warn"))
+        out.extend(Notice(now, p.text, p.level) for p in snap.problems if not p.spec.said_by_read)
         return out
     if snap.checkpoints is not prev.checkpoints:
         before = {c.path.name: c for c in prev.checkpoints}
@@ -73,10 +71,10 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
                                    f"{printable(newest[0][0])}: {newest[0][1]}", "error"))
         removed = sorted(before.keys() - after.keys())
         if len(removed) <= LISTED:
-            out.extend(Notice(now, f"checkpoint removed: {printable(name)}", "warn") for name in removed)
+            out.extend(Notice(now, f"checkpoint removed: {printable(name)}", "warning") for name in removed)
         else:
             out.append(Notice(now, f"{many(len(removed), 'checkpoint file')} removed: "
-                                   f"{names_and_more(removed[:LISTED], len(removed))}", "warn"))
+                                   f"{names_and_more(removed[:LISTED], len(removed))}", "warning"))
     t0, t1 = prev.trainer, snap.trainer
     if (t0.state, t0.pid) != (t1.state, t1.pid):
         if t1.state == "running":
@@ -88,7 +86,7 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
         elif t0.state == "running" and t1.state == "stale":
             out.append(Notice(now, f"trainer pid {t0.pid} is gone without a clean exit: {t1.reason}", "error"))
         elif t1.state != "stopped":
-            out.append(Notice(now, f"trainer {t1.label}: {t1.reason}", "warn"))
+            out.append(Notice(now, f"trainer {t1.label}: {t1.reason}", "warning"))
         else:
             out.append(Notice(now, "trainer stopped: " + t1.reason))
     if t1.stalled and not t0.stalled:
@@ -105,9 +103,9 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
                                    f"{names_and_more([n for n, _ in new[:LISTED]], len(new))}; "
                                    f"{printable(new[0][0])}: {new[0][1]}", "error"))
         if snap.arms.error and snap.arms.error != prev.arms.error:
-            out.append(Notice(now, snap.arms.error, "warn"))
+            out.append(Notice(now, snap.arms.error, "warning"))
     if snap.samples_error and snap.samples_error != prev.samples_error:
-        out.append(Notice(now, snap.samples_error, "warn"))
+        out.append(Notice(now, snap.samples_error, "warning"))
     if snap.config_error != prev.config_error and snap.config_error:
         out.append(Notice(now, snap.config_error, "error"))
     return out
@@ -140,7 +138,7 @@ def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
     if ev.event == EVENT_CHECKPOINT_FAILED:
         return f"checkpoint FAILED{at}: {field('error', 'write error')}; the previous checkpoint is intact", "error"
     if ev.event == EVENT_WRITE_FAILED:
-        return f"could not write {field('file', 'a file')}{at}: {field('error', 'write error')}", "warn"
+        return f"could not write {field('file', 'a file')}{at}: {field('error', 'write error')}", "warning"
     if ev.event == EVENT_STOP and d.get("reason") == "nonfinite":
         return (f"trainer STOPPED{at}: the run diverged ({field('in_a_row', '?')} non-finite steps in a row; "
                 f"last good step {step_field('last_good_step')})"), "error"

@@ -17,7 +17,7 @@ from rundir.layout import EVENT_RESUME, EVENT_START
 from rundir.resume_check import ResumeCheck, check_resumes
 from rundir.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector
 
-from .views import HistoryView, Notice
+from .model.snapshot import HistoryView, Notice
 
 # Non-finite steps listed in a view (the newest); the history's count says how many in all.
 NONFINITE_LISTED = 1000
@@ -133,7 +133,7 @@ class HistoryFindings:
         return self.detector.spikes if self.detector is not None else []
 
     def view_fields(self) -> dict[str, Any]:
-        """The :class:`~console.views.HistoryView` fields this feeds."""
+        """The :class:`~console.model.snapshot.HistoryView` fields this feeds."""
         nonfinite = self.detector.newest_nonfinite_steps(NONFINITE_LISTED) if self.detector is not None else ()
         return {"spikes": tuple(self.spikes), "nonfinite_steps": tuple(nonfinite),
                 "resume_checks": self._checks}

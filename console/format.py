@@ -19,7 +19,7 @@ AXIS_NEEDS = {"time": "a time", "tokens": "a token count"}
 if TYPE_CHECKING:
     from rundir.storage import Storage
 
-    from .views import TrainerView
+    from .model.snapshot import TrainerView
 
 
 def stall_text(t: "TrainerView") -> str:

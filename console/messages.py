@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from .views import Notice, RunSnapshot
+from .model.snapshot import Notice, RunSnapshot
 
 if TYPE_CHECKING:
     from rundir.run_summary import RunSummary

@@ -31,7 +31,7 @@ from .runs_watcher import REFRESH_S, watch_runs
 from .screens import DashboardScreen
 from .screens.compare import CompareScreen
 from .screens.overview import OverviewScreen
-from .views import Notice, TrainerView
+from .model.snapshot import Notice, TrainerView
 
 # The app's keys that act on the overview too (on the selected run, for c and s).
 OVERVIEW_ACTIONS = frozenset({"checkpoint", "stop", "help", "quit"})
@@ -116,7 +116,7 @@ class OverviewApp(ConsoleApp):
     def _selected_trainer(self) -> tuple[Path, TrainerView] | None:
         s = self.overview.selected
         if s is None:
-            self.say("no run selected", "warn")
+            self.say("no run selected", "warning")
             return None
         return s.path, TrainerView(state=s.trainer_state, label=trainer_label(s), reason=s.trainer_reason, pid=s.pid)
 

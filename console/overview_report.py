@@ -15,7 +15,7 @@ from rundir.run_summary import RunSummary
 from rundir.runs import RunsListing
 
 from .format import LINE_LIMIT, format_age, format_float, format_size, printable
-from .views import TRAINER_LABELS
+from .model.snapshot import TRAINER_LABELS
 
 # (header, width, right-aligned) of each column; the run's name takes what is left.
 # The problems count comes right after the trainer: on 80 columns it is in sight.

@@ -12,7 +12,7 @@ import psutil
 
 from rundir import TrainerRecord, Verification, verify_trainer
 
-from .views import TRAINER_LABELS, TrainerView
+from .model.snapshot import TRAINER_LABELS, TrainerView
 
 
 def _slurm(v: Verification) -> dict[str, str] | None:

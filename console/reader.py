@@ -1,10 +1,10 @@
-"""Reading a run directory into :class:`~console.views.RunSnapshot`s, re-reading only what changed.
+"""Reading a run directory into :class:`~console.model.snapshot.RunSnapshot`s, re-reading only what changed.
 
 :class:`RunReader` reads through :mod:`rundir` only (it never parses a file format
 itself). It is incremental: :meth:`RunReader.read` takes the *kinds* of files that
 changed and re-reads only those (the history reader picks up only the appended bytes),
 reusing the other parts of the previous snapshot as they are, so a consumer can tell
-what changed by identity. Each read also returns the :class:`~console.views.Notice`
+what changed by identity. Each read also returns the :class:`~console.model.snapshot.Notice`
 list of what it saw change (:mod:`console.changes`).
 """
 
@@ -42,8 +42,9 @@ from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .rollback_runner import pending_rollback
 from .probe import TrainerProbe
-from .views import (LISTED, TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView, RunSnapshot,
-                    TrainerView)
+from .model.findings import LISTED
+from .model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
+                             RunSnapshot, TrainerView)
 
 # The run directory's size is walked again at most this often (and when checkpoints change).
 STORAGE_EVERY_S = 10.0
@@ -217,7 +218,7 @@ class RunReader:
             kinds = ALL_KINDS
             if prev.dir_state != dir_state:
                 notices.append(Notice(now, f"run directory is now {dir_state}",
-                                      "warn" if dir_state != "ok" else "info"))
+                                      "warning" if dir_state != "ok" else "info"))
         config, config_error = (prev.config, prev.config_error) if prev and CONFIG not in kinds else self._config(dir_state)
         history = self._history(now, notices, first=prev is None, config=config) if HISTORY in kinds \
             else prev.history
@@ -462,11 +463,11 @@ class RunReader:
         if update.rewound or update.reset:
             self._rewinds += 1
             if update.reset and not first:
-                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", "warn"))
+                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", "warning"))
         for problem in update.new_problems[:5]:
-            notices.append(Notice(now, f"skipped: {problem}", "warn"))
+            notices.append(Notice(now, f"skipped: {problem}", "warning"))
         if update.new_bad_lines > 5:
-            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", "warn"))
+            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", "warning"))
         if update.new_nonfinite:
             loss = h.loss
             tail = loss[-max(update.new_steps, 1):]
@@ -481,7 +482,7 @@ class RunReader:
         # A torn tail is normal for an instant while a line is written; one that is still
         # there at the next read (or at the first) is reported, once.
         if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
-            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", "warn"))
+            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", "warning"))
             self._torn_reported = h.torn_tail
         elif not h.torn_tail:
             self._torn_reported = 0

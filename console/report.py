@@ -23,7 +23,7 @@ from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_coun
                      storage_text)
 from .findings import findings_json, findings_lines
 from .plot import PlotOptions, finding_markers, plot_markers, plot_text, plot_x
-from .views import RunSnapshot
+from .model.snapshot import RunSnapshot
 
 # Lines of checkpoints and of arms in --once, each: a run directory of 100,000 files or
 # arms prints a page, not 100,000 lines.
@@ -186,7 +186,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         lines.append("")
         lines.append("other files: " + ", ".join(printable(n) for n in snap.other_files[:20])
                      + (" ..." if len(snap.other_files) > 20 else ""))
-    problems = snap.problems()
+    problems = [p.text for p in snap.problems]
     lines.append("")
     lines.append(f"problems ({len(problems)})")
     lines.extend(f"  ! {p}" for p in problems) if problems else lines.append("  none")
@@ -241,6 +241,6 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                     for s in snap.samples],
         "samples_error": snap.samples_error,
         "other_files": list(snap.other_files),
-        "problems": snap.problems(),
+        "problems": [p.text for p in snap.problems],
         "log_tail": list(snap.log_tail[-20:]),
     }

@@ -35,7 +35,7 @@ def checkpoint_and_wait(run_dir: Path, reader: RunReader | None, say: Say, chang
     if reader is not None:
         reader.expect_checkpoint(request)
     result = send(run_dir, CHECKPOINT_SIGNAL, request.baseline)
-    say(result.message, "action" if result.ok else "warn")
+    say(result.message, "action" if result.ok else "warning")
     if not result.ok:
         if reader is not None:
             reader.forget_checkpoint(request)
@@ -57,7 +57,7 @@ def stop_and_wait(run_dir: Path, child: subprocess.Popen | None, say: Say, chang
     a trainer this console started, waited for (and reaped) when it is the one signalled;
     returns it then, else None."""
     result = send(run_dir, STOP_SIGNAL)
-    say(result.message, "action" if result.ok else "warn")
+    say(result.message, "action" if result.ok else "warning")
     if not result.ok:
         return None
     if child is not None and result.verification.record and child.pid != result.verification.record.pid:

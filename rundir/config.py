@@ -188,6 +188,9 @@ class ArmConfig:
             _fail("floor", self.floor, f"a floor must be <= its arm's cap ({self.cap})")
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
 @dataclass
 class RunSection:
     """Cadences, seed, device and the command that launches the trainer."""
@@ -205,6 +208,15 @@ class RunSection:
     keep_last: int = 5              # retention: the newest N complete checkpoints (0: keep all)
     keep_every: int = 0             # retention: also every checkpoint whose step is a multiple of N (0: none)
     async_checkpoint: bool = True   # write checkpoints in a background thread while training goes on
+    # Arithmetic of the forward and loss: "bf16" autocast (weights, m and v stay float32) or "fp32";
+    # "auto" is bf16 on a CUDA device that computes it natively, fp32 elsewhere. The trainer writes
+    # the value it resolved into a new run.toml, so the run keeps it on whatever machine resumes it.
+    precision: str = "auto"
+    compile: bool = False           # torch.compile the model for training (the sample audit runs eager)
+    # On CUDA, a kernel without a deterministic implementation raises instead of warning, and
+    # flash/memory-efficient attention take their deterministic (slower) backward: what makes a
+    # resume there exact. CPU is always strict.
+    strict_determinism: bool = False
     launch: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -225,6 +237,12 @@ class RunSection:
         _check_int("run.keep_every", self.keep_every, minimum=0)
         if not isinstance(self.async_checkpoint, bool):
             _fail("run.async_checkpoint", self.async_checkpoint, "true or false")
+        if self.precision not in PRECISIONS:
+            _fail("run.precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+        if not isinstance(self.compile, bool):
+            _fail("run.compile", self.compile, "true or false")
+        if not isinstance(self.strict_determinism, bool):
+            _fail("run.strict_determinism", self.strict_determinism, "true or false")
         if not isinstance(self.launch, list) or not all(isinstance(a, str) for a in self.launch):
             _fail("run.launch", self.launch, "a list of strings (the command that starts the trainer)")
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from rundir.config import PRESETS
+from rundir.config import PRECISIONS, PRESETS
 
 PROG = "andrea-train"
 DEFAULT_PRESET = "tiny"
 # Flags that override run.toml's [run] section for this process (recorded in the
 # start/resume event, never written back to an existing run.toml).
-RUN_FLAGS = ("max_steps", "checkpoint_every", "sample_every", "device", "seed", "keep_last", "keep_every")
+RUN_FLAGS = ("max_steps", "checkpoint_every", "sample_every", "device", "seed", "keep_last", "keep_every",
+             "precision", "compile")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint cadence in steps (also sets --sample-every unless given)")
     p.add_argument("--sample-every", type=_integer(1), metavar="N", help="sample-audit cadence in steps")
     p.add_argument("--device", metavar="auto|cpu|cuda", help="where to train (auto: cuda when available)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="arithmetic of the forward and loss: bf16 autocast (float32 weights, m and v) or fp32; "
+                        "auto (run.toml's default): bf16 on a CUDA GPU that has it, else fp32")
+    p.add_argument("--force-precision", action="store_true",
+                   help="resume a checkpoint trained in another precision (refused without it: the resume is "
+                        "then not exact, and the resume event says so)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the model for training (run.compile; --no-compile turns it off)")
     p.add_argument("--resume", default="latest", metavar="latest|PATH|none",
                    help="latest (default): the newest complete checkpoint; PATH: that step_NNNNNN.bin; "
                         "none: start fresh (refused when checkpoints exist)")

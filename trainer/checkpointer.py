@@ -99,6 +99,8 @@ class Checkpointer:
         self._buffers = _Buffers()
         self._waited = 0.0
         self.last: CheckpointDone | None = None     # the newest finished write
+        if self.asynchronous and state.optimizer.weights.is_cuda:
+            self._host_buffers()        # pinning 1.46 GB takes a while: at start, not in the first checkpoint's stall
 
     @property
     def busy(self) -> bool:
@@ -179,16 +181,22 @@ class Checkpointer:
         the next steps change the originals."""
         opt = self.state.optimizer
         sources = (opt.weights.detach(), opt.m, opt.v)
-        buf = self._buffers
-        if not buf.arrays:
-            pin = sources[0].is_cuda
-            buf.tensors = [torch.empty(t.numel(), dtype=torch.float32, pin_memory=pin) for t in sources]
-            buf.arrays = [t.numpy() for t in buf.tensors]
+        buf = self._host_buffers()
         for dst, src in zip(buf.tensors, sources):
             dst.copy_(src.reshape(-1), non_blocking=src.is_cuda)
         if sources[0].is_cuda:
             torch.cuda.synchronize(sources[0].device)       # one synchronisation for the three copies
         return buf.arrays[0], buf.arrays[1], buf.arrays[2]
+
+    def _host_buffers(self) -> _Buffers:
+        """The three reused host buffers, allocated on first use (pinned when training on CUDA)."""
+        buf = self._buffers
+        if not buf.arrays:
+            weights = self.state.optimizer.weights
+            buf.tensors = [torch.empty(weights.numel(), dtype=torch.float32, pin_memory=weights.is_cuda)
+                           for _ in range(3)]
+            buf.arrays = [t.numpy() for t in buf.tensors]
+        return buf
 
     # -- room and retention -----------------------------------------------------
     def _no_room(self, step: int) -> OSError | None:

@@ -159,7 +159,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), **placement)
         write_trainer_record(run_dir, record)
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
-        configure(plan.threads, plan.device)
+        configure(plan.threads, plan.device, plan.config.run.strict_determinism)
         progress = Progress(run_dir, plan.config.run.log_every)
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
         out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step, held)
@@ -213,7 +213,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
 
 def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> int:
     """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`)."""
-    configure(plan.threads, plan.device)
+    configure(plan.threads, plan.device, plan.config.run.strict_determinism)
     state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit, ranks,
                         plan.skip_batches)
     state.ddp = ranks.wrap(state.model, state.device)
@@ -227,7 +227,8 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHi
     common = dict(preset=plan.config.run.preset, n_params=plan.config.model.n_params(), device=plan.device,
                   threads=torch.get_num_threads(), arms=list(plan.arms), overrides=plan.overrides,
                   max_steps=plan.config.run.max_steps, torch_version=torch.__version__, pid=os.getpid(),
-                  world_size=state.ranks.world_size)
+                  world_size=state.ranks.world_size, precision=state.precision, compile=plan.config.run.compile,
+                  adamw=state.optimizer.kernel)
     if plan.checkpoint is None:
         out.event("start", 0, f"start: preset {plan.config.run.preset}, {common['n_params']:,} parameters, "
                               f"arms {', '.join(plan.arms)}, device {plan.device}", seed=plan.config.run.seed, **common)

@@ -142,7 +142,7 @@ class GPT(nn.Module):
         caches: list[list[torch.Tensor]] | None = [[] for _ in self.blocks]
         logits = self._logits(idx[:, -block:], caches)
         for _ in range(max_new_tokens):
-            last = logits[:, -1, :]
+            last = logits[:, -1, :].float()              # bf16 logits under autocast: sampled in float32
             if temperature == 0:
                 nxt = last.argmax(dim=-1, keepdim=True)
             else:

@@ -26,6 +26,7 @@ from rundir.sidecars import ArmState, BanditState
 from rundir.zombies import find_zombies
 from trainer.args import DEFAULT_PRESET, RUN_FLAGS
 from trainer.data import ArmData, ArmDataError, ByteTokenizer
+from trainer.precision import precision_mismatch, resolve
 from trainer.resume import ResumeError, check_compatible
 
 
@@ -80,7 +81,8 @@ def _resolve_device(requested: str) -> str:
     return requested
 
 
-def _choose_checkpoint(resume: str, run_dir: Path, config: RunConfig) -> CheckpointInfo | None:
+def _choose_checkpoint(resume: str, run_dir: Path, config: RunConfig, force_precision: bool = False
+                       ) -> CheckpointInfo | None:
     infos = list_checkpoints(run_dir)
     if resume == "none":
         usable = [i for i in infos if i.resumable]
@@ -109,6 +111,9 @@ def _choose_checkpoint(resume: str, run_dir: Path, config: RunConfig) -> Checkpo
         check_compatible(chosen, config, ByteTokenizer())
     except ResumeError as err:
         raise InputError(str(err)) from None
+    problem = precision_mismatch(chosen.path.name, chosen.sidecar, config.run.precision)
+    if problem and not force_precision:
+        raise InputError(problem)
     return chosen
 
 
@@ -132,7 +137,10 @@ def plan_run(args: argparse.Namespace) -> Plan:
         raise InputError(f"{run_dir} exists and is not a directory")
     config, create, overrides = _resolve_config(args, run_dir)
     device = _resolve_device(config.run.device)
-    checkpoint = _choose_checkpoint(args.resume, run_dir, config)
+    # "auto" made concrete for this device: a new run.toml records it, so the run keeps its
+    # precision wherever it is resumed.
+    config.run = dataclasses.replace(config.run, precision=resolve(config.run.precision, device))
+    checkpoint = _choose_checkpoint(args.resume, run_dir, config, getattr(args, "force_precision", False))
     if checkpoint and config.run.max_steps and checkpoint.step >= config.run.max_steps:
         return Plan(run_dir, config, create, overrides, device, checkpoint, {}, {}, args.fresh_bandit, args.threads,
                     nothing_to_do=f"{run_dir}: already at step {checkpoint.step} "

@@ -22,7 +22,8 @@ from trainer.bandit import OnlineDataMixer
 from trainer.data import ArmData, ArmSampler, ByteTokenizer, SamplerStateError
 from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
-from trainer.optim import FlatAdamW
+from trainer.optim import KERNEL_OF_OLDER_CHECKPOINTS, FlatAdamW
+from trainer.precision import resolve, saved_precision
 from rundir.checkpoint import CheckpointInfo, open_checkpoint
 from rundir.config import RunConfig
 from rundir.resume_record import ResumeRecord, ResumeState, RngStates
@@ -141,6 +142,7 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
         inexact.append("tokens_seen estimated as step x batch x block")
     if checkpoint.sidecar is not None:
         inexact += _software_changes(checkpoint.sidecar, device, ranks)
+        inexact += _arithmetic_changes(checkpoint.sidecar, config, optimizer)
     return TrainingState(config, device, model, optimizer, tokenizer, samplers, bandit, step=step,
                          tokens_seen=tokens_seen, ema_loss=saved.ema_loss, inexact=inexact, reset=reset,
                          ranks=ranks)
@@ -183,6 +185,27 @@ def _software_changes(saved: ResumeRecord, device: torch.device, ranks: Ranks) -
     return changes
 
 
+def _arithmetic_changes(saved: ResumeRecord, config: RunConfig, optimizer: FlatAdamW) -> list[str]:
+    """What computes other numbers than the process that wrote the checkpoint: its precision
+    (resumed in another only with --force-precision), torch.compile, strict determinism (on
+    CUDA), the AdamW kernel."""
+    changes = []
+    now = resolve(config.run.precision, str(optimizer.weights.device))
+    if saved_precision(saved) != now:
+        changes.append(f"trained in {saved_precision(saved)}, {now} now (--force-precision)")
+    was, is_ = ("on" if flag else "off" for flag in (bool(saved.compile), config.run.compile))
+    if was != is_:
+        changes.append(f"torch.compile {was} when written, {is_} now: other kernels, the same steps in other rounding")
+    strict = not torch.is_deterministic_algorithms_warn_only_enabled()
+    if saved.strict_determinism is not None and saved.strict_determinism != strict:
+        was, is_ = ("strict" if flag else "warning-only" for flag in (not strict, strict))
+        changes.append(f"written with {was} determinism, {is_} now (run.strict_determinism): other attention kernels")
+    kernel = saved.adamw if saved.adamw is not None else KERNEL_OF_OLDER_CHECKPOINTS
+    if kernel != optimizer.kernel:
+        changes.append(f"AdamW's {kernel} kernel wrote it, the {optimizer.kernel} kernel updates now (other rounding)")
+    return changes
+
+
 def checkpoint_payload(state: TrainingState) -> ResumeState:
     """The ``step_NNNNNN.json`` resume contract (the library adds version, step, n_params,
     checksum and size). Plain JSON: RNG states as base64 text, never pickle."""
@@ -209,6 +232,10 @@ def checkpoint_payload(state: TrainingState) -> ResumeState:
         threads=torch.get_num_threads(),
         # Processes that trained it (torchrun); samplers, bandit and RNG are the same on every rank.
         world_size=state.ranks.world_size,
+        precision=state.precision,
+        compile=state.config.run.compile,
+        adamw=state.optimizer.kernel,
         deterministic=torch.are_deterministic_algorithms_enabled(),
+        strict_determinism=not torch.is_deterministic_algorithms_warn_only_enabled(),
         time=time.time(),
     )

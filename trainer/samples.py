@@ -2,7 +2,9 @@
 
 All arms are completed in one batch (their prompts have the same length), drawing
 only from a generator seeded by the run seed and the step, never from the global RNG,
-and under ``no_grad``: an audit never changes the training trajectory.
+and under ``no_grad``: an audit never changes the training trajectory. It runs in the
+run's precision (bf16 autocast or fp32), on the eager model even when training is compiled
+(the cache grows by a token a step: a compiled generation would recompile for every length).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import torch
 
 from rundir.config import SamplesConfig
+from trainer.precision import autocast
 from trainer.state import TrainingState
 
 
@@ -47,8 +50,9 @@ def audit_samples(state: TrainingState, config: SamplesConfig) -> list[dict[str,
     was_training = model.training
     model.eval()
     try:
-        out = model.generate(prompts.long().to(state.device), config.max_new_tokens, config.temperature,
-                             generator=device_generator)
+        with autocast(state.device, state.precision):
+            out = model.generate(prompts.long().to(state.device), config.max_new_tokens, config.temperature,
+                                 generator=device_generator)
     finally:
         model.train(was_training)
     now = time.time()

@@ -20,6 +20,7 @@ from trainer.data import ArmSampler, ByteTokenizer
 from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
 from trainer.optim import FlatAdamW
+from trainer.precision import compile_model, resolve
 from rundir.config import OptimizerConfig, RunConfig
 
 
@@ -41,11 +42,23 @@ class TrainingState:
     reset: list[str] = field(default_factory=list)     # what a resume started afresh on purpose (--fresh-bandit)
     ranks: Ranks = SINGLE         # the training processes (torchrun); one by default
     ddp: torch.nn.Module | None = None   # DistributedDataParallel around ``model``, when distributed
+    precision: str = ""           # "fp32" or "bf16" (run.precision resolved for the device when left empty)
+    _compiled: tuple[torch.nn.Module, torch.nn.Module] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.precision:
+            self.precision = resolve(self.config.run.precision, str(self.device))
 
     @property
     def forward_module(self) -> torch.nn.Module:
-        """What a training forward and backward run through: DDP when distributed, else the model."""
-        return self.ddp if self.ddp is not None else self.model
+        """What a training forward and backward run through: DDP when distributed, else the
+        model; compiled (once) when ``run.compile`` is true."""
+        base = self.ddp if self.ddp is not None else self.model
+        if not self.config.run.compile:
+            return base
+        if self._compiled is None or self._compiled[0] is not base:
+            self._compiled = (base, compile_model(base))
+        return self._compiled[1]
 
     @property
     def adam_step(self) -> int:

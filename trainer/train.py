@@ -1,7 +1,8 @@
 """The training loop: one function, one update per iteration, in seed 003's order.
 
 One update: train mode; draw the batch (the bandit picks the arm, the arm's sampler the
-windows); ``zero_grad``; forward; backward; record the global gradient norm; clip to
+windows); ``zero_grad``; forward and loss (under bf16 autocast when ``run.precision`` is
+bf16: :mod:`trainer.precision`); backward; record the global gradient norm; clip to
 ``grad_clip``; the AdamW step. A non-finite gradient norm skips the step (the line
 says so) rather than poisoning the weights, and so does a non-finite loss; after
 ``run.max_nonfinite`` of them in a row the trainer stops (:mod:`trainer.guard`). Then
@@ -20,6 +21,7 @@ from trainer.checkpointer import Checkpointer, resume_hint
 from trainer.faults import forced_nonfinite, loss_factor
 from trainer.guard import NonfiniteGuard, SafetyStop
 from trainer.outputs import RunOutputs
+from trainer.precision import autocast
 from trainer.samples import audit_samples
 from trainer.signals import STOP_NAMES, SignalFlags, SignalRequests
 from trainer.state import TrainingState
@@ -63,7 +65,8 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
         prob = state.bandit.prob[arm]
         x, y = state.samplers[arm].next_batch(state.device, ranks.rank, ranks.world_size)   # this rank's share
         optimizer.zero_grad()
-        _, loss = forward(x, y)
+        with autocast(state.device, state.precision):
+            _, loss = forward(x, y)
         if (poison := forced_nonfinite(state.step + 1)) is not None:     # test-only fault hook
             loss = loss * poison
         if (factor := loss_factor(state.step + 1)) is not None:          # test-only fault hook: a spike
@@ -101,10 +104,11 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
                                        "final" if final else "cadence" if cadence else None)
         if final:
             out.event("stop", state.step, f"reached max-steps {stop_at}: stopping{_took(ckpt)}", reason="max_steps",
-                      **_final_timing(ckpt))
+                      **_final_timing(ckpt), **_device_memory(state))
             return "max_steps"
         if stop:
-            out.event("stop", state.step, f"stopping on signal{_took(ckpt)}", reason="signal", **_final_timing(ckpt))
+            out.event("stop", state.step, f"stopping on signal{_took(ckpt)}", reason="signal", **_final_timing(ckpt),
+                      **_device_memory(state))
             return "signal"
 
 
@@ -158,6 +162,14 @@ def _final_timing(ckpt: Checkpointer) -> dict[str, float]:
     scheduler's grace period after SIGTERM (SLURM's KillWait) must cover."""
     done = ckpt.last
     return {} if done is None else {"checkpoint_s": round(done.waited_s + done.write_s, 3)}
+
+
+def _device_memory(state: TrainingState) -> dict[str, int]:
+    """On CUDA, this process's peak memory on its device: what a larger batch or model has to fit beside."""
+    if state.device.type != "cuda":
+        return {}
+    return {"cuda_peak_allocated": torch.cuda.max_memory_allocated(state.device),
+            "cuda_peak_reserved": torch.cuda.max_memory_reserved(state.device)}
 
 
 def _took(ckpt: Checkpointer) -> str:

@@ -20,7 +20,7 @@ from textual.widget import Widget
 
 from ..messages import DetailRequested
 from ..plot import finding_markers, plot_markers
-from ..views import Notice, RunSnapshot
+from ..model.snapshot import Notice, RunSnapshot
 from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
                        StatusPane)
 from ..widgets.problems import ALL, SHOWN
@@ -129,7 +129,7 @@ class DashboardScreen(Screen):
         if compact and was is not True:
             self._focus_pane()
             if self.snapshot is not None:
-                self.query_one(StatusLine).show(self.snapshot, self.app.now(), self.snapshot.problems())
+                self.query_one(StatusLine).show(self.snapshot, self.app.now())
 
     def _tab_strip(self) -> str:
         return " ".join(f"[reverse] {key} {name} [/]" if name == self.pane else f"{key} {name}"
@@ -186,11 +186,10 @@ class DashboardScreen(Screen):
         if snap is None or not self._ready or self._closing_down():
             return
         now = self.app.now()
-        problems = snap.problems()
         self.query_one(StatusPane).show(snap, now)
         if self.compact:                    # hidden in the full layout: drawn when it is shown
-            self.query_one(StatusLine).show(snap, now, problems)
-        self.query_one(ProblemsBar).show(problems)
+            self.query_one(StatusLine).show(snap, now)
+        self.query_one(ProblemsBar).show(snap.problems)
         # The markers are made again only when the checkpoints or the events changed: with
         # thousands of checkpoints, not at every read.
         h = snap.history

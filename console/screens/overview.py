@@ -15,11 +15,13 @@ from rundir.run_summary import RunSummary
 from rundir.runs import RunsListing
 
 from ..format import LINE_LIMIT, printable
-from ..views import Notice
+from ..model.levels import Level
+from ..model.snapshot import Notice
 from ..widgets import KeyBar
 from ..widgets.runs_table import RunsTable
 
-NOTICE_STYLES = {"good": "green", "warn": "yellow", "error": "bold red", "action": "cyan", "info": "grey70"}
+NOTICE_STYLES = {Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red", Level.ACTION: "cyan",
+                 Level.INFO: "grey70"}
 
 
 class OverviewScreen(Screen):

@@ -26,7 +26,7 @@ from rundir.pivot_files import plan_policy
 from ..format import LINE_LIMIT, printable
 from ..messages import PivotProgress
 from ..pivot_runner import STEP_TITLES, PivotOutcome, PivotRequest, PivotRunner, rollback_pivot
-from ..views import RunSnapshot
+from ..model.snapshot import RunSnapshot
 from ..widgets.tick_box import TickBox
 from .guided import GuidedOperationScreen, step_row
 

@@ -1,4 +1,4 @@
-"""One widget per dashboard pane; each takes a :class:`~console.views.RunSnapshot` and
+"""One widget per dashboard pane; each takes a :class:`~console.model.snapshot.RunSnapshot` and
 repaints only when its own part of it changed."""
 
 from .arms import ArmsPane

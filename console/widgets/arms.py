@@ -13,7 +13,8 @@ from rich.text import Text
 from rundir.text import BLOCK_LIMIT
 
 from ..format import LINE_LIMIT, format_counter, format_float, format_pct, printable
-from ..views import LISTED, ArmRow, ArmsView
+from ..model.findings import LISTED
+from ..model.snapshot import ArmRow, ArmsView
 from .lines import LinesPane
 from .rows import CURSOR_STYLE, SelectableRows, detail_table
 

@@ -17,7 +17,7 @@ from rundir import CheckpointInfo
 from rundir.text import BLOCK_LIMIT
 
 from ..format import LINE_LIMIT, format_age, format_size, printable
-from ..views import PivotEntry, RetentionView
+from ..model.snapshot import PivotEntry, RetentionView
 from .lines import LinesPane
 from .rows import CURSOR_STYLE, SelectableRows, detail_table
 

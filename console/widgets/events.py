@@ -19,10 +19,12 @@ from textual.strip import Strip
 from rundir.layout import TRAINER_LOG
 
 from ..format import LINE_LIMIT, printable
-from ..views import Notice
+from ..model.levels import Level
+from ..model.snapshot import Notice
 from .rows import CURSOR_STYLE, CachedStrips, SelectableRows, cut_line_strip
 
-LEVEL_STYLES = {"info": "", "good": "green", "warn": "yellow", "error": "bold red", "action": "bold cyan"}
+LEVEL_STYLES = {Level.INFO: "", Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red",
+                Level.ACTION: "bold cyan"}
 FIRST_LOG_LINES = 8
 # At most this many new trainer.log lines per update (about one a second): a trainer that
 # logs every step must not scroll the console's own notices out of the pane. The rest is

@@ -25,7 +25,7 @@ from rundir.layout import EVENT_ROLLBACK
 from ..format import AXIS_NEEDS, X_AXES
 from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, Marker, PlotOptions, build_canvas, ema_debiased,
                     plot_x, render_runs)
-from ..views import HistoryView
+from ..model.snapshot import HistoryView
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
 LABEL_WIDTH = 8

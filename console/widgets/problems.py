@@ -1,7 +1,7 @@
 """The pinned problems line, above the event log: what is wrong with the run now.
 
 The event log says each problem once, when it is seen, and a trainer that logs fast
-scrolls it away; this line shows the current :meth:`~console.views.RunSnapshot.problems`
+scrolls it away; this line shows the current :meth:`~console.model.snapshot.RunSnapshot.problems`
 (most important first, a few of them, each on one line) for as long as they last, and
 is hidden when there are none. In the compact layout it is a pane of its own (key 5)
 that lists them all; Enter on the selected one shows it whole.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ..format import printable
+from ..model.findings import Finding
 from .lines import LinesPane
 from .rows import CURSOR_STYLE, SelectableRows
 
@@ -37,7 +37,7 @@ class ProblemsBar(SelectableRows, LinesPane, can_focus=True):
         super().__init__("", **kwargs)
         self.border_title = "problems"
         self._shown: tuple | None = None
-        self._problems: list[str] = []
+        self._problems: tuple[Finding, ...] = ()
         self.limit = SHOWN
 
     def set_limit(self, limit: int) -> None:
@@ -49,7 +49,7 @@ class ProblemsBar(SelectableRows, LinesPane, can_focus=True):
     def cursor_changed(self) -> None:
         self.show(self._problems)
 
-    def show(self, problems: list[str]) -> None:
+    def show(self, problems: tuple[Finding, ...]) -> None:
         """Pin ``problems`` (one line each, a few at most); none: the line is hidden."""
         selected = self.cursor_shown()
         key = (tuple(problems), self.limit, selected)
@@ -64,7 +64,7 @@ class ProblemsBar(SelectableRows, LinesPane, can_focus=True):
                 text.append("\n")
             start = len(text)
             text.append("! ", style="bold red")
-            text.append(printable(problem), style="bold red" if i == 0 else "red")
+            text.append(problem.text, style="bold red" if i == 0 else "red")
             if i == selected:
                 text.stylize(CURSOR_STYLE, start, len(text))
         if len(problems) > self.limit:
@@ -81,4 +81,4 @@ class ProblemsBar(SelectableRows, LinesPane, can_focus=True):
         return min(len(self._problems), self.limit)
 
     def row_detail(self, index: int) -> tuple[str, Text]:
-        return "problem", Text(printable(self._problems[index]), style="bold red")
+        return "problem", Text(self._problems[index].text, style="bold red")

@@ -7,7 +7,7 @@ from rich.text import Text
 from ..findings import eta_text
 from ..format import (LINE_LIMIT, format_ago, format_float, format_rate, format_size, format_uptime, printable,
                       slurm_text, stall_text, storage_text)
-from ..views import RunSnapshot
+from ..model.snapshot import RunSnapshot
 from .lines import LinesPane
 from .rows import hang_indent
 

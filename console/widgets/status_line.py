@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ..format import format_ago, format_float, format_rate, format_size, printable, stall_text
-from ..views import RunSnapshot
+from ..model.snapshot import RunSnapshot
 from .status import STATE_STYLES, alert_text
 
 SEP = (" · ", "grey50")
@@ -31,7 +31,7 @@ class StatusLine(Static):
         super().__init__("reading…", **kwargs)
         self._shown = ""
 
-    def show(self, snap: RunSnapshot, now: float, problems: list[str]) -> None:
+    def show(self, snap: RunSnapshot, now: float) -> None:
         t, h = snap.trainer, snap.history
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(printable(snap.name, 40), style="bold")
@@ -54,9 +54,10 @@ class StatusLine(Static):
         alert = alert_text(snap)
         if alert:
             text.append(f"ALERT {alert}", style="bold red")
-        elif problems:
+        elif snap.problems:
+            problems = snap.problems
             text.append(f"! {len(problems)} problem{'s' if len(problems) != 1 else ''} (key 5): ", style="bold red")
-            text.append(printable(problems[0]), style="red")
+            text.append(problems[0].text, style="red")
         elif t.state != "running":
             text.append(printable(t.reason), style="grey62" if t.state == "stopped" else "yellow")
         elif t.stalled or t.suspended:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from console.alerts import AlertTracker, check_report, child_exit_alert, current_alerts, run_notify
+from console.alerts import AlertTracker, check_report, run_notify
+from console.model.findings import child_exit_alert
 from console.cli import main
 from console.format import LINE_LIMIT, printable
 from console.reader import RunReader
@@ -43,7 +44,7 @@ def test_alerts_are_raised_once_and_history_facts_only_as_they_happen(tmp_path):
     reader = RunReader(run)
     tracker = AlertTracker()
     snap, _ = reader.read()
-    assert [a.kind for a in current_alerts(snap)] == ["spike"]
+    assert [a.kind for a in snap.alerts] == ["spike"]
     assert tracker.new_alerts(snap) == []            # the spike was there before the console looked
     with LossHistoryWriter(run / ".loss.json") as w:
         for step in range(601, 700):
@@ -146,7 +147,7 @@ def test_the_notify_timeout_help_names_the_default():
 def test_disk_nearly_full_and_a_zombie_arm_are_alerts(tmp_path):
     run = make_run(tmp_path / "run", RunSpec(steps=300, state_arms=("stdlib-code", "gone-arm")))
     snap, _ = RunReader(run, free_space=lambda _: 1000).read()
-    alerts = {a.kind: a for a in current_alerts(snap)}
+    alerts = {a.kind: a for a in snap.alerts}
     assert alerts["disk"].level == "error" and alerts["disk"].text.startswith("disk nearly FULL")
     assert alerts["zombie"].level == "warning" and "gone-arm" in alerts["zombie"].text
     code, lines = check_report(snap)
@@ -171,7 +172,7 @@ def test_one_alert_per_trainer_end_however_the_console_learns_of_it(tmp_path):
     tracker = AlertTracker()
     assert tracker.first_of_its_end(child_exit_alert(5555, 1))          # the child's exit first
     snap = RunReader(crashed).read()[0]
-    assert [a.ended_pid for a in current_alerts(snap) if a.kind == "exit"] == [5555]
+    assert [a.ended_pid for a in snap.alerts if a.kind == "exit"] == [5555]
     assert [a for a in tracker.new_alerts(snap) if a.kind == "exit"] == []
 
 

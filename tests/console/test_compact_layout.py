@@ -11,7 +11,7 @@ import pytest
 from console.screens import DetailScreen, HelpScreen
 from console.screens.dashboard import FULL_FROM, PANES
 from console.screens.pivot_wizard import PivotScreen
-from console.views import Notice
+from console.model.snapshot import Notice
 from console.widgets import CheckpointsPane, EventLog, KeyBar, LossPlot, StatusLine
 from console.plot import MARKER_GLYPHS
 from console.widgets.loss_plot import legend_runs
@@ -160,7 +160,7 @@ async def test_an_event_is_one_line_cut_with_an_ellipsis_and_enter_shows_it_whol
     async with app.run_test(size=size) as pilot:
         await settled(pilot)
         long = "a long notice: " + " ".join(f"word{i}" for i in range(80)) + " THE END"
-        app.dashboard.notice(Notice(NOW, long, "warn"))
+        app.dashboard.notice(Notice(NOW, long, "warning"))
         await pilot.press("1")
         await pilot.pause()
         log = app.dashboard.query_one(EventLog)

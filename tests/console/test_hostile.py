@@ -19,7 +19,8 @@ from console.app import ConsoleApp
 from console.messages import SnapshotReady
 from console.reader import PROMPT_CHARS, SAMPLE_CHARS, RunReader
 from console.report import ROWS_LISTED, render_text
-from console.views import LISTED, TrainerView
+from console.model.findings import LISTED
+from console.model.snapshot import TrainerView
 from console.widgets import ArmsPane, CheckpointsPane, EventLog, ProblemsBar, SamplesPane
 from console.widgets import arms as arms_pane
 from console.widgets import checkpoints as checkpoints_pane
@@ -64,7 +65,7 @@ def test_many_bare_checkpoints_make_one_problem_one_notice_and_a_capped_listing(
     bare_checkpoints(run)
     snap, notices = RunReader(run, now=fixed_now).read()
     assert len(snap.checkpoints) == BARE + 3 and len(snap.invalid_checkpoints) == BARE
-    problems = [p for p in snap.problems() if "invalid" in p]
+    problems = [p for p in [p.text for p in snap.problems] if "invalid" in p]
     assert len(problems) == 1
     assert problems[0].startswith(f"{BARE} invalid checkpoint files (newest first): step_001299.bin, "
                                   f"step_001298.bin, step_001297.bin and {BARE - LISTED} more; "
@@ -138,7 +139,7 @@ def test_many_zombie_arms_make_one_problem_and_one_notice(tmp_path):
     reader = RunReader(run, now=fixed_now)
     snap, notices = reader.read()
     assert len(snap.zombies) == ZOMBIES
-    zombie_lines = [p for p in snap.problems() if "zombie" in p]
+    zombie_lines = [p for p in [p.text for p in snap.problems] if "zombie" in p]
     assert zombie_lines == [f"{ZOMBIES} zombie arms: zombie-0, zombie-1, zombie-2 and {ZOMBIES - LISTED} more; "
                             "zombie-0: not in run.toml"]
     assert sum("zombie" in n.text for n in notices) == 1
@@ -157,7 +158,7 @@ def test_many_zombie_arms_make_one_problem_and_one_notice(tmp_path):
 def test_a_few_zombies_are_still_one_line_each(tmp_path):
     run = make_run(tmp_path / "run", state_arms=("stdlib-code", "gone-a", "gone-b"))
     snap, notices = RunReader(run, now=fixed_now).read()
-    assert [p for p in snap.problems() if "zombie" in p] == ["zombie arm gone-a: not in run.toml",
+    assert [p for p in [p.text for p in snap.problems] if "zombie" in p] == ["zombie arm gone-a: not in run.toml",
                                                             "zombie arm gone-b: not in run.toml"]
 
 
@@ -236,7 +237,7 @@ def test_a_run_toml_with_a_huge_dotted_key_is_a_config_problem(tmp_path):
         fh.write("\n" + ".".join(["a"] * 100_000) + " = 1\n")
     snap, _ = RunReader(run, now=fixed_now).read()
     assert snap.config is None and "a dotted key of more than 16 parts is not allowed" in snap.config_error
-    assert any("dotted key" in p for p in snap.problems())
+    assert any("dotted key" in p for p in [p.text for p in snap.problems])
 
 
 # -- right answers -----------------------------------------------------------------------
@@ -261,7 +262,7 @@ def test_a_run_directory_renamed_away_under_a_live_trainer_is_missing_not_exited
     assert not any("exited" in text for text in said)
     assert snap.trainer.state == "unverified" and snap.trainer.pid == 4242 and not snap.trainer.signallable
     assert "the run directory is missing" in snap.trainer.reason
-    assert any("run directory" in p and "does not exist" in p for p in snap.problems())
+    assert any("run directory" in p and "does not exist" in p for p in [p.text for p in snap.problems])
     snap, notices = reader.read({TRAINER})                     # still gone: still not verified, nothing new
     assert snap.trainer.state == "unverified" and notices == []
     moved.rename(run)

@@ -26,7 +26,7 @@ def test_healthy_run(run_dir):
     assert snap.history.n_steps == 300 and snap.history.steps_per_s == pytest.approx(2.0)
     assert snap.history.tokens_per_s == pytest.approx(1024.0)
     assert [a.status for a in snap.arms.rows] == ["ok"] * 3
-    assert len(snap.samples) == 3 and snap.problems() == []
+    assert len(snap.samples) == 3 and [p.text for p in snap.problems] == []
     assert snap.trainer.label == "stopped"
     assert notices[0].text.startswith("watching run: trainer stopped, 300 steps, 3 checkpoint(s)")
 
@@ -36,7 +36,7 @@ def test_every_kind_of_damage_is_reported(make_run_dir):
                        trainer_record="stale", torn_tail='{"step": 3', bad_lines=("garbage",), nonfinite=(50,),
                        samples_text="[1, 2", garbage_files=("core",))
     snap, notices = read(run)
-    problems = "\n".join(snap.problems())
+    problems = "\n".join([p.text for p in snap.problems])
     for needle in ("stale", "step_000200.bin: invalid: truncated", "zombie arm repo-docstrings: not in run.toml",
                    "1 unreadable line", "torn last line (10 bytes)", "1 non-finite", ".samples.json: not valid JSON"):
         assert needle in problems
@@ -59,7 +59,7 @@ def test_missing_empty_and_file_instead_of_directory(tmp_path):
     assert read(tmp_path / "nope")[0].dir_state == "missing"
     (tmp_path / "empty").mkdir()
     snap, _ = read(tmp_path / "empty")
-    assert snap.dir_state == "empty" and snap.problems() == ["the run directory is empty: nothing has been written yet"]
+    assert snap.dir_state == "empty" and [p.text for p in snap.problems] == ["the run directory is empty: nothing has been written yet"]
     (tmp_path / "file").write_text("x")
     assert read(tmp_path / "file")[0].dir_state == "not a directory"
 
@@ -156,7 +156,7 @@ def test_storage_and_retention_are_shown(make_run_dir):
 
     nearly_full, _ = RunReader(run, now=fixed_now, free_space=lambda _: 2 * snap.storage.checkpoint_size).read()
     assert nearly_full.storage.too_full
-    assert any("disk nearly FULL" in p and "room for 2 checkpoint(s)" in p for p in nearly_full.problems())
+    assert any("disk nearly FULL" in p and "room for 2 checkpoint(s)" in p for p in [p.text for p in nearly_full.problems])
 
 
 @pytest.mark.parametrize("back_to", [350, 400])          # a resume that re-runs steps, and one that does not
@@ -179,7 +179,7 @@ def test_steps_that_go_back_without_a_resume_event_are_said_and_marked(make_run_
     snap, _ = read(silent)
     h = snap.history
     assert h.n_steps == 600 and (h.silent_rewinds, h.silent_rewind_count) == ((351,), 1)
-    assert any("went back to step 351 with no resume event" in p for p in snap.problems())
+    assert any("went back to step 351 with no resume event" in p for p in [p.text for p in snap.problems])
     assert [m.step for m in plot_markers(snap.checkpoints, h.events, h.silent_rewinds) if m.kind == "rewind"] == [351]
     text = render_text(snap, NOW, width=100)
     assert "< steps went back at 351" in text and "went back to step 351" in text
@@ -190,7 +190,7 @@ def test_steps_that_go_back_without_a_resume_event_are_said_and_marked(make_run_
     # A resume event before the steps go back: nothing to say.
     announced, _ = read(make_run_dir("announced", steps=600, checkpoints=(), restarts=((400, 350, 60.0, True),)))
     assert announced.history.silent_rewind_count == 0
-    assert not any("went back" in p for p in announced.problems())
+    assert not any("went back" in p for p in [p.text for p in announced.problems])
 
 
 def test_a_nonfinite_step_run_again_keeps_its_step(make_run_dir):

@@ -22,7 +22,7 @@ def test_nothing_to_signal_is_said_and_asks_for_no_read(tmp_path):
                 lambda s, c: stop_and_wait(run, None, s, c, lambda: False)):
         said, changed, say, change = recorder()
         job(say, change)
-        assert [level for level, _ in said] == ["warn"] and "no trainer is running" in said[0][1]
+        assert [level for level, _ in said] == ["warning"] and "no trainer is running" in said[0][1]
         assert changed == []
 
 

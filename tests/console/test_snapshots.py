@@ -15,7 +15,7 @@ from textual.widgets import Input
 
 from console.app import ConsoleApp
 from console.reader import RunReader
-from console.views import TrainerView
+from console.model.snapshot import TrainerView
 from tests.console.conftest import fixed_now
 from tests.rundirs import EPOCH, make_run
 

@@ -58,10 +58,12 @@ def saved_after_three(trainer_run, tmp_path):
 
 
 # Every key of the resume .json as the trainer wrote it before the record was typed (a
-# dict literal), the library's five last.
+# dict literal), the library's five last. (Checkpoints from before precision, compile, the
+# AdamW kernel and strict determinism were recorded: tests/trainer/test_precision.py.)
 OLDER_JSON_KEYS = ("trainer", "config", "run_config", "tokenizer", "adam_step", "tokens_seen", "ema_loss", "samplers",
-                   "bandit", "rng", "torch_version", "python_version", "device", "threads", "world_size",
-                   "deterministic", "time", "format_version", "step", "n_params", "checksum", "bin_size")
+                   "bandit", "rng", "torch_version", "python_version", "device", "threads", "world_size", "precision",
+                   "compile", "adamw", "deterministic", "strict_determinism", "time",
+                   "format_version", "step", "n_params", "checksum", "bin_size")
 
 
 def as_an_older_trainer_wrote_it(path):

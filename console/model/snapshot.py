@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -20,30 +19,15 @@ from rundir import CheckpointInfo, HistoryEvent, RunConfig, Sample
 from rundir.resume_check import ResumeCheck
 from rundir.spikes import Spike
 from rundir.storage import Storage
-from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
+from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP
 
-from .format import LINE_LIMIT, format_counter, format_size, printable, stall_text
+from ..format import LINE_LIMIT, printable
+from .findings import Finding, derive_alerts, derive_problems
+from .levels import Level
 
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
                   "unverified": "not supervised", "unreadable": "not supervised"}
-
-# Problems and notices about files or arms take one line each up to this many; more make
-# one line that names the first few and counts the rest (a hostile run directory can hold
-# 100,000 of them, and neither a list nor an event log is read that far).
-LISTED = 3
-
-
-def many(n: int, noun: str) -> str:
-    """``1 zombie arm``, ``100,000 zombie arms``."""
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
-
-
-def names_and_more(names: list[str], total: int) -> str:
-    """``a, b, c and 99,997 more`` (the names made printable)."""
-    shown = ", ".join(printable(n) for n in names)
-    return shown + (f" and {total - len(names):,} more" if total > len(names) else "")
-
 
 @dataclass(frozen=True)
 class Notice:
@@ -51,12 +35,14 @@ class Notice:
 
     time: float
     text: str
-    level: str = "info"                 # info | good | warn | error
+    level: Level = Level.INFO
 
     def __post_init__(self) -> None:
         # Notices quote the run directory (names, reasons, errors a trainer wrote): whoever
-        # builds one, the event log gets one printable line.
+        # builds one, the event log gets one printable line. A level outside the one
+        # vocabulary is refused where it is made, not shown unstyled.
         object.__setattr__(self, "text", printable(self.text, LINE_LIMIT))
+        object.__setattr__(self, "level", Level(self.level))
 
 
 @dataclass(frozen=True)
@@ -259,78 +245,12 @@ class RunSnapshot:
     def zombies(self) -> dict[str, str]:
         return {a.name: a.reason for a in self.arms.rows if a.status == "zombie"}
 
-    def problems(self) -> list[str]:
-        """Everything wrong, one printable line each (they quote the run directory), most
-        important first."""
-        return [printable(p, LINE_LIMIT) for p in self._problems()]
+    @cached_property
+    def problems(self) -> tuple[Finding, ...]:
+        """Everything wrong with the run, most important first (:mod:`.findings`)."""
+        return derive_problems(self)
 
-    def _problems(self) -> list[str]:
-        out = []
-        if self.storage is not None and self.storage.too_full:
-            s = self.storage
-            out.append(f"disk nearly FULL: {format_size(s.free)} free on the run directory's filesystem, room for "
-                       f"{s.checkpoints_that_fit} checkpoint(s) of {format_size(s.checkpoint_size)}")
-        if self.dir_state == "missing":
-            out.append(f"run directory {self.run_dir} does not exist")
-        elif self.dir_state == "not a directory":
-            out.append(f"{self.run_dir} is not a directory")
-        elif self.dir_state == "empty":
-            out.append("the run directory is empty: nothing has been written yet")
-        elif self.dir_state.startswith("unreadable"):
-            out.append(f"cannot read the run directory{self.dir_state[len('unreadable'):]}")
-            if self.trainer.pid is not None:        # the trainer that ran it, out of sight
-                out.append(f"trainer {self.trainer.label}: {self.trainer.reason}")
-            return out                  # every file in it is unreadable for that one reason
-        if self.trainer.state in ("stale", "unverified", "unreadable"):
-            out.append(f"trainer {self.trainer.label}: {self.trainer.reason}")
-        if self.trainer.stalled:
-            out.append(f"trainer STALLED: {stall_text(self.trainer)}")
-        failed = self.failed_checkpoint
-        if failed is not None:
-            out.append(f"checkpoint FAILED at step {format_counter(failed.step)}: "
-                       f"{printable(failed.data.get('error', 'write error'))}")
-        stop = self.safety_stop
-        if stop is not None:
-            out.append(f"trainer stopped: the run diverged at step {format_counter(stop.step)} "
-                       f"({stop.data.get('in_a_row', '?')} non-finite steps in a row)")
-        if self.pending_pivot:
-            out.append(self.pending_pivot)
-        if self.pending_rollback:
-            out.append(self.pending_rollback)
-        if self.config_error and self.dir_state == "ok":
-            out.append(self.config_error)
-        invalid = self.invalid_checkpoints
-        if len(invalid) <= LISTED:
-            out.extend(f"{printable(c.path.name)}: invalid: {c.reason}" for c in invalid)
-        else:
-            out.append(f"{many(len(invalid), 'invalid checkpoint file')} (newest first): "
-                       + names_and_more([c.path.name for c in invalid[:LISTED]], len(invalid))
-                       + f"; {printable(invalid[0].path.name)}: {invalid[0].reason}")
-        zombies = self.zombies
-        if len(zombies) <= LISTED:
-            out.extend(f"zombie arm {printable(name)}: {reason}" for name, reason in zombies.items())
-        else:
-            first = next(iter(zombies.items()))
-            out.append(f"{many(len(zombies), 'zombie arm')}: {names_and_more(list(islice(zombies, LISTED)), len(zombies))}"
-                       f"; {printable(first[0])}: {first[1]}")
-        h = self.history
-        if h.error:
-            out.append(h.error)
-        if h.bad_lines:
-            out.append(f"{LOSS_JSON}: {h.bad_lines} unreadable line(s) skipped"
-                       + (f" (first: {h.problems[0]})" if h.problems else ""))
-        if h.torn_tail:
-            out.append(f"{LOSS_JSON}: torn last line ({h.torn_tail} bytes) skipped")
-        if h.nonfinite:
-            out.append(f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
-                       + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None else ""))
-        if h.silent_rewind_count:
-            out.append(f"{LOSS_JSON}: the steps went back to step {h.silent_rewinds[-1]:,} with no resume event "
-                       "(a restart by another engine?)" if h.silent_rewind_count == 1 else
-                       f"{LOSS_JSON}: the steps went back {h.silent_rewind_count:,} times with no resume event, "
-                       f"the last to step {h.silent_rewinds[-1]:,} (restarts by another engine?)")
-        if self.arms.error and self.dir_state == "ok":
-            out.append(self.arms.error)
-        if self.samples_error and self.dir_state == "ok":
-            out.append(self.samples_error)
-        return out
+    @cached_property
+    def alerts(self) -> tuple[Finding, ...]:
+        """What is raised once to someone not looking (:mod:`.findings`)."""
+        return derive_alerts(self)

@@ -1,0 +1,318 @@
+"""What is wrong with a run, as typed records: the problems list and the alerts.
+
+Every finding is a :class:`Finding`: its kind (a row of :data:`KINDS`, which says what the
+kind is: an alert or not, a fact of the history's past, said already by the history read),
+its level, the values it was made from (step, pid, key) and its text, made from them here.
+The panes, ``--once``, ``--json``, ``--check``, the alerts and the event log render these
+records and decide by kind and level only: nothing searches a message's words (a test
+greps the console for that).
+
+:func:`derive_problems` is the problems list (one line a problem, most important first; many
+files or arms of one kind are one line that names a few and counts the rest).
+:func:`derive_alerts` is what is raised once to someone not looking at the screen: finer
+grained (a zombie arm, a spike, a run of non-finite steps each), with the key that makes it
+raised once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
+
+from ..format import LINE_LIMIT, format_counter, format_size, printable, stall_text
+from .levels import Level
+
+if TYPE_CHECKING:
+    from rundir.storage import Storage
+
+    from .snapshot import RunSnapshot
+
+# Problems and notices about files or arms take one line each up to this many; more make
+# one line that names the first few and counts the rest (a hostile run directory can hold
+# 100,000 of them, and neither a list nor an event log is read that far).
+LISTED = 3
+
+
+@dataclass(frozen=True)
+class FindingKind:
+    """What a kind of finding is, for everyone who shows or raises it."""
+
+    name: str
+    alert: bool = False          # raised as an alert: an event, the bell, --notify; --check says it at its level
+    history_fact: bool = False   # a fact of the history's past: raised only as it happens; "past" once old
+    said_by_read: bool = False   # the history read's own notices say it (the first summary leaves it out)
+    noun: str = ""               # several of this kind, as one alert names them
+
+
+KINDS: dict[str, FindingKind] = {kind.name: kind for kind in (
+    FindingKind("disk", alert=True, noun="disk problems"),
+    FindingKind("directory"),                                   # missing, not a directory, empty, unreadable
+    FindingKind("trainer"),                                     # a pid record that does not verify
+    FindingKind("exit", alert=True, noun="trainer ends"),       # gone without a clean exit
+    FindingKind("stall", alert=True, noun="stalls"),
+    FindingKind("checkpoint", alert=True, noun="failed checkpoints"),
+    FindingKind("divergence", alert=True, noun="divergence stops"),
+    FindingKind("pending"),                                     # an unfinished pivot or rollback
+    FindingKind("config"),                                      # run.toml cannot be used
+    FindingKind("invalid"),                                     # invalid checkpoint files
+    FindingKind("zombie", alert=True, noun="zombie arms"),
+    FindingKind("history"),                                     # .loss.json cannot be read at all
+    FindingKind("lines", said_by_read=True),                    # unreadable lines, a torn tail
+    FindingKind("nonfinite", alert=True, history_fact=True, said_by_read=True, noun="runs of non-finite loss"),
+    FindingKind("rewind"),                                      # steps went back with no resume event
+    FindingKind("sidecar"),                                     # .state.json or .samples.json unreadable
+    FindingKind("spike", alert=True, history_fact=True, noun="loss spikes"),
+    FindingKind("resume", alert=True, history_fact=True, noun="diverged resumes"),
+)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem or alert: ``kind`` (a key of :data:`KINDS`), ``level``, one printable line,
+    and ``key``, the identity that makes an alert raised once. ``ended_pid``: the trainer whose
+    end it reports, so that one end is one alert however the console learns of it. ``count``:
+    the findings it stands for (see :func:`console.alerts.gathered_by_kind`)."""
+
+    kind: str
+    level: Level
+    text: str
+    key: str = ""
+    step: int | None = None
+    ended_pid: int | None = None
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r}")
+        object.__setattr__(self, "level", Level(self.level))
+        object.__setattr__(self, "text", printable(self.text, LINE_LIMIT))
+
+    @property
+    def spec(self) -> FindingKind:
+        return KINDS[self.kind]
+
+    def to_json(self, run_dir: str, time: float) -> dict[str, Any]:
+        """What ``--notify`` gets on stdin."""
+        return {"kind": self.kind, "level": self.level.value, "text": self.text, "key": self.key, "step": self.step,
+                "ended_pid": self.ended_pid, "count": self.count, "run_dir": run_dir, "time": time}
+
+
+def many(n: int, noun: str) -> str:
+    """``1 zombie arm``, ``100,000 zombie arms``."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def names_and_more(names: list[str], total: int) -> str:
+    """``a, b, c and 99,997 more`` (the names made printable)."""
+    shown = ", ".join(printable(n) for n in names)
+    return shown + (f" and {total - len(names):,} more" if total > len(names) else "")
+
+
+# -- texts shared by a problem and its alert ---------------------------------------------
+
+def disk_text(s: Storage) -> str:
+    return (f"disk nearly FULL: {format_size(s.free)} free on the run directory's filesystem, room for "
+            f"{s.checkpoints_that_fit} checkpoint(s) of {format_size(s.checkpoint_size)}")
+
+
+def failed_checkpoint_text(step: int | None, data: dict[str, Any]) -> str:
+    return f"checkpoint FAILED at step {format_counter(step)}: {printable(data.get('error', 'write error'), LINE_LIMIT)}"
+
+
+def divergence_text(step: int | None, data: dict[str, Any]) -> str:
+    return (f"trainer stopped: the run diverged at step {format_counter(step)} "
+            f"({data.get('in_a_row', '?')} non-finite steps in a row)")
+
+
+# -- the problems list ----------------------------------------------------------------------
+
+def derive_problems(snap: RunSnapshot) -> tuple[Finding, ...]:
+    """Everything wrong with the run, most important first."""
+    out = _directory_problems(snap)
+    if snap.dir_state.startswith("unreadable"):
+        return tuple(out)               # every file in it is unreadable for that one reason
+    out += _trainer_problems(snap)
+    if snap.pending_pivot:
+        out.append(Finding("pending", Level.WARNING, snap.pending_pivot))
+    if snap.pending_rollback:
+        out.append(Finding("pending", Level.WARNING, snap.pending_rollback))
+    if snap.config_error and snap.dir_state == "ok":
+        out.append(Finding("config", Level.WARNING, snap.config_error))
+    out += _file_problems(snap)
+    out += _history_problems(snap)
+    if snap.arms.error and snap.dir_state == "ok":
+        out.append(Finding("sidecar", Level.WARNING, snap.arms.error))
+    if snap.samples_error and snap.dir_state == "ok":
+        out.append(Finding("sidecar", Level.WARNING, snap.samples_error))
+    return tuple(out)
+
+
+def _directory_problems(snap: RunSnapshot) -> list[Finding]:
+    out = []
+    if snap.storage is not None and snap.storage.too_full:
+        out.append(Finding("disk", Level.ERROR, disk_text(snap.storage)))
+    state = snap.dir_state
+    if state == "missing":
+        out.append(Finding("directory", Level.ERROR, f"run directory {snap.run_dir} does not exist"))
+    elif state == "not a directory":
+        out.append(Finding("directory", Level.ERROR, f"{snap.run_dir} is not a directory"))
+    elif state == "empty":
+        out.append(Finding("directory", Level.WARNING, "the run directory is empty: nothing has been written yet"))
+    elif state.startswith("unreadable"):
+        out.append(Finding("directory", Level.ERROR, f"cannot read the run directory{state[len('unreadable'):]}"))
+        if snap.trainer.pid is not None:        # the trainer that ran it, out of sight
+            out.append(Finding("trainer", Level.WARNING, f"trainer {snap.trainer.label}: {snap.trainer.reason}"))
+    return out
+
+
+def _trainer_problems(snap: RunSnapshot) -> list[Finding]:
+    out = []
+    t = snap.trainer
+    if t.state in ("stale", "unverified", "unreadable"):
+        out.append(Finding("trainer", Level.WARNING, f"trainer {t.label}: {t.reason}"))
+    if t.stalled:
+        out.append(Finding("stall", Level.WARNING, f"trainer STALLED: {stall_text(t)}"))
+    failed = snap.failed_checkpoint
+    if failed is not None:
+        out.append(Finding("checkpoint", Level.ERROR, failed_checkpoint_text(failed.step, failed.data)))
+    stop = snap.safety_stop
+    if stop is not None:
+        out.append(Finding("divergence", Level.ERROR, divergence_text(stop.step, stop.data)))
+    return out
+
+
+def _file_problems(snap: RunSnapshot) -> list[Finding]:
+    out = []
+    invalid = snap.invalid_checkpoints
+    if len(invalid) <= LISTED:
+        out.extend(Finding("invalid", Level.ERROR, f"{printable(c.path.name)}: invalid: {c.reason}") for c in invalid)
+    else:
+        out.append(Finding("invalid", Level.ERROR, f"{many(len(invalid), 'invalid checkpoint file')} (newest first): "
+                           + names_and_more([c.path.name for c in invalid[:LISTED]], len(invalid))
+                           + f"; {printable(invalid[0].path.name)}: {invalid[0].reason}"))
+    zombies = snap.zombies
+    if len(zombies) <= LISTED:
+        out.extend(Finding("zombie", Level.ERROR, f"zombie arm {printable(name)}: {reason}")
+                   for name, reason in zombies.items())
+    else:
+        first = next(iter(zombies.items()))
+        out.append(Finding("zombie", Level.ERROR,
+                           f"{many(len(zombies), 'zombie arm')}: {names_and_more(list(islice(zombies, LISTED)), len(zombies))}"
+                           f"; {printable(first[0])}: {first[1]}"))
+    return out
+
+
+def _history_problems(snap: RunSnapshot) -> list[Finding]:
+    out = []
+    h = snap.history
+    if h.error:
+        out.append(Finding("history", Level.WARNING, h.error))
+    if h.bad_lines:
+        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {h.bad_lines} unreadable line(s) skipped"
+                           + (f" (first: {h.problems[0]})" if h.problems else "")))
+    if h.torn_tail:
+        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: torn last line ({h.torn_tail} bytes) skipped"))
+    if h.nonfinite:
+        out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
+                           + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None
+                              else "")))
+    if h.silent_rewind_count:
+        out.append(Finding("rewind", Level.WARNING,
+                           f"{LOSS_JSON}: the steps went back to step {h.silent_rewinds[-1]:,} with no resume event "
+                           "(a restart by another engine?)" if h.silent_rewind_count == 1 else
+                           f"{LOSS_JSON}: the steps went back {h.silent_rewind_count:,} times with no resume event, "
+                           f"the last to step {h.silent_rewinds[-1]:,} (restarts by another engine?)"))
+    return out
+
+
+# -- the alerts ---------------------------------------------------------------------------
+
+def derive_alerts(snap: RunSnapshot) -> tuple[Finding, ...]:
+    """Every alert the snapshot shows, errors first, one per thing that is wrong (the
+    tracker gathers those that are new together by kind)."""
+    from ..findings import spike_text            # the history findings' words
+
+    h = snap.history
+    out: list[Finding] = []
+    if snap.storage is not None and snap.storage.too_full:
+        out.append(Finding("disk", Level.ERROR, disk_text(snap.storage), "disk"))
+    stop = snap.safety_stop
+    if stop is not None:
+        out.append(Finding("divergence", Level.ERROR, divergence_text(stop.step, stop.data), f"divergence:{stop.line}",
+                           stop.step, ended_pid=_started_pid(snap, stop.line)))
+    failed = snap.failed_checkpoint
+    if failed is not None:
+        out.append(Finding("checkpoint", Level.ERROR, failed_checkpoint_text(failed.step, failed.data),
+                           f"checkpoint:{failed.line}", failed.step))
+    exited = _abnormal_exit(snap)
+    if exited is not None:
+        out.append(exited)
+    for first, last in _nonfinite_runs(h.nonfinite_steps):
+        where = f"step {first:,}" if first == last else f"steps {first:,}..{last:,}"
+        out.append(Finding("nonfinite", Level.ERROR, f"non-finite loss at {where}", f"nonfinite:{first}", first))
+    for check in h.resume_checks:
+        if check.verdict == "diverged":
+            out.append(Finding("resume", Level.ERROR, check.text(), f"resume:{check.line}", check.from_step))
+    if snap.trainer.stalled:
+        out.append(Finding("stall", Level.WARNING, f"trainer STALLED: {stall_text(snap.trainer)}",
+                           f"stall:{snap.trainer.pid}:{h.last_step}", h.last_step))
+    for spike in h.spikes:
+        out.append(Finding("spike", Level.WARNING, spike_text(spike), f"spike:{spike.start}", spike.start))
+    for name, reason in snap.zombies.items():
+        out.append(Finding("zombie", Level.WARNING, f"zombie arm {printable(name)}: {printable(reason, LINE_LIMIT)}",
+                           f"zombie:{name}"))
+    return tuple(out)
+
+
+def _nonfinite_runs(steps: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Consecutive non-finite steps as (first, last) runs."""
+    runs: list[tuple[int, int]] = []
+    for s in steps:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], s)
+        else:
+            runs.append((s, s))
+    return runs
+
+
+def _abnormal_exit(snap: RunSnapshot) -> Finding | None:
+    """The trainer is gone without a clean exit: a stale record (killed, crashed), or a
+    process that wrote no ``stop`` event before it ended."""
+    t = snap.trainer
+    if t.state == "stale":
+        return Finding("exit", Level.ERROR, f"the trainer (pid {t.pid}) is gone without a clean exit (killed or "
+                                            "crashed; see trainer.log)", f"exit:stale:{t.pid}", ended_pid=t.pid)
+    if t.state != "stopped":
+        return None
+    for ev in reversed(snap.history.events):
+        if ev.event == EVENT_STOP:
+            return None
+        if ev.event in (EVENT_START, EVENT_RESUME):
+            pid = ev.data.get("pid")
+            if not isinstance(pid, int):
+                return None                     # not this trainer's history: it writes its pid
+            step = snap.history.last_step
+            return Finding("exit", Level.ERROR, f"the trainer (pid {printable(pid)}) ended without a stop event "
+                                                f"after step {format_counter(step)} (it failed or was killed; see "
+                                                "trainer.log)", f"exit:line:{ev.line}", step, ended_pid=pid)
+    return None
+
+
+def _started_pid(snap: RunSnapshot, line: int) -> int | None:
+    """The pid in the last start or resume event before history line ``line``."""
+    for ev in reversed(snap.history.events):
+        if ev.line < line and ev.event in (EVENT_START, EVENT_RESUME):
+            pid = ev.data.get("pid")
+            return pid if isinstance(pid, int) else None
+    return None
+
+
+def child_exit_alert(pid: int, code: int) -> Finding | None:
+    """The alert for a trainer this console started that exited with ``code`` (none for 0)."""
+    if code == 0:
+        return None
+    return Finding("exit", Level.ERROR, f"the trainer (pid {pid}) exited with code {code}", f"exit:child:{pid}",
+                   ended_pid=pid)
