@@ -65,22 +65,25 @@ class LossHistory(JsonLinesReading, JsonArrayReading):
         return meta, columns
 
     @classmethod
-    def from_state_dict(cls, meta: dict[str, Any], columns: dict[str, np.ndarray]) -> "LossHistory":
+    def from_state_dict(cls, meta: dict[str, Any], columns: dict[str, np.ndarray],
+                        adopt: bool = False) -> "LossHistory":
         """A reader that carries on from :meth:`state_dict`'s output: its next
-        :meth:`refresh` reads only what was appended since."""
+        :meth:`refresh` reads only what was appended since. ``adopt``: the columns are this
+        reader's alone from now on (a private mapping of the history's mirror): they are used
+        as they are, and may be longer than ``meta["rows"]``: room for the rows to come."""
         history = cls(meta["path"])
         cols = history._cols
-        cols.n = len(columns["step"])
+        cols.n = int(meta.get("rows", len(columns["step"])))
         for name, empty in cols.arrays():
             given = columns[name]
-            if isinstance(given, np.ndarray) and given.dtype == empty.dtype and not given.flags.writeable:
+            if isinstance(given, np.ndarray) and given.dtype == empty.dtype and (adopt or not given.flags.writeable):
                 # Read-only (over bytes received from another process): kept as it is, since
                 # no one can change it, and the first rows appended move the columns to new
                 # arrays (they are full). Half the memory of a copy for a large history.
                 arr = given
             else:
                 arr = np.array(given, empty.dtype)           # a copy of the right type: no shared rows
-            if arr.shape != (cols.n,):
+            if arr.ndim != 1 or len(arr) < cols.n or (len(arr) != cols.n and not adopt):
                 raise ValueError(f"history column {name!r} has shape {arr.shape}, expected ({cols.n},)")
             cols.replace(name, arr)
         history._offset, history._lines = int(meta["offset"]), int(meta["lines"])
