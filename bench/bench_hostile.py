@@ -150,7 +150,7 @@ def key_presses(run_dir: Path, presses: int = PRESSES, gap: float = 1.3) -> list
                 start = time.perf_counter()
                 app._driver.send_message(events.Key("l", "l"))
                 # The plot's cache key holds log_y once a frame has drawn it.
-                while not (plot._cache_key and plot._cache_key[5] == want):
+                while not (plot._cache_key and plot._cache_key[3] == want):
                     await asyncio.sleep(0.001)
                 times.append(time.perf_counter() - start)
                 await asyncio.sleep(gap)

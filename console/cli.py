@@ -404,9 +404,9 @@ def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _step_reporter(titles: dict[str, str]) -> Callable[[str, str], None]:
+def _step_reporter(titles: dict[str, str]) -> Callable[..., None]:
     """A guided operation's progress, one ``[step] title: text`` line each."""
-    def say(step: str, text: str) -> None:
+    def say(step: str, text: str, under_way: bool = False) -> None:
         title = f"{titles[step]}: " if step in titles else ""       # "[plan] new policy: ...", not "[plan] plan: ..."
         print(f"[{step}] {title}{printable(text, None)}", flush=True)
     return say

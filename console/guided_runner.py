@@ -22,7 +22,9 @@ from rundir.layout import STOP_SIGNAL
 from . import supervise
 from .relaunch import StepFailed
 
-Report = Callable[[str, str], None]     # (step key "plan" or "1".., status text)
+# (step key "plan" or "1".., status text, under_way=...): ``under_way`` is True while the
+# step waits for something (a checkpoint, an exit, a relaunch), False once it is done.
+Report = Callable[..., None]
 
 
 class JournalledRunner:
@@ -59,7 +61,7 @@ class JournalledRunner:
         Raises ``failed`` naming the step when the signal is not sent or the trainer does not
         exit (``after_timeout`` is appended: what to do next). Returns the signal's result and
         the exit's description."""
-        self.report(key, "SIGTERM sent; waiting for the final checkpoint and the exit ...")
+        self.report(key, "SIGTERM sent; waiting for the final checkpoint and the exit ...", under_way=True)
         sent = supervise.send(self.run_dir, STOP_SIGNAL)
         if not sent.ok:
             raise failed(f"step {key}: {sent.message}")

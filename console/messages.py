@@ -60,6 +60,7 @@ class PivotProgress(Message):
     step: str
     text: str
     outcome: "PivotOutcome | None" = None
+    under_way: bool = False             # the step waits for something (shown as under way)
 
 
 @dataclass
@@ -119,3 +120,4 @@ class RollbackProgress(Message):
     text: str
     outcome: "RollbackOutcome | None" = None
     request: "RollbackRequest | None" = None
+    under_way: bool = False             # the step waits for something (shown as under way)

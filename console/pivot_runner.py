@@ -131,7 +131,7 @@ class PivotRunner(JournalledRunner):
     def _audit(self, journal: PivotJournal) -> None:
         v = verify_trainer(self.run_dir)
         if v.ok:
-            self.report("1", "SIGUSR1 sent; waiting for the checkpoint ...")
+            self.report("1", "SIGUSR1 sent; waiting for the checkpoint ...", under_way=True)
             sent = supervise.send(self.run_dir, CHECKPOINT_SIGNAL)
             if not sent.ok:
                 raise PivotFailed(f"step 1: {sent.message}")
@@ -179,7 +179,7 @@ class PivotRunner(JournalledRunner):
         relaunch_and_wait(self.run_dir, journal, lambda: write_journal(self.run_dir, journal),
                           ["--resume", str(checkpoint), "--fresh-bandit"],
                           arrived=lambda history: _pivot_event(history, journal),
-                          report=lambda text: self.report("6", text),
+                          report=lambda text, under_way=False: self.report("6", text, under_way=under_way),
                           launching=f"launching the trainer from {checkpoint.name} with a fresh bandit ...",
                           awaited="the pivot", step="step 6", timeout=self.timeout, cancelled=self.cancelled,
                           confirm_launch=self.confirm,

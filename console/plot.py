@@ -9,8 +9,8 @@ milliseconds:
    the max of all the points that fall in it, so a single-step spike is never hidden,
    whatever the width (reservoir or stride sampling would drop it).
 3. :func:`render`: a braille canvas (2 x 4 dots per cell) drawn from the envelopes, with
-   a y axis, a marker row (checkpoints, resumes, pivots, rollbacks) and an x axis, as Rich
-   Text. The steps a rollback abandoned are drawn dimmed (:func:`rundir.abandoned.abandoned_mask`).
+   a y axis, a marker row (the kinds of :data:`console.model.markers.MARKER_KINDS`) and an
+   x axis, as Rich Text. The steps a rollback abandoned are drawn dimmed (:func:`rundir.abandoned.abandoned_mask`).
 """
 
 from __future__ import annotations
@@ -18,25 +18,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 from rich.text import Text
 
-from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
-
-if TYPE_CHECKING:
-    from rundir import CheckpointInfo, HistoryEvent
-    from rundir.spikes import Spike
+from .model.markers import MARKER_KINDS, Marker
 
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
-MARKER_GLYPHS = {"checkpoint": ("▴", "cyan"), "resume": ("R", "yellow"), "pivot": ("P", "magenta"),
-                 "spike": ("!", "bold red"), "nonfinite": ("×", "bold red"), "rewind": ("<", "bold red"),
-                 "rollback": ("B", "bold orange1")}
-MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "rewind": 2, "pivot": 3, "rollback": 4, "spike": 5, "nonfinite": 6}
-# Markers the legend names only when the plot shows one (they are rare).
-RARE_MARKERS = frozenset({"rewind", "spike", "nonfinite", "rollback"})
 ABANDONED_STYLE = "grey30"      # the steps a rollback abandoned, dimmed
 # The largest magnitude the plot draws. Spans and means of values up to it stay finite in
 # float64 (1e308 - -1e308 overflows), so no tick, label or column can overflow; a value
@@ -203,12 +192,6 @@ def plot_x(kind: str, steps: np.ndarray, tokens: np.ndarray | None, times: np.nd
 
 
 @dataclass
-class Marker:
-    step: int
-    kind: str                           # checkpoint | resume | pivot
-
-
-@dataclass
 class Canvas:
     """The drawn plot: ``raw`` and ``smooth`` dot grids (rows x pixel columns, row 0 on top)
     and what the axes say. Kept so that tests can inspect the pixels."""
@@ -227,26 +210,6 @@ class Canvas:
     x_axis: str = "step"
     dim: np.ndarray | None = None       # the abandoned steps' dots (a rollback), drawn dimmed
     note: str = ""                      # said under the plot: what it could not draw
-
-def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent],
-                 rewinds: Iterable[int] = ()) -> list[Marker]:
-    """What earns a marker on the loss plot: checkpoints on disk, resumes, pivots and
-    rollbacks, and
-    ``rewinds``: where the steps went back with no resume event (another engine's restart)."""
-    marks = [Marker(c.step, "checkpoint") for c in checkpoints if c.status != "invalid"]
-    marks += [Marker(step, "rewind") for step in rewinds]
-    for ev in events:
-        if ev.event in (EVENT_RESUME, EVENT_PIVOT, EVENT_ROLLBACK):
-            step = ev.step if ev.step is not None else ev.data.get("from_step")
-            if isinstance(step, int):
-                marks.append(Marker(step, ev.event))
-    return marks
-
-
-def finding_markers(spikes: Iterable[Spike], nonfinite_steps: Iterable[int]) -> list[Marker]:
-    """A marker at each spike's peak and at each non-finite step."""
-    return [*(Marker(s.peak_step, "spike") for s in spikes), *(Marker(int(n), "nonfinite") for n in nonfinite_steps)]
-
 
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
     """The y of each value: the value (or its log10), NaN where it cannot be plotted."""
@@ -350,7 +313,7 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     cols = column_of(where, x0, x1, width) if shown else []
     for m, col in zip(shown, cols):
         col = int(col)
-        if MARKER_PRIORITY.get(m.kind, -1) >= MARKER_PRIORITY.get(placed.get(col, ""), -1):
+        if col not in placed or m.spec.priority >= MARKER_KINDS[placed[col]].priority:
             placed[col] = m.kind
     canvas.markers = sorted(placed.items())
     return canvas
@@ -486,8 +449,8 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
     marker = ["─"] * w
     marker_styles: list[str | None] = [axis_style] * w
     for col, kind in canvas.markers:
-        glyph, style = MARKER_GLYPHS.get(kind, ("?", "red"))
-        marker[col], marker_styles[col] = glyph, style
+        spec = MARKER_KINDS[kind]
+        marker[col], marker_styles[col] = spec.glyph, spec.style
     runs = [(" " * (label_width - 1) + "└", axis_style)]
     for ch, st in zip(marker, marker_styles):
         if runs and runs[-1][1] == st:

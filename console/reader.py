@@ -19,30 +19,30 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-import numpy as np
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
-from rundir.abandoned import head_rows
 from rundir.identity import open_directory
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
-from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stall_threshold
+from rundir.run_summary import RATE_STEPS, stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, EVENT_START, HISTORY, LOG, LOSS_JSON,
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, HISTORY, LOG, LOSS_JSON,
                            RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
-from .changes import describe_changes, event_notice
+from .changes import describe_changes
 from .findings import HistoryFindings
+from .history_part import HistoryPart
 from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .rollback_runner import pending_rollback
 from .probe import TrainerProbe
-from .model.findings import LISTED
+from .model.levels import Level
+from .model.markers import derive_markers
 from .model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
                              RunSnapshot, TrainerView)
 
@@ -83,53 +83,6 @@ class CheckpointRequest:
     baseline: dict[str, CheckpointStamp] = field(default_factory=dict)
 
 
-def _last_finite(x: np.ndarray) -> float | None:
-    """The last finite value, looking back in growing chunks (not a mask of the whole column)."""
-    end, chunk = len(x), 64
-    while end > 0:
-        part = x[max(0, end - chunk):end]
-        idx = np.flatnonzero(np.isfinite(part))
-        if len(idx):
-            return float(part[idx[-1]])
-        end -= chunk
-        chunk *= 4
-    return None
-
-
-def current_segment(h: LossHistory) -> tuple[slice, float]:
-    """The rows of the run's current segment, and when it began: the steps since the newest
-    ``start``/``resume`` event or rewind (another engine's restart), up to the newest step
-    written. Rates are measured over it alone, never across the pause before a resume."""
-    start_step, since = 0, -math.inf
-    for ev in reversed(h.events):
-        if ev.event in (EVENT_RESUME, EVENT_START):
-            start_step = (ev.step if ev.step is not None else 0) + 1
-            since = ev.time if ev.time is not None and math.isfinite(ev.time) else -math.inf
-            break
-    if h.rewinds:
-        step, t = h.rewinds[-1]
-        if not math.isfinite(since) or (math.isfinite(t) and t >= since):
-            start_step, since = step, (t if math.isfinite(t) else -math.inf)
-    steps = h.step
-    lo = int(np.searchsorted(steps, start_step, side="left"))
-    hi = head_rows(steps, h.head_step)
-    return slice(max(lo, hi - 2 * RATE_STEPS), max(lo, hi)), since
-
-
-def silent_rewinds(h: LossHistory) -> list[int]:
-    """The steps the history went back to with no ``resume`` (or ``start``) event just
-    before them: another engine's restart, otherwise invisible."""
-    if not h.rewinds:
-        return []
-    announced = set()
-    for ev in h.events:
-        if ev.event in (EVENT_RESUME, EVENT_START):
-            for step in (ev.step, ev.data.get("from_step")):
-                if isinstance(step, int) and not isinstance(step, bool):
-                    announced.add(step + 1)
-    return [step for step, _ in h.rewinds if step not in announced]
-
-
 def _finite(x: float) -> float | None:
     return x if isinstance(x, float) and math.isfinite(x) else None
 
@@ -151,6 +104,31 @@ def read_pivots(run_dir: Path) -> tuple[tuple[PivotEntry, ...], str | None]:
     return tuple(entries), pending
 
 
+@dataclass
+class _Read:
+    """One read in progress: what the last snapshot was, which file kinds are read again
+    (a part may widen them: a directory that changed is read whole), the parts derived so
+    far and the notices said on the way."""
+
+    prev: RunSnapshot | None
+    kinds: frozenset[str]
+    now: float
+    values: dict = field(default_factory=dict)
+    notices: list[Notice] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the snapshot: its fields, the file kinds whose change makes it read again,
+    and the method that derives them (given the parts before it)."""
+
+    name: str
+    fields: tuple[str, ...]
+    kinds: frozenset[str]
+    derive: Callable[["RunReader", _Read], dict]
+    due: Callable[["RunReader", float], bool] = lambda reader, now: False     # re-derived anyway when due
+
+
 class RunReader:
     """Reads a run directory into :class:`RunSnapshot`s, re-reading only what changed.
 
@@ -168,16 +146,11 @@ class RunReader:
         self.stall_after = stall_after
         self.now = now
         self.probe = probe or TrainerProbe()
-        self.history = LossHistory(self.run_dir / LOSS_JSON)
-        self._prefetch = prefetch               # the first history read, done by a forked child
+        self._history = HistoryPart(self.run_dir / LOSS_JSON, prefetch, self.findings)
         self._snapshot: RunSnapshot | None = None
-        self._history_version = 0
-        self._rewinds = 0
         self.log = LogTail(self.run_dir / TRAINER_LOG)
         self._requests: list[CheckpointRequest] = []
         self._requests_lock = threading.Lock()
-        self._torn_seen = 0
-        self._torn_reported = 0
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
         self._storage_at = 0.0
         self._ckpt_written = 0.0                # mtime of the newest checkpoint file
@@ -185,6 +158,11 @@ class RunReader:
         self._dir_id: tuple[int, int, bool] | None = None   # the run directory last listed (_dir_identity)
         self._lost_pid: int | None = None       # the trainer that ran when the directory went away
         self._seen_id: tuple[int, int] | None = None   # (device, inode) of the directory when last seen whole
+
+    @property
+    def history(self) -> LossHistory:
+        """The incremental reader of ``.loss.json`` (the prefetch's, once handed over)."""
+        return self._history.history
 
     @property
     def snapshot(self) -> RunSnapshot | None:
@@ -203,73 +181,104 @@ class RunReader:
 
     # -- the read --------------------------------------------------------------
     def read(self, kinds: Iterable[str] = ALL_KINDS) -> tuple[RunSnapshot, list[Notice]]:
-        """Re-read ``kinds`` (everything on the first call); never raises for bad input."""
+        """Re-read ``kinds`` (everything on the first call); never raises for bad input.
+        Each part of the snapshot (:data:`PARTS`) is derived anew when a file kind it reads
+        changed, and carried over from the last snapshot otherwise."""
         prev = self._snapshot
-        kinds = ALL_KINDS if prev is None else frozenset(kinds)
-        now = self.now()
-        notices: list[Notice] = []
+        read = _Read(prev, ALL_KINDS if prev is None else frozenset(kinds), self.now())
         # One stat tells whether the directory is still the one last listed: a run directory
         # renamed away or replaced is seen at the next read, whatever kinds it was asked for.
-        moved = prev is not None and self._dir_identity() != self._dir_id
-        dir_state, other = self._dir_state() if (DIRECTORY in kinds or prev is None or moved
-                                                 or kinds & {CHECKPOINTS, CONFIG}) \
-            else (prev.dir_state, prev.other_files)
-        if prev is not None and (prev.dir_state != dir_state or moved):
-            kinds = ALL_KINDS
+        if prev is not None and self._dir_identity() != self._dir_id:
+            read.kinds = ALL_KINDS
+        versions = dict(prev.versions) if prev is not None else {}
+        for part in PARTS:
+            if prev is None or read.kinds & part.kinds or part.due(self, read.now):
+                fields = part.derive(self, read)
+                if prev is None or any(fields[name] is not getattr(prev, name) for name in fields):
+                    versions[part.name] = versions.get(part.name, 0) + 1
+            else:
+                fields = {name: getattr(prev, name) for name in part.fields}
+            read.values.update(fields)
+        snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=read.now,
+                           versions=versions, **read.values)
+        changes = describe_changes(prev, snap, read.now, self._answered_requests(prev, snap, read.now))
+        notices = changes + read.notices if prev is None else read.notices + changes    # the summary first
+        self._snapshot = snap
+        return snap, notices
+
+    # -- the parts, in the order they are derived (each may use those before it) ----
+    def _part_directory(self, read: _Read) -> dict:
+        dir_state, other = self._dir_state()
+        prev = read.prev
+        if prev is not None and (prev.dir_state != dir_state or read.kinds == ALL_KINDS):
+            read.kinds = ALL_KINDS
             if prev.dir_state != dir_state:
-                notices.append(Notice(now, f"run directory is now {dir_state}",
-                                      "warning" if dir_state != "ok" else "info"))
-        config, config_error = (prev.config, prev.config_error) if prev and CONFIG not in kinds else self._config(dir_state)
-        history = self._history(now, notices, first=prev is None, config=config) if HISTORY in kinds \
-            else prev.history
+                read.notices.append(Notice(read.now, f"run directory is now {dir_state}",
+                                           Level.WARNING if dir_state != "ok" else Level.INFO))
+        return {"dir_state": dir_state, "other_files": other}
+
+    def _part_config(self, read: _Read) -> dict:
+        config, error = self._config(read.values["dir_state"])
+        return {"config": config, "config_error": error}
+
+    def _part_history(self, read: _Read) -> dict:
+        return {"history": self._history.read(read.now, read.notices, first=read.prev is None,
+                                              config=read.values["config"],
+                                              prev=read.prev.history if read.prev else None)}
+
+    def _part_trainer(self, read: _Read) -> dict:
         # The trainer before the checkpoints: one that exits writes its final checkpoint, then
         # removes its record, so a read that sees the record gone lists that checkpoint too
         # (and the notice of the exit names it, not the one before).
-        trainer = self.probe(self.run_dir) if TRAINER in kinds else prev.trainer
-        if prev is not None and prev.trainer.state == "running" and trainer.state != "running":
-            kinds = kinds | {CHECKPOINTS}
-        checkpoints = self._checkpoints(prev) if CHECKPOINTS in kinds else prev.checkpoints
-        trainer = self._out_of_sight(trainer, prev, dir_state)
-        if kinds & {TRAINER, HISTORY, CHECKPOINTS}:
-            trainer = self._stall(trainer, now)
-        if STATE in kinds or CONFIG in kinds or prev is None:
-            arms = self._arms(config)
-        else:
-            arms = prev.arms
-        if SAMPLES in kinds:
-            read = read_samples(self.run_dir)
-            samples = tuple(_shown_sample(s) for s in newest_per_arm(read.value or []).values())
-            samples_error = None if read.error and "not written yet" in read.error else read.error
-        else:
-            samples, samples_error = prev.samples, prev.samples_error
-        log_tail = self.log.read() if LOG in kinds else prev.log_tail
-        if prev is None or kinds & {DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}:
-            pivots, pending_pivot = read_pivots(self.run_dir)
-            rollback = pending_rollback(self.run_dir)
-        else:
-            pivots, pending_pivot, rollback = prev.pivots, prev.pending_pivot, prev.pending_rollback
-        if prev is None or kinds & {CHECKPOINTS, CONFIG, DIRECTORY}:
-            retention = self._retention(config, checkpoints, history)
-        else:
-            retention = prev.retention
-        if prev is None or kinds & {CHECKPOINTS, CONFIG, DIRECTORY} or now - self._storage_at >= STORAGE_EVERY_S:
-            storage = self._storage(config, checkpoints, history, dir_state, trainer.state == "running", now)
-        else:
-            storage = prev.storage
-        snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=now,
-                           dir_state=dir_state, config=config, config_error=config_error, trainer=trainer,
-                           history=history, checkpoints=checkpoints, arms=arms, samples=samples,
-                           samples_error=samples_error, log_tail=log_tail, other_files=other,
-                           log_seen=self.log.seen, pivots=pivots, pending_pivot=pending_pivot,
-                           pending_rollback=rollback,
-                           retention=retention, storage=storage)
-        changes = describe_changes(prev, snap, now, self._answered_requests(prev, snap, now))
-        if prev is None:
-            notices[:0] = changes                            # the summary first
-        else:
-            notices.extend(changes)
-        self._snapshot = snap
-        return snap, notices
+        trainer = self.probe(self.run_dir)
+        if read.prev is not None and read.prev.trainer.state == "running" and trainer.state != "running":
+            read.kinds = read.kinds | {CHECKPOINTS}
+        return {"trainer": trainer}
+
+    def _part_checkpoints(self, read: _Read) -> dict:
+        return {"checkpoints": self._checkpoints(read.prev)}
+
+    def _part_trainer_state(self, read: _Read) -> dict:
+        """The verified trainer as the run's files show it: out of sight when its directory
+        went away, stalled when its history stopped growing."""
+        trainer = self._out_of_sight(read.values["trainer"], read.prev, read.values["dir_state"])
+        if read.kinds & {TRAINER, HISTORY, CHECKPOINTS}:
+            trainer = self._stall(trainer, read.now)
+        return {"trainer": trainer}
+
+    def _part_arms(self, read: _Read) -> dict:
+        return {"arms": self._arms(read.values["config"])}
+
+    def _part_samples(self, read: _Read) -> dict:
+        samples = read_samples(self.run_dir)
+        newest = tuple(_shown_sample(s) for s in newest_per_arm(samples.value or []).values())
+        return {"samples": newest, "samples_error": None if samples.missing else samples.error}   # absent is normal
+
+    def _part_log(self, read: _Read) -> dict:
+        tail = self.log.read()
+        return {"log_tail": tail, "log_seen": self.log.seen}
+
+    def _part_guided(self, read: _Read) -> dict:
+        pivots, pending_pivot = read_pivots(self.run_dir)
+        return {"pivots": pivots, "pending_pivot": pending_pivot, "pending_rollback": pending_rollback(self.run_dir)}
+
+    def _part_retention(self, read: _Read) -> dict:
+        v = read.values
+        return {"retention": self._retention(v["config"], v["checkpoints"], v["history"])}
+
+    def _part_storage(self, read: _Read) -> dict:
+        v = read.values
+        return {"storage": self._storage(v["config"], v["checkpoints"], v["history"], v["dir_state"],
+                                         v["trainer"].state == "running", read.now)}
+
+    def _storage_due(self, now: float) -> bool:
+        return now - self._storage_at >= STORAGE_EVERY_S
+
+    def _part_markers(self, read: _Read) -> dict:
+        v, h, prev = read.values, read.values["history"], read.prev
+        if prev is not None and v["checkpoints"] is prev.checkpoints and h is prev.history:
+            return {"markers": prev.markers}          # thousands of checkpoints: not again at every read
+        return {"markers": derive_markers(v["checkpoints"], h.events, h.silent_rewinds, h.spikes, h.nonfinite_steps)}
 
     # -- parts -----------------------------------------------------------------
     def stall_threshold(self) -> float:
@@ -446,84 +455,11 @@ class RunReader:
         except Exception as err:      # a config the library could not even classify (never expected)
             return None, f"run.toml: {type(err).__name__}: {err}"
 
-    def _history(self, now: float, notices: list[Notice], first: bool, config: RunConfig | None = None
-                 ) -> HistoryView:
-        earlier = None
-        if self._prefetch is not None:
-            prefetch, self._prefetch = self._prefetch, None
-            handed_over = prefetch.result()
-            if handed_over is not None and handed_over[0].path == self.history.path:
-                self.history, earlier = handed_over
-        h = self.history
-        update = h.refresh()
-        if earlier is not None:                 # what the child read counts as this read's
-            update = earlier.then(update)
-        if update.changed or first or self._snapshot is None:
-            self._history_version += 1
-        if update.rewound or update.reset:
-            self._rewinds += 1
-            if update.reset and not first:
-                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", "warning"))
-        for problem in update.new_problems[:5]:
-            notices.append(Notice(now, f"skipped: {problem}", "warning"))
-        if update.new_bad_lines > 5:
-            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", "warning"))
-        if update.new_nonfinite:
-            loss = h.loss
-            tail = loss[-max(update.new_steps, 1):]
-            bad = h.step[-len(tail):][~np.isfinite(tail)]
-            where = ", ".join(f"{int(s):,}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
-            notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
-                                  f"{update.new_nonfinite:,} non-finite loss value(s)", "error"))
-        for ev in ([] if first else update.new_events):     # the whole past is not news
-            text = event_notice(ev)
-            if text:
-                notices.append(Notice(now, text[0], text[1]))
-        # A torn tail is normal for an instant while a line is written; one that is still
-        # there at the next read (or at the first) is reported, once.
-        if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
-            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", "warning"))
-            self._torn_reported = h.torn_tail
-        elif not h.torn_tail:
-            self._torn_reported = 0
-        self._torn_seen = h.torn_tail
-        found = self.findings.update(h, update, config, now, notices, first)
-        prev = self._snapshot.history if self._snapshot else None
-        if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
-                and not found:
-            return prev
-        loss = h.loss
-        # Where the run is: its head (the step of the newest step line), not the largest step,
-        # which after a rollback or a resume from an older checkpoint belongs to an earlier
-        # segment whose steps have not been run again yet.
-        rows = head_rows(h.step, h.head_step)
-        head = int(h.step[rows - 1]) if rows else None
-        last_loss = _last_finite(loss[:rows])
-        tokens = h.tokens
-        tokens_now = int(tokens[rows - 1]) if rows and tokens[rows - 1] >= 0 else None
-        # Rates from the current segment's tail only: the cost of a read must not grow with
-        # the history, and a pause before a resume is no part of any rate.
-        tail, since = current_segment(h)
-        t_tail = h.time[tail]
-        silent = silent_rewinds(h)
-        steps_per_s = rate_per_s(h.step[tail].astype(np.float64), t_tail, since)
-        return HistoryView(
-            version=self._history_version, format=h.format, n_steps=len(h), last_step=head,
-            last_loss=last_loss, tokens=tokens_now, steps_ahead=len(h) - rows,
-            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, head, steps_per_s),
-            tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
-            if tokens_now is not None else None,
-            nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
-            error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
-            last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
-            tokens_column=tokens.copy(), time_column=h.time.copy(),
-            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent))
-
     def _arms(self, config: RunConfig | None) -> ArmsView:
         read = read_state(self.run_dir)
         state = read.value
         configured = config.arms if config is not None else {}
-        error = None if read.error and "not written yet" in read.error else read.error   # absent is normal
+        error = None if read.missing else read.error                            # absent is normal
         rows: list[ArmRow] = []
         if state is not None:
             try:
@@ -548,3 +484,25 @@ class RunReader:
         return ArmsView(rows=tuple(rows), policy_from=STATE_JSON if state else (RUN_TOML if configured else "none"),
                         phase=dict(state.phase) if state else {}, state_step=state.step if state else None,
                         error=error)
+
+
+# The parts of a snapshot, in the order they are derived (each may use those before it).
+PARTS: tuple[Part, ...] = (
+    Part("directory", ("dir_state", "other_files"), frozenset({DIRECTORY, CHECKPOINTS, CONFIG}),
+         RunReader._part_directory),
+    Part("config", ("config", "config_error"), frozenset({CONFIG}), RunReader._part_config),
+    Part("history", ("history",), frozenset({HISTORY}), RunReader._part_history),
+    Part("trainer", ("trainer",), frozenset({TRAINER}), RunReader._part_trainer),
+    Part("checkpoints", ("checkpoints",), frozenset({CHECKPOINTS}), RunReader._part_checkpoints),
+    Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
+         RunReader._part_trainer_state),
+    Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
+    Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
+    Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),
+    Part("guided", ("pivots", "pending_pivot", "pending_rollback"), frozenset({DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}),
+         RunReader._part_guided),
+    Part("retention", ("retention",), frozenset({CHECKPOINTS, CONFIG, DIRECTORY}), RunReader._part_retention),
+    Part("storage", ("storage",), frozenset({CHECKPOINTS, CONFIG, DIRECTORY}), RunReader._part_storage,
+         due=RunReader._storage_due),
+    Part("markers", ("markers",), frozenset({CHECKPOINTS, HISTORY}), RunReader._part_markers),
+)

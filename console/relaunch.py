@@ -75,7 +75,7 @@ def relaunch_and_wait(run_dir: Path, journal: Any, save: Callable[[], None], ext
     nothing arrives in time. ``confirm_launch`` is asked before an untrusted run.toml's launch
     command runs (:func:`console.supervise.untrusted_launch`)."""
     def launch():
-        report(launching)
+        report(launching, under_way=True)
         journal.relaunch = {"time": time.time()}
         save()
         try:
@@ -93,7 +93,7 @@ def relaunch_and_wait(run_dir: Path, journal: Any, save: Callable[[], None], ext
     if verify_trainer(run_dir).ok:
         pass                          # relaunched by an earlier, interrupted attempt, and running
     elif relaunch_pending(journal.relaunch, time.time()):
-        report("an earlier attempt launched the trainer: waiting for it to resume ...")
+        report("an earlier attempt launched the trainer: waiting for it to resume ...", under_way=True)
     else:
         child, launched = launch(), True
     deadline = time.monotonic() + timeout

@@ -22,7 +22,7 @@ from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_coun
                      format_rate, format_size, format_uptime, printable, printable_block, slurm_text, stall_text,
                      storage_text)
 from .findings import findings_json, findings_lines
-from .plot import PlotOptions, finding_markers, plot_markers, plot_text, plot_x
+from .plot import PlotOptions, plot_text, plot_x
 from .model.snapshot import RunSnapshot
 
 # Lines of checkpoints and of arms in --once, each: a run directory of 100,000 files or
@@ -138,8 +138,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         buf = io.StringIO()
         Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
             plot_text(h.step, h.loss, width, plot_height, opts,
-                      plot_markers(snap.checkpoints, snap.history.events, h.silent_rewinds)
-                      + finding_markers(h.spikes, h.nonfinite_steps),
+                      snap.markers,
                       abandoned=abandoned_mask(h.step, h.time_column, h.events, h.last_step), x=x, x_axis=axis))
         rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
             e.event == EVENT_ROLLBACK for e in h.events) else ""

@@ -260,7 +260,7 @@ class RollbackRunner(JournalledRunner):
         relaunch_and_wait(self.run_dir, journal, lambda: write_rollback_journal(self.run_dir, journal),
                           ["--resume", str(checkpoint), "--skip-batches", str(journal.skip_batches)],
                           arrived=lambda history: rollback_event(history, journal) is not None,
-                          report=lambda text: self.report("3", text),
+                          report=lambda text, under_way=False: self.report("3", text, under_way=under_way),
                           launching=f"launching the trainer from {checkpoint.name} skipping "
                                     f"{journal.skip_batches:,} batches per arm ...",
                           awaited="the rollback", step="step 3", timeout=self.timeout, cancelled=self.cancelled,

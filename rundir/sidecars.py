@@ -63,11 +63,11 @@ class Sample:
     time: float = math.nan
 
 
-def _read_json(path: Path, max_bytes: int = SIDECAR_MAX) -> tuple[Any, str | None]:
+def _read_json(path: Path, max_bytes: int = SIDECAR_MAX) -> FileRead[Any]:
     read = read_json(path, max_bytes)
     if read.missing:
-        return None, f"{path.name}: not written yet"
-    return read.value, read.error
+        return FileRead(None, f"{path.name}: not written yet", missing=True)
+    return read
 
 
 def _number(value: Any, default: float = math.nan) -> float:
@@ -98,9 +98,10 @@ _KNOWN_ARM_KEYS = frozenset({"pulls", "ema_reward", "prob", "source"})
 def read_state(run_dir: str | os.PathLike[str]) -> SidecarRead[BanditState]:
     """Read ``.state.json``; never raises."""
     path = Path(run_dir) / STATE_JSON
-    data, error = _read_json(path)
-    if error:
-        return SidecarRead(None, error)
+    read = _read_json(path)
+    if read.error:
+        return read
+    data = read.value
     if not isinstance(data, dict):
         return SidecarRead(None, f"{path.name}: top level is {type(data).__name__}, expected an object")
     arms_data = data.get("arms")
@@ -136,9 +137,10 @@ def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
     """Read ``.samples.json`` (an object with ``samples``, or a bare list); never raises.
     A file over :data:`~rundir.safe_read.SAMPLES_MAX` is refused unread."""
     path = Path(run_dir) / SAMPLES_JSON
-    data, error = _read_json(path, SAMPLES_MAX)
-    if error:
-        return SidecarRead(None, error)
+    read = _read_json(path, SAMPLES_MAX)
+    if read.error:
+        return read
+    data = read.value
     items = data.get("samples") if isinstance(data, dict) else data
     if not isinstance(items, list):
         return SidecarRead(None, f"{path.name}: expected a list of samples")

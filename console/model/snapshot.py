@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUM
 from ..format import LINE_LIMIT, printable
 from .findings import Finding, derive_alerts, derive_problems
 from .levels import Level
+from .markers import Marker
 
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
@@ -207,6 +208,10 @@ class RunSnapshot:
     pending_rollback: str | None = None  # an interrupted rollback's journal, described
     retention: RetentionView | None = None   # why each checkpoint is kept, and what the next prune removes
     storage: Storage | None = None      # the run directory's size and its filesystem's room
+    markers: tuple[Marker, ...] = ()    # the loss plot's (:mod:`.markers`)
+    # Each part's version: bumped when the reader derives it anew, so that a view drawn from
+    # some parts (the plot: history and markers) is redrawn exactly when one of them changed.
+    versions: Mapping[str, int] = field(default_factory=dict)
 
     # The snapshot is immutable: what is derived from its (possibly 100,000) checkpoints or
     # arms is computed once, not at every repaint of a pane that asks.

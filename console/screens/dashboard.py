@@ -19,7 +19,6 @@ from textual.screen import Screen
 from textual.widget import Widget
 
 from ..messages import DetailRequested
-from ..plot import finding_markers, plot_markers
 from ..model.snapshot import Notice, RunSnapshot
 from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
                        StatusPane)
@@ -88,8 +87,6 @@ class DashboardScreen(Screen):
 
     _ready = False
     _early_notices: list[Notice]
-    _markers_from: tuple | None = None      # (checkpoints, events) the plot's markers were made from
-    _markers: list = []
 
     def on_mount(self) -> None:
         # A read can finish before the panes exist (the reader is a thread): what came
@@ -190,14 +187,7 @@ class DashboardScreen(Screen):
         if self.compact:                    # hidden in the full layout: drawn when it is shown
             self.query_one(StatusLine).show(snap, now)
         self.query_one(ProblemsBar).show(snap.problems)
-        # The markers are made again only when the checkpoints or the events changed: with
-        # thousands of checkpoints, not at every read.
-        h = snap.history
-        made_from = (snap.checkpoints, h.events, h.silent_rewinds, h.spikes, h.nonfinite_steps)
-        if self._markers_from is None or any(a is not b for a, b in zip(made_from, self._markers_from)):
-            self._markers_from = made_from
-            self._markers = plot_markers(*made_from[:3]) + finding_markers(*made_from[3:])
-        self.query_one(LossPlot).show(snap.history, self._markers)
+        self.query_one(LossPlot).show(snap)
         self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now, snap.retention)
         self.query_one(ArmsPane).show(snap.arms)
         self.query_one(SamplesPane).show(snap.samples, snap.samples_error)

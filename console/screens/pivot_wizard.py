@@ -167,7 +167,8 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
         """The pivot runner, in this thread worker; its steps and outcome come back as messages."""
         worker = get_current_worker()
         runner = PivotRunner(self.run_dir, request, confirm=self._confirm_from_thread,
-                             report=lambda key, text: self.post_message(PivotProgress(key, text)),
+                             report=lambda key, text, under_way=False: self.post_message(
+                                 PivotProgress(key, text, under_way=under_way)),
                              cancelled=lambda: worker.is_cancelled)
         self.post_message(PivotProgress("done", "", runner.run()))
 
@@ -177,9 +178,8 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
             return
         text = printable(message.text, LINE_LIMIT)       # it names checkpoints and archives
         if message.step in STEP_TITLES:
-            waiting = text.endswith("...")
             self.query_one(f"#step-{message.step}", Static).update(
-                self._step_text(message.step, text, "yellow" if waiting else "green"))
+                self._step_text(message.step, text, "yellow" if message.under_way else "green"))
         else:
             self.query_one("#pivot-validation", Static).update(Text(text, style="green"))
 

@@ -146,7 +146,8 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
         """The rollback runner, in this thread worker; its steps and outcome come back as messages."""
         worker = get_current_worker()
         runner = RollbackRunner(self.run_dir, request, confirm=self._confirm_from_thread,
-                                report=lambda key, text: self.post_message(RollbackProgress(key, text)),
+                                report=lambda key, text, under_way=False: self.post_message(
+                                    RollbackProgress(key, text, under_way=under_way)),
                                 cancelled=lambda: worker.is_cancelled)
         self.post_message(RollbackProgress("done", "", outcome=runner.run()))
 
@@ -164,6 +165,5 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
                 self.request = message.request
             plan.update(Text(text, style="green"))
         elif message.step in STEP_TITLES:
-            waiting = text.endswith("...")
             self.query_one(f"#rollback-step-{message.step}", Static).update(
-                self._step_text(message.step, text, "yellow" if waiting else "green"))
+                self._step_text(message.step, text, "yellow" if message.under_way else "green"))

@@ -20,12 +20,11 @@ import time
 from rich.style import Style
 
 from rundir.abandoned import abandoned_mask
-from rundir.layout import EVENT_ROLLBACK
 
 from ..format import AXIS_NEEDS, X_AXES
-from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, Marker, PlotOptions, build_canvas, ema_debiased,
-                    plot_x, render_runs)
-from ..model.snapshot import HistoryView
+from ..model.markers import MARKER_KINDS, Marker
+from ..plot import ABANDONED_STYLE, PlotOptions, build_canvas, ema_debiased, plot_x, render_runs
+from ..model.snapshot import HistoryView, RunSnapshot
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
 LABEL_WIDTH = 8
@@ -45,8 +44,9 @@ class LossPlot(Widget):
         self.window_steps = window_steps
         self.set_reactive(LossPlot.smoothing, smoothing)
         self._history: HistoryView | None = None
-        self._markers: list[Marker] = []
-        self._markers_version = 0           # bumped when the markers change: the render cache's key
+        self._markers: tuple[Marker, ...] = ()
+        # The versions of the snapshot's history and markers drawn: the render cache's key.
+        self._version: tuple[int | None, int | None] | None = None
         self._ema: np.ndarray | None = None
         self._ema_key: tuple | None = None
         self._ema_carry = (0.0, 0.0)
@@ -58,15 +58,16 @@ class LossPlot(Widget):
         self._drawn_axis: tuple[str, str] | None = None     # (the x axis asked for, the one drawn)
 
     # -- data ------------------------------------------------------------------
-    def show(self, history: HistoryView, markers: list[Marker]) -> None:
-        """Plot ``history`` with ``markers``; a no-op when neither changed."""
-        same_markers = markers is self._markers or markers == self._markers
-        if history is self._history and same_markers:
+    def show(self, snap: RunSnapshot) -> None:
+        """Plot the snapshot's history with its markers; a no-op when neither part changed."""
+        version = (snap.versions.get("history"), snap.versions.get("markers"))
+        if version == self._version:
             return
+        history = snap.history
+        same_markers = self._version is not None and version[1] == self._version[1]
         grew_only = (self._history is not None and same_markers and history.rewinds == self._history.rewinds)
-        if not same_markers:
-            self._markers_version += 1
-        self._history, self._markers = history, markers
+        self._version = version
+        self._history, self._markers = history, snap.markers
         wait = self._built_at + DATA_REPAINT_S - time.monotonic()
         if not grew_only or wait <= 0:
             self.refresh()
@@ -143,11 +144,11 @@ class LossPlot(Widget):
         return Strip.blank(self.size.width, self.rich_style)
 
     def _build(self) -> None:
-        h = self._history
         width, height = self.size.width, self.size.height
-        # Asked once per line of the pane: the key costs nothing however many markers there are.
-        key = (h.version if h else None, id(h), self._markers_version, width, height,
-               self.log_y, self.window, self.smoothing, self.x_axis)
+        # Asked once per line of the pane: the key costs nothing however many markers there are,
+        # and it holds what the drawing is made of (the snapshot's history and markers
+        # versions, the size and the options), so no change can be missed.
+        key = (self._version, width, height, self.log_y, self.window, self.smoothing, self.x_axis)
         if key == self._cache_key:
             return
         self._cache_key = key
@@ -173,8 +174,6 @@ class LossPlot(Widget):
         options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
         shown = {m.kind for m in self._markers}
         abandoned = abandoned_mask(h.step, h.time_column, h.events, h.last_step)
-        if any(ev.event == EVENT_ROLLBACK for ev in h.events):
-            shown.add("rollback")
         legend = legend_runs(shown, abandoned is not None, width)
         plot_h = max(1, height - 3)
         x, axis = plot_x(self.x_axis, h.step, h.tokens_column, h.time_column)
@@ -194,11 +193,11 @@ def legend_runs(shown: set[str], abandoned: bool, width: int) -> list[tuple[str,
     stays."""
     entries: list[tuple[list[tuple[str, str | None]], int]] = [     # (runs, how late it goes: higher first)
         ([("raw", "grey62"), (" ", None), ("smoothed", "bold green")], 2)]
-    for kind, (glyph, style) in MARKER_GLYPHS.items():
-        if kind in RARE_MARKERS and kind not in shown:
+    for kind, spec in MARKER_KINDS.items():
+        if spec.rare and kind not in shown:
             continue
-        drop = 0 if kind in RARE_MARKERS else (1 if kind in shown else 3)
-        entries.append(([(glyph, style), (f" {kind}", "grey62")], drop))
+        drop = 0 if spec.rare else (1 if kind in shown else 3)
+        entries.append(([(spec.glyph, spec.style), (f" {kind}", "grey62")], drop))
     if abandoned:
         entries.append(([("abandoned", ABANDONED_STYLE)], 0))
 

@@ -13,7 +13,7 @@ from console.screens.dashboard import FULL_FROM, PANES
 from console.screens.pivot_wizard import PivotScreen
 from console.model.snapshot import Notice
 from console.widgets import CheckpointsPane, EventLog, KeyBar, LossPlot, StatusLine
-from console.plot import MARKER_GLYPHS
+from console.model.markers import MARKER_KINDS
 from console.widgets.loss_plot import legend_runs
 from tests.console.conftest import NOW, until
 from tests.console.test_hostile_text import pane_lines
@@ -290,8 +290,8 @@ def test_the_legend_keeps_its_rare_markers_whole_at_any_width():
         text = legend_text(legend_runs(every, True, width))
         assert len(text) <= width, (width, text)
         for kind in ("spike", "nonfinite", "rewind", "rollback"):       # the rare ones stay, whole
-            assert f"{MARKER_GLYPHS[kind][0]} {kind}" in text, (width, text)
-        for kind, (glyph, _) in MARKER_GLYPHS.items():                  # no glyph without its word
+            assert f"{MARKER_KINDS[kind].glyph} {kind}" in text, (width, text)
+        for kind, glyph in ((k.name, k.glyph) for k in MARKER_KINDS.values()):     # no glyph without its word
             assert text.count(glyph) == text.count(f"{glyph} {kind}"), (width, text)
     # Only common markers, few shown: the ones absent from the plot go first.
     assert legend_text(legend_runs({"checkpoint"}, False, 30)).split() == ["raw", "smoothed", "▴", "checkpoint"]

@@ -71,7 +71,7 @@ def test_pivot_screen_steps(snap_compare, tmp_path, size):
                           ("3", "archived to archive/pivot_003004_20251129T090000Z/"),
                           ("4", ".loss.json left in place, untouched"), ("5", "run.toml: stdlib-code [0.1, 0.5]"),
                           ("6", "launching the trainer from step_003004.bin with a fresh bandit ...")]:
-            screen.post_message(PivotProgress(key, text))
+            screen.post_message(PivotProgress(key, text, under_way=text.endswith(" ...")))   # as the runner says
         screen.post_message(PivotProgress("done", "", PivotOutcome(False, "step 6: the trainer exited with code 2 "
                                                                    "instead of resuming; see trainer.log")))
         await pilot.pause()
@@ -88,7 +88,8 @@ def test_pivot_screen_asking_before_the_stop_80x24(snap_compare, tmp_path):
         screen = pilot.app.screen
         screen.post_message(PivotProgress("plan", "new policy: stdlib-code [0.1, 0.5]"))
         screen.post_message(PivotProgress("1", "landed at step 3,000"))
-        screen.post_message(PivotProgress("2", "SIGTERM sent; waiting for the final checkpoint and the exit ..."))
+        screen.post_message(PivotProgress("2", "SIGTERM sent; waiting for the final checkpoint and the exit ...",
+                                          under_way=True))
         await pilot.pause()
         pilot.app.push_screen(ConfirmScreen("Stop trainer pid 4242? It writes its final checkpoint and exits.",
                                             screen.CONFIRM_DETAIL, at_top=True))

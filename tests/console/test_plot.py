@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from console.plot import (Marker, PlotOptions, build_canvas, ema_debiased, envelope, plot_text,
+from console.model.markers import Marker
+from console.plot import (PlotOptions, build_canvas, ema_debiased, envelope, plot_text,
                           render)
 
 N = 200_000

@@ -38,7 +38,7 @@ from console.reader import RunReader
 
 now = 2.0e9
 fed = RunReader(run_dir, now=lambda: now, prefetch=prefetch, free_space=lambda _: 1 << 40)   # not the live disk
-handed_over = fed._prefetch.result() if mode == "peek" else None
+handed_over = fed._history._prefetch.result() if mode == "peek" else None
 fed_snap, fed_notices = fed.read()
 direct_snap, direct_notices = RunReader(run_dir, now=lambda: now, free_space=lambda _: 1 << 40).read()
 try:

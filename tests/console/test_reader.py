@@ -173,14 +173,12 @@ def test_rates_after_a_restart_without_a_resume_event(make_run_dir):
 
 
 def test_steps_that_go_back_without_a_resume_event_are_said_and_marked(make_run_dir):
-    from console.plot import plot_markers
-
     silent = make_run_dir("silent", steps=600, checkpoints=(), restarts=((400, 350, 60.0, False),))
     snap, _ = read(silent)
     h = snap.history
     assert h.n_steps == 600 and (h.silent_rewinds, h.silent_rewind_count) == ((351,), 1)
     assert any("went back to step 351 with no resume event" in p for p in [p.text for p in snap.problems])
-    assert [m.step for m in plot_markers(snap.checkpoints, h.events, h.silent_rewinds) if m.kind == "rewind"] == [351]
+    assert [m.step for m in snap.markers if m.kind == "rewind"] == [351]
     text = render_text(snap, NOW, width=100)
     assert "< steps went back at 351" in text and "went back to step 351" in text
     marker_row = next(line for line in text.split("loss (raw")[1].splitlines() if "└" in line)

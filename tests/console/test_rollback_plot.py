@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from console.plot import PlotOptions, build_canvas, plot_markers, render_runs
+from console.model.markers import derive_markers
+from console.plot import PlotOptions, build_canvas, render_runs
 from rundir.abandoned import abandoned_mask
 from rundir import HistoryEvent
 from tests.console.test_cli import console
@@ -39,7 +40,7 @@ def test_abandoned_steps_are_drawn_dimmed_and_left_out_of_the_lines():
     loss = np.where(steps > 150, 9.0, 2.0)                 # the abandoned tail is high
     mask = steps > 150
     canvas = build_canvas(steps, loss, None, 40, 10, PlotOptions(smoothing=0.0),
-                          plot_markers([], [rollback(100, 200, 1.0)]), abandoned=mask)
+                          list(derive_markers([], [rollback(100, 200, 1.0)])), abandoned=mask)
     assert canvas.dim is not None and canvas.dim.any()
     right = canvas.raw.shape[1] * 3 // 4 + 1               # past step 150: only dimmed dots
     assert not canvas.raw[:, right:].any() and canvas.dim[:, right:].any()

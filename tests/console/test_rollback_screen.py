@@ -56,7 +56,7 @@ def posting(steps: int, outcome: RollbackOutcome | None = None):
         screen = await open_rollback(pilot)
         assert screen.request is not None
         for key, text in STEPS[:steps]:
-            screen.post_message(RollbackProgress(key, text))
+            screen.post_message(RollbackProgress(key, text, under_way=text.endswith(" ...")))   # as the runner says
         if outcome is not None:
             screen.post_message(RollbackProgress("done", "", outcome=outcome))
         await pilot.pause()

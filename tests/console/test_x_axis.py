@@ -6,7 +6,8 @@ import numpy as np
 import orjson
 import pytest
 
-from console.plot import Marker, PlotOptions, build_canvas, column_of, render_runs, x_values
+from console.model.markers import Marker
+from console.plot import PlotOptions, build_canvas, column_of, render_runs, x_values
 from console.widgets.loss_plot import LossPlot
 from tests.console.conftest import until
 from tests.console.test_snapshots import app_for, settled

@@ -1,0 +1,162 @@
+"""The history's part of a run's snapshot: ``.loss.json`` read as it grows, and its view.
+
+:class:`HistoryPart` holds the incremental reader (:class:`rundir.LossHistory`, handed over
+by the start-up prefetch when there is one), says what each read found (skipped lines, a
+torn tail, non-finite steps, new events) as notices, feeds the history findings (spikes,
+resume checks, ETA) and makes the :class:`~console.model.snapshot.HistoryView` the panes
+show: where the run is (its head), its speed over the current segment, its columns.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from rundir import LossHistory, RunConfig
+from rundir.abandoned import head_rows
+from rundir.layout import EVENT_RESUME, EVENT_START, LOSS_JSON
+from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s
+
+from .changes import event_notice
+from .findings import HistoryFindings
+from .model.findings import LISTED
+from .model.levels import Level
+from .model.snapshot import HistoryView, Notice
+from .prefetch import HistoryPrefetch
+
+
+def _last_finite(x: np.ndarray) -> float | None:
+    """The last finite value, looking back in growing chunks (not a mask of the whole column)."""
+    end, chunk = len(x), 64
+    while end > 0:
+        part = x[max(0, end - chunk):end]
+        idx = np.flatnonzero(np.isfinite(part))
+        if len(idx):
+            return float(part[idx[-1]])
+        end -= chunk
+        chunk *= 4
+    return None
+
+
+def current_segment(h: LossHistory) -> tuple[slice, float]:
+    """The rows of the run's current segment, and when it began: the steps since the newest
+    ``start``/``resume`` event or rewind (another engine's restart), up to the newest step
+    written. Rates are measured over it alone, never across the pause before a resume."""
+    start_step, since = 0, -math.inf
+    for ev in reversed(h.events):
+        if ev.event in (EVENT_RESUME, EVENT_START):
+            start_step = (ev.step if ev.step is not None else 0) + 1
+            since = ev.time if ev.time is not None and math.isfinite(ev.time) else -math.inf
+            break
+    if h.rewinds:
+        step, t = h.rewinds[-1]
+        if not math.isfinite(since) or (math.isfinite(t) and t >= since):
+            start_step, since = step, (t if math.isfinite(t) else -math.inf)
+    steps = h.step
+    lo = int(np.searchsorted(steps, start_step, side="left"))
+    hi = head_rows(steps, h.head_step)
+    return slice(max(lo, hi - 2 * RATE_STEPS), max(lo, hi)), since
+
+
+def silent_rewinds(h: LossHistory) -> list[int]:
+    """The steps the history went back to with no ``resume`` (or ``start``) event just
+    before them: another engine's restart, otherwise invisible."""
+    if not h.rewinds:
+        return []
+    announced = set()
+    for ev in h.events:
+        if ev.event in (EVENT_RESUME, EVENT_START):
+            for step in (ev.step, ev.data.get("from_step")):
+                if isinstance(step, int) and not isinstance(step, bool):
+                    announced.add(step + 1)
+    return [step for step, _ in h.rewinds if step not in announced]
+
+
+
+class HistoryPart:
+    """Reads ``.loss.json`` for one run's snapshots (one thread at a time)."""
+
+    def __init__(self, path: Path, prefetch: HistoryPrefetch | None, findings: HistoryFindings):
+        self.history = LossHistory(path)
+        self.findings = findings
+        self._prefetch = prefetch               # the first history read, done by a forked child
+        self._version = 0
+        self._rewinds = 0
+        self._torn_seen = 0
+        self._torn_reported = 0
+
+    def read(self, now: float, notices: list[Notice], first: bool, config: RunConfig | None,
+             prev: HistoryView | None) -> HistoryView:
+        """The history's view after reading what was appended; its notices go to ``notices``.
+        ``prev`` (the last view) is returned again when nothing it shows changed."""
+        earlier = None
+        if self._prefetch is not None:
+            prefetch, self._prefetch = self._prefetch, None
+            handed_over = prefetch.result()
+            if handed_over is not None and handed_over[0].path == self.history.path:
+                self.history, earlier = handed_over
+        h = self.history
+        update = h.refresh()
+        if earlier is not None:                 # what the child read counts as this read's
+            update = earlier.then(update)
+        if update.changed or first or prev is None:
+            self._version += 1
+        if update.rewound or update.reset:
+            self._rewinds += 1
+            if update.reset and not first:
+                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", Level.WARNING))
+        for problem in update.new_problems[:5]:
+            notices.append(Notice(now, f"skipped: {problem}", Level.WARNING))
+        if update.new_bad_lines > 5:
+            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", Level.WARNING))
+        if update.new_nonfinite:
+            loss = h.loss
+            tail = loss[-max(update.new_steps, 1):]
+            bad = h.step[-len(tail):][~np.isfinite(tail)]
+            where = ", ".join(f"{int(s):,}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
+            notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
+                                  f"{update.new_nonfinite:,} non-finite loss value(s)", Level.ERROR))
+        for ev in ([] if first else update.new_events):     # the whole past is not news
+            text = event_notice(ev)
+            if text:
+                notices.append(Notice(now, text[0], text[1]))
+        # A torn tail is normal for an instant while a line is written; one that is still
+        # there at the next read (or at the first) is reported, once.
+        if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
+            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", Level.WARNING))
+            self._torn_reported = h.torn_tail
+        elif not h.torn_tail:
+            self._torn_reported = 0
+        self._torn_seen = h.torn_tail
+        found = self.findings.update(h, update, config, now, notices, first)
+        if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
+                and not found:
+            return prev
+        loss = h.loss
+        # Where the run is: its head (the step of the newest step line), not the largest step,
+        # which after a rollback or a resume from an older checkpoint belongs to an earlier
+        # segment whose steps have not been run again yet.
+        rows = head_rows(h.step, h.head_step)
+        head = int(h.step[rows - 1]) if rows else None
+        last_loss = _last_finite(loss[:rows])
+        tokens = h.tokens
+        tokens_now = int(tokens[rows - 1]) if rows and tokens[rows - 1] >= 0 else None
+        # Rates from the current segment's tail only: the cost of a read must not grow with
+        # the history, and a pause before a resume is no part of any rate.
+        tail, since = current_segment(h)
+        t_tail = h.time[tail]
+        silent = silent_rewinds(h)
+        steps_per_s = rate_per_s(h.step[tail].astype(np.float64), t_tail, since)
+        return HistoryView(
+            version=self._version, format=h.format, n_steps=len(h), last_step=head,
+            last_loss=last_loss, tokens=tokens_now, steps_ahead=len(h) - rows,
+            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, head, steps_per_s),
+            tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
+            if tokens_now is not None else None,
+            nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
+            error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
+            last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
+            tokens_column=tokens.copy(), time_column=h.time.copy(),
+            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent))
