@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import PROC_STATUS_SOURCE, Result
-from rundir import RunConfig, checkpoint_path, write_checkpoint
+from rundir import ResumeState, RunConfig, checkpoint_path, write_checkpoint
 from rundir.checkpoint import HEADER, HEADER_SIZE, expected_size
 import rundir.inspect
 from rundir.inspect import inspect_file
@@ -55,9 +55,9 @@ def _write_12m(run: Path) -> Path:
     w = (rng.standard_normal(n, dtype=np.float32) * 0.02).astype(np.float32)
     m = (rng.standard_normal(n, dtype=np.float32) * 1e-3).astype(np.float32)
     v = (m * m * 2).astype(np.float32)
-    write_checkpoint(run, 1000, w, m, v, resume={
-        "config": {"model": dataclasses.asdict(config.model), "optimizer": dataclasses.asdict(config.optimizer)},
-        "adam_step": 1000})
+    write_checkpoint(run, 1000, w, m, v, resume=ResumeState(
+        config={"model": dataclasses.asdict(config.model), "optimizer": dataclasses.asdict(config.optimizer)},
+        adam_step=1000))
     return checkpoint_path(run, 1000)
 
 

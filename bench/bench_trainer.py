@@ -43,7 +43,7 @@ from trainer.model import GPT
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
-from rundir import RunConfig, write_checkpoint
+from rundir import ResumeState, RunConfig, write_checkpoint
 from rundir.retention import RetentionPolicy
 from trainer.checkpointer import Checkpointer
 from trainer.signals import SignalFlags
@@ -186,7 +186,7 @@ def bench_prune_dry_run(tmp: Path) -> Result:
     run_dir = tmp / "prune"
     run_dir.mkdir()
     w = np.zeros(64, dtype=np.float32)
-    padding = {"samplers": {"x": "y" * 24_000}}                # a real sidecar is ~25 KB
+    padding = ResumeState(samplers={"x": "y" * 24_000})         # a real sidecar is ~25 KB
     for step in range(1, 1001):
         write_checkpoint(run_dir, step * 100, w, w, w, resume=padding)
 
@@ -209,7 +209,7 @@ def bench_checkpoint_writes(tmp: Path) -> list[Result]:
     target.mkdir()
 
     def ours() -> None:
-        write_checkpoint(target, 1, weights, m, v, resume={})
+        write_checkpoint(target, 1, weights, m, v, resume=ResumeState())
 
     def dd() -> None:
         subprocess.run(["dd", "if=/dev/zero", f"of={target / 'dd.bin'}", "bs=16M", f"count={size}",

@@ -131,8 +131,7 @@ def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) 
         skip = check_skip_batches(request.skip_batches)
     else:
         skip = spike.end - info.step if spike is not None and spike.end > info.step else 0
-    tokens = (info.sidecar or {}).get("tokens_seen")
-    loss = lost_training(history, info.step, tokens if isinstance(tokens, int) else None)
+    loss = lost_training(history, info.step, info.sidecar.tokens_seen if info.sidecar else None)
     return RollbackProposal(info, spike, skip, loss, alerts.rollback_margin)
 
 

@@ -5,7 +5,8 @@ One module per file kind:
 
 - :mod:`.layout`      the vocabulary: every file name, the checkpoint pattern, event names, signals
 - :mod:`.checkpoint`  ``step_NNNNNN.bin`` / ``.json``: list, quick-validate, map, write
-- :mod:`.history`     ``.loss.json``: appender and incremental reader
+- :mod:`.resume_record` ``step_NNNNNN.json`` (the resume contract) as a typed record
+- :mod:`.history`     ``.loss.json`` (a package): appender, incremental reader, tail reader, and the one rule for a line
 - :mod:`.spikes`      loss spikes in a history (rolling median and MAD, incremental)
 - :mod:`.resume_check` whether a resume re-ran its logged steps bit for bit
 - :mod:`.sidecars`    ``.state.json`` and ``.samples.json``
@@ -33,6 +34,7 @@ _EXPORTS = {
     "config": ("ConfigError", "RunConfig", "load_run_config", "write_run_config"),
     "history": ("HistoryEvent", "HistoryUpdate", "LossHistory", "LossHistoryWriter"),
     "process": ("RunLock", "RunLockedError", "Verification", "signal_trainer", "verify_trainer"),
+    "resume_record": ("ResumeRecord", "ResumeState", "RngStates"),
     "trainer_record": ("SlurmPlacement", "TrainerRecord", "read_trainer_record", "remove_trainer_record",
                        "write_trainer_record"),
     "safe_read": ("FileRead", "read_bytes", "read_json", "read_json_object"),
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from .config import ConfigError, RunConfig, load_run_config, write_run_config
     from .history import HistoryEvent, HistoryUpdate, LossHistory, LossHistoryWriter
     from .process import RunLock, RunLockedError, Verification, signal_trainer, verify_trainer
+    from .resume_record import ResumeRecord, ResumeState, RngStates
     from .safe_read import FileRead, read_bytes, read_json, read_json_object
     from .sidecars import (ArmState, BanditState, Sample, SidecarRead, newest_per_arm, read_samples, read_state,
                            write_samples, write_state)

@@ -25,10 +25,10 @@ import numpy as np
 from .atomic import atomic_write_chunks, atomic_write_json
 from .safe_read import RESUME_JSON_MAX, open_regular, read_json_object
 from .layout import CHECKPOINT_NAME, checkpoint_name, is_checkpoint_bin, is_checkpoint_file, sidecar_name
+from .resume_record import FORMAT_VERSION, ResumeRecord, ResumeState, parse_resume_record  # noqa: F401
 
 HEADER = struct.Struct("<ii")
 HEADER_SIZE = HEADER.size
-FORMAT_VERSION = 1
 INT32_MAX = 2**31 - 1
 WRITE_CHUNK_BYTES = 16 << 20
 # Test-only: seconds to sleep between chunks, so that a fault-injection test can land
@@ -67,7 +67,7 @@ class CheckpointInfo:
     status: Status
     reason: str = ""            # why invalid, or what a foreign checkpoint lacks
     n_params: int | None = None
-    sidecar: dict[str, Any] | None = None
+    sidecar: ResumeRecord | None = None     # its .json, when the checkpoint is complete
 
     @property
     def resumable(self) -> bool:
@@ -113,9 +113,9 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     if sidecar is None:
         reason = "weights, m and v only: " + (problem or "no resume .json")
         return CheckpointInfo(path, step, st.st_size, st.st_mtime, "foreign", reason, n_params)
-    for key, value in (("step", step), ("n_params", n_params)):
-        if sidecar.get(key) != value:
-            reason = f"weights, m and v only: {sidecar_path(path).name} says {key} = {sidecar.get(key)!r}, the .bin {value}"
+    for key, said, value in (("step", sidecar.step, step), ("n_params", sidecar.n_params, n_params)):
+        if said != value:
+            reason = f"weights, m and v only: {sidecar_path(path).name} says {key} = {said!r}, the .bin {value}"
             return CheckpointInfo(path, step, st.st_size, st.st_mtime, "foreign", reason, n_params)
     return CheckpointInfo(path, step, st.st_size, st.st_mtime, "complete", "", n_params, sidecar)
 
@@ -194,21 +194,15 @@ def latest_resumable(run_dir: str | os.PathLike[str]) -> CheckpointInfo | None:
     return None
 
 
-def read_sidecar(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str | None]:
-    """Read a ``step_NNNNNN.json``: ``(data, None)`` or ``(None, reason)``; never raises."""
+def read_sidecar(path: str | os.PathLike[str]) -> tuple[ResumeRecord | None, str | None]:
+    """Read a ``step_NNNNNN.json``: ``(record, None)`` or ``(None, reason)``; never raises."""
     path = Path(path)
     read = read_json_object(path, RESUME_JSON_MAX)
     if read.missing:
         return None, f"no {path.name}"
     if not read.ok:
         return None, read.error
-    data = read.value
-    for key, kind in (("format_version", int), ("step", int), ("n_params", int), ("checksum", str)):
-        if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
-            return None, f"{path.name} lacks a valid {key!r}"
-    if data["format_version"] > FORMAT_VERSION:
-        return None, f"{path.name} has format_version {data['format_version']}, newer than {FORMAT_VERSION}"
-    return data, None
+    return parse_resume_record(read.value, path.name)
 
 
 @dataclass(frozen=True)
@@ -257,7 +251,7 @@ def verify_checksum(info: CheckpointInfo) -> str | None:
     if info.sidecar is None:
         return "no sidecar checksum to compare with"
     actual = file_checksum(info.path)
-    expected = info.sidecar.get("checksum")
+    expected = info.sidecar.checksum
     return None if actual == expected else f"checksum {actual} differs from the sidecar's {expected}"
 
 
@@ -284,15 +278,18 @@ def _chunks(header: bytes, views: list[memoryview]) -> Iterator[bytes | memoryvi
 
 
 def write_checkpoint(run_dir: str | os.PathLike[str], step: int, weights: Any, m: Any, v: Any,
-                     resume: dict[str, Any] | None = None,
+                     resume: ResumeState | None = None,
                      before_complete: Callable[[], None] | None = None) -> CheckpointInfo:
     """Write ``step_NNNNNN.bin`` then ``step_NNNNNN.json``, each atomically.
 
     ``weights``, ``m`` and ``v`` are flat float32 arrays (anything numpy can view
     without a copy, such as a CPU tensor's ``.numpy()``). ``resume`` is the rest of the
-    resume contract; ``format_version``, ``step``, ``n_params``, ``checksum`` and
-    ``bin_size`` are filled in here. Returns the quick look at the finished checkpoint.
+    resume contract; the ``.json`` is its :class:`~rundir.resume_record.ResumeRecord`,
+    completed here with the ``.bin``'s format version, step, parameter count, checksum and
+    size. Returns the quick look at the finished checkpoint.
     """
+    if resume is not None and not isinstance(resume, ResumeState):
+        raise TypeError(f"the resume contract is a ResumeState, not {type(resume).__name__}")
     if not 0 <= step <= INT32_MAX:
         raise CheckpointError(f"step {step} does not fit the int32 header")
     n_params = int(np.asarray(weights).size)
@@ -310,10 +307,9 @@ def write_checkpoint(run_dir: str | os.PathLike[str], step: int, weights: Any, m
     # A sidecar from an earlier write of this step must not vouch for the new bytes.
     sidecar_path(path).unlink(missing_ok=True)
     size = atomic_write_chunks(path, _chunks(HEADER.pack(step, n_params), views), on_chunk=update)
-    sidecar = dict(resume or {})
-    sidecar.update(format_version=FORMAT_VERSION, step=step, n_params=n_params,
-                   checksum=f"crc32:{crc:08x}", bin_size=size)
+    record = ResumeRecord.completing(resume, step=step, n_params=n_params, checksum=f"crc32:{crc:08x}",
+                                     bin_size=size)
     if before_complete is not None:
         before_complete()
-    atomic_write_json(sidecar_path(path), sidecar)
+    atomic_write_json(sidecar_path(path), record.to_dict())
     return inspect_checkpoint(path)

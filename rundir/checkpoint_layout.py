@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from .checkpoint import CheckpointInfo
 from .config import ModelConfig, OptimizerConfig
+from .resume_record import ResumeRecord
 
 # A bare .bin's "tensors": pieces of the flat vector of this many values.
 BARE_TENSOR_VALUES = 1 << 20
@@ -97,9 +98,8 @@ def layout_of(info: CheckpointInfo) -> Layout:
     chunks = chunk_layout(info.n_params)
     if info.sidecar is None:
         return Layout("chunks", chunks, f"no model config ({info.reason}): fixed-size chunks of the flat vector")
-    config = info.sidecar.get("config")
-    model = config.get("model") if isinstance(config, dict) else None
-    if not isinstance(model, dict):
+    model = info.sidecar.model_config
+    if model is None:
         return Layout("chunks", chunks, "the .json has no model config: fixed-size chunks of the flat vector")
     try:
         model_config = _from_dict(ModelConfig, model)
@@ -128,24 +128,23 @@ class AdamSettings:
     unknown: str = ""           # why the update ratio cannot be computed ("" when it can)
 
 
-def adam_settings(sidecar: Mapping[str, Any] | None) -> AdamSettings:
+def adam_settings(sidecar: ResumeRecord | None) -> AdamSettings:
     """Adam's step count from the ``.json`` and its optimizer config; unknown without them."""
     default = OptimizerConfig()
     if sidecar is None:
         return AdamSettings(None, None, default.beta1, default.beta2, default.eps,
                             f"Adam's step count is unknown (no .json); eps assumed {default.eps:g}")
-    config = sidecar.get("config")
-    section = config.get("optimizer") if isinstance(config, dict) else None
+    section = sidecar.optimizer_config
     opt, why = default, ""
-    if isinstance(section, dict):
+    if section is not None:
         try:
             opt = _from_dict(OptimizerConfig, section)
         except (TypeError, ValueError) as err:
             why = f"the .json's optimizer config is unusable ({err})"
     else:
         why = f"the .json has no optimizer config (lr unknown; eps assumed {default.eps:g})"
-    step = sidecar.get("adam_step")
-    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+    step = sidecar.adam_step
+    if step is None or step < 1:
         why = why or f"Adam's step count is unknown (the .json's adam_step is {step!r})"
         step = None
     return AdamSettings(step, None if why else opt.lr, opt.beta1, opt.beta2, opt.eps, why)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rundir import (LossHistoryWriter, RunConfig, write_checkpoint, write_run_config,
+from rundir import (LossHistoryWriter, ResumeState, RunConfig, write_checkpoint, write_run_config,
                             write_samples, write_state)
 
 EPOCH = 1_764_403_200.0          # 2025-11-29 08:00:00 UTC: the fixed clock of generated runs
@@ -126,8 +126,8 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
             weights = rng.standard_normal(spec.n_params).astype(np.float32)
             m, v = weights * 0.1, np.abs(weights) * 0.01
         write_checkpoint(run, step, weights, m, v,
-                         resume={"config": config, "tokens_seen": step * 512,
-                                 "adam_step": step, "time": EPOCH + step * spec.step_seconds})
+                         resume=ResumeState(config=config, tokens_seen=step * 512, adam_step=step,
+                                            time=EPOCH + step * spec.step_seconds))
         os.utime(run / f"step_{step:06d}.bin", (EPOCH + step * spec.step_seconds,) * 2)
     for step in spec.truncated:
         path = run / f"step_{step:06d}.bin"

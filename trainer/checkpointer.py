@@ -35,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from rundir import CheckpointInfo, latest_resumable, list_checkpoints, write_checkpoint
+from rundir import CheckpointInfo, ResumeState, latest_resumable, list_checkpoints, write_checkpoint
 from rundir.checkpoint import expected_size
 from rundir.layout import EVENT_PRUNE, sidecar_name
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps, prune
@@ -162,7 +162,7 @@ class Checkpointer:
 
     # -- the writer thread's side ----------------------------------------------
     def _write(self, step: int, reason: str, arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
-               payload: dict[str, Any], stall: float, background: bool, continues: bool) -> None:
+               payload: ResumeState, stall: float, background: bool, continues: bool) -> None:
         marks: list[int] = []
         t0 = time.monotonic()
         done = CheckpointDone(step, reason, waited_s=self._waited, background=background, continues=continues)

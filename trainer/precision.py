@@ -23,6 +23,8 @@ from typing import Any, ContextManager
 
 import torch
 
+from rundir.resume_record import ResumeRecord
+
 FP32 = "fp32"
 BF16 = "bf16"
 FP32_OF_OLDER_CHECKPOINTS = FP32     # checkpoints written before precision was recorded trained in float32
@@ -56,13 +58,12 @@ def allow_tf32(device: str) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def saved_precision(sidecar: dict[str, Any] | None) -> str:
+def saved_precision(sidecar: ResumeRecord | None) -> str:
     """The precision a checkpoint's ``.json`` says it was trained in."""
-    value = (sidecar or {}).get("precision", FP32_OF_OLDER_CHECKPOINTS)
-    return value if isinstance(value, str) else repr(value)
+    return sidecar.precision if sidecar is not None and sidecar.precision is not None else FP32_OF_OLDER_CHECKPOINTS
 
 
-def precision_mismatch(checkpoint_name: str, sidecar: dict[str, Any] | None, precision: str) -> str | None:
+def precision_mismatch(checkpoint_name: str, sidecar: ResumeRecord | None, precision: str) -> str | None:
     """Why ``checkpoint_name`` must not be resumed in ``precision`` (None: it may)."""
     if sidecar is None:
         return None                      # a foreign .bin: nothing recorded, nothing to keep exact

@@ -123,8 +123,8 @@ def _carried_arms(run_dir: Path, checkpoint: CheckpointInfo | None) -> list[Band
     live = read_state(run_dir)
     if live.ok:
         carried.append(live.value)
-    saved = (checkpoint.sidecar or {}).get("bandit") if checkpoint else None
-    if isinstance(saved, dict) and isinstance(saved.get("arms"), dict):
+    saved = checkpoint.sidecar.bandit if checkpoint and checkpoint.sidecar else None
+    if saved is not None and isinstance(saved.get("arms"), dict):
         arms = {n: ArmState(n, source=str(a.get("source", ""))) for n, a in saved["arms"].items() if isinstance(a, dict)}
         carried.append(BanditState(1, 0, {}, {}, arms, {}, saved))
     return carried

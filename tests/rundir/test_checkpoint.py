@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from rundir import (CheckpointError, inspect_checkpoint, latest_resumable, list_checkpoints,
+from rundir import (CheckpointError, ResumeState, inspect_checkpoint, latest_resumable, list_checkpoints,
                             open_checkpoint, read_sidecar, verify_checksum, write_checkpoint)
 from rundir.checkpoint import file_checksum, sidecar_path
 
@@ -21,7 +21,7 @@ def arrays(n, seed=0):
 
 def test_round_trip_is_the_seed_format_byte_for_byte(tmp_path):
     w, m, v = arrays(1000)
-    info = write_checkpoint(tmp_path, 42, w, m, v, resume={"note": "x"})
+    info = write_checkpoint(tmp_path, 42, w, m, v, resume=ResumeState(extra={"note": "x"}))
     raw = (tmp_path / "step_000042.bin").read_bytes()
     assert len(raw) == 8 + 12 * 1000
     assert struct.unpack("<ii", raw[:8]) == (42, 1000)
@@ -30,7 +30,7 @@ def test_round_trip_is_the_seed_format_byte_for_byte(tmp_path):
     loaded = open_checkpoint(info.path)
     assert np.array_equal(loaded.weights, w) and np.array_equal(loaded.m, m) and np.array_equal(loaded.v, v)
     sidecar, err = read_sidecar(sidecar_path(info.path))
-    assert err is None and sidecar["note"] == "x" and sidecar["checksum"] == file_checksum(info.path)
+    assert err is None and sidecar.extra["note"] == "x" and sidecar.checksum == file_checksum(info.path)
     assert verify_checksum(info) is None
 
 
@@ -108,7 +108,7 @@ def test_listing_and_latest_prefers_complete_over_newer_foreign(tmp_path):
 def test_rewriting_a_step_drops_the_old_sidecar_first(tmp_path):
     write_checkpoint(tmp_path, 7, *arrays(10, 1))
     info = write_checkpoint(tmp_path, 7, *arrays(10, 2))
-    assert info.sidecar["checksum"] == file_checksum(info.path)
+    assert info.sidecar.checksum == file_checksum(info.path)
 
 
 def test_rejects_wrong_dtype_and_mismatched_lengths(tmp_path):

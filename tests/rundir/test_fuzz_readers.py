@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from rundir import (ConfigError, LossHistory, inspect_checkpoint, load_run_config, read_samples,
                             read_sidecar, read_state, read_trainer_record, verify_trainer)
-from rundir import history as history_module
+from rundir.history import blocks, limits, read_history_tail
+from rundir.history import records as history_records
 from rundir.pivot_files import read_journal
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
@@ -155,18 +156,18 @@ def _line_by_line(lines: list[bytes]) -> tuple[list[int], list[float], list[tupl
     """The history as each line read alone gives it: steps, losses, (event, line), bad lines."""
     rows, events, bad = {}, [], 0
     for number, line in enumerate(lines, 1):
-        record = history_module._parse_line(line) if len(line) <= history_module.MAX_LINE_BYTES else None
+        record = history_records.parse_line(line) if len(line) <= limits.MAX_LINE_BYTES else None
         if not isinstance(record, dict):
             bad += 1
         elif record.get("event") is not None:
-            if history_module._nested_deeper(record, history_module.MAX_EVENT_NESTING):
+            if history_records.nested_deeper(record, limits.MAX_EVENT_NESTING):
                 bad += 1
             else:
                 events.append((str(record["event"]), number))
-        elif not history_module._is_int(step := record.get("step")) or step < 0:
+        elif not history_records.is_int(step := record.get("step")) or step < 0:
             bad += 1
         else:
-            rows[step] = history_module._as_float(record.get("loss"))
+            rows[step] = history_records.as_float(record.get("loss"))
     steps = sorted(rows)
     return steps, [rows[s] for s in steps], events, bad
 
@@ -188,10 +189,10 @@ def test_loss_history_in_tiny_blocks_is_each_line_alone(lines, cuts):
     appended in pieces cut anywhere: exactly what reading each line alone gives, so no good
     line is lost beside a bad one and every bad one is counted once."""
     data = b"\n".join(lines) + b"\n"
-    if history_module._detect_format(data) != "jsonl":
+    if blocks.detect_format(data) != "jsonl":
         return                          # a first line that opens an array and nothing after it
     tmp, run = in_tmp(".loss.json", data)
-    with tmp, mock.patch.multiple(history_module, **TINY_BLOCKS):
+    with tmp, mock.patch.multiple(limits, **TINY_BLOCKS):
         path = run / ".loss.json"
         expected = _line_by_line(lines)
         whole = LossHistory(path)
@@ -211,8 +212,33 @@ def test_loss_history_in_tiny_blocks_is_each_line_alone(lines, cuts):
         tally(".loss.json in blocks", whole.bad_lines > 0)
 
 
+@fuzz
+@given(lines=st.lists(history_lines.map(lambda line: line.replace(b"\n", b" ")).filter(bytes.strip), max_size=40))
+def test_history_tail_reads_each_line_as_the_reader_does(lines):
+    """The tail of a history that fits in it whole: the step lines up to the head, the
+    events and the unreadable lines of the incremental reader (one rule for what a line is)."""
+    data = b"\n".join(lines) + b"\n"
+    if blocks.detect_format(data) != "jsonl" or len(data) > limits.TAIL_BYTES:
+        return
+    tmp, run = in_tmp(".loss.json", data)
+    with tmp:
+        history = LossHistory(run / ".loss.json")
+        history.refresh()
+        tail = read_history_tail(run / ".loss.json")
+        assert tail.complete and tail.error is None and tail.torn_tail == 0
+        behind = history.step <= (history.head_step if history.head_step is not None else -1)
+        assert tail.step.tolist() == history.step[behind].tolist()
+        assert tail.steps_ahead == int((~behind).sum())
+        for name in ("loss", "tokens", "time"):
+            assert np.array_equal(getattr(tail, name), getattr(history, name)[behind], equal_nan=True), name
+        assert [(e.event, e.step, e.time, e.line + 1, e.data) for e in tail.events] == \
+            [(e.event, e.step, e.time, e.line, e.data) for e in history.events]
+        assert tail.bad_lines == history.bad_lines
+        tally(".loss.json tail", tail.bad_lines > 0)
+
+
 sound_elements = st.one_of(records.map(dumps), json_values.map(dumps), hostile_lines.filter(
-    lambda line: not isinstance(history_module._parse_line(line), history_module._BadLine)
+    lambda line: not isinstance(history_records.parse_line(line), history_records.BadLine)
     or line.startswith(b"[[")))
 
 
@@ -222,7 +248,7 @@ def test_loss_history_json_array_in_tiny_blocks_is_each_element_alone(elements):
     """A JSON array whose elements are each whole JSON (NaN and 3,000-deep nesting included)
     read in blocks of 256 bytes: what reading each element alone gives."""
     tmp, run = in_tmp(".loss.json", b"[" + b",".join(elements) + b"]")
-    with tmp, mock.patch.multiple(history_module, **TINY_BLOCKS):
+    with tmp, mock.patch.multiple(limits, **TINY_BLOCKS):
         history = LossHistory(run / ".loss.json")
         history.refresh()
         expected = _line_by_line(elements)

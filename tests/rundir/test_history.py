@@ -12,8 +12,8 @@ import pytest
 
 from tests.rundirs import make_run
 from rundir import LossHistory, LossHistoryWriter
-from rundir import history as history_module
-from rundir.history import _event_elements
+from rundir.history import limits
+from rundir.history.array_scan import _event_elements
 
 
 def step_line(step, loss=2.0, arm="a", **extra):
@@ -339,11 +339,11 @@ def test_a_directory_in_place_of_the_history_is_reported(tmp_path):
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of a few hundred bytes, so that a few lines cross every kind of boundary."""
-    monkeypatch.setattr(history_module, "BLOCK_BYTES", 300)
-    monkeypatch.setattr(history_module, "MAX_LINE_BYTES", 120)
-    monkeypatch.setattr(history_module, "ARRAY_PIECE_BYTES", 64)
-    monkeypatch.setattr(history_module, "BLOCK_LINES", 8)
-    monkeypatch.setattr(history_module, "LEAF_LINES", 2)
+    monkeypatch.setattr(limits, "BLOCK_BYTES", 300)
+    monkeypatch.setattr(limits, "MAX_LINE_BYTES", 120)
+    monkeypatch.setattr(limits, "ARRAY_PIECE_BYTES", 64)
+    monkeypatch.setattr(limits, "BLOCK_LINES", 8)
+    monkeypatch.setattr(limits, "LEAF_LINES", 2)
 
 
 def _same_columns(a: LossHistory, b: LossHistory) -> None:
@@ -375,9 +375,9 @@ def test_block_boundaries_in_the_middle_of_lines(tmp_path, monkeypatch, fmt):
     whole = LossHistory(path)
     whole.refresh()
     assert len(whole) == 127 and whole.bad_lines == 4 and len(whole.events) == 6 and whole.nonfinite == 7
-    monkeypatch.setattr(history_module, "BLOCK_BYTES", 300)
-    monkeypatch.setattr(history_module, "ARRAY_PIECE_BYTES", 64)
-    monkeypatch.setattr(history_module, "BLOCK_LINES", 8)
+    monkeypatch.setattr(limits, "BLOCK_BYTES", 300)
+    monkeypatch.setattr(limits, "ARRAY_PIECE_BYTES", 64)
+    monkeypatch.setattr(limits, "BLOCK_LINES", 8)
     blocks = LossHistory(path)
     blocks.refresh()
     _same_columns(whole, blocks)

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from rundir import LossHistory, list_checkpoints, write_checkpoint
+from rundir import LossHistory, ResumeState, list_checkpoints, write_checkpoint
 from rundir.checkpoint import sidecar_path
 from rundir.layout import LOSS_JSON, checkpoint_name
 from rundir.pivot_files import PivotJournal, write_journal
@@ -20,7 +20,7 @@ from rundir.retention import (EVERY, FOREIGN, INVALID, LAST, NEWEST, PIVOT, RESU
 def write_steps(run_dir, steps, n=16):
     w = np.arange(n, dtype=np.float32)
     for step in steps:
-        write_checkpoint(run_dir, step, w, w, w, {"config": {}})
+        write_checkpoint(run_dir, step, w, w, w, ResumeState(config={}))
 
 
 def kept(verdicts):

@@ -101,7 +101,7 @@ def test_resume_is_bit_exact_at_the_same_world_size_and_says_what_is_not_at_anot
     [resume] = events(stopped, "resume")
     assert resume["from_step"] == 100 and resume["exact"] and resume["world_size"] == NPROC
     sidecar, _ = read_sidecar(stopped / "step_000100.json")
-    assert sidecar["world_size"] == NPROC
+    assert sidecar.world_size == NPROC
     # Tokens count the global batch: every rank read its share of batch_size windows.
     config = load_run_config(stopped)
     assert step_lines(stopped)[-1]["tokens"] == 200 * config.optimizer.batch_size * config.model.block_size

@@ -4,9 +4,9 @@ positions and next random draws. A different tokenizer or config is refused."""
 
 from __future__ import annotations
 
-import copy
 import io
 import dataclasses
+import json
 import shutil
 
 import pytest
@@ -57,11 +57,31 @@ def saved_after_three(trainer_run, tmp_path):
     return run_a, run_b, state, out
 
 
-def test_fourth_update_continuous_equals_restored(saved_after_three):
+# Every key of the resume .json as the trainer wrote it before the record was typed (a
+# dict literal), the library's five last. (Checkpoints from before precision, compile, the
+# AdamW kernel and strict determinism were recorded: tests/trainer/test_precision.py.)
+OLDER_JSON_KEYS = ("trainer", "config", "run_config", "tokenizer", "adam_step", "tokens_seen", "ema_loss", "samplers",
+                   "bandit", "rng", "torch_version", "python_version", "device", "threads", "world_size", "precision",
+                   "compile", "adamw", "deterministic", "strict_determinism", "time",
+                   "format_version", "step", "n_params", "checksum", "bin_size")
+
+
+def as_an_older_trainer_wrote_it(path):
+    """Rewrite a resume .json with exactly the keys an older trainer wrote (a null ema_loss
+    included) and a key of another writer: what a checkpoint from before looks like."""
+    data = json.loads(path.read_text())
+    assert set(OLDER_JSON_KEYS) - {"ema_loss"} <= set(data)       # the typed record writes every one of them
+    path.write_text(json.dumps({**{key: data.get(key) for key in OLDER_JSON_KEYS}, "other_writer": [1]}))
+
+
+@pytest.mark.parametrize("json_written_by", ["this trainer", "an older trainer"])
+def test_fourth_update_continuous_equals_restored(saved_after_three, json_written_by):
     run_a, run_b, state_a, out_a = saved_after_three
     train(state_a, out_a, SignalFlags(), stop_at=4)
     continuous = observe(state_a, run_a)
 
+    if json_written_by == "an older trainer":
+        as_an_older_trainer_wrote_it(run_b / "step_000003.json")
     info = inspect_checkpoint(run_b / "step_000003.bin")
     assert info.status == "complete"
     check_compatible(info, load_run_config(run_b), ByteTokenizer())
@@ -98,8 +118,7 @@ def test_weights_only_restore_diverges(saved_after_three):
 def test_mismatched_tokenizer_digest_is_refused(saved_after_three):
     _, run_b, _, _ = saved_after_three
     info = inspect_checkpoint(run_b / "step_000003.bin")
-    sidecar = copy.deepcopy(info.sidecar)
-    sidecar["tokenizer"]["digest"] = "sha256:" + "0" * 64
+    sidecar = dataclasses.replace(info.sidecar, tokenizer={**info.sidecar.tokenizer, "digest": "sha256:" + "0" * 64})
     with pytest.raises(ResumeError, match="tokenizer digest differs"):
         check_compatible(dataclasses.replace(info, sidecar=sidecar), load_run_config(run_b), ByteTokenizer())
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from rundir import write_checkpoint
+from rundir import ResumeState, write_checkpoint
 from rundir.config import PRESETS, RunConfig
 from rundir.checkpoint_layout import model_layout
 from rundir.inspect import inspect_file
@@ -50,9 +50,8 @@ def test_update_ratio_is_the_step_torch_adamw_took(tmp_path):
     # What Adam moved each weight by at the last step, net of the decoupled weight decay.
     updates = [(b * (1 - c.lr * c.weight_decay) - p.detach()).double() for b, p in zip(before, params)]
     flat = [torch.cat([getattr_state(opt, p, key) for p in params]).numpy() for key in ("w", "m", "v")]
-    write_checkpoint(tmp_path, steps, *flat, resume={
-        "config": {"model": dataclasses.asdict(config.model), "optimizer": dataclasses.asdict(c)},
-        "adam_step": steps})
+    write_checkpoint(tmp_path, steps, *flat, resume=ResumeState(
+        config={"model": dataclasses.asdict(config.model), "optimizer": dataclasses.asdict(c)}, adam_step=steps))
     report = inspect_file(tmp_path / f"step_{steps:06d}.bin")
     assert [t.name for t in report.tensors] == [name for name, _ in model.named_parameters()]
     for t, u, p in zip(report.tensors, updates, params):

@@ -32,7 +32,7 @@ def test_bf16_300_in_one_go_equals_200_then_300(trainer_run):
     [resume] = events(stopped, "resume")
     assert resume["exact"] is True and resume["fresh"] == [] and resume["precision"] == "bf16"
     sidecar = inspect_checkpoint(stopped / "step_000300.bin").sidecar
-    assert sidecar["precision"] == "bf16" and sidecar["adamw"] == "fused"
+    assert sidecar.precision == "bf16" and sidecar.adamw == "fused"
 
 
 def test_bf16_computes_in_bfloat16_and_keeps_float32_state(trainer_run):
@@ -59,7 +59,7 @@ def test_auto_is_fp32_on_cpu_and_a_new_run_toml_records_it(tmp_path, capsys):
     assert main([str(run), "--preset", "micro", "--max-steps", "2"]) == 0
     capsys.readouterr()
     assert load_run_config(run).run.precision == "fp32"
-    assert inspect_checkpoint(run / "step_000002.bin").sidecar["precision"] == "fp32"
+    assert inspect_checkpoint(run / "step_000002.bin").sidecar.precision == "fp32"
     [start] = events(run, "start")
     assert start["precision"] == "fp32" and start["compile"] is False and start["adamw"] == "fused"
 
@@ -91,7 +91,7 @@ def test_forced_precision_resumes_and_says_it_is_not_exact(bf16_run, capsys):
     assert "NOT exactly: trained in bf16, fp32 now (--force-precision)" in capsys.readouterr().out
     [resume] = events(bf16_run, "resume")
     assert resume["exact"] is False and resume["precision"] == "fp32"
-    assert inspect_checkpoint(bf16_run / "step_000020.bin").sidecar["precision"] == "fp32"
+    assert inspect_checkpoint(bf16_run / "step_000020.bin").sidecar.precision == "fp32"
     assert [s["step"] for s in step_lines(bf16_run)] == list(range(1, 21))
 
 

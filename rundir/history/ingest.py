@@ -1,0 +1,213 @@
+"""Lines into columns: what the JSON Lines reader and the JSON-array reader share.
+
+Both cut the file into elements (lines, or an array's elements) and hand them here by
+their separators' offsets; :class:`Ingest` decodes them a batch at a time (one typed
+decode of a clean batch, else halves, down to a few read one by one), asks
+:mod:`.records` what each one is, and adds the step lines to the columns, the events
+to the events and the unreadable ones to the count, with their reasons.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import limits
+from .blocks import size_text
+from .columns import Columns, Superseded
+from .records import BadLine, Batch, HistoryEvent, TypedLine, careful_batch, event_of, parse_line, typed_batch
+
+
+@dataclass
+class HistoryUpdate:
+    """What one :meth:`LossHistory.refresh` picked up. ``new_problems`` holds the first
+    :data:`~.limits.MAX_UPDATE_PROBLEMS` reasons; ``new_bad_lines`` counts them all."""
+
+    new_steps: int = 0
+    new_events: list[HistoryEvent] = field(default_factory=list)
+    new_problems: list[str] = field(default_factory=list)
+    new_nonfinite: int = 0
+    rewound: bool = False      # a step at or before one already seen (a resume re-ran steps)
+    reset: bool = False        # the file shrank or was replaced: everything was re-read
+    new_bad_lines: int = 0
+    rewound_from: int | None = None     # the smallest step of the new lines, when they rewound
+
+    def __post_init__(self) -> None:
+        self.new_bad_lines = max(self.new_bad_lines, len(self.new_problems))
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.new_steps or self.new_events or self.new_bad_lines or self.reset)
+
+    def then(self, later: "HistoryUpdate") -> "HistoryUpdate":
+        """This update followed by ``later``, as if one refresh had picked up both."""
+        froms = [f for f in (self.rewound_from, later.rewound_from) if f is not None]
+        return HistoryUpdate(self.new_steps + later.new_steps, self.new_events + later.new_events,
+                             (self.new_problems + later.new_problems)[:limits.MAX_UPDATE_PROBLEMS],
+                             self.new_nonfinite + later.new_nonfinite, self.rewound or later.rewound,
+                             self.reset or later.reset, self.new_bad_lines + later.new_bad_lines,
+                             min(froms) if froms else None)
+
+
+class Careful:
+    """The state of a careful read of a JSON array's elements, whose bounds come from a
+    scan of its structure: two unparsable elements in a row mean the scan lost its way
+    (binary junk with a stray quote), and the reader looks for the next element anew."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self) -> None:
+        self.failed = False
+
+
+class Ingest:
+    """What a history's lines are added to: the step columns, the arm names, the events,
+    the unreadable lines' count and first reasons, and what the step lines said on the way
+    (non-finite losses, rewinds, the head). :class:`~.reader.LossHistory` is one."""
+
+    path: Path
+    format: str | None
+
+    def _reset_rows(self) -> None:
+        self._cols = Columns()
+        self._lines = 0                         # lines (or elements) numbered so far
+        self.arm_names: list[str] = []
+        self._arm_codes: dict[str, int] = {}
+        self.events: list[HistoryEvent] = []
+        self.bad_lines = 0
+        self.problems: list[str] = []
+        self.nonfinite = 0
+        self.last_nonfinite_step: int | None = None   # in file order: a later line may have replaced it
+        self.head_step: int | None = None       # the step of the last step line, in file order
+        # Where the steps went back (a resume re-running steps, another engine's restart):
+        # (the first step after the rewind, its time), in file order, the newest MAX_REWINDS.
+        self.rewinds: list[tuple[int, float]] = []
+        self.rewind_count = 0
+        self.rows_read = 0                      # step lines read (replaced ones too)
+        self.superseded = Superseded()          # replaced step lines, for resume verification
+
+    @property
+    def _unit(self) -> str:
+        return "element" if self.format == "array" else "line"
+
+    # -- decoding ------------------------------------------------------------------
+    def _ingest_elements(self, buf: bytearray, view: memoryview, seps: np.ndarray, first: int,
+                         update: HistoryUpdate, careful: Careful | None) -> int | None:
+        """Add the elements between consecutive separators ``seps`` (buffer offsets), the
+        first numbered ``first``, a batch at a time. Careful: the index of an element that
+        was not read because the one before it and it could not be parsed (else None)."""
+        for i in range(0, len(seps) - 1, limits.BLOCK_LINES):
+            stop = self._ingest_span(buf, view, seps[i:i + limits.BLOCK_LINES + 1], first + i, update, careful)
+            if stop is not None:
+                return i + stop
+        return None
+
+    def _ingest_span(self, buf: bytearray, view: memoryview, seps: np.ndarray, first: int,
+                     update: HistoryUpdate, careful: Careful | None) -> int | None:
+        """One batch: a typed decode of it all, else of each half in turn, down to a few
+        elements read one by one."""
+        n = len(seps) - 1
+        s, e = int(seps[0]), int(seps[-1])
+        max_line = limits.MAX_LINE_BYTES
+        if e - s <= max_line + 1 or int(np.diff(seps).max()) <= max_line + 1:
+            buf[s], buf[e] = 0x5B, 0x5D             # "[" and "]"
+            if self._typed_block(view[s:e + 1], lambda i, _: bytes(view[seps[i] + 1:seps[i + 1]]), first, update,
+                                 n) >= 0:
+                if careful is not None:
+                    careful.failed = False
+                return None
+        if n > limits.LEAF_LINES:
+            mid = n // 2
+            stop = self._ingest_span(buf, view, seps[:mid + 1], first, update, careful)
+            if stop is None:
+                stop = self._ingest_span(buf, view, seps[mid:], first + mid, update, careful)
+                stop = None if stop is None else mid + stop
+            return stop
+        records: list[Any] = []
+        stop = None
+        for i in range(n):
+            a, b = int(seps[i]) + 1, int(seps[i + 1])
+            record = BadLine(f"longer than {size_text(max_line)}: skipped") if b - a > max_line \
+                else parse_line(bytes(view[a:b]))
+            if careful is not None:
+                failed = isinstance(record, BadLine)
+                if failed and careful.failed:
+                    stop = i
+                    break
+                careful.failed = failed
+            records.append(record)
+        self._add_batch(careful_batch(records, first), update)
+        return stop
+
+    def _typed_block(self, text: memoryview, element: Callable[[int, list[TypedLine]], bytes], first: int,
+                     update: HistoryUpdate, n: int | None = None) -> int:
+        """The fast path: one typed decode of a clean batch, added; its element count,
+        or -1 (and nothing added) if anything is off."""
+        batch = typed_batch(text, element, first, n)
+        if batch is None:
+            return -1
+        self._add_batch(batch, update)
+        return len(batch.columns["step"]) + len(batch.events)
+
+    # -- adding --------------------------------------------------------------------
+    def _add_batch(self, batch: Batch, update: HistoryUpdate) -> None:
+        """A batch's events, unreadable lines and step lines, in that order."""
+        for record, line, rows_before in batch.events:
+            event = event_of(record, line, self.rows_read + rows_before)
+            self.events.append(event)
+            update.new_events.append(event)
+        for line, why in batch.bad:
+            self._bad(update, line, why)
+        self._add_block(batch.columns, update)
+
+    def _add_block(self, block: dict[str, Any], update: HistoryUpdate) -> None:
+        arms = block.pop("arm_names")
+        codes = self._arm_codes
+        for name in sorted(set(arms).difference(codes)):
+            codes[name] = len(self.arm_names)
+            self.arm_names.append(name)
+        block["arm"] = np.array(list(map(codes.__getitem__, arms)), np.int32)
+        steps = block["step"]
+        if not len(steps):
+            return
+        nonfinite = int((~np.isfinite(block["loss"])).sum())
+        self.nonfinite += nonfinite
+        update.new_nonfinite += nonfinite
+        if nonfinite:
+            self.last_nonfinite_step = int(steps[np.flatnonzero(~np.isfinite(block["loss"]))[-1]])
+        update.new_steps += len(steps)
+        # Where the steps go back, in file order (the columns keep only the newest line per step).
+        before = self.head_step
+        back = np.flatnonzero(steps[1:] <= steps[:-1]) + 1
+        if before is not None and steps[0] <= before:
+            back = np.concatenate(([0], back))
+        if len(back):
+            keep = back[-limits.MAX_REWINDS:]
+            self.rewind_count += len(back)
+            self.rewinds.extend(zip(steps[keep].tolist(), block["time"][keep].tolist()))
+            del self.rewinds[:-limits.MAX_REWINDS]
+        self.head_step = int(steps[-1])
+        if self._cols.extend(block, self.superseded, self.rows_read):
+            update.rewound = True
+            first = int(block["step"].min())
+            update.rewound_from = first if update.rewound_from is None else min(first, update.rewound_from)
+        self.rows_read += len(block["step"])
+
+    def _problem(self, update: HistoryUpdate, message: str) -> None:
+        self.bad_lines += 1
+        update.new_bad_lines += 1
+        if len(update.new_problems) < limits.MAX_UPDATE_PROBLEMS:
+            update.new_problems.append(message)
+        if len(self.problems) < limits.MAX_PROBLEMS:
+            self.problems.append(message)
+
+    def _bad(self, update: HistoryUpdate, number: int, reason: str) -> None:
+        """Line (or element) ``number`` is unreadable; its message is made only if kept."""
+        if len(update.new_problems) < limits.MAX_UPDATE_PROBLEMS or len(self.problems) < limits.MAX_PROBLEMS:
+            self._problem(update, f"{self.path.name} {self._unit} {number}: {reason}")
+        else:
+            self.bad_lines += 1
+            update.new_bad_lines += 1

@@ -1,0 +1,33 @@
+"""The bounds every reader of ``.loss.json`` keeps, in one place.
+
+The readers look these up here when they read (``limits.BLOCK_BYTES``, never a copy made
+at import), so that a test can shrink them all at once on this module to reach block
+and line boundaries with a few hundred bytes.
+"""
+
+from __future__ import annotations
+
+# Reads go in blocks of at most this many bytes, so that a read's memory follows the
+# columns it builds, not the file's size.
+BLOCK_BYTES = 16 << 20
+# A line (or JSON array element) longer than this is skipped and counted, never parsed.
+MAX_LINE_BYTES = 1 << 20
+# Lines are decoded in batches this size; a batch that fails is halved until each bad
+# line is among at most LEAF_LINES, which are read one by one.
+BLOCK_LINES = 4096
+LEAF_LINES = 32
+# A JSON array is decoded in pieces of about this size, cut where one object ends and
+# the next begins.
+ARRAY_PIECE_BYTES = 512 << 10
+# Events are kept whole (and handed on): one nested deeper than this is not kept.
+MAX_EVENT_NESTING = 64
+MAX_PROBLEMS = 20               # reasons kept in ``LossHistory.problems``
+MAX_UPDATE_PROBLEMS = 1000      # reasons kept in one update's ``new_problems`` (all are counted)
+# Step lines replaced by a newer line for the same step (a resume re-ran them), kept with
+# their replacement for resume verification: the newest this many.
+MAX_SUPERSEDED = 100_000
+MAX_REWINDS = 1000              # rewinds kept in ``LossHistory.rewinds`` (all are counted)
+# A summary of many runs reads this many bytes at the end of each history, never more:
+# a few thousand steps of JSON Lines, whatever the file's size.
+TAIL_BYTES = 32 << 10
+TAIL_WIDEN = 32                # a tail with no step line looks back this many times as far (1 MiB)

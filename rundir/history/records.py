@@ -1,0 +1,290 @@
+"""What a line of ``.loss.json`` is: the one module that decides (DESIGN.md section 4).
+
+A line (or an element of a JSON array) is a **step line** (an object with a ``"step"``
+that is a non-negative 64-bit integer and no ``"event"``), an **event line** (an object
+whose ``"event"`` is not null, nested at most :data:`~.limits.MAX_EVENT_NESTING` deep),
+or **unreadable**, with the reason. Every reader (the incremental one and the tail) asks
+here: :func:`typed_batch` for a batch of clean lines in one typed decode, else
+:func:`parse_line` and :func:`careful_batch` line by line, with the same answer.
+
+The values: ``loss``, ``lr``, ``grad_norm`` and ``time`` are floats (NaN where null or
+absent or not a number; a number past a float's range is infinite), ``tokens`` an integer
+(-1 where absent or not one), ``arm`` a string ("" where absent or not one).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Callable, NamedTuple
+
+import msgspec
+import numpy as np
+import orjson
+
+from . import limits
+
+FLOAT_COLUMNS = ("loss", "lr", "grad_norm", "time")
+
+
+class TypedLine(msgspec.Struct, gc=False):
+    """The typed view of a history line that the fast path decodes into: no dict per
+    line, unknown keys skipped by the decoder. Event lines are re-read in full."""
+
+    step: int = -1
+    loss: float | None = None
+    lr: float = math.nan
+    grad_norm: float = math.nan
+    arm: str = ""
+    tokens: int = -1
+    time: float = math.nan
+    event: str | None = None
+
+
+STEP_COLUMNS = ("step", "tokens", "arm", *FLOAT_COLUMNS)    # every column of a step line
+_DTYPES = {"step": np.int64, "tokens": np.int64, **{name: np.float64 for name in FLOAT_COLUMNS}}
+
+
+@functools.cache
+def _typed_decoder(columns: tuple[str, ...]) -> Callable[[Any], list[Any]]:
+    """A decoder of lines into :class:`TypedLine`, or into a struct of only ``columns`` (and
+    the event) typed as there, for a reader that needs fewer (skipped keys cost less)."""
+    struct: Any = TypedLine
+    if columns != STEP_COLUMNS:
+        typed = {f.name: f for f in msgspec.structs.fields(TypedLine)}
+        struct = msgspec.defstruct(f"TypedLine_{'_'.join(columns)}",
+                                   [(name, typed[name].type, typed[name].default) for name in (*columns, "event")],
+                                   gc=False)
+    return msgspec.json.Decoder(list[struct]).decode
+
+
+_GET = {name: attrgetter(name) for name in (*STEP_COLUMNS, "event")}
+
+
+def _typed_columns(decoded: list[Any], columns: tuple[str, ...]) -> dict[str, Any]:
+    """The columns of decoded lines, each in one pass (raises OverflowError for an integer
+    past 64 bits, which the decoder takes up to 2**64 - 1)."""
+    block: dict[str, Any] = {}
+    for name in columns:
+        values = map(_GET[name], decoded)
+        if name == "arm":
+            block["arm_names"] = tuple(values)
+        elif name == "loss":
+            block[name] = np.array(list(values), np.float64)        # null: NaN
+        else:
+            block[name] = np.fromiter(values, _DTYPES[name], len(decoded))
+    return block
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """An event line, kept as a marker (resume, checkpoint, pivot, ...)."""
+
+    event: str
+    step: int | None
+    time: float | None
+    line: int
+    data: dict[str, Any]
+    row: int = -1               # step lines read before it: where it falls among them (-1: not known)
+
+
+def event_of(record: dict[str, Any], line: int, row: int = -1) -> HistoryEvent:
+    """The event of an event line (``line``: its number; ``row``: step lines read before it)."""
+    step = record.get("step")
+    t = record.get("time")
+    return HistoryEvent(str(record["event"]), step if is_int(step) else None,
+                        as_float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None,
+                        line, record, row)
+
+
+def nonfinite_label(value: float) -> str | None:
+    """How a non-finite loss is named in a step line's ``"nonfinite"`` key."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf"
+    return None
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
+
+
+def as_float(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf
+    return math.nan
+
+
+def short_repr(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    if isinstance(value, int) and not isinstance(value, bool) and not -10**30 < value < 10**30:
+        return "a number too large"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def nested_deeper(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests objects and arrays more than ``limit`` deep
+    (found without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+class BadLine:
+    """A line that is not JSON at all, and why."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def parse_line(line: bytes) -> Any:
+    """One line (or element) parsed, or a :class:`BadLine` saying why not; never raises."""
+    if not line.strip():
+        return BadLine("blank line")
+    if _CONTROL.search(line) is not None:      # JSON has none, in strings or out: binary junk
+        return BadLine("not text (binary data)")
+    try:
+        return orjson.loads(line)       # caps nesting itself (1,024 levels)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return BadLine("not text (binary data)")
+    try:        # NaN / Infinity tokens and numbers past 64 bits, which orjson refuses and the stdlib takes
+        value = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        return BadLine(f"not valid JSON ({str(err)[:80]})")
+    if "\\u" in text and not _encodable(value):
+        return BadLine("not valid JSON (an unpaired surrogate)")
+    return value
+
+
+def _encodable(value: Any) -> bool:
+    """Whether a value from the stdlib's parser can be written as UTF-8 (no lone surrogates)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return True
+    except (ValueError, RecursionError):
+        return False
+
+
+# -- what a parsed line is ---------------------------------------------------------------
+STEP, EVENT, BAD = "step", "event", "bad"
+
+
+def line_kind(record: Any) -> tuple[str, str]:
+    """``(STEP, "")``, ``(EVENT, "")`` or ``(BAD, why)`` for a line as :func:`parse_line` gave it."""
+    if isinstance(record, BadLine):
+        return BAD, record.reason
+    if not isinstance(record, dict):
+        return BAD, "not a JSON object"
+    if record.get("event") is not None:
+        if nested_deeper(record, limits.MAX_EVENT_NESTING):
+            return BAD, f"an event nested more than {limits.MAX_EVENT_NESTING} levels deep"
+        return EVENT, ""
+    step = record.get("step")
+    if not is_int(step) or step < 0:
+        return BAD, f"no valid \"step\" (got {short_repr(step)})"
+    return STEP, ""
+
+
+def step_row(record: dict[str, Any]) -> tuple[Any, ...]:
+    """A step line's values in the order of :func:`columns_from_rows`."""
+    tokens, arm = record.get("tokens"), record.get("arm")
+    return (record["step"], tokens if is_int(tokens) else -1, arm if isinstance(arm, str) else "",
+            *(as_float(record.get(name)) for name in FLOAT_COLUMNS))
+
+
+def columns_from_rows(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """Columns of step rows: ``step``, ``tokens``, ``arm_names`` (a sequence of strings) and the floats."""
+    if not rows:
+        return {"step": np.empty(0, np.int64), "tokens": np.empty(0, np.int64), "arm_names": [],
+                **{name: np.empty(0, np.float64) for name in FLOAT_COLUMNS}}
+    step, tokens, arms, *floats = zip(*rows)
+    return {"step": np.array(step, np.int64), "tokens": np.array(tokens, np.int64), "arm_names": arms,
+            **{name: np.array(col, np.float64) for name, col in zip(FLOAT_COLUMNS, floats)}}
+
+
+class Batch(NamedTuple):
+    """What a batch of lines holds: its step lines as columns, its event lines as
+    ``(record, line number, step lines before it in the batch)``, and its unreadable
+    lines as ``(line number, why)``."""
+
+    columns: dict[str, Any]
+    events: list[tuple[dict[str, Any], int, int]]
+    bad: list[tuple[int, str]]
+
+
+def careful_batch(records: list[Any], first: int) -> Batch:
+    """Lines parsed one by one (:func:`parse_line`), the first numbered ``first``, each
+    checked on its own."""
+    rows: list[tuple[Any, ...]] = []
+    events: list[tuple[dict[str, Any], int, int]] = []
+    bad: list[tuple[int, str]] = []
+    for i, record in enumerate(records):
+        kind, why = line_kind(record)
+        if kind == STEP:
+            rows.append(step_row(record))
+        elif kind == EVENT:
+            events.append((record, first + i, len(rows)))
+        else:
+            bad.append((first + i, why))
+    return Batch(columns_from_rows(rows), events, bad)
+
+
+def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], bytes], first: int,
+                n: int | None = None, columns: tuple[str, ...] = STEP_COLUMNS) -> Batch | None:
+    """The fast path: the lines of ``text`` (a JSON array of them; ``n`` of them when
+    known) in one typed decode, the first numbered ``first``; event lines are read whole
+    through ``element(i, decoded)``, which gives the i-th line's bytes. None when any line
+    needs :func:`careful_batch` (not JSON, NaN tokens, a field of another type, a step
+    out of range, an event too deep): what it returns then is what that gives, for the
+    ``columns`` asked for ("step" among them; the arm's are ``arm_names``)."""
+    try:
+        decoded = _typed_decoder(columns)(text)
+    except Exception:               # invalid, or nested deeper than the decoder goes
+        return None
+    if n is not None and len(decoded) != n:
+        return None                 # a line holding a comma-joined pair
+    if not decoded:
+        return Batch(columns_from_rows([]), [], [])
+    try:
+        block = _typed_columns(decoded, columns)
+    except OverflowError:           # a step or token count past 64 bits
+        return None
+    events = tuple(map(_GET["event"], decoded))
+    found: list[tuple[dict[str, Any], int, int]] = []
+    if events.count(None) != len(decoded):
+        is_step = np.equal(np.array(events, object), None)
+        for n_before, i in enumerate(np.flatnonzero(~is_step).tolist()):     # events are rare: read them whole
+            record = parse_line(element(i, decoded))
+            if not isinstance(record, dict) or "event" not in record \
+                    or nested_deeper(record, limits.MAX_EVENT_NESTING):
+                return None
+            found.append((record, first + i, i - n_before))
+        block = {name: (col[is_step] if name != "arm_names" else np.array(col, object)[is_step].tolist())
+                 for name, col in block.items()}
+    if len(block["step"]) and block["step"].min() < 0:
+        return None
+    return Batch(block, found, [])

@@ -1,0 +1,66 @@
+"""Appending to ``.loss.json``: the trainer's side of the history (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..safe_read import file_kind
+from .records import nonfinite_label
+
+
+class LossHistoryWriter:
+    """Appends history lines: one ``write`` per line (so a reader sees whole lines or a torn
+    tail, never interleaving), flushed at once, fsynced on demand (at every checkpoint).
+    Refuses (``OSError``) a path that is not a regular file, without blocking on a FIFO."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
+        try:
+            st = os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(f"{self.path.name}: is {file_kind(st.st_mode)}, not a regular file")
+            # A torn last line from a crashed writer must not swallow our first line.
+            if st.st_size and os.pread(self._fd, 1, st.st_size - 1) != b"\n":
+                os.write(self._fd, b"\n")
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            raise
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one record as a line. A non-finite ``loss`` is written as null plus ``nonfinite``."""
+        loss = record.get("loss")
+        if isinstance(loss, float) and (label := nonfinite_label(loss)):
+            record = {**record, "loss": None, "nonfinite": label}
+        line = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        os.write(self._fd, line)
+
+    def step(self, step: int, loss: float, lr: float, grad_norm: float, arm: str, tokens: int,
+             time: float, **extra: Any) -> None:
+        """Append a step line."""
+        self.append({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "arm": arm,
+                     "tokens": tokens, "time": time, **extra})
+
+    def event(self, event: str, **fields: Any) -> None:
+        """Append an event line (``start``, ``resume``, ``checkpoint``, ``signal``, ``pivot``, ``zombie``, ``stop``)."""
+        self.append({"event": event, **fields})
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "LossHistoryWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
