@@ -125,6 +125,8 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
                                     if newest else "none usable"))
     lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
                  f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
+    if h.mirror is not None:
+        lines.append(f"             {h.mirror.text()}")
     if h.steps_ahead:
         lines.append(f"             {h.steps_ahead:,} step(s) after step {h.last_step:,} are an earlier segment's, "
                      "not run again yet (dimmed on the plot)")
@@ -216,7 +218,9 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                     "events": len(h.events), "bad_lines": h.bad_lines, "problems": list(h.problems),
                     "nonfinite": h.nonfinite, "last_nonfinite_step": h.last_nonfinite_step,
                     "rewinds_without_resume": {"count": h.silent_rewind_count, "last_steps": list(h.silent_rewinds)},
-                    "torn_tail": h.torn_tail, "error": h.error, **findings_json(h)},
+                    "torn_tail": h.torn_tail, "error": h.error,
+                    "mirror": {"note": h.mirror.kind, "reason": h.mirror.reason} if h.mirror is not None else None,
+                    **findings_json(h)},
         "config": {"ok": snap.config is not None, "error": snap.config_error},
         "checkpoints": [{"path": str(c.path), "name": c.path.name, "step": c.step, "size": c.size, "mtime": c.mtime,
                          "age": now - c.mtime if c.mtime else None, "status": c.status, "reason": c.reason,
