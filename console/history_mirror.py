@@ -29,12 +29,16 @@ from rundir.history.mirror import (MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, as_rea
 from .model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT, MirrorNote
 
 
+# Histories shorter than this get no mirror (read at use: tests mirror small histories).
+MIN_BYTES = MIN_MIRROR_BYTES
+
+
 class HistoryMirror:
     """The mirror of one history: :meth:`open` it once, then :meth:`keep_up` after each read."""
 
-    def __init__(self, path: str | os.PathLike[str], min_bytes: int = MIN_MIRROR_BYTES):
+    def __init__(self, path: str | os.PathLike[str], min_bytes: int | None = None):
         self.path = Path(path)
-        self.min_bytes = min_bytes
+        self.min_bytes = MIN_BYTES if min_bytes is None else min_bytes
         self.mirrored_to: int | None = None      # the history's size the mirror holds (None: no good mirror)
         self.failed_at: int | None = None        # the history's size when the cache could not be written
 
