@@ -104,7 +104,7 @@ def _console(tmp: Path) -> list[Result]:
 
     compile_sources()
     cache = tmp / "console-cache"
-    long_run, short_run = _long_history(CONSOLE_LONG), tmp / "short"
+    long_run, short_run = _long_history(CONSOLE_LONG), tmp / "console-short"
     _write(short_run / ".loss.json", SHORT)
     spawn(long_run, cache)                                   # the mirror made (untimed), the page cache warm
     spawn(short_run, cache)

@@ -44,6 +44,13 @@ def _last_finite(x: np.ndarray) -> float | None:
     return None
 
 
+def _frozen(column: np.ndarray) -> np.ndarray:
+    """A read-only view of a column the reader shares (:meth:`LossHistory.share_rows`)."""
+    view = column.view()
+    view.flags.writeable = False
+    return view
+
+
 def current_segment(h: LossHistory) -> tuple[slice, float]:
     """The rows of the run's current segment, and when it began: the steps since the newest
     ``start``/``resume`` event or rewind (another engine's restart), up to the newest step
@@ -145,6 +152,9 @@ class HistoryPart:
         if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
                 and not found:
             return prev
+        # The view's columns are views, not copies (a long run's would cost as much again):
+        # the reader never changes the rows it has shared.
+        h.share_rows()
         loss = h.loss
         # Where the run is: its head (the step of the newest step line), not the largest step,
         # which after a rollback or a resume from an older checkpoint belongs to an earlier
@@ -167,9 +177,9 @@ class HistoryPart:
             tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
             if tokens_now is not None else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
-            error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
+            error=h.error, events=tuple(h.events), step=_frozen(h.step), loss=_frozen(loss), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
-            tokens_column=tokens.copy(), time_column=h.time.copy(),
+            tokens_column=_frozen(tokens), time_column=_frozen(h.time),
             silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent), mirror=self._mirror_note)
 
     def _open(self) -> tuple[HistoryUpdate, list[MirrorNote]]:
