@@ -15,22 +15,36 @@ The policy, :class:`HistoryMirror`:
 - **A cache that cannot be written** (read-only, full): the history is read as without a
   mirror, a note (:data:`~console.model.snapshot.MIRROR_NOT_SAVED`) says so once, and the
   write is tried again only after another ``REWRITE_AFTER_BYTES``.
+- **The spike detector** (:mod:`rundir.spikes`, a scan of every step: about half a second
+  for 5M) is kept beside the mirror (``.spikes.json``: the flags and non-finite steps found)
+  for exactly the rows the mirror holds, and carried on at the next open that uses that mirror
+  with the same window and k, so that only the rows appended since are scanned.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from rundir.atomic import atomic_write_bytes
+from rundir.cache_dir import mirror_path, mirror_source
 from rundir.history import HistoryUpdate, LossHistory
 from rundir.history.mirror import (MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, as_read, forget_mirror, open_mirror,
                                    save_mirror)
 
 from .model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT, MirrorNote
 
+if TYPE_CHECKING:
+    from rundir.spikes import SpikeDetector
+
 
 # Histories shorter than this get no mirror (read at use: tests mirror small histories).
 MIN_BYTES = MIN_MIRROR_BYTES
+# A spike detector that found more flags and non-finite steps than this is not kept.
+MAX_DETECTOR_ITEMS = 100_000
+DETECTOR_SUFFIX = ".spikes.json"
 
 
 class HistoryMirror:
@@ -41,6 +55,12 @@ class HistoryMirror:
         self.min_bytes = MIN_BYTES if min_bytes is None else min_bytes
         self.mirrored_to: int | None = None      # the history's size the mirror holds (None: no good mirror)
         self.failed_at: int | None = None        # the history's size when the cache could not be written
+        # The rows and byte offset the mirror holds (None: no good mirror), and its header's
+        # source when this open used it: what a kept spike detector must have been made with.
+        self.mirrored_rows: int | None = None
+        self.mirrored_offset: int | None = None
+        self.opened_source: dict | None = None
+        self.just_saved = False                  # the last keep_up wrote the mirror
 
     def open(self) -> tuple[LossHistory, HistoryUpdate, MirrorNote | None]:
         """The history read to its end, from its mirror when that is valid; the update of the
@@ -51,8 +71,13 @@ class HistoryMirror:
             history = LossHistory(self.path)
             if why is not None:
                 forget_mirror(history.path)        # refused once: not checked (and said) again
+                try:
+                    self._detector_path().unlink()
+                except OSError:
+                    pass
             return history, history.refresh(), MirrorNote(MIRROR_REBUILT, why) if why is not None else None
-        self.mirrored_to = history._offset        # what it holds; the rest is parsed now
+        self.mirrored_to = self.mirrored_offset = history._offset     # what it holds; the rest is parsed now
+        self.mirrored_rows, self.opened_source = len(history), mirror_source(self.path)
         return history, as_read(history).then(history.refresh()), None
 
     def _position(self, history: LossHistory) -> int:
@@ -63,8 +88,8 @@ class HistoryMirror:
 
     def due(self, history: LossHistory, update: HistoryUpdate) -> bool:
         """Whether the mirror should be written after this read (see the module's policy)."""
-        if update.reset:
-            self.mirrored_to = None                # the history was replaced or shrank: its mirror is not it
+        if update.reset:                           # the history was replaced or shrank: its mirror is not it
+            self.mirrored_to = self.mirrored_rows = self.mirrored_offset = None
         if history.error is not None or history.format is None:
             return False
         size = self._position(history)
@@ -80,6 +105,7 @@ class HistoryMirror:
         why = save_mirror(history)
         if why is None:
             self.mirrored_to, self.failed_at = size, None
+            self.mirrored_rows, self.mirrored_offset = len(history), history._offset
             return None
         if why.cache_failed:
             self.failed_at = size
@@ -88,4 +114,49 @@ class HistoryMirror:
 
     def keep_up(self, history: LossHistory, update: HistoryUpdate) -> MirrorNote | None:
         """After a read: write the mirror when it is due; the note when that failed."""
-        return self.save(history) if self.due(history, update) else None
+        self.just_saved = False
+        if not self.due(history, update):
+            return None
+        note = self.save(history)
+        self.just_saved = self.mirrored_offset == history._offset and note is None
+        return note
+
+    # -- the spike detector kept beside the mirror --------------------------------------
+    def _detector_path(self) -> Path:
+        mirror = mirror_path(self.path)
+        return mirror.with_name(mirror.name + DETECTOR_SUFFIX)
+
+    def load_detector(self, history: LossHistory, window: int, k: float) -> "SpikeDetector | None":
+        """The spike detector kept with the mirror this open used, carried on from the rows
+        the mirror holds; None when there is none for this mirror, window and k."""
+        if self.mirrored_rows is None or self.opened_source is None:
+            return None
+        from rundir.spikes import SpikeDetector
+
+        try:
+            kept = json.loads(self._detector_path().read_bytes())
+            state = kept["state"]
+            if kept["source"] != self.opened_source or state["rows"] != self.mirrored_rows or \
+                    (state["window"], state["k"]) != (window, float(k)):
+                return None
+            return SpikeDetector.from_state_dict(state, history.step, history.loss)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def save_detector(self, history: LossHistory, detector: "SpikeDetector") -> None:
+        """Keep ``detector`` beside the mirror when it read exactly what the mirror holds (no
+        byte of the history past it). Nothing is said when it cannot be written: the mirror's
+        own note says what is wrong with the cache."""
+        state = detector.state_dict()
+        if self.mirrored_rows is None or history._offset != self.mirrored_offset or \
+                state["rows"] != self.mirrored_rows or len(history) != self.mirrored_rows or \
+                sum(len(state[name]) for name in detector._STATE_COLUMNS) > MAX_DETECTOR_ITEMS:
+            return
+        source = mirror_source(self.path)
+        if source is None:
+            return
+        try:
+            atomic_write_bytes(self._detector_path(), json.dumps({"source": source, "state": state}).encode(),
+                               durable=False)         # a torn one fails to parse, and is not used
+        except (OSError, ValueError):
+            pass

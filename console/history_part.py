@@ -107,11 +107,12 @@ class HistoryPart:
              prev: HistoryView | None) -> HistoryView:
         """The history's view after reading what was appended; its notices go to ``notices``.
         ``prev`` (the last view) is returned again when nothing it shows changed."""
-        if self._opened:
-            update, notes = self.history.refresh(), []
-        else:
+        opened_now = not self._opened
+        if opened_now:
             update, notes = self._open()
             self._opened = True
+        else:
+            update, notes = self.history.refresh(), []
         h = self.history
         saved = self.mirror.keep_up(h, update)
         for note in notes + ([saved] if saved is not None else []):
@@ -148,7 +149,14 @@ class HistoryPart:
         elif not h.torn_tail:
             self._torn_reported = 0
         self._torn_seen = h.torn_tail
+        restored = None
+        if opened_now:                          # the spike scan of the rows the mirror holds, kept beside it
+            restored = self.mirror.load_detector(h, *self.findings.params(config))
+            if restored is not None:
+                self.findings.detector = restored
         found = self.findings.update(h, update, config, now, notices, first)
+        if (opened_now and restored is None or self.mirror.just_saved) and self.findings.detector is not None:
+            self.mirror.save_detector(h, self.findings.detector)
         if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
                 and not found:
             return prev

@@ -22,9 +22,11 @@ from rundir.atomic import ENOSPC_AFTER_ENV
 from rundir.cache_dir import CACHE_ENV, mirror_path
 from rundir.history import LossHistory
 from rundir.layout import LOSS_JSON
+from rundir.spikes import SpikeDetector, find_spikes
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 COLUMNS = ("step", "loss", "tokens", "time")
+WINDOW, K = 8, 3.0                      # spikes are common in the short histories below
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +58,13 @@ def same(a: dict[str, list], b: dict[str, list]) -> bool:
 
 
 def read(run: Path, **kw) -> RunReader:
-    return RunReader(run, now=lambda: 2e9, free_space=lambda _: 1 << 40, **kw)
+    return RunReader(run, now=lambda: 2e9, free_space=lambda _: 1 << 40, spike_window=WINDOW, spike_k=K, **kw)
+
+
+def spikes_of(path: Path) -> tuple:
+    history = LossHistory(path)
+    history.refresh()
+    return tuple(find_spikes(history.step, history.loss, WINDOW, K))
 
 
 operations = st.lists(st.tuples(st.sampled_from(["append", "append torn", "truncate", "flip", "rewrite", "replace"]),
@@ -81,7 +89,8 @@ def test_the_console_shows_a_fresh_parse_whatever_is_done_behind_the_mirror(tmp_
         data = path.read_bytes()
         if how.startswith("append"):
             with open(path, "ab") as fh:
-                fh.write(b"".join(step_line(first + i, None if i == 3 else 1.5) for i in range(count)))
+                fh.write(b"".join(step_line(first + i, None if i == 3 else 9.0 if i % 7 == 5 else 1.5 + i / 100)
+                                  for i in range(count)))
                 if how == "append torn":
                     fh.write(step_line(first + count)[:9])
         elif how == "truncate":
@@ -105,7 +114,10 @@ def test_the_console_shows_a_fresh_parse_whatever_is_done_behind_the_mirror(tmp_
             # a history to be appended to only (DESIGN.md); the next one started checks them.
             watching = read(run)
         assert same(shown(watching), truth), how
-        assert same(shown(read(run)), truth), how
+        fresh = read(run)
+        assert same(shown(fresh), truth), how
+        # The spikes too, the fresh console's carried on from the detector kept with the mirror.
+        assert watching.snapshot.history.spikes == fresh.snapshot.history.spikes == spikes_of(path), how
         assert same(dict(zip(("step", "tokens", "loss"), read_series([("r", run)]).series[0][1:])), truth), how
 
 
@@ -154,3 +166,24 @@ def test_a_cache_that_cannot_be_written_breaks_nothing_and_is_said_once(tmp_path
     assert main([str(run), "--once"]) == 0
     out = capsys.readouterr().out
     assert out.count(note.text()) == 1 and "2,001 steps" in out
+
+
+def test_the_spike_scan_is_kept_with_the_mirror_and_carried_on(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / LOSS_JSON
+    path.write_bytes(b"".join(step_line(s, 9.0 if s % 97 == 50 else 2.0 + (s % 5) / 10) for s in range(3000)))
+    first = read(run).read()[0].history.spikes
+    assert len(first) > 10 and first == spikes_of(path)
+    with open(path, "ab") as fh:
+        fh.write(b"".join(step_line(s, 9.0 if s == 3005 else 2.0) for s in range(3000, 3010)))
+    scanned = []
+    real_read = SpikeDetector._read
+    monkeypatch.setattr(SpikeDetector, "_read", lambda self, steps, losses: (scanned.append(len(steps)),
+                                                                             real_read(self, steps, losses)))
+    again = read(run).read()[0].history.spikes
+    assert scanned == [10]                      # only the lines appended since the mirror
+    assert again == spikes_of(path) and len(again) == len(first) + 1
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "another-cache"))        # no mirror: a whole scan
+    scanned.clear()
+    assert read(run).read()[0].history.spikes == again and scanned == [3010]
