@@ -2,9 +2,10 @@
 
 :class:`HistoryPart` holds the incremental reader (:class:`rundir.LossHistory`: opened
 through the history's mirror in the user's cache, or handed over by the start-up prefetch
-when there is one, :mod:`console.history_mirror`), keeps the mirror up as the history
-grows and says, once, when it was rebuilt or could not be written; it says what each read found (skipped lines, a
-torn tail, non-finite steps, new events) as notices, feeds the history findings (spikes,
+when there is one, :mod:`console.history_mirror`), keeps the mirror (and the spike scan
+beside it) up as the history grows and says, once, when the mirror was rebuilt or could
+not be written; it says what each read found (skipped lines, a torn tail, non-finite
+steps, new events) as notices, feeds the history findings (spikes,
 resume checks, ETA) and makes the :class:`~console.model.snapshot.HistoryView` the panes
 show: where the run is (its head), its speed over the current segment, its columns.
 """
