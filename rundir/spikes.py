@@ -243,8 +243,9 @@ class SpikeDetector:
         detector = cls(state["window"], state["k"])
         read = np.asarray(losses[:rows], np.float64)
         ok = np.isfinite(read)
-        detector._finite.extend(read[ok])
-        detector._finite_steps.extend(np.asarray(steps[:rows], np.int64)[ok])
+        # Taken as they are (fresh arrays, this detector's alone), not copied once more.
+        detector._finite.adopt(read[ok])
+        detector._finite_steps.adopt(np.asarray(steps[:rows], np.int64)[ok])
         if len(detector._finite) != int(state["finite"]) or rows - len(detector._finite) != len(state["nonfinite"]):
             return None
         for name in cls._STATE_COLUMNS:
@@ -268,6 +269,10 @@ class _Growing:
 
     def view(self) -> np.ndarray:
         return self._data[: self._n]
+
+    def adopt(self, values: np.ndarray) -> None:
+        """Become ``values``, an array no one else holds (so it is not copied)."""
+        self._data, self._n = values, len(values)
 
     def extend(self, values: np.ndarray) -> None:
         need = self._n + len(values)
