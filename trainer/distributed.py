@@ -85,6 +85,10 @@ class Ranks:
         if not self.distributed:
             return
         import torch.distributed as dist
+        # Imported before the group exists (see close()): its functions take ``group=group.WORLD``
+        # as a default argument, bound when the module is first imported (DDP imports it lazily),
+        # which would keep the default group alive until the interpreter is torn down.
+        import torch.distributed.nn.functional  # noqa: F401
         backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
         dist.init_process_group(backend)
         if dist.get_world_size() != self.world_size or dist.get_rank() != self.rank:
@@ -92,10 +96,25 @@ class Ranks:
                              f"the environment {self.rank} of {self.world_size}")
 
     def close(self) -> None:
+        """Leave the process group and end its worker threads, while the interpreter is whole.
+
+        A gloo worker thread drops its reference to a finished collective after the caller has
+        been woken; when the caller's tensor is gone by then, the work's destructor must take the
+        GIL to release the tensor's Python object. If that happens once the interpreter has
+        begun to finalize, the thread is ended inside a C++ destructor and the process aborts
+        ("terminate called without an active exception", SIGABRT, so torchrun fails the run).
+        The group's destructor joins its threads, so the group must really be destroyed here:
+        nothing may still reference it (``destroy_process_group`` only forgets it). DDP holds it
+        through the model's reference cycles (collected first), and torch.distributed.nn's
+        default arguments would hold it had they been bound after init (see :meth:`init`)."""
         if self.distributed:
+            import gc
+
             import torch.distributed as dist
+            gc.collect()
             if dist.is_initialized():
                 dist.destroy_process_group()
+            gc.collect()
 
     def device(self, device: str) -> str:
         """The device of this rank: ``cuda`` becomes ``cuda:LOCAL_RANK`` (one GPU per process)."""

@@ -297,3 +297,23 @@ def test_flat_adamw_under_ddp_gets_the_averaged_gradient_in_its_flat_buffers(tmp
     for rank, diff, scale, params_are_the_buffer, ranks_agree, hooked_equal in results:
         assert diff <= 1e-6 * max(scale, 1.0), (rank, diff, scale)    # the mean of the halves = the whole batch
         assert params_are_the_buffer and ranks_agree and hooked_equal
+
+
+def test_every_rank_ends_its_process_group_threads_before_it_exits(trainer_run, tmp_path):
+    """The teardown that aborted a rank at exit ("terminate called without an active
+    exception", SIGABRT): a gloo worker thread that releases a finished collective after the
+    interpreter has begun to finalize cannot take the GIL and is ended inside a C++
+    destructor. The trainer must destroy its process group (joining gloo's threads) before
+    it returns: nothing may keep the group alive past destroy_process_group()."""
+    run = trainer_run("teardown")
+    out = tmp_path / "threads"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={NPROC}",
+           "-m", "tests.trainer.ddp_teardown", str(out), str(run), "--max-steps", "20"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for rank in range(NPROC):
+        report = json.loads((out / f"rank{rank}.json").read_text())
+        assert report["status"] == 0
+        assert report["after"] == report["before"], f"rank {rank}: threads left: {report}"
+        assert not any("gloo" in name for name in report["after"])
