@@ -5,8 +5,8 @@
                  [--fresh-bandit] [--skip-batches N] [--seed N] [--threads N] [--nproc N]
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) it trains with DistributedDataParallel, one
-process per device: see :mod:`trainer.distributed`. ``--nproc N`` replaces this process
-with ``torchrun --standalone --nproc_per_node N -m trainer`` and the same arguments.
+process per device: see :mod:`trainer.distributed`. ``--nproc N`` (and ``--nnodes``) makes
+this process the workers' launcher, torchrun's agent in process: see :mod:`trainer.launch`.
 
 Everything that could be wrong with the input (run.toml, the arms' data, the
 checkpoint, another trainer on the directory) is checked *before* anything in the run
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -37,7 +36,7 @@ from rundir.checkpoint import arrays_checksum
 from rundir.layout import LOSS_JSON
 from rundir.retention import finish_interrupted_prune
 from trainer.determinism import configure
-from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
+from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks
 from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
 from trainer.outputs import RunOutputs
 from trainer.args import PROG, build_parser
@@ -60,15 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: --dry-run goes with --prune (see --help)", file=sys.stderr)
         return 2
     ranks = Ranks.from_env()
-    if args.nproc > 1 and "LOCAL_RANK" not in os.environ:      # not yet under torchrun: become it
-        cmd = torchrun_command(strip_nproc(sys.argv[1:] if argv is None else argv), args.nproc)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # torchrun's agent has no SIGUSR1 handler: the default action would end it and the run.
-        # Ignored across exec, a SIGUSR1 that reaches every process (scancel --full, or
-        # JOB.STEP) reaches only the workers, which install their own handlers.
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-        os.execv(cmd[0], cmd)
+    if (args.nproc > 1 or args.nnodes) and "LOCAL_RANK" not in os.environ:     # the launcher of the workers
+        if bool(args.nnodes) != bool(args.rdzv_endpoint and args.rdzv_id):
+            print(f"{PROG}: --nnodes, --rdzv-endpoint and --rdzv-id go together (see --help)", file=sys.stderr)
+            return 2
+        from trainer.launch import launch
+
+        return launch(args.run_dir, sys.argv[1:] if argv is None else argv, args.nproc, args.nnodes,
+                      args.rdzv_endpoint, args.rdzv_id)
     if ranks.distributed:
         return _main_distributed(args, ranks)
     run_dir = Path(args.run_dir)

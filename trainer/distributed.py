@@ -36,7 +36,6 @@ travels as bytes in uint8 tensors.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -286,27 +285,3 @@ class NullOutputs:
         if name.startswith("_"):
             raise AttributeError(name)
         return lambda *args, **kwargs: None
-
-
-# ---- andrea-train --nproc N ----
-
-def torchrun_command(argv: Sequence[str], nproc: int) -> list[str]:
-    """``python -m torch.distributed.run --standalone --nproc_per_node N -m trainer ARGV``:
-    the command that ``andrea-train --nproc N`` replaces itself with (``--standalone``:
-    a private rendezvous on a free port, so several runs on one machine never collide)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "trainer", *argv]
-
-
-def strip_nproc(argv: Sequence[str]) -> list[str]:
-    """``argv`` without ``--nproc N`` / ``--nproc=N``."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--nproc":
-            skip = True
-        elif not arg.startswith("--nproc="):
-            out.append(arg)
-    return out

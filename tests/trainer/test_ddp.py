@@ -205,31 +205,62 @@ def test_signals_to_the_recorded_process_and_the_console_checkpoint_pivot_and_st
     assert "trainer failed" not in (run / "trainer.log").read_text()
 
 
-def test_sigterm_to_the_torchrun_agent_stops_every_rank_at_one_step(trainer_run):
+def start_launcher(run_dir: Path, *flags: str) -> subprocess.Popen:
+    """``andrea-train RUN --nproc 2``: this process is the workers' launcher (torchrun's agent)."""
+    return subprocess.Popen([sys.executable, "-m", "trainer", str(run_dir), "--nproc", str(NPROC), *flags], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_the_launcher_passes_sigusr1_to_rank_0_and_a_stop_to_every_rank_and_exits_0(trainer_run):
+    """SIGUSR1 and SIGTERM sent to the launcher (as scancel --full or --signal=B: reaches a batch
+    script's exec'd process): one checkpoint and training goes on; then one checkpoint at one
+    step, every worker and the launcher exit 0 (torchrun itself exits 1 after a SIGTERM)."""
     run = trainer_run("agent-signalled")
-    proc = start_torchrun(run, "--checkpoint-every", "100000")
+    proc = start_launcher(run, "--checkpoint-every", "100000")
     try:
         wait_for(lambda: last_step(run) >= 10, timeout=120, what="10 steps")
         workers = psutil.Process(proc.pid).children()
         assert len(workers) == NPROC
-        # torchrun forwards SIGTERM to every worker (and exits non-zero itself: its own
-        # SignalException); the workers agree on one step, checkpoint once and exit.
+        record, _ = read_trainer_record(run)
+        assert record.launcher_pid == proc.pid and record.pid in {w.pid for w in workers}
+        # Each worker is in a session of its own: nothing sent to the launcher's reaches it.
+        assert {os.getsid(w.pid) for w in workers} == {w.pid for w in workers}
+        os.kill(proc.pid, signal.SIGUSR1)
+        [usr1] = wait_for(lambda: events(run, "checkpoint"), what="the SIGUSR1 checkpoint")
+        assert usr1["reason"] == "signal" and inspect_checkpoint(run / usr1["path"]).status == "complete"
+        wait_for(lambda: last_step(run) >= usr1["step"] + 10, what="training after SIGUSR1")
+        assert proc.poll() is None and all(w.is_running() for w in workers)
         os.kill(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
         stop_process(proc)
-    gone, alive = psutil.wait_procs(workers, timeout=30)
+    assert proc.returncode == 0, err[-3000:]          # 0 only if every worker exited 0
+    _, alive = psutil.wait_procs(workers, timeout=30)
     assert not alive
-    # The only traceback is the agent's own SignalException: no worker failed.
-    assert err.count("Traceback (most recent call last)") == 1 and "SignalException" in err, err[-3000:]
-    assert "trainer failed" not in err and "RankDesync" not in err
-    [checkpoint] = events(run, "checkpoint")
-    assert checkpoint["reason"] == "signal" and checkpoint["step"] == last_step(run)
-    assert inspect_checkpoint(run / checkpoint["path"]).status == "complete"
+    assert "Traceback" not in err and "trainer failed" not in err, err[-3000:]
+    checkpoints = events(run, "checkpoint")
+    assert [c["step"] for c in checkpoints] == [usr1["step"], last_step(run)]
+    assert checkpoints[-1]["reason"] == "signal" and inspect_checkpoint(run / checkpoints[-1]["path"]).status == "complete"
     assert events(run, "stop")[-1]["reason"] == "signal"
-    assert {e["step"] for e in events(run, "signal")} == {last_step(run)}
+    assert {e["step"] for e in events(run, "signal") if e["signal"] == "SIGTERM"} == {last_step(run)}
     assert not (run / ".trainer.json").exists()
     assert f"stopped (signal) at step {last_step(run)}" in (run / "trainer.log").read_text()
+
+
+def test_a_worker_killed_fails_the_launcher(trainer_run):
+    """A run that did not stop cleanly must not look as if it had: a worker killed by SIGKILL
+    ends the launcher with a failure (the other worker is stopped)."""
+    run = trainer_run("worker-killed")
+    proc = start_launcher(run, "--checkpoint-every", "100000")
+    try:
+        wait_for(lambda: last_step(run) >= 10, timeout=120, what="10 steps")
+        victim = next(w for w in psutil.Process(proc.pid).children() if w.pid != read_trainer_record(run)[0].pid)
+        victim.kill()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 1, err[-3000:]
+    assert "exited with code -9" in err
 
 
 def _ddp_flat_adamw(rank: int, init_file: str, queue) -> None:
