@@ -43,7 +43,7 @@ from trainer.args import PROG, build_parser
 from trainer.preflight import BAD_INPUT, Plan, plan_and_lock, plan_run
 from trainer.progress import Progress
 from trainer.resume import build_state
-from trainer.signals import SignalFlags
+from trainer.signals import RequestWatch, SignalFlags
 from trainer.state import TrainingState, flat_moments, flat_weights
 from trainer.train import train
 
@@ -154,6 +154,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
         configure(plan.threads, plan.device)
         progress = Progress(run_dir, plan.config.run.log_every)
+        signals.watch_requests(RequestWatch(run_dir, record, progress.message))   # a console on any node
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
         out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step)
         if stale:

@@ -17,13 +17,13 @@ and every decision taken once and agreed by every rank:
   ``p.grad``; the flat weights stay the parameters' storage). Beyond two ranks the
   gradients are summed in rank order (:func:`_rank_ordered_mean`), so that a resumed
   process rounds exactly as one that never stopped.
-- **Signals.** torchrun forwards SIGTERM and SIGINT to its workers, not SIGUSR1 (which
-  kills the torchrun agent: its default action). So ``.trainer.json`` names rank 0's
-  worker process, and that is the process the console signals. A signal reaches one
-  rank or all of them at different moments; at every step boundary the ranks
-  all-reduce (MAX) their flags ``[SIGUSR1, SIGTERM, SIGINT]``, so they checkpoint and
-  stop at the same step (PyTorch Lightning's DDP SIGTERM deadlock, its issue 20806,
-  came from ranks acting on a signal alone).
+- **Signals.** ``.trainer.json`` names rank 0's worker process. A signal reaches one rank
+  or all of them at different moments (the launcher, :mod:`trainer.launch`, passes SIGTERM
+  and SIGINT to every worker of its node and SIGUSR1 to rank 0; the console signals rank
+  0, or writes ``.checkpoint_request.json``, which rank 0 takes); at every step boundary
+  the ranks all-reduce (MAX) their flags ``[checkpoint, SIGTERM, SIGINT]``, so they
+  checkpoint and stop at the same step (PyTorch Lightning's DDP SIGTERM deadlock, its
+  issue 20806, came from ranks acting on a signal alone).
 - **Writes.** Rank 0 alone holds the lock and writes: checkpoints, sidecars,
   ``trainer.log``, ``.trainer.json``. Other ranks get :class:`NullOutputs`; while rank 0
   writes a checkpoint they wait in the next flag all-reduce, which is the barrier.
@@ -43,7 +43,7 @@ from typing import Any, Sequence
 import orjson
 import torch
 
-from trainer.signals import CHECKPOINT_SIGNALS, STOP_SIGNALS, SignalFlags, SignalRequests
+from trainer.signals import CHECKPOINT_SIGNALS, STOP_SIGNALS, RequestWatch, SignalFlags, SignalRequests
 
 SIGNAL_ORDER = tuple(s.name for s in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS))   # SIGUSR1, SIGTERM, SIGINT
 
@@ -230,6 +230,12 @@ class AgreedSignals:
     def __init__(self, flags: SignalFlags, ranks: Ranks):
         self.flags = flags
         self.ranks = ranks
+        self.requests: RequestWatch | None = None
+
+    def watch_requests(self, watch: RequestWatch) -> None:
+        """Rank 0 (the writer): also take ``.checkpoint_request.json`` at step boundaries; a
+        request it takes reaches every rank through the agreement, as a SIGUSR1 does."""
+        self.requests = watch
 
     @property
     def stop_pending(self) -> bool:
@@ -243,13 +249,16 @@ class AgreedSignals:
         return self.flags.mark()
 
     def take(self, until: int | None = None) -> SignalRequests:
+        if self.requests is not None:
+            self.requests.poll(self.flags)
         local = self.flags.take(until)
         if not self.ranks.distributed:
             return local
-        seen = [1 if name in local.names else 0 for name in SIGNAL_ORDER]
+        # [checkpoint (a SIGUSR1 or a request), SIGTERM, SIGINT]
+        seen = [1 if local.checkpoint else 0] + [1 if name in local.names else 0 for name in SIGNAL_ORDER[1:]]
         agreed = self.ranks._all_reduce(seen, "MAX", torch.int64)
         # This rank's own signals in arrival order, then those only other ranks received.
-        names = list(local.names) + [n for n, a in zip(SIGNAL_ORDER, agreed) if a and n not in local.names]
+        names = list(local.names) + [n for n, a, mine in zip(SIGNAL_ORDER, agreed, seen) if a and not mine]
         return SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
 
     def install(self) -> "AgreedSignals":
