@@ -68,4 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(c10d rendezvous at --rdzv-endpoint)")
     p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="with --nnodes: where the launchers meet")
     p.add_argument("--rdzv-id", metavar="ID", help="with --nnodes: the job's rendezvous id (e.g. the SLURM job id)")
+    p.add_argument("--local-addr", metavar="ADDR", help="with --nnodes: the address the other nodes reach this one at "
+                                                        "(default: this host's name)")
     return p

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.launch import launch
 
         return launch(args.run_dir, sys.argv[1:] if argv is None else argv, args.nproc, args.nnodes,
-                      args.rdzv_endpoint, args.rdzv_id)
+                      args.rdzv_endpoint, args.rdzv_id, args.local_addr)
     if ranks.distributed:
         return _main_distributed(args, ranks)
     run_dir = Path(args.run_dir)

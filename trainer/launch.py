@@ -40,7 +40,7 @@ from rundir.trainer_record import process_start
 
 FORWARDED_STOP = (signal.SIGTERM, signal.SIGINT)
 # Flags of andrea-train that configure the launcher, not the workers: (flag, takes a value).
-LAUNCHER_FLAGS = ("--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id")
+LAUNCHER_FLAGS = ("--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id", "--local-addr")
 # torch's handlers (which raise SignalException and end the agent) only for these: the
 # launcher answers SIGTERM, SIGINT and SIGUSR1 itself.
 TORCH_HANDLED = "SIGHUP,SIGQUIT"
@@ -61,12 +61,14 @@ def worker_argv(argv: Sequence[str]) -> list[str]:
 
 
 def torchrun_arguments(argv: Sequence[str], nproc: int, nnodes: str | None = None, endpoint: str | None = None,
-                       rdzv_id: str | None = None) -> list[str]:
+                       rdzv_id: str | None = None, local_addr: str | None = None) -> list[str]:
     """torchrun's command line for these workers: ``--standalone`` on one node (a private
     rendezvous on a free port, so several runs on one machine never collide), else a c10d
-    rendezvous at ``endpoint`` shared by every node's launcher."""
+    rendezvous at ``endpoint`` shared by every node's launcher (``local_addr``: where the
+    others reach this node, when its host name does not say)."""
     where = ["--standalone"] if not nnodes else [
-        f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}"]
+        f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={rdzv_id}",
+        *([f"--local-addr={local_addr}"] if local_addr else [])]
     return [*where, f"--nproc_per_node={nproc}", "-m", "trainer", *worker_argv(argv)]
 
 
@@ -171,14 +173,14 @@ def _records(run_dir: str, pid: int) -> bool:
 
 
 def launch(run_dir: str, argv: Sequence[str], nproc: int, nnodes: str | None = None, endpoint: str | None = None,
-           rdzv_id: str | None = None) -> int:
+           rdzv_id: str | None = None, local_addr: str | None = None) -> int:
     """Run the workers under the agent in this process; the launcher's exit status."""
     import torch.distributed.elastic.rendezvous.registry as rdzv_registry
     from torch.distributed.elastic.agent.server.api import WorkerSpec
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.run import config_from_args, parse_args
 
-    args = parse_args(torchrun_arguments(argv, nproc, nnodes, endpoint, rdzv_id))
+    args = parse_args(torchrun_arguments(argv, nproc, nnodes, endpoint, rdzv_id, local_addr))
     if args.standalone:                     # as torchrun does it (torch.distributed.run.run)
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     config, entrypoint, entry_args = config_from_args(args)

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import psutil
+import pytest
 import torch
 
 from tests.trainer.trainer_runs import (ROOT, events, run_trainer, step_lines, stop_process, wait_for,
@@ -261,6 +264,81 @@ def test_a_worker_killed_fails_the_launcher(trainer_run):
         stop_process(proc)
     assert proc.returncode == 1, err[-3000:]
     assert "exited with code -9" in err
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_node(node: str, run_dir: Path, port: int, *flags: str) -> subprocess.Popen:
+    """One node of two, simulated: a launcher (``--nnodes 2``, one process) in a UTS namespace
+    whose host name is ``node``; the two meet at a c10d rendezvous on the loopback."""
+    cmd = [sys.executable, "-m", "trainer", str(run_dir), "--nproc", "1", "--nnodes", "2",
+           "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"sim-{port}", "--local-addr", "127.0.0.1", *flags]
+    return subprocess.Popen(["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', node, *cmd], cwd=ROOT,
+                            env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def console_on(node: str, run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', node, *CONSOLE, str(run_dir),
+                           *flags], cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="simulating two nodes needs unshare --uts, as root")
+def test_two_nodes_checkpoint_from_the_other_node_stop_and_resume_exactly(trainer_run):
+    """Two launchers with --nnodes 2, each on a "node" of its own (a UTS namespace with its own
+    host name; the record names rank 0's). The console on the other node cannot verify or
+    signal rank 0; its --checkpoint is a request in the shared directory, which rank 0 takes.
+    A SIGTERM to the other node's launcher stops every rank at one step, and both launchers
+    exit 0. Resumed on two nodes again, the run reaches the bytes of one that never stopped."""
+    run = trainer_run("two-nodes")
+    port = free_port()
+    nodes = {name: start_node(name, run, port, "--checkpoint-every", "100000") for name in ("node0", "node1")}
+    try:
+        wait_for(lambda: read_trainer_record(run)[0] is not None and last_step(run) >= 10, timeout=180,
+                 what="two nodes training")
+        record, _ = read_trainer_record(run)
+        assert record.world_size == 2 and record.host in nodes
+        other = next(name for name in nodes if name != record.host)
+        r = console_on(other, run, "--checkpoint", "--timeout", "120")
+        assert r.returncode == 0, r.stderr
+        assert "not verifiable from this host" in r.stderr and ".checkpoint_request.json" in r.stderr
+        assert Path(r.stdout.strip()).exists() and not (run / ".checkpoint_request.json").exists()
+        [requested] = [e for e in events(run, "signal") if e["signal"] == "checkpoint request"]
+        nodes[other].send_signal(signal.SIGTERM)
+        outs = {name: proc.communicate(timeout=120) for name, proc in nodes.items()}
+    finally:
+        for proc in nodes.values():
+            stop_process(proc)
+    for name, proc in nodes.items():
+        assert proc.returncode == 0, f"{name}: {outs[name][1][-3000:]}"
+    stopped_at = last_step(run)
+    assert [c["step"] for c in events(run, "checkpoint")] == [requested["step"], stopped_at]
+
+    steps = ("--max-steps", str(stopped_at + 50))
+    port = free_port()
+    nodes = {name: start_node(name, run, port, *steps) for name in ("node0", "node1")}
+    try:
+        outs = {name: proc.communicate(timeout=300) for name, proc in nodes.items()}
+    finally:
+        for proc in nodes.values():
+            stop_process(proc)
+    for name, proc in nodes.items():
+        assert proc.returncode == 0, f"{name}: {outs[name][1][-3000:]}"
+    resume = events(run, "resume")[-1]
+    assert resume["from_step"] == stopped_at and resume["exact"] and resume["world_size"] == 2
+
+    straight = trainer_run("straight")          # one node, two processes, never stopped
+    r = subprocess.run([sys.executable, "-m", "trainer", str(straight), "--nproc", str(NPROC), *steps], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    name = f"step_{stopped_at + 50:06d}.bin"
+    assert (run / name).read_bytes() == (straight / name).read_bytes()
 
 
 def _ddp_flat_adamw(rank: int, init_file: str, queue) -> None:
