@@ -17,7 +17,8 @@ from textual.widgets import Static
 from .dashboard import FULL_FROM, PANES
 
 KEYS = [
-    ("c", "checkpoint now: SIGUSR1 to the verified trainer; the event log says when the checkpoint lands"),
+    ("c", "checkpoint now: SIGUSR1 to the verified trainer (to one of several processes: a request in the run "
+          "directory, which rank 0 takes); the event log says when the checkpoint lands"),
     ("s", "stop cleanly: asks first (y/Enter confirms, any other key cancels), then SIGTERM; the trainer "
           "writes a final checkpoint and exits"),
     ("p", "polish pivot: edit caps and floors, ctrl+s runs the six steps (asks before the stop), "
