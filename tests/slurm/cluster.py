@@ -5,7 +5,8 @@ once per test session by the ``slurm`` fixture and shut down after it; a cluster
 was already running (a developer's) is used as it is and left running.
 
 Three nodes: this host, in the default partition ``debug``, and two simulated nodes
-``n1`` and ``n2`` in the partition ``two``. Each simulated node is a ``slurmd`` of its own
+``n1`` and ``n2`` in the partition ``two`` (hidden: ``sinfo`` shows it with ``-a``, and a
+job names it; so a plain ``sinfo`` still sees one node's state). Each simulated node is a ``slurmd`` of its own
 in a UTS namespace of its own, whose host name is the node's name, listening on a port of
 its own (``NodeAddr=127.0.0.1``): a job step there sees the node's host name, as on a
 machine of its own. (Debian's build lacks ``--enable-multiple-slurmd``, which would let
@@ -47,7 +48,7 @@ UP = ("idle", "mixed", "allocated")
 
 def node_states() -> dict[str, str]:
     """Every node's state, by name (empty when the scheduler does not answer)."""
-    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True)
+    r = subprocess.run(["sinfo", "-a", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True)
     if r.returncode != 0:
         return {}
     return dict(line.split()[:2] for line in r.stdout.splitlines() if len(line.split()) >= 2)
@@ -106,7 +107,7 @@ KillWait=30
 NodeName={host} CPUs={os.cpu_count()} RealMemory=20000 State=UNKNOWN
 {simulated}
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-PartitionName={TWO_PARTITION} Nodes={",".join(TWO_NODES)} MaxTime=INFINITE State=UP
+PartitionName={TWO_PARTITION} Nodes={",".join(TWO_NODES)} MaxTime=INFINITE State=UP Hidden=YES
 """)
     Path("/etc/slurm/cgroup.conf").unlink(missing_ok=True)   # 22.05: without it slurmd starts
     for node in (host, *TWO_NODES):

@@ -217,6 +217,9 @@ exec {sys.executable} -m trainer {run} --checkpoint-every 100000
         assert limited.status == "complete" and limited.step == last_logged(run)
         r = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
+        # A requeued job is eligible two minutes later (SLURM's delay for the node's cleanup):
+        # here it may start now.
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True, timeout=60)
         wait_for(lambda: len(events(run, "resume")) == 1 and last_logged(run) > limited.step + 20, timeout=180,
                  what="the requeued job training")
         job, _ = query_job(job_id)
