@@ -36,7 +36,8 @@ FUZZ_EXAMPLES ?= 10000
 SOAK_TMP ?= /tmp/andrea-soak
 soak: install
 	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:xdist -q \
-		--basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py
+		--basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py \
+		tests/console/test_plot_any_float.py
 
 screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from dataclasses import asdict, dataclass
@@ -23,6 +24,8 @@ from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 from rundir.spikes import DEFAULT_WINDOW
 
 from .findings import spike_text
+from rundir.text import strict_json_value
+
 from .format import LINE_LIMIT, printable
 from .views import RunSnapshot
 
@@ -44,6 +47,7 @@ class Alert:
     key: str
     step: int | None = None
     ended_pid: int | None = None
+    count: int = 1                      # the problems it stands for (see gathered_by_kind)
 
     def to_json(self, run_dir: str, time: float) -> dict:
         """What ``--notify`` gets on stdin."""
@@ -138,6 +142,33 @@ def current_alerts(snap: RunSnapshot) -> list[Alert]:
     return out
 
 
+# How a kind's problems are named when several are raised as one alert.
+KIND_NOUNS = {"zombie": "zombie arms", "spike": "loss spikes", "nonfinite": "runs of non-finite loss",
+              "resume": "diverged resumes", "exit": "trainer ends", "checkpoint": "failed checkpoints",
+              "divergence": "divergence stops", "stall": "stalls", "disk": "disk problems"}
+LISTED = 3                             # the problems an alert names before it counts the rest
+
+
+def gathered_by_kind(alerts: list[Alert]) -> list[Alert]:
+    """One alert per kind and level: several problems of a kind (2,000 arms whose data is
+    gone) are one alert that names the first few and counts the rest, so they ring one bell
+    and run ``--notify`` once. Order of first appearance is kept."""
+    groups: dict[tuple[str, str], list[Alert]] = {}
+    for alert in alerts:
+        groups.setdefault((alert.kind, alert.level), []).append(alert)
+    out = []
+    for (kind, level), members in groups.items():
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        named = "; ".join(a.text for a in members[:LISTED])
+        more = f"; and {len(members) - LISTED:,} more" if len(members) > LISTED else ""
+        steps = [a.step for a in members if a.step is not None]
+        out.append(Alert(kind, level, f"{len(members):,} {KIND_NOUNS.get(kind, kind)}: {named}{more}",
+                         f"{members[0].key}+{len(members) - 1}", min(steps) if steps else None, count=len(members)))
+    return out
+
+
 # Kinds that are facts of the history's past: a console that starts on a run raises
 # them only as they happen, not for what was there before it looked.
 HISTORY_KINDS = frozenset({"spike", "nonfinite", "resume"})
@@ -157,7 +188,7 @@ class AlertTracker:
         active = self._active or set()
         new = [a for a in alerts if a.key not in active and not (first and a.kind in HISTORY_KINDS)]
         self._active = {a.key for a in alerts}
-        return [a for a in new if self.first_of_its_end(a)]
+        return gathered_by_kind([a for a in new if self.first_of_its_end(a)])
 
     def first_of_its_end(self, alert: Alert) -> bool:
         """False when ``alert`` reports the end of a trainer that an earlier alert reported."""
@@ -173,6 +204,7 @@ class AlertTracker:
 _SAID_BY_ALERTS = ("disk nearly FULL", "trainer STALLED", "checkpoint FAILED", "trainer stopped: the run diverged",
                    "zombie arm", f"{LOSS_JSON}: ")
 _NONFINITE_SUFFIX = "non-finite loss value(s)"
+_MANY_ZOMBIES = re.compile(r"[\d,]+ zombie arms: ")
 
 
 def _recent(alert: Alert, last_step: int | None, window: int) -> bool:
@@ -187,15 +219,16 @@ def check_report(snap: RunSnapshot) -> tuple[int, list[str]]:
     window = snap.config.alerts.window if snap.config is not None else DEFAULT_WINDOW
     last = snap.history.last_step
     lines, levels = [], set()
-    for alert in current_alerts(snap):
-        if _recent(alert, last, window):
-            levels.add(alert.level)
-            lines.append(f"{alert.level}: {alert.text}")
-        else:
-            lines.append(f"past: {alert.text}")
+    alerts = current_alerts(snap)
+    recent = [alert for alert in alerts if _recent(alert, last, window)]
+    for alert in gathered_by_kind(recent):
+        levels.add(alert.level)
+        lines.append(f"{alert.level}: {alert.text}")
+    lines.extend(f"past: {alert.text}" for alert in gathered_by_kind([a for a in alerts if not _recent(a, last, window)]))
     for problem in snap.problems():
         said = problem.startswith(_SAID_BY_ALERTS) and (not problem.startswith(f"{LOSS_JSON}: ")
-                                                        or _NONFINITE_SUFFIX in problem)
+                                                        or _NONFINITE_SUFFIX in problem) \
+            or _MANY_ZOMBIES.match(problem) is not None
         if not said:
             levels.add("warning")
             lines.append(f"warning: {problem}")
@@ -209,7 +242,7 @@ def run_notify(argv: list[str], payload: dict, timeout: float = NOTIFY_TIMEOUT_S
     """Run ``argv`` (no shell) with ``payload`` as JSON on stdin; None when it exited 0,
     else one line saying what went wrong (missing, failed, hung: killed with its group
     after ``timeout`` seconds). Never raises for what the command does."""
-    data = (json.dumps(payload, default=str) + "\n").encode()
+    data = (json.dumps(strict_json_value(payload), default=str) + "\n").encode()
     name = printable(argv[0] if argv else "", 80)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

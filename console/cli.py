@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
 from rundir.config import MIN_WINDOW
 from rundir.runs import is_runs_dir
-from rundir.text import printable
+from rundir.text import printable, strict_json_value
 
 from .format import X_AXES
 from .prefetch import start_history_prefetch
@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cap", action="append", default=[], metavar="ARM=X", help="--pivot: new cap of ARM")
     p.add_argument("--floor", action="append", default=[], metavar="ARM=Y", help="--pivot: new floor of ARM")
     p.add_argument("--drop", action="append", default=[], metavar="ARM", help="--pivot: drop ARM from run.toml")
-    p.add_argument("--yes", action="store_true", help="--pivot, --rollback: do not ask before stopping the trainer")
+    p.add_argument("--yes", action="store_true", help="--pivot, --rollback: do not ask before stopping the trainer; with them and --start, "
+                        "run run.toml's launch command without asking when another user wrote run.toml")
     p.add_argument("--start", action="store_true",
                    help="launch andrea-train RUN_DIR (or run.toml's run.launch) detached, output to "
                         "RUN_DIR/trainer.log, then open the dashboard")
@@ -155,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.start and (args.once or args.json or args.checkpoint or args.stop or args.check):
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)
-    if (args.cap or args.floor or args.drop) and not args.pivot or args.yes and not (args.pivot or args.rollback):
-        return _fail("--cap, --floor, --drop and --yes go with --pivot (--yes also with --rollback)", EXIT_USAGE)
+    if (args.cap or args.floor or args.drop) and not args.pivot or \
+            args.yes and not (args.pivot or args.rollback or args.start):
+        return _fail("--cap, --floor, --drop and --yes go with --pivot (--yes also with --rollback and --start)",
+                     EXIT_USAGE)
     if (args.to is not None or args.skip_batches is not None) and not args.rollback:
         return _fail("--to and --skip-batches go with --rollback", EXIT_USAGE)
     bad_path = run_dir_problem(run_dir, may_create=args.start)
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         return _pivot(run_dir, args)
     child = None
     if args.start:
-        child, code = _start(run_dir, args.preset, list(args.sbatch) if args.slurm else None)
+        child, code = _start(run_dir, args.preset, list(args.sbatch) if args.slurm else None, _asker(args))
         if code:
             return code
     open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window, stall_after=args.stall_after,
@@ -271,7 +274,7 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         return code
     if args.json:
-        sys.stdout.write(json.dumps(to_json(snap, now), indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
                                      options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
@@ -359,18 +362,21 @@ def _rollback(run_dir: Path, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _start(run_dir: Path, preset: str | None, sbatch_args: list[str] | None = None):
+def _start(run_dir: Path, preset: str | None, sbatch_args: list[str] | None,
+           confirm_launch: Callable[[str], bool]):
     """Start the trainer (locally, or as a SLURM job with ``sbatch_args``); ``(child, exit code)``."""
     from rundir import verify_trainer
 
-    from .supervise import start_trainer
+    from .supervise import LaunchRefused, start_trainer
 
     v = verify_trainer(run_dir)
     if v.ok:
         print(f"andrea-console: a trainer already runs {run_dir} (pid {v.record.pid}); attaching", file=sys.stderr)
         return None, 0
     try:
-        launch = start_trainer(run_dir, preset, sbatch_args=sbatch_args)
+        launch = start_trainer(run_dir, preset, sbatch_args=sbatch_args, confirm_launch=confirm_launch)
+    except LaunchRefused as err:
+        return None, _fail(str(err), EXIT_REFUSED)
     except OSError as err:
         return None, _fail(f"cannot start the trainer: {err}", EXIT_REFUSED)
     if launch.job_id is not None:

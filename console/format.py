@@ -56,14 +56,16 @@ def storage_text(storage: "Storage") -> str:
 def format_size(n: int | None) -> str:
     if n is None:
         return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}" if n < 1e6 else f"{n:.3g} {unit}"
         n /= 1024
-    return f"{n:.1f} GiB"
+    return "-"
 
 
 def format_age(seconds: float | None) -> str:
+    """A duration: ``45s``, ``3m07s``, ``2h05m``, ``4d03h``; "in the future" for a negative one
+    (a time recorded ahead of this machine's clock)."""
     if seconds is None or not math.isfinite(seconds):
         return "-"
     if seconds < 0:
@@ -80,17 +82,44 @@ def format_age(seconds: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
-def format_rate(x: float | None, unit: str) -> str:
-    if x is None or not math.isfinite(x):
+def format_ago(seconds: float | None) -> str:
+    """How long ago something happened: ``3m07s ago``, or ``2m00s in the future`` when its
+    time is ahead of this machine's clock (never "in the future ago")."""
+    if seconds is None or not math.isfinite(seconds):
         return "-"
+    return f"{format_age(seconds)} ago" if seconds >= 0 else f"{format_age(-seconds)} in the future"
+
+
+def format_uptime(seconds: float | None) -> str:
+    """How long a process has run: ``2h05m``; when its recorded start is ahead of this
+    machine's clock, that is said instead of a negative duration."""
+    if seconds is not None and math.isfinite(seconds) and seconds < 0:
+        return f"- (started {format_age(-seconds)} in the future)"
+    return format_age(seconds)
+
+
+def format_rate(x: float | None, unit: str) -> str:
+    """``12.5 steps/s``; "-" when unknown or negative (a count that went back is no speed)."""
+    if x is None or not math.isfinite(x) or x < 0:
+        return "-"
+    x += 0.0                            # -0.0 reads 0.0
+    if x >= 1e9:
+        return f"{x:.3g} {unit}/s"
     if x >= 10_000:
         return f"{x / 1000:,.1f}k {unit}/s"
     return f"{x:,.1f} {unit}/s"
 
 
 def format_float(x: float | None, fmt: str = ".4f") -> str:
-    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+    """``x`` in ``fmt``; in 4 significant digits when that would be longer than 12 characters
+    (a value no trainer writes, 1e308, must not widen a column to 300 digits)."""
+    if x is None or not math.isfinite(x):
+        return "-"
+    text = format(x, fmt)
+    return text if len(text) <= 12 else f"{x:.4g}"
 
 
 def format_pct(x: float | None) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+    if x is None or not math.isfinite(100 * x):
+        return "-"
+    return f"{100 * x:.1f}%" if abs(100 * x) < 1e6 else f"{100 * x:.3g}%"

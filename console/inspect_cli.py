@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rundir import CheckpointError, checkpoint_path, latest_resumable
 from rundir.inspect import inspect_file
-from rundir.text import printable
+from rundir.text import printable, strict_json_value
 
 from .inspect_format import render_report
 
@@ -68,7 +68,7 @@ def run_inspect(run_dir: Path, args: argparse.Namespace) -> int:
         if show is not None:
             sys.stderr.write("\r\x1b[K")
     if args.json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
+        sys.stdout.write(json.dumps(strict_json_value(report.to_json()), indent=2, allow_nan=False) + "\n")
     else:
         sys.stdout.write(render_report(report))
     return EXIT_OK

@@ -25,13 +25,15 @@ def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int]
         return fail(f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})", 2)
     if args.once or args.json:
         from rundir.run_summary import summarize_runs
+        from rundir.text import strict_json_value
 
         from .overview_report import overview_json, render_overview_text
 
         now = time.time()
         summaries, listing = summarize_runs(root, now, stall_after=args.stall_after)
         if args.json:
-            sys.stdout.write(json.dumps(overview_json(root, summaries, listing, now), indent=2, default=str) + "\n")
+            sys.stdout.write(json.dumps(strict_json_value(overview_json(root, summaries, listing, now)), indent=2,
+                                         default=str) + "\n")
         else:
             sys.stdout.write(render_overview_text(root, summaries, listing, now, width=max(40, args.width)))
         return 1 if listing.error else 0

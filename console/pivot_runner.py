@@ -182,6 +182,7 @@ class PivotRunner(JournalledRunner):
                           report=lambda text: self.report("6", text),
                           launching=f"launching the trainer from {checkpoint.name} with a fresh bandit ...",
                           awaited="the pivot", step="step 6", timeout=self.timeout, cancelled=self.cancelled,
+                          confirm_launch=self.confirm,
                           retry="run the pivot again to retry step 6, or roll it back with --pivot-rollback")
         self._file_finished_journal(journal, PIVOT_RECORD, p)
         self.report("6", f"running again from step {p}, bandit fresh under the new policy")

@@ -38,14 +38,32 @@ MARKER_PRIORITY = {"checkpoint": 0, "resume": 1, "rewind": 2, "pivot": 3, "rollb
 # Markers the legend names only when the plot shows one (they are rare).
 RARE_MARKERS = frozenset({"rewind", "spike", "nonfinite", "rollback"})
 ABANDONED_STYLE = "grey30"      # the steps a rollback abandoned, dimmed
+# The largest magnitude the plot draws. Spans and means of values up to it stay finite in
+# float64 (1e308 - -1e308 overflows), so no tick, label or column can overflow; a value
+# beyond it (no trainer writes one, a file can hold one) is left out like a non-finite one,
+# and the plot says how many.
+PLOT_LIMIT = 1e300
+# The wall clock the time axis can name: Unix seconds from 1970 to the end of year 9999.
+CLOCK_RANGE = (0.0, 253_402_300_799.0)
+
+
+def beyond_limit(values: np.ndarray) -> np.ndarray:
+    """Which values are finite but too large in magnitude to plot (see PLOT_LIMIT)."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (np.abs(values) > PLOT_LIMIT)
+
+
+def beyond_note(count: int) -> str:
+    return f"{count:,} value(s) beyond ±{PLOT_LIMIT:.0e} not plotted" if count else ""
 
 
 def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (0.0, 0.0)
                  ) -> tuple[np.ndarray, tuple[float, float]]:
     """Debiased EMA of ``values`` (``beta`` = weight of the past, 0 = no smoothing).
 
-    Non-finite values are skipped: the result is ``num / den`` where ``num`` is the EMA of
-    ``x * valid`` and ``den`` the EMA of ``valid``, both started at 0, which is Adam-style
+    Non-finite values, and values beyond :data:`PLOT_LIMIT`, are skipped: the result is
+    ``num / den`` where ``num`` is the EMA of ``x * valid`` and ``den`` the EMA of
+    ``valid``, both started at 0, which is Adam-style
     bias correction and NaN-skipping at once. ``carry`` is ``(num, den)`` after the values
     that came before, so the line can be extended without recomputing it; the new carry
     is returned. Vectorised in blocks short enough that ``beta ** -block`` cannot overflow.
@@ -54,6 +72,15 @@ def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (
     n = len(x)
     if n == 0:
         return np.empty(0), carry
+    valid = np.isfinite(x) & ~beyond_limit(x)     # what the plot leaves out, the line skips too
+    if not valid.all():
+        x = np.where(valid, x, np.nan)
+    scale = _ema_scale(x, carry)
+    if scale != 1.0:
+        # The EMA is linear: over values large enough for the blocks' cumulative sums to
+        # overflow (up to PLOT_LIMIT), it is taken of the values scaled down, and scaled back.
+        out, (num, den) = ema_debiased(x / scale, beta, (carry[0] / scale, carry[1]))
+        return out * scale, (num * scale, den)
     if beta <= 0.0:
         out = np.where(np.isfinite(x), x, np.nan)
         last = out[np.isfinite(out)]
@@ -77,6 +104,15 @@ def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(den_out > 0, num_out / np.where(den_out > 0, den_out, 1.0), np.nan)
     return out, (num, den)
+
+
+def _ema_scale(x: np.ndarray, carry: tuple[float, float]) -> float:
+    """1.0 for values of any plausible size; else a power of two near the largest finite
+    magnitude (with the carried EMA's), so that scaled values stay within +-2."""
+    finite = x[np.isfinite(x)]
+    biggest = max(float(np.abs(finite).max()) if len(finite) else 0.0,
+                  abs(carry[0] / carry[1]) if carry[1] > 0 and math.isfinite(carry[0] / carry[1]) else 0.0)
+    return 1.0 if biggest <= 1e100 else math.ldexp(1.0, math.frexp(biggest)[1] - 1)
 
 
 @dataclass
@@ -152,7 +188,7 @@ def x_values(kind: str, steps: np.ndarray, tokens: np.ndarray | None, times: np.
         return np.maximum.accumulate(tokens.astype(np.float64)), "tokens"
     if kind == "time" and times is not None and len(times):
         x = np.fmax.accumulate(times)
-        if np.isfinite(x).all():
+        if np.isfinite(x).all() and CLOCK_RANGE[0] <= x[0] and x[-1] <= CLOCK_RANGE[1]:
             return x, "time"
     return steps, "step"
 
@@ -190,6 +226,7 @@ class Canvas:
     empty_reason: str = ""
     x_axis: str = "step"
     dim: np.ndarray | None = None       # the abandoned steps' dots (a rollback), drawn dimmed
+    note: str = ""                      # said under the plot: what it could not draw
 
 def plot_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent],
                  rewinds: Iterable[int] = ()) -> list[Marker]:
@@ -212,6 +249,8 @@ def finding_markers(spikes: Iterable[Spike], nonfinite_steps: Iterable[int]) -> 
 
 
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
+    """The y of each value: the value (or its log10), NaN where it cannot be plotted."""
+    values = np.where(beyond_limit(values), np.nan, np.asarray(values, dtype=np.float64))
     if not log_y:
         return values
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -268,6 +307,7 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     x0, x1 = float(s[0]), float(s[-1])
     if x1 <= x0:
         x1 = x0 + 1.0
+    canvas.note = beyond_note(int(beyond_limit(loss[first:]).sum()))
     y_raw = _to_y(loss[first:], options.log_y)
     y_smooth = _to_y(smooth[first:], options.log_y) if smooth is not None else None
     env_dim = None
@@ -283,7 +323,8 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     show = env_raw if options.show_raw or env_smooth is None else env_smooth
     finite = show.filled
     if not finite.any():
-        canvas.empty_reason = "no finite loss to plot" + (" (log-y needs loss > 0)" if options.log_y else "")
+        canvas.empty_reason = canvas.note or \
+            "no finite loss to plot" + (" (log-y needs loss > 0)" if options.log_y else "")
         return canvas
     y0, y1 = float(np.nanmin(show.lo)), float(np.nanmax(show.hi))
     for extra in (env_smooth, env_dim):
@@ -324,12 +365,16 @@ def _braille(grid: np.ndarray, width: int, height: int) -> np.ndarray:
 
 def format_value(v: float, log_y: bool = False) -> str:
     if log_y:
-        v = 10 ** v
+        v = _pow10(v)
     if not math.isfinite(v):
         return str(v)
     if v != 0 and (abs(v) >= 1e4 or abs(v) < 1e-3):
         return f"{v:.2e}"
     return f"{v:.4g}"
+
+
+def _pow10(e: float) -> float:
+    return 10.0 ** e if e < 308.25 else math.inf
 
 
 def nice_ticks(lo: float, hi: float, most: int) -> list[float]:
@@ -338,9 +383,15 @@ def nice_ticks(lo: float, hi: float, most: int) -> list[float]:
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or most < 1:
         return []
     raw = (hi - lo) / most
+    if not (math.isfinite(raw) and raw > 0):
+        return []                  # a span beyond float64 or below its resolution: no round values
     base = 10.0 ** math.floor(math.log10(raw))
+    if base == 0.0:
+        return []                  # a span of subnormals: below any round value's resolution
     for mult in (1, 2, 5, 10, 20):
         step = mult * base
+        if not math.isfinite(step):
+            break
         first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
         if last - first + 1 <= most:
             return [round(k * step, 12) for k in range(first, last + 1)]
@@ -350,17 +401,21 @@ def nice_ticks(lo: float, hi: float, most: int) -> list[float]:
 def y_labels(y0: float, y1: float, rows: int, log_y: bool = False) -> dict[int, str]:
     """The y axis's labels: round values (1, 2 or 5 x 10^n apart; in log-y, round losses),
     each on the text row nearest to it. Row 0 is the top (``y1``)."""
+    if not (math.isfinite(y0) and math.isfinite(y1)):
+        return {}
     if rows < 2 or y1 <= y0:
         return {0: format_value(y1, log_y)} if rows >= 1 else {}
     most = max(2, min(5, (rows + 1) // 2))
     if log_y:
         # Powers of ten when two fit, else round losses (those crowd at the top of a log axis,
-        # and the crowded ones are left out).
-        positions = [(float(e), 10.0 ** e) for e in range(math.ceil(y0), math.floor(y1) + 1)]
+        # and the crowded ones are left out). Exponents past float64's (a padded axis around
+        # 1e300) name no value.
+        lo, hi = max(y0, -323.0), min(y1, 308.0)
+        positions = [(float(e), 10.0 ** e) for e in range(math.ceil(lo), math.floor(hi) + 1) if e < 308]
         if len(positions) > most:
-            positions = [(e, 10.0 ** e) for e in nice_ticks(y0, y1, most) if e == int(e)]
-        if len(positions) < 2:
-            positions = [(math.log10(v), v) for v in nice_ticks(10.0 ** y0, 10.0 ** y1, most) if v > 0]
+            positions = [(e, 10.0 ** e) for e in nice_ticks(lo, hi, most) if e == int(e) and e < 308]
+        if len(positions) < 2 and hi > lo:
+            positions = [(math.log10(v), v) for v in nice_ticks(10.0 ** lo, _pow10(hi), most) if v > 0]
     else:
         positions = [(v, v) for v in nice_ticks(y0, y1, most)]
     labels: dict[int, str] = {}
@@ -372,7 +427,13 @@ def y_labels(y0: float, y1: float, rows: int, log_y: bool = False) -> dict[int, 
 
 
 def format_step(step: float) -> str:
+    if not math.isfinite(step):
+        return str(step)
+    if abs(step) >= 1e12:
+        return f"{step:.2e}"                # no trainer runs this long; a file can say so
     step = int(round(step))
+    if step >= 1_000_000_000:
+        return f"{step / 1e9:.2f}G"
     if step >= 1_000_000:
         return f"{step / 1e6:.2f}M"
     if step >= 10_000:
@@ -383,8 +444,11 @@ def format_step(step: float) -> str:
 def format_x(value: float, axis: str, span: float) -> str:
     """An x-axis label: a step, a token count, or a wall-clock time (local)."""
     if axis == "time":
-        return time.strftime("%m-%d %H:%M" if span > 86400 else "%H:%M:%S" if span < 600 else "%H:%M",
-                             time.localtime(value))
+        try:
+            return time.strftime("%m-%d %H:%M" if span > 86400 else "%H:%M:%S" if span < 600 else "%H:%M",
+                                 time.localtime(value))
+        except (OverflowError, ValueError, OSError):
+            return f"t={value:.3g}"         # not a time this machine's clock can name
     return format_step(value)
 
 
@@ -431,15 +495,17 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
         else:
             runs.append((ch, st))
     lines.append(runs)
-    lines.append([(" " * label_width + _x_labels(canvas.x0, canvas.x1, w, canvas.x_axis), axis_style)])
+    lines.append([(" " * label_width + _x_labels(canvas.x0, canvas.x1, w, canvas.x_axis, canvas.note),
+                   "yellow" if canvas.note else axis_style)])
     return lines
 
 
-def _x_labels(x0: float, x1: float, w: int, axis: str = "step") -> str:
-    """The x axis' labels line: left, middle (when it fits) and right, in the axis' unit."""
+def _x_labels(x0: float, x1: float, w: int, axis: str = "step", note: str = "") -> str:
+    """The x axis' labels line: left, middle (when it fits) and right, in the axis' unit; a
+    ``note`` (what the plot left out) takes the middle's place."""
     span = x1 - x0
     left, right = format_x(x0, axis, span), format_x(x1, axis, span)
-    mid = format_x((x0 + x1) / 2, axis, span)
+    mid = note[: max(0, w - len(left) - len(right) - 4)] if note else format_x((x0 + x1) / 2, axis, span)
     axis = [" "] * w
     for pos, lab in ((0, left), (max(0, (w - len(mid)) // 2), mid), (max(0, w - len(right)), right)):
         if w >= len(left) + len(mid) + len(right) + 4 or lab is not mid:
@@ -488,6 +554,7 @@ class Overlay:
     x1: float = 1.0
     log_y: bool = False
     empty_reason: str = ""
+    note: str = ""                      # what it could not draw
 
 
 def build_overlay(series: list[tuple[np.ndarray, np.ndarray]], width: int, height: int,
@@ -505,9 +572,10 @@ def build_overlay(series: list[tuple[np.ndarray, np.ndarray]], width: int, heigh
     if x1 <= x0:
         x1 = x0 + 1.0
     envs = [envelope(x, _to_y(y, log_y), x0, x1, px_cols) for x, y in series]
+    overlay.note = beyond_note(sum(int(beyond_limit(y).sum()) for _, y in series))
     filled = [e for e in envs if e.filled.any()]
     if not filled:
-        overlay.empty_reason = "no finite loss to plot" + (" (log-y needs loss > 0)" if log_y else "")
+        overlay.empty_reason = overlay.note or "no finite loss to plot" + (" (log-y needs loss > 0)" if log_y else "")
         return overlay
     y0 = min(float(np.nanmin(e.lo)) for e in filled)
     y1 = max(float(np.nanmax(e.hi)) for e in filled)
@@ -549,5 +617,6 @@ def render_overlay_runs(overlay: Overlay, styles: tuple[str, ...] = SERIES_STYLE
             start = end
         lines.append(runs)
     lines.append([(" " * (label_width - 1) + "└" + "─" * w, axis_style)])
-    lines.append([(" " * label_width + _x_labels(overlay.x0, overlay.x1, w), axis_style)])
+    lines.append([(" " * label_width + _x_labels(overlay.x0, overlay.x1, w, note=overlay.note),
+                   "yellow" if overlay.note else axis_style)])
     return lines

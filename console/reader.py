@@ -23,6 +23,7 @@ import numpy as np
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.abandoned import head_rows
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
 from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stall_threshold
@@ -108,9 +109,8 @@ def current_segment(h: LossHistory) -> tuple[slice, float]:
         if not math.isfinite(since) or (math.isfinite(t) and t >= since):
             start_step, since = step, (t if math.isfinite(t) else -math.inf)
     steps = h.step
-    head = h.head_step if h.head_step is not None else h.last_step
     lo = int(np.searchsorted(steps, start_step, side="left"))
-    hi = int(np.searchsorted(steps, head, side="right")) if head is not None else len(steps)
+    hi = head_rows(steps, h.head_step)
     return slice(max(lo, hi - 2 * RATE_STEPS), max(lo, hi)), since
 
 
@@ -474,8 +474,14 @@ class RunReader:
                 and not found:
             return prev
         loss = h.loss
-        last_loss = _last_finite(loss)
+        # Where the run is: its head (the step of the newest step line), not the largest step,
+        # which after a rollback or a resume from an older checkpoint belongs to an earlier
+        # segment whose steps have not been run again yet.
+        rows = head_rows(h.step, h.head_step)
+        head = int(h.step[rows - 1]) if rows else None
+        last_loss = _last_finite(loss[:rows])
         tokens = h.tokens
+        tokens_now = int(tokens[rows - 1]) if rows and tokens[rows - 1] >= 0 else None
         # Rates from the current segment's tail only: the cost of a read must not grow with
         # the history, and a pause before a resume is no part of any rate.
         tail, since = current_segment(h)
@@ -483,11 +489,11 @@ class RunReader:
         silent = silent_rewinds(h)
         steps_per_s = rate_per_s(h.step[tail].astype(np.float64), t_tail, since)
         return HistoryView(
-            version=self._history_version, format=h.format, n_steps=len(h), last_step=h.last_step,
-            last_loss=last_loss, tokens=int(tokens[-1]) if len(tokens) and tokens[-1] >= 0 else None,
-            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, h.last_step, steps_per_s),
+            version=self._history_version, format=h.format, n_steps=len(h), last_step=head,
+            last_loss=last_loss, tokens=tokens_now, steps_ahead=len(h) - rows,
+            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, head, steps_per_s),
             tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
-            if len(tokens) and tokens[-1] >= 0 else None,
+            if tokens_now is not None else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),

@@ -65,17 +65,23 @@ def last_log_line(run_dir: Path) -> str:
 def relaunch_and_wait(run_dir: Path, journal: Any, save: Callable[[], None], extra_args: Sequence[str], *,
                       arrived: Callable[[LossHistory], bool], report: Callable[[str], None], launching: str,
                       awaited: str, step: str, retry: str, timeout: float,
-                      cancelled: Callable[[], bool] = lambda: False) -> None:
+                      cancelled: Callable[[], bool] = lambda: False,
+                      confirm_launch: Callable[[str], bool] | None = None) -> None:
     """Launch ``andrea-train RUN_DIR EXTRA_ARGS`` (under run.toml's ``run.launch``, SLURM
     included) unless an earlier attempt's launch runs or may still come up, and wait until
     the trainer runs verified and ``arrived(history)``. ``journal.relaunch`` is recorded
     through ``save``. Raises :class:`StepFailed` (``step``: its name in messages; ``retry``:
-    what the operator does next) when the trainer exits instead, or nothing arrives in time."""
+    what the operator does next) when the trainer cannot be launched or exits instead, or
+    nothing arrives in time. ``confirm_launch`` is asked before an untrusted run.toml's launch
+    command runs (:func:`console.supervise.untrusted_launch`)."""
     def launch():
         report(launching)
         journal.relaunch = {"time": time.time()}
         save()
-        started = supervise.start_trainer(run_dir, extra_args=list(extra_args))
+        try:
+            started = supervise.start_trainer(run_dir, extra_args=list(extra_args), confirm_launch=confirm_launch)
+        except OSError as err:
+            raise StepFailed(f"{step}: {err}; {retry}") from None
         journal.relaunch = {**journal.relaunch,
                             **({"pid": started.child.pid} if started.child else {"job_id": started.job_id})}
         save()

@@ -18,7 +18,7 @@ from rich.console import Console
 from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK
 
-from .format import (LINE_LIMIT, format_age, format_float, format_pct, format_rate, format_size, printable,
+from .format import (LINE_LIMIT, format_age, format_ago, format_float, format_pct, format_rate, format_size, format_uptime, printable,
                      printable_block, slurm_text, stall_text, storage_text)
 from .findings import findings_json, findings_lines
 from .plot import PlotOptions, finding_markers, plot_markers, plot_text, plot_x
@@ -43,7 +43,7 @@ def trainer_line(snap: RunSnapshot, now: float) -> str:
         parts.append(f"pid {t.pid}")
     if t.state == "running":
         if t.started:
-            parts.append(f"up {format_age(now - t.started)}")
+            parts.append(f"up {format_uptime(now - t.started)}")
         parts.append(f"cpu {t.cpu_percent:.0f}%" if t.cpu_percent is not None else "cpu -")
         parts.append(f"rss {format_size(t.rss)}")
         parts.append(f"gpu {format_size(t.gpu_memory)}" if t.gpu_memory is not None else "gpu n/a")
@@ -116,10 +116,13 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append(f"step         {step} · loss {format_float(h.last_loss)} · "
                  f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
     newest = snap.newest_checkpoint
-    lines.append("checkpoint   " + (f"{printable(newest.path.name)} (step {newest.step:,}, {format_age(now - newest.mtime)} ago, {newest.status})"
+    lines.append("checkpoint   " + (f"{printable(newest.path.name)} (step {newest.step:,}, {format_ago(now - newest.mtime)}, {newest.status})"
                                     if newest else "none usable"))
     lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
                  f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
+    if h.steps_ahead:
+        lines.append(f"             {h.steps_ahead:,} step(s) after step {h.last_step:,} are an earlier segment's, "
+                     "not run again yet (dimmed on the plot)")
     lines.extend(findings_lines(h))
     lines.append("config       " + ("run.toml ok" if snap.config is not None
                                     else printable(snap.config_error or "-", LINE_LIMIT)))
@@ -132,7 +135,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
             plot_text(h.step, h.loss, width, plot_height, opts,
                       plot_markers(snap.checkpoints, snap.history.events, h.silent_rewinds)
                       + finding_markers(h.spikes, h.nonfinite_steps),
-                      abandoned=abandoned_mask(h.step, h.time_column, h.events), x=x, x_axis=axis))
+                      abandoned=abandoned_mask(h.step, h.time_column, h.events, h.last_step), x=x, x_axis=axis))
         rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
             e.event == EVENT_ROLLBACK for e in h.events) else ""
         rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
@@ -199,7 +202,8 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                     "cpu_percent": t.cpu_percent, "rss": t.rss, "gpu_memory": t.gpu_memory, "argv": list(t.argv),
                     "stalled": t.stalled, "stalled_for": t.stalled_for, "stall_threshold": t.stall_threshold,
                     "slurm": t.slurm},
-        "history": {"format": h.format, "steps": h.n_steps, "last_step": h.last_step, "last_loss": _num(h.last_loss),
+        "history": {"format": h.format, "steps": h.n_steps, "last_step": h.last_step, "steps_ahead": h.steps_ahead,
+                    "last_loss": _num(h.last_loss),
                     "tokens": h.tokens, "steps_per_s": _num(h.steps_per_s), "tokens_per_s": _num(h.tokens_per_s),
                     "events": len(h.events), "bad_lines": h.bad_lines, "problems": list(h.problems),
                     "nonfinite": h.nonfinite, "last_nonfinite_step": h.last_nonfinite_step,

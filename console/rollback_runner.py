@@ -92,9 +92,9 @@ class RollbackProposal:
 
 def newest_spike(history: LossHistory, window: int, k: float) -> Spike | None:
     """The newest loss spike of the history, or None; a spike among the steps an earlier
-    rollback abandoned is behind us, not a reason to go back again."""
+    rollback or resume left behind is not a reason to go back again."""
     spikes = find_spikes(history.step, history.loss, window, k)
-    abandoned = abandoned_mask(history.step, history.time, history.events)
+    abandoned = abandoned_mask(history.step, history.time, history.events, history.head_step)
     if abandoned is not None:
         index = np.searchsorted(history.step, [s.start for s in spikes])
         spikes = [s for s, i in zip(spikes, index) if not abandoned[i]]
@@ -113,9 +113,9 @@ def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) 
         raise RollbackError(f"--to {request.to_step!r}: expected a step number >= 0")
     info = choose_checkpoint(list_checkpoints(run_dir), spike_start=spike.start if spike else None,
                              margin=alerts.rollback_margin, to_step=request.to_step)
-    last = history.last_step
+    last = history.head_step
     if last is None or last <= info.step:
-        raise RollbackError(f"the history's newest step is {last}: nothing after step {info.step} to roll back")
+        raise RollbackError(f"the run is at step {last}: nothing after step {info.step} to roll back")
     if request.skip_batches is not None:
         skip = check_skip_batches(request.skip_batches)
     else:
@@ -191,7 +191,7 @@ class RollbackRunner(JournalledRunner):
             raise StepFailed("step 1: a trainer runs the directory again; run --rollback again to continue")
         history = LossHistory(self.run_dir / LOSS_JSON)
         history.refresh()
-        journal.from_step = history.last_step
+        journal.from_step = history.head_step
         journal.advance("stopped", f"newest step {journal.from_step}, final checkpoint {journal.final_step}")
         write_rollback_journal(self.run_dir, journal)
         final = f"; its final checkpoint at step {journal.final_step} is kept" if journal.final_step is not None else ""
@@ -223,6 +223,7 @@ class RollbackRunner(JournalledRunner):
                           launching=f"launching the trainer from {checkpoint.name} skipping "
                                     f"{journal.skip_batches} batches per arm ...",
                           awaited="the rollback", step="step 3", timeout=self.timeout, cancelled=self.cancelled,
+                          confirm_launch=self.confirm,
                           retry="run --rollback again to retry step 3")
         self._file_finished_journal(journal, ROLLBACK_RECORD, journal.to_step)
         self.report("3", f"running again from step {journal.to_step}")

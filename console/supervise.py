@@ -24,9 +24,10 @@ from typing import Callable, Sequence
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, latest_resumable,
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
+from rundir.identity import run_lock_holder
 from rundir.process import trainer_alive
 from rundir.history import read_history_tail
-from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOSS_JSON, TRAINER_LOG
+from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
 from rundir.text import printable
 
 POLL_S = 0.1
@@ -110,16 +111,51 @@ def sbatch_command(run_dir: str | os.PathLike[str], preset: str | None = None, e
             "--open-mode=append", *sbatch_args, f"--wrap=exec {shlex.join(trainer)}"]
 
 
+class LaunchRefused(OSError):
+    """Nothing was launched: a trainer holds the run's lock, or run.toml's launch command was
+    not confirmed."""
+
+
+def untrusted_launch(run_dir: str | os.PathLike[str]) -> str | None:
+    """Why run.toml's ``run.launch`` must be confirmed before it runs, or None. Operating a run
+    directory means trusting its run.toml: its launch command runs as whoever starts the
+    trainer. One that another user owns, or that anyone may write, is shown and asked about."""
+    path = Path(run_dir) / RUN_TOML
+    try:
+        if not load_run_config(run_dir).run.launch:
+            return None
+        st = os.stat(path)
+    except (ConfigError, OSError):
+        return None                         # no launch command: andrea-train itself runs
+    if st.st_uid != os.getuid():
+        return f"{RUN_TOML} belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
+    if st.st_mode & 0o002:
+        return f"{RUN_TOML} may be written by anyone (mode {st.st_mode & 0o777:o})"
+    return None
+
+
 def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None, extra_args: Sequence[str] = (),
-                  sbatch_args: Sequence[str] | None = None) -> Launch:
+                  sbatch_args: Sequence[str] | None = None,
+                  confirm_launch: Callable[[str], bool] | None = None) -> Launch:
     """Launch the trainer so that the console quitting never stops training: detached in its
     own session, stdout and stderr appended to ``RUN_DIR/trainer.log``; or, with
     ``sbatch_args`` (``--start --slurm``) or a ``run.launch`` that is an sbatch command line,
-    submitted as a SLURM job (raises ``OSError`` naming sbatch's complaint)."""
+    submitted as a SLURM job (raises ``OSError`` naming sbatch's complaint).
+
+    Raises :class:`LaunchRefused` when a trainer here holds the run's lock (a second one
+    would only be refused by it), or when run.toml's launch command is untrusted
+    (:func:`untrusted_launch`) and ``confirm_launch``, shown the command, does not say yes."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    holder = run_lock_holder(run_dir)
+    if holder is not None:
+        raise LaunchRefused(f"a trainer (pid {holder}) holds {run_dir / LOCK_FILE}: not starting a second one")
     cmd = sbatch_command(run_dir, preset, extra_args, sbatch_args) if sbatch_args is not None \
         else launch_command(run_dir, preset, extra_args)
+    if sbatch_args is None and (why := untrusted_launch(run_dir)) is not None:
+        question = f"{why}; run its launch command `{shlex.join(cmd)}`?"
+        if confirm_launch is None or not confirm_launch(question):
+            raise LaunchRefused(f"not launched: {why}, and its launch command `{shlex.join(cmd)}` was not confirmed")
     with open(run_dir / TRAINER_LOG, "ab") as log:
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} andrea-console --start: {shlex.join(cmd)}\n".encode())
         log.flush()

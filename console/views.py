@@ -95,8 +95,8 @@ class HistoryView:
     version: int                        # bumped at every change: the plot re-renders on it
     format: str | None
     n_steps: int
-    last_step: int | None
-    last_loss: float | None
+    last_step: int | None               # where the run is: the head (the newest step line's step)
+    last_loss: float | None             # the newest finite loss at or before the head
     tokens: int | None
     steps_per_s: float | None
     tokens_per_s: float | None
@@ -120,6 +120,9 @@ class HistoryView:
     # few steps it went back to, and how many times in all.
     silent_rewinds: tuple[int, ...] = ()
     silent_rewind_count: int = 0
+    # Steps after the head, left by an earlier segment (a rollback, a resume from an older
+    # checkpoint) and not run again yet: shown dimmed, never as where the run is.
+    steps_ahead: int = 0
 
 
 @dataclass(frozen=True)

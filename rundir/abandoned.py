@@ -1,6 +1,10 @@
-"""The steps a guided rollback abandoned: still in ``.loss.json`` (it is never rewritten)
-until the resumed trainer's lines for the same steps replace them. The plot dims them,
-and a second rollback does not go back for a spike among them."""
+"""The steps the run has left behind: still in ``.loss.json`` (it is never rewritten) until
+the current segment's lines for the same steps replace them. A guided rollback abandons
+the steps after its checkpoint; a resume from an older checkpoint (after a crash, a rewind
+by another engine) leaves the earlier segment's steps after the head until they are run
+again. None of them is where the run is: the status, ETA and rates speak of the head (the
+step of the newest step line), the plot dims them, and a rollback does not go back for a
+spike among them."""
 
 from __future__ import annotations
 
@@ -12,14 +16,27 @@ from .history import HistoryEvent
 from .layout import EVENT_ROLLBACK
 
 
-def abandoned_mask(steps: np.ndarray, times: np.ndarray | None, events: Iterable[HistoryEvent]) -> np.ndarray | None:
-    """The steps a rollback abandoned that no newer line has replaced yet: after a
-    ``rollback`` event from step F to step X, the lines of steps X+1..F written before it.
-    (The resumed trainer's lines for the same steps replace them as it goes.) None when
-    there are none."""
+def head_rows(steps: np.ndarray, head_step: int | None) -> int:
+    """How many rows (steps ascending) are at or before the head step: the rest lie ahead of
+    where the run is, left by an earlier segment."""
+    if head_step is None:
+        return len(steps)
+    return int(np.searchsorted(steps, head_step, side="right"))
+
+
+def abandoned_mask(steps: np.ndarray, times: np.ndarray | None, events: Iterable[HistoryEvent],
+                   head_step: int | None) -> np.ndarray | None:
+    """The steps left behind that no newer line has replaced yet: every step after the head
+    (``head_step``, the step of the newest step line), and after a ``rollback`` event from
+    step F to step X, the lines of steps X+1..F written before it. (The resumed trainer's
+    lines for the same steps replace them as it goes.) None when there are none."""
     mask = None
+    ahead = head_rows(steps, head_step)
+    if ahead < len(steps):
+        mask = np.zeros(len(steps), dtype=bool)
+        mask[ahead:] = True
     if times is None or len(times) != len(steps):
-        return None
+        return mask
     for ev in events:
         if ev.event != EVENT_ROLLBACK or ev.time is None:
             continue

@@ -19,6 +19,8 @@ from .config import ModelConfig, OptimizerConfig
 
 # A bare .bin's "tensors": pieces of the flat vector of this many values.
 BARE_TENSOR_VALUES = 1 << 20
+# A model config with more tensors than this is shown as chunks (andrea-120m has 207).
+MAX_MODEL_TENSORS = 100_000
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,13 @@ def model_layout(model: ModelConfig) -> list[TensorSlice]:
     return out
 
 
+def tensor_count(model: ModelConfig) -> int:
+    """How many tensors :func:`model_layout` lists for ``model``, without listing them."""
+    per_norm = 2 if model.bias else 1
+    per_layer = 2 * per_norm + 4 * per_norm            # two norms; four linears (weight, and bias)
+    return 2 + model.n_layer * per_layer + per_norm
+
+
 def chunk_layout(n_params: int, size: int = BARE_TENSOR_VALUES) -> list[TensorSlice]:
     """A flat vector with no model config: pieces of ``size`` values, named by their range."""
     return [TensorSlice(f"flat[{a}:{min(a + size, n_params)}]", (min(a + size, n_params) - a,), a)
@@ -93,14 +102,18 @@ def layout_of(info: CheckpointInfo) -> Layout:
     if not isinstance(model, dict):
         return Layout("chunks", chunks, "the .json has no model config: fixed-size chunks of the flat vector")
     try:
-        tensors = model_layout(_from_dict(ModelConfig, model))
+        model_config = _from_dict(ModelConfig, model)
     except (TypeError, ValueError) as err:
         return Layout("chunks", chunks, f"the .json's model config is unusable ({err}): fixed-size chunks")
-    total = sum(t.count for t in tensors)
+    # Counted before anything is built: a config from a file may name two million layers.
+    total, n_tensors = model_config.n_params(), tensor_count(model_config)
     if total != info.n_params:
         return Layout("chunks", chunks, f"the .json's model config has {total:,} parameters, the .bin "
                                         f"{info.n_params:,}: fixed-size chunks")
-    return Layout("model", tensors)
+    if n_tensors > MAX_MODEL_TENSORS:
+        return Layout("chunks", chunks, f"the .json's model config has {n_tensors:,} tensors (more than "
+                                        f"{MAX_MODEL_TENSORS:,} to list): fixed-size chunks")
+    return Layout("model", model_layout(model_config))
 
 
 @dataclass(frozen=True)

@@ -1248,9 +1248,11 @@ _FLAT_OBJECT = re.compile(rb"\{[^{}]*\}")
 
 @dataclass(frozen=True)
 class HistoryTail:
-    """The newest steps of a history (the last :data:`TAIL_BYTES` of the file), as columns
-    sorted by step, and its events in file order. ``complete`` is True when the whole file
-    fit in the tail (the columns are then the whole history)."""
+    """The newest steps of a history (the last :data:`TAIL_BYTES` of the file) up to where
+    the run is, as columns sorted by step, and its events in file order. ``complete`` is True
+    when the whole file fit in the tail (the columns are then the whole history). Steps after
+    the head (the step of the newest step line), an earlier segment's that the current one has
+    not run again, are not in the columns: ``steps_ahead`` counts them."""
 
     format: str | None
     step: np.ndarray
@@ -1264,6 +1266,7 @@ class HistoryTail:
     bad_lines: int = 0
     torn_tail: int = 0
     error: str | None = None
+    steps_ahead: int = 0
 
 
 def _empty_tail(**fields: Any) -> HistoryTail:
@@ -1309,13 +1312,16 @@ def read_history_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES)
     parsed = _tail_typed(pieces) if pieces else ([], [], 0)
     steps, events, bad_pieces = parsed if parsed is not None else _tail_careful(pieces)
     bad += bad_pieces
+    head = steps[-1][0] if steps else None
     steps.sort(key=lambda row: row[0])
     # The newest line for a step wins (a resumed run writes its steps again).
     unique = list({row[0]: row for row in steps}.values())
+    behind = [row for row in unique if row[0] <= head] if head is not None else unique
+    ahead, unique = len(unique) - len(behind), behind
     cols = list(zip(*unique)) if unique else [(), (), (), ()]
     return HistoryTail(fmt, np.array(cols[0], np.int64), np.array(cols[1], np.float64), np.array(cols[2], np.int64),
                        np.array(cols[3], np.float64), tuple(events), size=size, mtime=st.st_mtime,
-                       complete=start == 0, bad_lines=bad, torn_tail=torn)
+                       complete=start == 0, bad_lines=bad, torn_tail=torn, steps_ahead=ahead)
 
 
 def _tail_typed(pieces: list[bytes]) -> tuple[list[tuple[int, float, int, float]], list[HistoryEvent], int] | None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from .atomic import atomic_write_json, fsync_dir, remove_stale_temps
 from .checkpoint import CheckpointInfo, list_checkpoints, sidecar_path
+from .abandoned import head_rows
 from .history import LossHistory
 from .journal import (StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged,
                       write_staged)
@@ -137,13 +138,15 @@ def _duration(seconds: float) -> str:
 
 
 def lost_training(history: LossHistory, to_step: int, tokens_at_step: int | None = None) -> Loss:
-    """What rolling back to ``to_step`` loses, from the history's step, tokens and time columns."""
-    steps = history.step
+    """What rolling back to ``to_step`` loses, from the history's step, tokens and time columns,
+    up to where the run is (the head: steps an earlier segment left after it are lost already)."""
+    rows = head_rows(history.step, history.head_step)
+    steps = history.step[:rows]
     last = int(steps[-1]) if len(steps) else None
     if last is None or last <= to_step:
         return Loss(to_step, last, 0, 0, 0.0)
     at = int(np.searchsorted(steps, to_step, side="right")) - 1      # the line of to_step, or the one before
-    tokens_col, time_col = history.tokens, history.time
+    tokens_col, time_col = history.tokens[:rows], history.time[:rows]
     start_tokens = tokens_at_step if tokens_at_step is not None else (
         int(tokens_col[at]) if at >= 0 and tokens_col[at] >= 0 else None)
     tokens = int(tokens_col[-1]) - start_tokens if start_tokens is not None and tokens_col[-1] >= 0 else None

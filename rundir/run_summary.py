@@ -87,12 +87,14 @@ def _ema(loss: np.ndarray, beta: float = EMA_BETA) -> float | None:
 
 def rate_per_s(x: np.ndarray, t: np.ndarray, since: float = -math.inf) -> float | None:
     """Units (steps, tokens) per second over the newest ``RATE_STEPS`` rows timed at or
-    after ``since`` (None when time is unknown). The dashboard and the overview both say it."""
+    after ``since`` (None when time is unknown or the count went back). The dashboard and the
+    overview both say it."""
     ok = np.isfinite(t) & (x >= 0) & (t >= since)
     x, t = x[ok][-RATE_STEPS:], t[ok][-RATE_STEPS:]
     if len(t) < 2 or t[-1] <= t[0]:
         return None
-    return float(x[-1] - x[0]) / float(t[-1] - t[0])
+    rate = float(x[-1] - x[0]) / float(t[-1] - t[0])
+    return rate if math.isfinite(rate) and rate >= 0 else None      # a count that went back is no speed
 
 
 def eta_seconds(max_steps: int | None, last_step: int | None, steps_per_s: float | None) -> float | None:

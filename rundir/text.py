@@ -16,10 +16,10 @@ The rule, the same in both:
   its Python escape: ``\\n``, ``\\r``, ``\\x1b``, ``\\x9b``, ``\\u202e``, ``\\U000e0041``.
   These are the Unicode categories Cc (C0 controls with ESC, DEL, C1 controls), Cf
   (format controls: the bidi embeddings, overrides, isolates and marks, the zero width
-  space, soft hyphen, tag characters...), Cs (lone surrogates, from undecodable file
-  names) and Zl/Zp (the line and paragraph separators). The zero width joiner and
-  non-joiner (U+200D, U+200C) are kept: Indic and Persian words and emoji need them,
-  and they move no text. A backslash is shown as it is, so ``\\x1b`` on screen is
+  space, soft hyphen, tag characters...), Cs (lone surrogates: the bytes of a file name
+  that is not UTF-8, shown as those bytes, ``\\xff``) and Zl/Zp (the line and paragraph
+  separators). The zero width joiner and non-joiner (U+200D, U+200C) are kept: Indic and
+  Persian words and emoji need them, and they move no text. A backslash is shown as it is, so ``\\x1b`` on screen is
   either an escaped ESC or those four characters in the original.
 - a tab becomes spaces (to the next multiple of :data:`TAB_SIZE`);
 - everything else, accented and non-Latin letters included, is kept as it is;
@@ -62,11 +62,38 @@ def escape_char(ch: str) -> str:
     if short is not None:
         return short
     cp = ord(ch)
+    if 0xDC80 <= cp <= 0xDCFF:
+        # A byte of a file name that is not UTF-8 (Python's surrogateescape): its byte.
+        return f"\\x{cp - 0xDC00:02x}"
     if cp < 0x100:
         return f"\\x{cp:02x}"
     if cp < 0x10000:
         return f"\\u{cp:04x}"
     return f"\\U{cp:08x}"
+
+
+def strict_text(text: str) -> str:
+    """``text`` as valid Unicode: a name that is not UTF-8 reaches Python with its bad bytes
+    as lone surrogates (``"step_000500\\udcff.bin"``), which no UTF-8 encoder (orjson, jq's
+    input) accepts; each becomes the escape of its byte (``step_000500\\xff.bin``), or of
+    itself for another lone surrogate. Everything else is kept (JSON escapes it)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join(escape_char(ch) if unicodedata.category(ch) == "Cs" else ch for ch in text)
+
+
+def strict_json_value(value: object) -> object:
+    """``value`` (dicts, lists, strings, numbers) with every string and key made
+    :func:`strict_text`: what ``--json`` prints is strict UTF-8 whatever the run holds."""
+    if isinstance(value, str):
+        return strict_text(value)
+    if isinstance(value, dict):
+        return {strict_text(k) if isinstance(k, str) else k: strict_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json_value(v) for v in value]
+    return value
 
 
 def printable(text: object, limit: int | None = DEFAULT_LIMIT) -> str:

@@ -59,7 +59,8 @@ class RunSpec:
     log_lines: tuple[str, ...] = ()        # trainer.log content
     garbage_files: tuple[str, ...] = ()    # unrelated files written with a little junk
     # Restarts: (after step A, go back to step F, pause seconds, write a resume event). After
-    # step A's line the run pauses, then goes on from step F + 1, re-running F + 1..A.
+    # step A's line the run pauses, then goes on from step F + 1, re-running F + 1..A. A may
+    # lie past ``steps``: the last segment then ends at ``steps``, short of A (a rollback's).
     restarts: tuple[tuple[int, int, float, bool], ...] = ()
 
 
@@ -86,11 +87,11 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
         config = RunConfig.from_preset(spec.preset)
         config.run.name = run.name
         write_run_config(run, config)
-    losses = loss_curve(spec.steps, spec.seed)
+    losses = loss_curve(max([spec.steps, *(after for after, *_ in spec.restarts)]), spec.seed)
     records: list[dict[str, Any]] = [{"event": "start", "step": 0, "time": EPOCH}]
     restarts = list(spec.restarts)
     i, offset = 1, 0.0                              # offset: the pauses so far, in seconds
-    while i <= spec.steps:
+    while i <= spec.steps or restarts and i <= restarts[0][0]:
         at = EPOCH + i * spec.step_seconds + offset
         loss = float(spec.spikes.get(i, losses[i - 1]))
         if i in spec.nonfinite and not offset:

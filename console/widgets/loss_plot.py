@@ -20,6 +20,7 @@ import time
 from rich.style import Style
 
 from rundir.abandoned import abandoned_mask
+from rundir.layout import EVENT_ROLLBACK
 
 from ..format import X_AXES
 from ..plot import (ABANDONED_STYLE, MARKER_GLYPHS, RARE_MARKERS, Marker, PlotOptions, build_canvas, ema_debiased,
@@ -168,8 +169,8 @@ class LossPlot(Widget):
         options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
         legend = [(" " * LABEL_WIDTH + "raw", "grey62"), (" ", None), ("smoothed", "bold green"), ("  ", None)]
         shown = {m.kind for m in self._markers}
-        abandoned = abandoned_mask(h.step, h.time_column, h.events)
-        if abandoned is not None:
+        abandoned = abandoned_mask(h.step, h.time_column, h.events, h.last_step)
+        if any(ev.event == EVENT_ROLLBACK for ev in h.events):
             shown.add("rollback")
         for kind, (glyph, style) in MARKER_GLYPHS.items():
             if kind not in RARE_MARKERS or kind in shown:

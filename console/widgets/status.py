@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 
 from ..findings import eta_text
-from ..format import (LINE_LIMIT, format_age, format_float, format_rate, format_size, printable, slurm_text,
-                      stall_text, storage_text)
+from ..format import (LINE_LIMIT, format_ago, format_float, format_rate, format_size, format_uptime, printable,
+                      slurm_text, stall_text, storage_text)
 from ..views import RunSnapshot
 from .lines import LinesPane
 from .rows import hang_indent
@@ -50,14 +50,14 @@ class StatusPane(LinesPane, can_focus=True):
         elif t.stalled:
             add("", Text(stall_text(t), style="bold red"))
         running = t.state == "running"
-        add("uptime", format_age(now - t.started) if running and t.started else "-")
+        add("uptime", format_uptime(now - t.started) if running and t.started else "-")
         step = f"{h.last_step:,}" if h.last_step is not None else "-"
         add("step", Text.assemble(step + "  ", ("loss ", "grey62"), format_float(h.last_loss)))
         add("speed", f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}"
             + (f" · {eta_text(h.eta_s)}" if h.eta_s is not None else ""))
         add("tokens", f"{h.tokens:,}" if h.tokens is not None else "-")
         newest = snap.newest_checkpoint
-        add("checkpoint", f"step {newest.step:,} · {format_age(now - newest.mtime)} ago" if newest
+        add("checkpoint", f"step {newest.step:,} · {format_ago(now - newest.mtime)}" if newest
             else Text("none usable", style="yellow"))
         cpu = f"{t.cpu_percent:.0f}%" if t.cpu_percent is not None else "-"
         add("cpu · rss", f"{cpu} · {format_size(t.rss)}" if running else "-")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ..format import format_age, format_float, format_rate, format_size, printable, stall_text
+from ..format import format_ago, format_float, format_rate, format_size, printable, stall_text
 from ..views import RunSnapshot
 from .status import STATE_STYLES, alert_text
 
@@ -47,7 +47,7 @@ class StatusLine(Static):
         text.append(*SEP)
         text.append("ckpt ", style="grey62")
         if newest:
-            text.append(f"{newest.step:,}, {format_age(now - newest.mtime)} ago")
+            text.append(f"{newest.step:,}, {format_ago(now - newest.mtime)}")
         else:
             text.append("none usable", style="yellow")
         text.append("\n")

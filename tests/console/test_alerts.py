@@ -10,6 +10,7 @@ import pytest
 
 from console.alerts import AlertTracker, check_report, child_exit_alert, current_alerts, run_notify
 from console.cli import main
+from console.format import LINE_LIMIT, printable
 from console.reader import RunReader
 from rundir import LossHistoryWriter
 from tests.rundirs import RunSpec, make_run
@@ -172,3 +173,41 @@ def test_one_alert_per_trainer_end_however_the_console_learns_of_it(tmp_path):
     snap = RunReader(crashed).read()[0]
     assert [a.ended_pid for a in current_alerts(snap) if a.kind == "exit"] == [5555]
     assert [a for a in tracker.new_alerts(snap) if a.kind == "exit"] == []
+
+
+def test_many_problems_of_one_kind_are_one_alert(tmp_path):
+    """2,000 arms whose source is gone: one alert naming three and counting the rest, raised
+    once; --check prints it as one line. A new zombie later is a new alert of its own."""
+    gone = tuple(f"gone-{i:04d}" for i in range(2000))
+    run = make_run(tmp_path / "run", RunSpec(steps=300, state_arms=("stdlib-code", *gone)))
+    tracker = AlertTracker()
+    snap, _ = RunReader(run).read()
+    [alert] = tracker.new_alerts(snap)
+    assert (alert.kind, alert.level, alert.count) == ("zombie", "warning", 2000)
+    assert alert.text.startswith("2,000 zombie arms: zombie arm gone-0000: ") and alert.text.endswith("; and 1,997 more")
+    assert tracker.new_alerts(snap) == []
+    code, lines = check_report(snap)
+    assert code == 1 and [line for line in lines if "zombie" in line] == [printable(f"warning: {alert.text}", LINE_LIMIT)]
+
+
+@pytest.mark.asyncio
+async def test_two_thousand_zombie_arms_ring_one_bell_and_notify_once(tmp_path):
+    from console.widgets import EventLog
+    from tests.console.conftest import until
+    from tests.console.test_snapshots import app_for, settled
+
+    calls = tmp_path / "calls"
+    notify = [sys.executable, "-c", f"import sys; open({str(calls)!r}, 'a').write(sys.stdin.read())"]
+    run = make_run(tmp_path / "run", RunSpec(steps=300, state_arms=tuple(f"gone-{i}" for i in range(2000))))
+    app = app_for(run, notify=notify, notify_timeout=60, bell=True)
+    bells = []
+    app.bell = lambda: bells.append(1)          # the terminal's bell, counted instead of rung
+    async with app.run_test(size=(140, 45)) as pilot:
+        await settled(pilot)
+        await until(pilot, lambda: calls.exists() and calls.read_text().endswith("\n"), what="--notify's call")
+        log = app.dashboard.query_one(EventLog)
+        alerts = [t for t in log.texts if "ALERT:" in t]
+        await app.workers.wait_for_complete()
+    assert len(bells) == 1 and len(alerts) == 1 and "2,000 zombie arms" in alerts[0]
+    [payload] = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert (payload["kind"], payload["count"]) == ("zombie", 2000)

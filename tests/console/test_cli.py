@@ -151,3 +151,21 @@ def test_usage_errors(run_dir):
     assert console(run_dir, "--once", "--json").returncode == 2
     assert console(run_dir, "--once", "--preset", "tiny").returncode == 2
     assert console(run_dir, "--start", "--once").returncode == 2
+
+
+def test_a_file_name_that_is_not_utf8_is_escaped_and_the_json_is_strict(make_run_dir):
+    """``step_000500\\xff.bin``: --json, the overview's --json and --once show the byte as
+    ``\\xff``; the JSON is strict UTF-8 (a lone surrogate in it was rejected by orjson)."""
+    import orjson
+
+    run = make_run_dir(checkpoints=(100,))
+    odd = os.fsencode(run) + b"/step_000500\xff.bin"
+    with open(odd, "wb") as fh:
+        fh.write(b"junk")
+    for out in (console(run, "--json").stdout, console(run.parent, "--json").stdout):
+        orjson.loads(out.encode("utf-8"))                  # strict: raises on a lone surrogate
+        assert "\\udcff" not in out
+    names = [c["name"] for c in json.loads(console(run, "--json").stdout)["checkpoints"]] + \
+        json.loads(console(run, "--json").stdout)["other_files"]
+    assert "step_000500\\xff.bin" in names, names
+    assert "step_000500\\xff.bin" in console(run, "--once").stdout

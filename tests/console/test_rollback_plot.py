@@ -19,11 +19,19 @@ def test_abandoned_steps_are_those_after_x_written_before_the_rollback():
     steps = np.arange(1, 101)
     times = steps.astype(np.float64)                  # steps 1..100 at t = 1..100
     times[40:60] = 200 + np.arange(20)               # steps 41..60 written again after the rollback at t = 150
-    mask = abandoned_mask(steps, times, [rollback(40, 100, 150.0)])
+    mask = abandoned_mask(steps, times, [rollback(40, 100, 150.0)], head_step=100)
     assert np.flatnonzero(mask).tolist() == list(range(60, 100))     # steps 61..100: not replaced yet
-    assert abandoned_mask(steps, times, [rollback(40, 100, 10.0)]) is None     # nothing older than it after X
-    assert abandoned_mask(steps, times, []) is None
-    assert abandoned_mask(steps, None, [rollback(40, 100, 150.0)]) is None
+    assert abandoned_mask(steps, times, [rollback(40, 100, 10.0)], 100) is None    # nothing older than it after X
+    assert abandoned_mask(steps, times, [], 100) is None
+    assert abandoned_mask(steps, None, [rollback(40, 100, 150.0)], 100) is None
+
+
+def test_steps_after_the_head_are_left_behind_with_or_without_a_rollback_event():
+    """A resume from an older checkpoint re-runs steps: until it reaches the old ones, the
+    earlier segment's steps after its head are not where the run is."""
+    steps = np.arange(1, 101)
+    assert np.flatnonzero(abandoned_mask(steps, None, [], head_step=60)).tolist() == list(range(60, 100))
+    assert abandoned_mask(steps, steps.astype(float), [], head_step=None) is None
 
 
 def test_abandoned_steps_are_drawn_dimmed_and_left_out_of_the_lines():

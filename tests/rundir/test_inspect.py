@@ -229,6 +229,43 @@ def test_a_json_without_a_model_config_falls_back_to_chunks(tmp_path):
     assert all(t.update_ratio is None for t in report.tensors) and "optimizer" in report.adam.unknown
 
 
+def _config_claiming(run: Path, step: int, n_params: int, **model) -> None:
+    """Give checkpoint ``step`` a ``.json`` whose model config says ``model``, and a sparse
+    ``.bin`` of ``n_params`` (header only: the quick look reads no more)."""
+    sidecar = run / f"step_{step:06d}.json"
+    data = json.loads(sidecar.read_text())
+    data["config"] = {"model": {"n_embd": 1, "n_head": 1, "block_size": 1, "vocab_size": 256, "bias": False, **model}}
+    data["n_params"] = n_params
+    sidecar.write_text(json.dumps(data))
+    bin_path = run / f"step_{step:06d}.bin"
+    with open(bin_path, "r+b") as fh:
+        fh.write(np.array([step, n_params], "<i4").tobytes())
+        fh.truncate(8 + 12 * n_params)
+
+
+@pytest.mark.parametrize("agrees", [False, True])
+def test_a_model_config_of_two_million_layers_is_counted_before_anything_is_built(tmp_path, agrees):
+    """A .json may name any model: it is counted first (3 GB and 45 s were spent building
+    two million layers' tensors). One that disagrees with the header, or that has too many
+    tensors to list, is shown as chunks, saying why, without building its tensors."""
+    import tracemalloc
+
+    from rundir.checkpoint_layout import layout_of
+
+    run = make_run(tmp_path / "run", checkpoints=(100,))
+    per_layer = 1 + 3 + 1 + 1 + 4 + 4                              # n_embd 1, no bias
+    n_params = 256 + 1 + 2_000_000 * per_layer + 1 if agrees else 1000
+    _config_claiming(run, 100, n_params, n_layer=2_000_000)
+    info = inspect_checkpoint(run / "step_000100.bin")
+    assert info.status == "complete", info.reason
+    tracemalloc.start()
+    layout = layout_of(info)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert layout.kind == "chunks" and peak < 8 << 20, peak
+    assert ("12,000,003 tensors" if agrees else "has 28,000,258 parameters, the .bin 1,000") in layout.note
+
+
 @pytest.mark.parametrize("threads", [1, 3])                 # in the calling thread, and in a pool
 @pytest.mark.parametrize("array", ["w", "m", "v"])
 def test_injected_nan_and_inf_are_counted_and_left_out(tmp_path, array, threads):

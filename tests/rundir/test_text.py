@@ -28,7 +28,8 @@ def raw_controls(text: str) -> list[str]:
     ("zero\u200bwidth\u00adsoft\ufeff", "zero\\u200bwidth\\xadsoft\\ufeff"),
     ("tag\U000e0041", "tag\\U000e0041"),                          # invisible tag character
     ("line\u2028para\u2029", "line\\u2028para\\u2029"),
-    ("bad\udcff name", "bad\\udcff name"),                        # an undecodable file name byte
+    ("bad\udcff name", "bad\\xff name"),                          # an undecodable file name byte: its byte
+    ("lone\ud800", "lone\\ud800"),                                 # another lone surrogate
 ])
 def test_escape_sequences_are_shown_escaped(text, shown):
     out = printable(text)
