@@ -76,11 +76,20 @@ class LaunchRequests:
     """The signals that reached the launcher and are not passed on yet (handlers append)."""
 
     def __init__(self) -> None:
-        self.pending: list[signal.Signals] = []
+        # The handler only appends; take() only reads up to an index and remembers it, so a
+        # signal landing inside take() is never lost.
+        self._arrived: list[signal.Signals] = []
+        self._seen = 0
         self._previous: dict[signal.Signals, Any] = {}
 
     def handle(self, signum: int, frame: Any) -> None:
-        self.pending.append(signal.Signals(signum))     # only a flag: the agent's tick acts
+        self._arrived.append(signal.Signals(signum))     # only a flag: the agent's tick acts
+
+    def take(self) -> list[signal.Signals]:
+        """The signals that arrived since the last call, in order."""
+        end = len(self._arrived)
+        new, self._seen = self._arrived[self._seen:end], end
+        return new
 
     def install(self, signals: Sequence[signal.Signals]) -> None:
         for sig in signals:
@@ -122,8 +131,7 @@ def _agent_class():
             return super()._monitor_workers(worker_group)
 
         def _pass_on(self, worker_group) -> None:
-            pending, self.requests.pending[:] = list(self.requests.pending), []
-            for sig in pending:
+            for sig in self.requests.take():
                 if sig == signal.SIGUSR1:
                     self.usr1_waiting = True
                     continue
@@ -134,7 +142,7 @@ def _agent_class():
                 rank0 = next((w.id for w in worker_group.workers if w.global_rank == 0), None)
                 if rank0 is None:
                     self.usr1_waiting = False
-                    _say("SIGUSR1: rank 0 runs on another node; its launcher passes a request on")
+                    _say("SIGUSR1: rank 0 runs on another node: not passed on here (its own launcher passes one)")
                 elif _records(self.run_dir, rank0) and _signal_child(rank0, signal.SIGUSR1, group=False):
                     self.usr1_waiting = False
                     _say(f"SIGUSR1: passed on to rank 0 (pid {rank0})")
