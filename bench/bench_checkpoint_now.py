@@ -103,7 +103,7 @@ def _through_slurm(tmp: Path) -> list[Result]:
     if why:
         print(f"# checkpoint_now: the SLURM half skipped ({why})", file=sys.stderr)
         return []
-    started = cluster.start()
+    home = cluster.start()
     jobs: list[str] = []
     try:
         plain, ddp = make_trainer_run(tmp / "job-plain"), make_trainer_run(tmp / "job-ddp")
@@ -114,8 +114,7 @@ def _through_slurm(tmp: Path) -> list[Result]:
     finally:
         for job_id in jobs:
             subprocess.run(["scancel", job_id], capture_output=True)
-        if started:
-            cluster.stop()
+        cluster.stop(home)
     return _results("through SLURM", ones, twos)
 
 

@@ -263,14 +263,7 @@ def test_a_wrapped_job_from_another_directory_is_verified_through_its_batch_scri
         subprocess.run(["scancel", job_id], capture_output=True)
 
 
-@pytest.fixture
-def two_nodes(slurm):
-    if not cluster.has_two_nodes():
-        pytest.skip("the running cluster has no simulated nodes n1, n2 (an older recipe started it): "
-                    "stop it (scontrol shutdown) and run again")
-
-
-def test_the_multi_node_example_on_two_nodes_checkpoints_and_stops_completed(two_nodes, trainer_run):
+def test_the_multi_node_example_on_two_nodes_checkpoints_and_stops_completed(slurm, trainer_run):
     """examples/slurm/multi-node.sbatch on two nodes (n1, n2: a slurmd each, host names of their
     own): srun starts a launcher per node; rank 0's node is recorded. The console (on this host,
     another one) verifies the job through the scheduler, requests a checkpoint through the
