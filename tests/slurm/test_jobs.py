@@ -26,10 +26,15 @@ from tests.trainer.trainer_runs import ROOT, events, step_lines, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 EXAMPLES = ROOT / "examples" / "slurm"
-# Jobs find andrea-train on PATH (the examples run it), and ranks on simulated nodes (host
-# names only the cluster knows) meet over the loopback.
-JOB_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def job_env() -> dict[str, str]:
+    """sbatch's environment (the job's): this one (SLURM_CONF names the session's cluster),
+    andrea-train on PATH (the examples run it), and ranks on simulated nodes (host names only
+    the cluster knows) meeting over the loopback."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "GLOO_SOCKET_IFNAME": "lo"}
+
 CYCLES = int(os.environ.get("SLURM_STOP_CYCLES", "10"))     # the issue's figure: 10 stop/resubmit cycles
 
 
@@ -273,7 +278,7 @@ def test_the_multi_node_example_on_two_nodes_checkpoints_and_stops_completed(slu
     r = subprocess.run(["sbatch", "--parsable", f"--partition={cluster.TWO_PARTITION}", "--nodes=2", "--gres=none",
                         f"--chdir={ROOT}", f"--output={run / 'trainer.log'}", str(EXAMPLES / "multi-node.sbatch"),
                         str(run), "1", "--checkpoint-every", "100000"], capture_output=True, text=True, timeout=60,
-                       env=JOB_ENV)
+                       env=job_env())
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().split(";")[0]
     try:
@@ -344,11 +349,12 @@ def torchrun_job(run: Path, *flags: str) -> str:
     """The one-node torchrun example as a job: andrea-train --nproc 2 exec'd by the batch script."""
     r = subprocess.run(["sbatch", "--parsable", f"--chdir={ROOT}", f"--output={run / 'trainer.log'}", "--gres=none",
                         str(EXAMPLES / "one-node-torchrun.sbatch"), str(run), "2", *flags], capture_output=True,
-                       text=True, timeout=60, env=JOB_ENV)
+                       text=True, timeout=60, env=job_env())
     assert r.returncode == 0, r.stderr
     return r.stdout.strip().split(";")[0]
 
 
+@pytest.mark.timeout(1200)
 def test_a_torchrun_job_checkpointed_stopped_and_resubmitted_ends_completed_every_time(slurm, trainer_run):
     """The one-node torchrun example (andrea-train --nproc 2, the launcher exec'd by the batch
     script), operated from another node: --checkpoint is a request rank 0 takes from the shared
