@@ -34,6 +34,7 @@ MUNGE_DIR = Path("/run/munge")
 TWO_NODES = ("n1", "n2")            # the simulated nodes, in partition TWO_PARTITION
 TWO_PARTITION = "two"
 UP = ("idle", "mixed", "allocated")
+_previous_conf: dict[str, str | None] = {}     # SLURM_CONF before start(), by cluster directory
 
 
 def missing() -> str | None:
@@ -141,6 +142,7 @@ def start() -> Path:
     conf = home / "slurm.conf"
     conf.write_text(_config(home, host, _free_ports(2 + len(TWO_NODES))))
     (home / "cgroup.conf").unlink(missing_ok=True)       # 22.05: without one slurmd starts
+    _previous_conf[str(home)] = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(conf)
     _start_munge()
     daemons = [["/usr/sbin/slurmctld"], ["/usr/sbin/slurmd"]]
@@ -169,3 +171,8 @@ def stop(home: Path) -> None:
         proc.terminate()
     psutil.wait_procs(alive, timeout=10)
     shutil.rmtree(home, ignore_errors=True)
+    previous = _previous_conf.pop(str(home), None)
+    if previous is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = previous
