@@ -337,11 +337,14 @@ def test_a_polish_pivot_from_another_node_resubmits_the_job(slurm, trainer_run):
 
 
 def job_end(job_id: str, timeout: float = 120) -> tuple[str, str]:
-    """The job's final state and exit code, once the scheduler says it has ended."""
-    wait_for(lambda: job_state(job_id) not in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING", "SUSPENDED"),
-             timeout=timeout, what=f"job {job_id}'s end")
-    job, _ = query_job(job_id)
-    assert job is not None, f"job {job_id} is no longer known (MinJobAge): its end state cannot be checked"
+    """The job's final state and exit code, once the scheduler says it has ended (a query that
+    fails, as scontrol may on a loaded machine, is asked again; a job stays known for
+    MinJobAge, 300 s, after its end)."""
+    def ended():
+        job, _ = query_job(job_id)
+        return job if job is not None and job.state not in (
+            "RUNNING", "PENDING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED") else None
+    job = wait_for(ended, timeout=timeout, what=f"job {job_id}'s end")
     return job.state, job.fields.get("ExitCode", "")
 
 

@@ -52,8 +52,9 @@ def test_a_plain_trainer_answers_a_request_and_removes_a_stale_one(trainer_run):
         wait_for(lambda: read_trainer_record(run)[0] is not None and len(step_lines(run)) > 5, what="training")
         record, _ = read_trainer_record(run)
         write_request(run, dataclasses.replace(record, pid=record.pid + 1))          # not this trainer
-        wait_for(lambda: not request_path(run).exists(), what="the stale request removed")
-        assert "addressed to another trainer" in (run / "trainer.log").read_text()
+        wait_for(lambda: "addressed to another trainer" in (run / "trainer.log").read_text(),
+                 what="the stale request removed, and said")
+        assert not request_path(run).exists()
         write_request(run, record)
         [checkpoint] = wait_for(lambda: events(run, "checkpoint"), what="the requested checkpoint")
         assert checkpoint["reason"] == "signal" and not request_path(run).exists()
