@@ -140,9 +140,11 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
     run_dir = plan.run_dir
     pid = os.getpid()
     progress = out = None
+    stopped_on_signal = False
     try:
         if not ranks.writer:
-            return _run_other_rank(plan, ranks, signals)
+            stopped_on_signal = _run_other_rank(plan, ranks, signals) == "signal"
+            return 0
         if plan.create_run_toml:
             write_run_config(run_dir, plan.config)
         # Under torchrun this is rank 0's worker: the process the console signals. Inside a
@@ -180,6 +182,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
             _record_pivot(plan, out)
         _record_rollback(plan, out)
         reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
+        stopped_on_signal = reason == "signal"
         progress.message(f"stopped ({reason}) at step {state.step}")
         return 0
     except SafetyStop as err:
@@ -200,18 +203,18 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
             progress.close()
         if ranks.writer:
             remove_trainer_record(run_dir, pid)
-        signals.restore()
+        signals.restore(exiting_on_stop=stopped_on_signal)
 
 
-def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> int:
-    """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`)."""
+def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> str:
+    """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`); why it
+    stopped."""
     configure(plan.threads, plan.device)
     state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit, ranks,
                         plan.skip_batches)
     state.ddp = ranks.wrap(state.model, state.device)
-    train(state, NullOutputs(plan.run_dir), signals, plan.config.run.max_steps,
-          saved_step=plan.checkpoint.step if plan.checkpoint else None)
-    return 0
+    return train(state, NullOutputs(plan.run_dir), signals, plan.config.run.max_steps,
+                 saved_step=plan.checkpoint.step if plan.checkpoint else None)
 
 
 def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHistory) -> None:

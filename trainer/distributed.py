@@ -265,8 +265,8 @@ class AgreedSignals:
         self.flags.install()
         return self
 
-    def restore(self) -> None:
-        self.flags.restore()
+    def restore(self, exiting_on_stop: bool = False) -> None:
+        self.flags.restore(exiting_on_stop)
 
 
 class _NullProgress:

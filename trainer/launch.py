@@ -12,7 +12,10 @@ at the agent's monitoring tick (every 0.1 s; the handlers only set flags):
   all-reduce their flags), rank 0 writes the final checkpoint, every worker exits 0, and
   so does the launcher: a stopped job ends COMPLETED 0:0. (torchrun itself raises on the
   signal, kills its workers after 30 s and exits 1.) Nothing kills the workers after a
-  grace period; the scheduler's own SIGKILL (``KillWait``) is the backstop.
+  grace period; the scheduler's own SIGKILL (``KillWait``) is the backstop. Each is passed
+  on once (a stop cannot be undone; the scheduler may send it again, to every process).
+  Once a stop has reached the launcher or a worker, further ones are ignored while it exits:
+  a stop that lands after the handlers are gone must not turn a clean exit into a kill.
 - **SIGUSR1**: to rank 0's worker, when it runs on this node and ``.trainer.json`` names it
   (verified: the recorded pid is our own child, started when the record says). It
   checkpoints and the others follow. A launcher without rank 0 ignores it, so a signal to
@@ -96,9 +99,17 @@ class LaunchRequests:
             previous = signal.signal(sig, self.handle)
             self._previous.setdefault(sig, previous)
 
+    @property
+    def stopped(self) -> bool:
+        """A SIGTERM or SIGINT reached the launcher."""
+        return any(sig in FORWARDED_STOP for sig in self._arrived)
+
     def restore(self) -> None:
+        """The previous handlers back; after a stop, SIGTERM and SIGINT are ignored instead
+        while the launcher exits (the scheduler may send the same stop again, to every
+        process of the step: a clean exit must stay one)."""
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if self.stopped and sig in FORWARDED_STOP else handler)
         self._previous.clear()
 
 
@@ -113,6 +124,7 @@ def _agent_class():
             self.run_dir = run_dir
             self.requests = requests
             self.usr1_waiting = False          # a SIGUSR1 for rank 0, until .trainer.json names it
+            self.passed_on: set[signal.Signals] = set()     # a stop is passed on once: it cannot be undone
 
         def _start_workers(self, worker_group):
             # Before the first worker exists, so that no stop can end this process and leave
@@ -135,6 +147,9 @@ def _agent_class():
                 if sig == signal.SIGUSR1:
                     self.usr1_waiting = True
                     continue
+                if sig in self.passed_on:
+                    continue
+                self.passed_on.add(sig)
                 pids = [w.id for w in worker_group.workers]
                 sent = [pid for pid in pids if _signal_child(pid, sig)]
                 _say(f"{sig.name}: passed on to {len(sent)} worker(s) on this node (pid {', '.join(map(str, sent))})")

@@ -57,9 +57,14 @@ class SignalFlags:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def restore(self) -> None:
+    def restore(self, exiting_on_stop: bool = False) -> None:
+        """Put the previous handlers back. ``exiting_on_stop``: the process stopped on a signal
+        and is exiting; SIGTERM and SIGINT are ignored instead. A stop reaches a process more
+        than once (a scheduler signals every process of a job step while the launcher passes
+        its own on; SIGINT twice), and one that lands once the handlers are gone must not turn
+        a clean exit, the final checkpoint written, into a kill."""
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:

@@ -250,6 +250,38 @@ def test_the_launcher_passes_sigusr1_to_rank_0_and_a_stop_to_every_rank_and_exit
     assert f"stopped (signal) at step {last_step(run)}" in (run / "trainer.log").read_text()
 
 
+@pytest.mark.parametrize("nproc", [1, NPROC])
+def test_a_stop_that_reaches_every_process_again_and_again_still_ends_with_exit_0(trainer_run, nproc):
+    """scancel of a job step signals every process of it (the launcher and, where the step's
+    processes are tracked, its workers) while the launcher passes its own SIGTERM on: a worker
+    gets the stop twice or more, maybe after its handlers are gone. SIGTERM sent to every
+    process every few milliseconds until the run has exited: one final checkpoint, exit 0."""
+    run = trainer_run(f"stormed-{nproc}")
+    cmd = [sys.executable, "-m", "trainer", str(run), "--checkpoint-every", "100000",
+           *(["--nproc", str(nproc)] if nproc > 1 else [])]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: read_trainer_record(run)[0] is not None and last_step(run) >= 10, timeout=120,
+                 what="training")
+        everyone = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children()]
+        while proc.poll() is None:
+            for target in everyone:
+                try:
+                    target.send_signal(signal.SIGTERM)
+                except psutil.NoSuchProcess:
+                    pass
+            try:
+                proc.wait(timeout=0.005)
+            except subprocess.TimeoutExpired:
+                pass
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert [c["reason"] for c in events(run, "checkpoint")] == ["signal"]
+    assert events(run, "checkpoint")[-1]["step"] == last_step(run)
+
+
 def test_a_worker_killed_fails_the_launcher(trainer_run):
     """A run that did not stop cleanly must not look as if it had: a worker killed by SIGKILL
     ends the launcher with a failure (the other worker is stopped)."""
