@@ -7,7 +7,7 @@
     andrea-console RUN_DIR --once          the dashboard as plain text, then exit
     andrea-console RUN_DIR --json          the same as JSON
     andrea-console RUN_DIR --check         print the problems; exit 0 healthy, 1 warnings, 2 errors
-    andrea-console RUN_DIR --checkpoint    SIGUSR1, wait for the checkpoint, print its path
+    andrea-console RUN_DIR --checkpoint    SIGUSR1 (or a checkpoint request), wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
     andrea-console RUN_DIR --pivot [--cap ARM=X]... [--floor ARM=Y]... [--drop ARM]... [--yes]
                                            the polish pivot, step by step
@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--once", action="store_true", help="print the dashboard as plain text and exit")
     mode.add_argument("--json", action="store_true", help="print the dashboard as JSON and exit")
     mode.add_argument("--checkpoint", action="store_true",
-                      help="SIGUSR1 the verified trainer, wait for the new checkpoint, print its path")
+                      help="SIGUSR1 the verified trainer (one of several processes: write the request its "
+                           "rank 0 takes), wait for the new checkpoint, print its path")
     mode.add_argument("--stop", action="store_true",
                       help="SIGTERM the verified trainer (it checkpoints and exits), wait for the exit")
     mode.add_argument("--pivot", action="store_true",

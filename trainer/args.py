@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkpoint kept or removed and why; no training (needs no torch)")
     p.add_argument("--dry-run", action="store_true", help="with --prune: print what would be removed, remove nothing")
     p.add_argument("--nproc", type=_integer(1), default=1, metavar="N",
-                   help="train with N processes on this machine (DDP; one per GPU): runs "
-                        "torchrun --standalone --nproc_per_node N -m trainer with the other arguments")
+                   help="train with N processes on this machine (DDP; one per GPU): this process becomes "
+                        "their launcher (torchrun's agent) and passes SIGTERM, SIGINT and SIGUSR1 on")
+    p.add_argument("--nnodes", metavar="M", help="with --nproc: M machines, each running the same command "
+                                                 "(c10d rendezvous at --rdzv-endpoint)")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="with --nnodes: where the launchers meet")
+    p.add_argument("--rdzv-id", metavar="ID", help="with --nnodes: the job's rendezvous id (e.g. the SLURM job id)")
+    p.add_argument("--local-addr", metavar="ADDR", help="with --nnodes: the address the other nodes reach this one at "
+                                                        "(default: this host's name)")
     return p
