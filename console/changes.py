@@ -7,23 +7,26 @@ new history event means.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from rundir import HistoryEvent
 from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
 from .format import format_counter, format_size, printable, stall_text
+from .model.checkpoint_wait import CheckpointWait
 from .model.findings import LISTED, many, names_and_more
 from .model.snapshot import Notice, RunSnapshot
 
 
 def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
-                     requested: Mapping[str, Any] | None = None) -> list[Notice]:
+                     requested: Mapping[str, Any] | None = None,
+                     unanswered: Sequence[CheckpointWait] = ()) -> list[Notice]:
     """What changed between two snapshots, as notices (the first snapshot: a summary and its
     problems). ``requested`` names the checkpoints that answer a request (file name to the
-    request, with its ``sent_at``): their landing says so, in the one notice."""
+    request, with its ``sent_at``): their landing says so, in the one notice; ``unanswered``
+    are the requests that ended without one."""
     requested = requested or {}
-    out: list[Notice] = []
+    out: list[Notice] = [Notice(now, f"checkpoint request: {wait.why}", "error") for wait in unanswered]
     if prev is None:
         out.append(Notice(now, f"watching {printable(snap.name)}: trainer {snap.trainer.label}"
                           + (f" (pid {snap.trainer.pid})" if snap.trainer.pid and snap.trainer.state == "running"

@@ -363,7 +363,7 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def _signal(run_dir: Path, args: argparse.Namespace) -> int:
-    from .supervise import send, wait_for_checkpoint, wait_for_exit
+    from .supervise import WaitEnd, send, wait_for_checkpoint, wait_for_exit
 
     result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
     if not result.ok:
@@ -371,10 +371,10 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     print(printable(result.message, None), file=sys.stderr)
     try:
         if args.checkpoint:
-            info, why = wait_for_checkpoint(run_dir, result, args.timeout)
-            if info is None:
-                return _fail(why, EXIT_TIMEOUT if "within" in why else EXIT_REFUSED)
-            print(info.path)
+            wait = wait_for_checkpoint(run_dir, result, args.timeout)
+            if wait.info is None:
+                return _fail(wait.why, EXIT_TIMEOUT if wait.end is WaitEnd.TIMED_OUT else EXIT_REFUSED)
+            print(wait.info.path)
             return EXIT_OK
         exited, text = wait_for_exit(run_dir, result, args.timeout)
     except KeyboardInterrupt:

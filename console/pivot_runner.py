@@ -135,9 +135,9 @@ class PivotRunner(JournalledRunner):
             sent = supervise.send(self.run_dir, CHECKPOINT_SIGNAL)
             if not sent.ok:
                 raise PivotFailed(f"step 1: {sent.message}")
-            info, why = supervise.wait_for_checkpoint(self.run_dir, sent, self.timeout, self.cancelled)
-            if info is None:
-                raise PivotFailed(f"step 1: {why}; the pivot stopped before anything changed")
+            wait = supervise.wait_for_checkpoint(self.run_dir, sent, self.timeout, self.cancelled)
+            if (info := wait.info) is None:
+                raise PivotFailed(f"step 1: {wait.why}; the pivot stopped before anything changed")
             journal.audit_step = info.step
             self.report("1", f"landed at step {info.step:,}")
         elif v.state in ("stopped", "stale"):

@@ -30,6 +30,8 @@ from rundir.history import read_history_tail
 from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
 from rundir.text import printable
 
+from .model.checkpoint_wait import CheckpointWait, WaitEnd
+
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
 # The trainers this process started that have not been seen to exit (see reap_children).
@@ -204,21 +206,26 @@ def refusal(v: Verification) -> str:
 
 
 def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,
-                        cancelled: Callable[[], bool] = lambda: False) -> tuple[CheckpointInfo | None, str]:
-    """After a SIGUSR1: wait for the new complete checkpoint; ``(info, "")`` or ``(None, why not)``."""
+                        cancelled: Callable[[], bool] = lambda: False) -> CheckpointWait:
+    """After a SIGUSR1 (the command line's ``--checkpoint``, the pivot's first step): poll
+    for the new complete checkpoint until it lands, the trainer exits or ``timeout``."""
     run_dir = Path(run_dir)
     deadline = time.monotonic() + timeout
     record = result.verification.record
+    pid = record.pid if record is not None else None
     alive = _Liveness(run_dir, result.verification)
-    while time.monotonic() < deadline and not cancelled():
+    while time.monotonic() < deadline:
+        if cancelled():
+            return CheckpointWait(WaitEnd.CANCELLED, pid=pid)
         info = newest_complete_since(run_dir, result.baseline)
         if info is not None:
-            return info, ""
+            return CheckpointWait(WaitEnd.LANDED, info, pid=pid)
         if record is not None and not alive():
             info = newest_complete_since(run_dir, result.baseline)
-            return (info, "") if info else (None, f"trainer pid {record.pid} exited without a new checkpoint")
+            return CheckpointWait(WaitEnd.LANDED, info, pid=pid) if info else \
+                CheckpointWait(WaitEnd.TRAINER_EXITED, pid=pid)
         time.sleep(POLL_S)
-    return None, f"no new checkpoint within {timeout:g} s"
+    return CheckpointWait(WaitEnd.TIMED_OUT, timeout=timeout, pid=pid)
 
 
 class _Liveness:
