@@ -357,8 +357,8 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
                                      options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
                                                          log_y=args.log_y)))
-    if snap.dir_state in ("missing", "not a directory") or snap.dir_state.startswith("unreadable"):
-        return _fail(f"{run_dir}: {snap.dir_state}", EXIT_USAGE)
+    if snap.dir_unusable:
+        return _fail(f"{run_dir}: {snap.dir_text}", EXIT_USAGE)
     return EXIT_OK
 
 

@@ -226,14 +226,15 @@ class RunReader:
 
     # -- the parts, in the order they are derived (each may use those before it) ----
     def _part_directory(self, read: _Read) -> dict:
-        dir_state, other = self._dir_state()
+        dir_state, reason, other = self._dir_state()
         prev = read.prev
         if prev is not None and (prev.dir_state != dir_state or read.kinds == ALL_KINDS):
             read.kinds = ALL_KINDS
             if prev.dir_state != dir_state:
-                read.notices.append(Notice(read.now, f"run directory is now {dir_state}",
+                said = f"{dir_state} ({reason})" if reason else dir_state
+                read.notices.append(Notice(read.now, f"run directory is now {said}",
                                            Level.WARNING if dir_state != "ok" else Level.INFO))
-        return {"dir_state": dir_state, "other_files": other}
+        return {"dir_state": dir_state, "dir_reason": reason, "other_files": other}
 
     def _part_config(self, read: _Read) -> dict:
         config, error = self._config(read.values["dir_state"])
@@ -364,27 +365,28 @@ class RunReader:
             return None
         return st.st_dev, st.st_ino, stat.S_ISDIR(st.st_mode)
 
-    def _dir_state(self) -> tuple[str, tuple[str, ...]]:
+    def _dir_state(self) -> tuple[str, str, tuple[str, ...]]:
+        """The directory's state, why it is unreadable (else ""), and its unknown files."""
         self._dir_id = self._dir_identity()
         try:
             names = os.listdir(self.run_dir)
         except FileNotFoundError:
-            return "missing", ()
+            return "missing", "", ()
         except NotADirectoryError:
-            return "not a directory", ()
+            return "not a directory", "", ()
         except OSError as err:
-            return f"unreadable ({(err.strerror or type(err).__name__).lower()})", ()
+            return "unreadable", (err.strerror or type(err).__name__).lower(), ()
         if not names:
-            return "empty", ()
+            return "empty", "", ()
         try:
             # Listing needs read permission, reaching the files search (x): a directory with
             # the one and not the other lists names whose files cannot be opened.
             os.stat(os.path.join(self.run_dir, names[0]), follow_symlinks=False)
         except PermissionError:
-            return "unreadable (its files cannot be reached: no search (x) permission on the directory)", ()
+            return "unreadable", "its files cannot be reached: no search (x) permission on the directory", ()
         except OSError:
             pass
-        return "ok", tuple(sorted(n for n in names if not is_known(n)))
+        return "ok", "", tuple(sorted(n for n in names if not is_known(n)))
 
     def _retention(self, config: RunConfig | None, checkpoints: tuple[CheckpointInfo, ...],
                    history: HistoryView) -> RetentionView:
@@ -518,7 +520,7 @@ class RunReader:
 
 # The parts of a snapshot, in the order they are derived (each may use those before it).
 PARTS: tuple[Part, ...] = (
-    Part("directory", ("dir_state", "other_files"), frozenset({DIRECTORY, CHECKPOINTS, CONFIG}),
+    Part("directory", ("dir_state", "dir_reason", "other_files"), frozenset({DIRECTORY, CHECKPOINTS, CONFIG}),
          RunReader._part_directory),
     Part("config", ("config", "config_error"), frozenset({CONFIG}), RunReader._part_config),
     Part("history", ("history",), frozenset({HISTORY}), RunReader._part_history),
