@@ -11,7 +11,7 @@ from rundir import ConfigError, RunConfig, load_run_config
 from rundir.config import RunSection, dump_run_config
 from tests.trainer.trainer_runs import events, run_trainer, step_lines, without_time
 from trainer.args import build_parser
-from trainer.data import EVAL_WINDOWS, ArmData, ArmSampler, arm_seed, held_out_count
+from trainer.data import EVAL_WINDOWS, ArmData, ArmSampler, _generator_state, arm_seed, held_out_count
 
 
 def _arm(tmp_path, size: int, block: int = 8) -> ArmData:
@@ -56,14 +56,13 @@ def test_eval_windows_are_fixed_held_out_and_draw_no_random_numbers(tmp_path):
     assert small.eval_windows().tolist() == [297, 298, 299]                              # fewer than 8: all
 
 
-def _saved_before_held_out(sampler: ArmSampler, cursor: int) -> dict:
+def _saved_before_held_out(sampler: ArmSampler, cursor: int) -> tuple[dict, np.ndarray]:
     """A sampler state as a trainer that held nothing out saved it: a permutation of every window."""
     rng = np.random.Generator(np.random.PCG64(arm_seed(7, sampler.data.name)))
     fresh_state = rng.bit_generator.state
     order = rng.permutation(sampler.n_windows)
     state = sampler.state_dict()
     del state["held_out"]
-    from trainer.data import _generator_state
     state.update(epoch_generator=_generator_state(fresh_state), generator=_generator_state(rng), cursor=cursor,
                  windows_drawn=cursor)
     return state, order

@@ -15,7 +15,7 @@ from rundir import load_run_config
 from tests.trainer.trainer_runs import step_lines, wait_for
 from trainer.data import ArmData
 from trainer.determinism import configure
-from trainer.gpu_figures import NVML_FUNCTIONS, GpuSampler
+from trainer.gpu_figures import NVML_FUNCTIONS, NVML_TEMPERATURE_GPU, GpuSampler, sampler_for
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
@@ -71,8 +71,16 @@ class FakeNvml:
         return 64
 
 
-def test_the_fake_has_every_function_the_sampler_calls():
-    assert all(callable(getattr(FakeNvml(), name)) for name in NVML_FUNCTIONS)
+def test_the_fake_has_every_function_the_sampler_calls_and_so_has_pynvml():
+    import pynvml                            # nvidia-ml-py, in the train extra: importable without a GPU
+
+    for provider in (FakeNvml(), pynvml):
+        assert all(callable(getattr(provider, name)) for name in NVML_FUNCTIONS)
+    assert pynvml.NVML_TEMPERATURE_GPU == NVML_TEMPERATURE_GPU
+
+
+def test_no_sampler_and_nothing_to_say_on_cpu():
+    assert sampler_for(torch.device("cpu")) == (None, None)
 
 
 def test_the_sampler_reads_on_its_own_thread_and_converts_units():
