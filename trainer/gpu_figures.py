@@ -18,6 +18,7 @@ pass their own.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 NVML_FUNCTIONS = ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByIndex",
@@ -25,6 +26,7 @@ NVML_FUNCTIONS = ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetHandleByUUID", "nvml
                   "nvmlDeviceGetTemperature")
 NVML_TEMPERATURE_GPU = 0          # pynvml.NVML_TEMPERATURE_GPU: the GPU die's sensor
 POLL_S = 2.0                      # between two samples
+STALE_POLLS = 3                   # a sample older than this many periods is not reported (a stuck NVML call)
 
 
 def _describe(err: BaseException) -> str:
@@ -45,14 +47,17 @@ class GpuSampler:
     """A thread that samples one device's figures every ``interval`` seconds.
 
     ``latest()`` returns the newest complete sample (a dict, replaced whole, so the loop
-    never sees half of one) and never waits. ``take_notice()`` returns, once each, what
+    never sees half of one) and never waits; a sample older than :data:`STALE_POLLS` periods
+    (an NVML call that hangs) is not returned: old figures are not passed off as new. ``take_notice()`` returns, once each, what
     went wrong (NVML missing, a read that raised), for the loop to log: the thread itself
     writes nothing."""
 
-    def __init__(self, provider: Any, uuid: str | None = None, index: int = 0, interval: float = POLL_S):
+    def __init__(self, provider: Any, uuid: str | None = None, index: int = 0, interval: float = POLL_S,
+                 stale_after: float | None = None):
         self.provider = provider
         self.uuid, self.index, self.interval = uuid, index, interval
-        self._latest: dict[str, float | int] = {}
+        self.stale_after = STALE_POLLS * interval if stale_after is None else stale_after
+        self._latest: tuple[float, dict[str, float | int]] = (0.0, {})     # (when, sample), replaced whole
         self._notices: list[str] = []
         self._noticed: set[str] = set()           # the figures (or "nvml") already complained about
         self._stop = threading.Event()
@@ -64,7 +69,8 @@ class GpuSampler:
         return self
 
     def latest(self) -> dict[str, float | int]:
-        return self._latest
+        sampled_at, sample = self._latest
+        return sample if time.monotonic() - sampled_at <= self.stale_after else {}
 
     def take_notice(self) -> str | None:
         return self._notices.pop(0) if self._notices else None
@@ -93,7 +99,7 @@ class GpuSampler:
                     except Exception as err:      # noqa: BLE001 - a figure that cannot be read is left out
                         self._notice(key, f"GPU figures: reading {key} failed ({_describe(err)}); it is left out "
                                           "of the step lines while it fails, and training goes on")
-                self._latest = sample
+                self._latest = (time.monotonic(), sample)
                 self.samples += 1
                 if self._stop.wait(self.interval):
                     return
@@ -106,7 +112,7 @@ class GpuSampler:
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=self.interval + 5)
+            self._thread.join(timeout=2.0)       # a hung NVML call is left to the daemon thread
 
 
 def sampler_for(device: Any) -> tuple[GpuSampler | None, str | None]:

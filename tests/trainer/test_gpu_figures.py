@@ -85,7 +85,7 @@ def test_no_sampler_and_nothing_to_say_on_cpu():
 
 def test_the_sampler_reads_on_its_own_thread_and_converts_units():
     nvml = FakeNvml()
-    sampler = GpuSampler(nvml, uuid="GPU-1234", interval=0.01).start()
+    sampler = GpuSampler(nvml, uuid="GPU-1234", interval=0.01, stale_after=300).start()
     try:
         wait_for(lambda: sampler.samples >= 3, what="three samples")
         assert sampler.latest() == {"gpu_util": 87, "gpu_mem_used": 12 * 2**30, "gpu_power_w": 312.5,
@@ -94,6 +94,34 @@ def test_the_sampler_reads_on_its_own_thread_and_converts_units():
     finally:
         sampler.close()
     assert threading.get_ident() not in nvml.threads and nvml.shut_down
+
+
+class HangingNvml(FakeNvml):
+    """Reads once, then every read hangs until released (a stuck driver call)."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.reads = 0
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        self.reads += 1
+        if self.reads > 1:
+            self.release.wait(timeout=60)
+        return super().nvmlDeviceGetUtilizationRates(handle)
+
+
+def test_a_sample_that_is_not_renewed_is_not_reported():
+    nvml = HangingNvml()
+    sampler = GpuSampler(nvml, interval=0.05).start()
+    try:
+        wait_for(lambda: sampler.samples == 1 and nvml.reads == 2, what="the second read to hang")
+        wait_for(lambda: sampler.latest() == {}, what="the first sample to go stale")
+        nvml.release.set()
+        wait_for(lambda: sampler.latest().get("gpu_util") == 87, what="a new sample")
+    finally:
+        nvml.release.set()
+        sampler.close()
 
 
 def _train_with(run_dir, gpu: GpuSampler, steps: int = 20) -> str:
@@ -114,7 +142,8 @@ def _train_with(run_dir, gpu: GpuSampler, steps: int = 20) -> str:
 def test_step_lines_carry_the_figures_every_state_every_steps(trainer_run):
     run = trainer_run("gpu", state_every=5, checkpoint_every=100)
     nvml = FakeNvml()
-    sampler = GpuSampler(nvml, index=0, interval=0.01).start()
+    # Sampled often, and never stale here: a loaded machine may hold this process longer than 3 periods.
+    sampler = GpuSampler(nvml, index=0, interval=0.01, stale_after=300).start()
     wait_for(lambda: sampler.samples >= 1, what="a first sample")
     assert _train_with(run, sampler) == "max_steps"
     lines = step_lines(run)
@@ -131,7 +160,7 @@ def test_step_lines_carry_the_figures_every_state_every_steps(trainer_run):
 ])
 def test_a_failing_provider_is_said_once_and_training_goes_on(trainer_run, fail, kept):
     run = trainer_run("failing", state_every=2, checkpoint_every=100)
-    sampler = GpuSampler(FakeNvml(fail), interval=0.01).start()
+    sampler = GpuSampler(FakeNvml(fail), interval=0.01, stale_after=300).start()
     wait_for(lambda: sampler.samples >= 3 or sampler._thread.is_alive() is False, what="the sampler's attempts")
     assert _train_with(run, sampler) == "max_steps"
     lines = step_lines(run)
