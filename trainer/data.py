@@ -5,9 +5,9 @@ Each arm's text is cut into fixed windows of ``block_size + 1`` bytes at a strid
 when the source has two or more) are *held out*: never drawn for training, they are the
 fixed slice the held-out eval loss is computed on (:mod:`trainer.evaluation`). A sampler
 walks a permutation of the other windows (one *epoch*), ``batch_size`` windows per
-batch, drawing the next permutation from its own generator when an epoch runs out. Its whole state (order,
-cursor, epoch, generator state, window count) is plain JSON, so that a resumed run
-draws exactly the batches a never-stopped run would (seed 003, example 2).
+batch, drawing the next permutation from its own generator when an epoch runs out. Its
+whole state (order, cursor, epoch, generator state, window counts) is plain JSON, so that
+a resumed run draws exactly the batches a never-stopped run would (seed 003, example 2).
 """
 
 from __future__ import annotations
@@ -183,7 +183,8 @@ class ArmSampler:
             windows = windows[rank * share:(rank + 1) * share]
         return self.read_windows(windows, device)
 
-    def read_windows(self, windows: np.ndarray, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    def read_windows(self, windows: np.ndarray,
+                     device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """``(x, y)`` of the windows numbered ``windows``: byte ids and the same shifted by one."""
         starts = torch.from_numpy(np.asarray(windows, dtype=np.int64) * self.block_size)
         tokens = self.data.tokens[starts[:, None] + self._offsets].long()

@@ -47,17 +47,18 @@ class GpuSampler:
     """A thread that samples one device's figures every ``interval`` seconds.
 
     ``latest()`` returns the newest complete sample (a dict, replaced whole, so the loop
-    never sees half of one) and never waits; a sample older than :data:`STALE_POLLS` periods
-    (an NVML call that hangs) is not returned: old figures are not passed off as new. ``take_notice()`` returns, once each, what
-    went wrong (NVML missing, a read that raised), for the loop to log: the thread itself
-    writes nothing."""
+    never sees half of one) and never waits; a sample older than ``stale_after`` seconds
+    (:data:`STALE_POLLS` periods by default: an NVML call that hangs) is not returned, so
+    old figures are never passed off as new. ``take_notice()`` returns, once each, what went
+    wrong (NVML missing, a read that raised), for the loop to log: the thread itself writes
+    nothing."""
 
     def __init__(self, provider: Any, uuid: str | None = None, index: int = 0, interval: float = POLL_S,
                  stale_after: float | None = None):
         self.provider = provider
         self.uuid, self.index, self.interval = uuid, index, interval
         self.stale_after = STALE_POLLS * interval if stale_after is None else stale_after
-        self._latest: tuple[float, dict[str, float | int]] = (0.0, {})     # (when, sample), replaced whole
+        self._latest: tuple[float, dict[str, float | int]] = (0.0, {})      # (when, sample): replaced whole
         self._notices: list[str] = []
         self._noticed: set[str] = set()           # the figures (or "nvml") already complained about
         self._stop = threading.Event()
