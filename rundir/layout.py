@@ -121,6 +121,7 @@ EVENT_ZOMBIE = "zombie"
 EVENT_STOP = "stop"
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"
+EVENT_EVAL = "eval"                 # the held-out eval loss (trainer/evaluation.py)
 
 # -- signals (DESIGN.md section 6) -----------------------------------------------
 # What each signal means to a trainer. The console sends the first of each tuple.

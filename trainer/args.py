@@ -11,7 +11,7 @@ PROG = "andrea-train"
 DEFAULT_PRESET = "tiny"
 # Flags that override run.toml's [run] section for this process (recorded in the
 # start/resume event, never written back to an existing run.toml).
-RUN_FLAGS = ("max_steps", "checkpoint_every", "sample_every", "device", "seed", "keep_last", "keep_every",
+RUN_FLAGS = ("max_steps", "checkpoint_every", "eval_every", "sample_every", "device", "seed", "keep_last", "keep_every",
              "precision", "compile")
 
 
@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the step to stop at, counted from the run's start (0: until stopped)")
     p.add_argument("--checkpoint-every", type=_integer(1), metavar="N",
                    help="checkpoint cadence in steps (also sets --sample-every unless given)")
+    p.add_argument("--eval-every", type=_integer(0), metavar="N",
+                   help="held-out eval loss cadence in steps (run.eval_every; default: the checkpoint cadence; "
+                        "0: off)")
     p.add_argument("--sample-every", type=_integer(1), metavar="N", help="sample-audit cadence in steps")
     p.add_argument("--device", metavar="auto|cpu|cuda", help="where to train (auto: cuda when available)")
     p.add_argument("--precision", choices=PRECISIONS,

@@ -1,6 +1,6 @@
 """``andrea-train RUN_DIR``: train a run directory, resuming from its newest checkpoint.
 
-    andrea-train RUN_DIR [--preset NAME] [--max-steps N] [--checkpoint-every N]
+    andrea-train RUN_DIR [--preset NAME] [--max-steps N] [--checkpoint-every N] [--eval-every N]
                  [--sample-every N] [--device auto|cpu|cuda] [--resume latest|PATH|none]
                  [--fresh-bandit] [--skip-batches N] [--seed N] [--threads N] [--nproc N]
 

@@ -87,7 +87,7 @@ def stop_recorded(run_dir: Path) -> None:
 
 def test_resume_is_bit_exact_at_the_same_world_size_and_says_what_is_not_at_another(trainer_run):
     in_one_go = trainer_run("in-one-go")
-    r = run_torchrun(in_one_go, "--max-steps", "200")
+    r = run_torchrun(in_one_go, "--max-steps", "200", "--eval-every", "0")     # no held-out eval here
     assert r.returncode == 0, r.stderr[-3000:]
     assert_clean(r.stderr)
 
@@ -98,8 +98,10 @@ def test_resume_is_bit_exact_at_the_same_world_size_and_says_what_is_not_at_anot
     assert r.returncode == 0, r.stderr[-3000:]
     assert_clean(r.stderr)
 
+    # The stopped run evaluated (rank 0 alone, at the checkpoint cadence) and trained the same.
     name = "step_000200.bin"
     assert (stopped / name).read_bytes() == (in_one_go / name).read_bytes()
+    assert [e["step"] for e in events(stopped, "eval")] == [100, 200] and not events(in_one_go, "eval")
     assert without_time(step_lines(stopped)) == without_time(step_lines(in_one_go))
     [resume] = events(stopped, "resume")
     assert resume["from_step"] == 100 and resume["exact"] and resume["world_size"] == NPROC
