@@ -335,8 +335,6 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
     with _collector_off():                           # as for the dashboard
         prefetch = start_history_prefetch(run_dir)   # parses while the rest is imported
         try:
-            from .plot import PlotOptions
-            from .report import render_text, to_json
             from .reader import RunReader
 
             now = time.time()
@@ -352,8 +350,13 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         return code
     if args.json:
+        from .report import to_json
+
         sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
+        from .plot import PlotOptions
+        from .report import render_text
+
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
                                      options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
                                                          log_y=args.log_y)))

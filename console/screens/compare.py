@@ -1,5 +1,6 @@
-"""The comparison: the marked runs' whole histories parsed (in a worker thread), their loss
-curves overlaid. ``x`` plots by step or by tokens, ``l`` switches log y, Escape returns."""
+"""The comparison: the marked runs' whole histories read (in a worker thread) through their
+mirrors (:mod:`console.history_mirror`: mapped when valid, else parsed and the mirror written),
+their loss curves overlaid. ``x`` plots by step or by tokens, ``l`` switches log y, Escape returns."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Static
 
-from rundir import LossHistory
 from rundir.layout import LOSS_JSON
 
 from ..format import LINE_LIMIT, printable
+from ..history_mirror import HistoryMirror
 from ..keys import COMPARE_KEYS, bindings
 from ..messages import CompareReady
 from ..widgets import KeyBar
@@ -22,13 +23,16 @@ from ..widgets.compare_plot import ComparePlot
 
 
 def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
-    """Each run's whole history: ``(name, steps, tokens, loss)`` and the problems met."""
+    """Each run's whole history: ``(name, steps, tokens, loss)`` and the problems met (a
+    mirror rebuilt or not saved among them)."""
     series, problems = [], []
     for name, path in runs:
-        history = LossHistory(path / LOSS_JSON)
-        history.refresh()
+        mirror = HistoryMirror(path / LOSS_JSON)
+        history, update, note = mirror.open()
+        saved = mirror.keep_up(history, update)
         if history.error:
             problems.append(f"{name}: {history.error}")
+        problems.extend(f"{name}: {n.text()}" for n in (note, saved) if n is not None)
         series.append((name, history.step.copy(), history.tokens.copy(), history.loss.copy()))
     return CompareReady(series, problems)
 
