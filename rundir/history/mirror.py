@@ -38,7 +38,7 @@ from ..safe_read import open_regular
 from .ingest import HistoryUpdate
 from .reader import LossHistory
 
-MIRROR_VERSION = 1
+MIRROR_VERSION = 2                  # 2: the series columns (rundir/history/keys.py)
 MAGIC = b"andrea-history-mirror\n"
 _LENGTH = struct.Struct("<Q")
 ALIGN = 64
