@@ -22,6 +22,7 @@ from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s
 from .changes import event_notice
 from .findings import HistoryFindings
 from .model.findings import LISTED
+from .model.history_series import series_data
 from .model.levels import Level
 from .model.snapshot import HistoryView, Notice
 from .prefetch import HistoryPrefetch
@@ -158,5 +159,5 @@ class HistoryPart:
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
-            tokens_column=tokens.copy(), time_column=h.time.copy(),
+            tokens_column=tokens.copy(), time_column=h.time.copy(), series=series_data(h),
             silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent))

@@ -70,13 +70,12 @@ class EvalSeries:
 
     def names(self) -> list[str]:
         """``eval_loss`` (when any eval event was read) and the per-arm series, by arm."""
-        if not self._steps:
-            return []
-        return [EVAL_LOSS, *sorted(name for name in self._values if name != EVAL_LOSS)]
+        return [EVAL_LOSS, *sorted(name for name in self.columns() if name != EVAL_LOSS)] if self._steps else []
 
     def columns(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Each series as ``(steps, values, times)``, by step, the newest event for a step
-        winning; the steps where a per-arm series has no value are left out of it."""
+        winning; the steps where a per-arm series has no value are left out of it (and a
+        per-arm series with none at all)."""
         if self._cache is None:
             steps = np.array(self._steps, np.int64)
             times = np.array(self._times, np.float64)
@@ -87,30 +86,31 @@ class EvalSeries:
                 values = np.full(len(steps), np.nan)
                 values[:len(column)] = column
                 kept = newest if name == EVAL_LOSS else newest[~np.isnan(values[newest])]
-                out[name] = (steps[kept], values[kept], times[kept])
+                if len(kept) or name == EVAL_LOSS:
+                    out[name] = (steps[kept], values[kept], times[kept])
             self._cache = out if self._steps else {}
         return self._cache
 
 
-def merged_eval(events: tuple[np.ndarray, np.ndarray] | None, step: np.ndarray,
-                step_keys: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The ``eval_loss`` series from all its sources: ``events`` (``(steps, values)`` of the
-    eval events), and the step lines' ``eval_loss`` and ``val_loss`` columns (``step_keys``
-    by name, aligned with ``step``). At a step, the first source that has a value wins."""
+def merged_eval(events: tuple[np.ndarray, np.ndarray, np.ndarray] | None, step: np.ndarray, time: np.ndarray,
+                step_keys: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The ``eval_loss`` series from all its sources, as ``(steps, values, times)``: ``events``
+    (the eval events' columns), and the step lines' ``eval_loss`` and ``val_loss`` columns
+    (``step_keys`` by name, aligned with ``step`` and ``time``). At a step, the first source
+    that has a value there wins; None when no source has any."""
     sources = [events] if events is not None and len(events[0]) else []
     for key in STEP_LINE_EVAL_KEYS:
         column = step_keys.get(key)
         if column is not None:
             has = ~np.isnan(column)
             if has.any():
-                sources.append((step[has], column[has]))
+                sources.append((step[has], column[has], time[has]))
     if not sources:
         return None
     if len(sources) == 1:
         return sources[0]
-    steps = np.concatenate([s for s, _ in sources])
-    values = np.concatenate([v for _, v in sources])
-    rank = np.concatenate([np.full(len(s), i) for i, (s, _) in enumerate(sources)])
-    order = np.lexsort((rank, steps))           # by step, then by source's precedence
+    steps, values, times = (np.concatenate([source[i] for source in sources]) for i in range(3))
+    rank = np.concatenate([np.full(len(source[0]), i) for i, source in enumerate(sources)])
+    order = np.lexsort((rank, steps))           # by step, then by the source's precedence
     first = order[np.append(True, steps[order][1:] != steps[order][:-1])]
-    return steps[first], values[first]
+    return steps[first], values[first], times[first]

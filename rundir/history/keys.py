@@ -86,7 +86,8 @@ class SeriesKeys:
         """Learn the keys of a step line (read whole)."""
         if len(record) <= len(BASE_KEYS) and record.keys() <= BASE_KEYS:
             return
-        for key, value in record.items():
+        # Keys a struct can hold first: one it cannot makes it full, the line's others are kept.
+        for key, value in sorted(record.items(), key=lambda item: not self._declarable(item[0])):
             if key in BASE_KEYS or key in self._index:
                 continue
             numeric = is_number(value)
