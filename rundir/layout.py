@@ -118,6 +118,7 @@ EVENT_ZOMBIE = "zombie"
 EVENT_STOP = "stop"
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"
+EVENT_EVAL = "eval"                 # a held-out eval: eval_loss, per_arm, windows (rundir/history/evals.py)
 
 # -- signals (DESIGN.md section 6) -----------------------------------------------
 # What each signal means to a trainer. The console sends the first of each tuple.

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from ..layout import EVENT_EVAL
 from . import limits
 from .keys import series_value
 from .records import HistoryEvent, is_int
 
-EVAL_EVENT = "eval"
+EVAL_EVENT = EVENT_EVAL
 EVAL_LOSS = "eval_loss"
 STEP_LINE_EVAL_KEYS = ("eval_loss", "val_loss")     # on another engine's step lines, in precedence
 

@@ -335,7 +335,11 @@ def typed_series_batch(buf: bytearray, start: int, end: int, first: int, keys: S
             saved = buf[lo], buf[before]
             buf[lo], buf[before] = 0x5B, 0x5D
             try:
-                decoded.extend(decode(view[lo:before + 1]))
+                part = decode(view[lo:before + 1])
+                if decoded:
+                    decoded.extend(part)
+                else:
+                    decoded = part              # the usual batch: one run, no copy
                 refused = False
             except msgspec.ValidationError:     # a key never seen, or a value of another type
                 refused = True
