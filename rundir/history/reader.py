@@ -17,7 +17,7 @@ import numpy as np
 from ..safe_read import open_regular
 from .array import JsonArrayReading
 from .blocks import detect_format
-from .columns import Superseded
+from .columns import SERIES_PREFIX, Superseded
 from .ingest import HistoryUpdate
 from .jsonl import JsonLinesReading
 from .records import HistoryEvent
@@ -78,8 +78,9 @@ class LossHistory(JsonLinesReading, JsonArrayReading):
         cols = history._cols
         cols.n = int(meta.get("rows", len(columns["step"])))
         history.keys.load_state_dict(meta.get("keys", {}))
-        for name in history.keys.series:
-            cols.series[name] = np.empty(0, np.float64)
+        for name in columns:
+            if name.startswith(SERIES_PREFIX):
+                cols.series[name[len(SERIES_PREFIX):]] = np.empty(0, np.float64)
         for name, empty in cols.arrays():
             given = columns[name]
             if isinstance(given, np.ndarray) and given.dtype == empty.dtype and (adopt or not given.flags.writeable):
