@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from rundir import HistoryEvent
-from rundir.layout import EVENT_RESUME, EVENT_START
+from rundir.layout import EVENT_RESUME, EVENT_START, RUN_TOML
 
 ABSENT = "—"
 START_PREFIX = "start."
@@ -94,7 +94,7 @@ def run_diff(runs: Sequence[tuple[dict[str, Any] | None, dict[str, Any] | None]]
     included; a run without the source shows :data:`ABSENT` there, and that some runs lack a
     source altogether is a row of its own (``run.toml``, ``start event``)."""
     rows: list[DiffRow] = []
-    for source, part, prefix in (("run.toml", 0, ""), ("start event", 1, START_PREFIX)):
+    for source, part, prefix in ((RUN_TOML, 0, ""), ("start event", 1, START_PREFIX)):
         given = [run[part] is not None for run in runs]
         if len(set(given)) > 1:
             rows.append(DiffRow(source, tuple("present" if g else ABSENT for g in given)))

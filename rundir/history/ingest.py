@@ -9,6 +9,7 @@ to the events and the unreadable ones to the count, with their reasons.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -120,7 +121,7 @@ class Ingest:
             buf[s], buf[e] = 0x5B, 0x5D             # "[" and "]"
 
             def event_at(offset: int) -> tuple[int, int]:
-                i = int(np.searchsorted(seps, offset)) - 1
+                i = bisect_left(seps, offset) - 1          # the line holding it (few events: no numpy call)
                 return int(seps[i]), int(seps[i + 1])
 
             if self._typed_block(buf, s, e, first, update, n, event_at) >= 0:

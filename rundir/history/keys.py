@@ -86,12 +86,16 @@ class SeriesKeys:
         """Learn the keys of a step line (read whole)."""
         if len(record) <= len(BASE_KEYS) and record.keys() <= BASE_KEYS:
             return
+        index, other = self._index, self.other
+        new = [(key, value) for key, value in record.items() if key not in BASE_KEYS and key not in index
+               and (key not in other or is_number(value))]
+        if not new:
+            return
         # Keys a struct can hold first: one it cannot makes it full, the line's others are kept.
-        for key, value in sorted(record.items(), key=lambda item: not self._declarable(item[0])):
-            if key in BASE_KEYS or key in self._index:
-                continue
+        new.sort(key=lambda item: not self._declarable(item[0]))
+        for key, value in new:
             numeric = is_number(value)
-            if not numeric and (key in self.other or self.full):
+            if not numeric and self.full:
                 continue
             if not self._declarable(key):
                 self.full = True                # the struct could not refuse it: it skips every unknown key
