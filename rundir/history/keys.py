@@ -19,9 +19,11 @@ earlier lines are NaN, as they would be).
 **Bounded.** At most :data:`~.limits.MAX_SERIES` series and :data:`~.limits.MAX_OTHER_KEYS`
 other keys are kept; past either, the struct stops refusing unknown keys (the fast path
 skips them, as it skipped every unknown key before) and no series is added any more. The
-numeric keys found but not kept are counted in :attr:`SeriesKeys.dropped` (with the first
-few names), as far as lines read whole show them: a hostile file with 100,000 distinct keys
-costs :data:`~.limits.MAX_SERIES` columns, and one line saying so.
+numeric keys found but not kept are counted in :attr:`SeriesKeys.dropped` (each once, with
+the first few names), as far as lines read whole show them (the fast path skips them unseen:
+the count is a lower bound): a hostile file with 100,000 distinct keys costs
+:data:`~.limits.MAX_SERIES` columns, and one line saying so. A key with a quote, a backslash
+or a control character in its name (no struct field can be named so) makes the keys full too.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from . import limits
 # The keys of a step line that are not series: the columns every history has, and the event.
 BASE_KEYS = frozenset(("step", "tokens", "arm", "loss", "lr", "grad_norm", "time", "event"))
 DROPPED_NAMES = 5               # names of dropped keys kept, for the finding
+MAX_DROPPED_TRACKED = 10_000    # dropped keys remembered, so that each is counted once
 MAX_KEY_CHARS = 200             # a longer key is never a series (counted as dropped)
 _UNDECLARABLE = re.compile(r'[\\"\x00-\x1f]')
 _OTHER = str | bool | None | list | dict     # any JSON value but a number: a number fails the decode
@@ -74,6 +77,7 @@ class SeriesKeys:
         self.full = False                       # a limit was reached: no key is added any more
         self.dropped = 0                        # numeric keys found and not kept
         self.dropped_names: list[str] = []      # the first DROPPED_NAMES of them
+        self._dropped_seen: set[str] = set()    # each counted once (the first MAX_DROPPED_TRACKED)
         self._index: dict[str, int] = {}
         self._decoders: dict[tuple[str, ...], Callable[[Any], list[Any]]] = {}
         self.version = 0
@@ -122,6 +126,10 @@ class SeriesKeys:
         return len(key) <= MAX_KEY_CHARS and _UNDECLARABLE.search(key) is None
 
     def _drop(self, key: str) -> None:
+        if key in self._dropped_seen:
+            return
+        if len(self._dropped_seen) < MAX_DROPPED_TRACKED:
+            self._dropped_seen.add(key)
         self.dropped += 1
         if len(self.dropped_names) < DROPPED_NAMES:
             self.dropped_names.append(printable_name(key))
