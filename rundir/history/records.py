@@ -305,71 +305,81 @@ def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], by
 _EVENT_KEY = b'"event"'
 
 
+_PLACEHOLDER_STEP = -7                          # never a valid step: an event's place in the decode
+_PLACEHOLDER = b'{"step":-7}'
+
+
 def typed_series_batch(buf: bytearray, start: int, end: int, first: int, keys: SeriesKeys, n: int | None,
                        event_at: Callable[[int], tuple[int, int] | None], retry: bool = True) -> Batch | None:
     """The fast path of the incremental reader: the elements of the JSON array in
     ``buf[start:end + 1]`` (``buf[start]`` is "[", ``buf[end]`` "]"; ``n`` elements when
     known), the first numbered ``first``, decoded typed into ``keys``'s struct, which refuses
     a key it does not know. Event lines (found by their ``"event"`` key: ``event_at`` gives
-    the separators around the element holding an offset, or None) are read whole, and the
-    step lines between them decoded a run at a time, so that an event's own keys are never
-    taken for a step line's. A run with a key never seen (or a value of another type) is
-    read whole with the rest of the batch, which teaches ``keys`` its keys. None when
-    anything needs :func:`careful_batch` line by line (as :func:`typed_batch`)."""
-    decode = keys.decoder(TypedLine)
+    the separators around the element holding an offset, or None) are read whole, and stand
+    in the typed decode as a placeholder (their bytes put back after it), so that an event's
+    own keys are never taken for a step line's. A batch with a key never seen (or a value of
+    another type) is read whole once, which teaches ``keys`` its keys. None when anything
+    needs :func:`careful_batch` line by line (as :func:`typed_batch`)."""
     spans: list[tuple[int, int]] = []
     pos = after = start
     while (hit := buf.find(_EVENT_KEY, pos, end)) >= 0:
         span = event_at(hit)
-        if span is None or span[0] < after or span[1] > end:
+        if span is None or span[0] < after or span[1] > end or span[1] - span[0] - 1 < len(_PLACEHOLDER):
             return None
         spans.append(span)
         after = span[1]
         pos = after + 1
-    view = memoryview(buf)
-    decoded: list[Any] = []
-    found: list[tuple[dict[str, Any], int, int]] = []
-    lo = start
-    for before, after in (*spans, (end, -1)):
-        if before > lo:                          # the step lines between two separators
-            saved = buf[lo], buf[before]
-            buf[lo], buf[before] = 0x5B, 0x5D
-            try:
-                part = decode(view[lo:before + 1])
-                if decoded:
-                    decoded.extend(part)
-                else:
-                    decoded = part              # the usual batch: one run, no copy
-                refused = False
-            except msgspec.ValidationError:     # a key never seen, or a value of another type
-                refused = True
-            except Exception:                   # invalid, or nested deeper than the decoder goes
-                return None
-            finally:
-                buf[lo], buf[before] = saved
-            if refused:
-                return _read_whole(buf, start, end, first, keys, n, event_at) if retry else None
-        if after < 0:
-            break
-        record = parse_line(bytes(view[before + 1:after]))
-        if line_kind(record)[0] != EVENT:
-            return None                         # "event" somewhere else: the careful path says what it is
-        found.append((record, first + len(decoded) + len(found), len(decoded)))
-        lo = after
-    if n is not None and len(decoded) + len(found) != n:
-        return None                             # a line holding a comma-joined pair
+    texts = [bytes(buf[before + 1:after]) for before, after in spans]
+    records = [parse_line(text) for text in texts]
+    if any(line_kind(record)[0] != EVENT for record in records):
+        return None                             # "event" somewhere else: the careful path says what it is
+    decoded, refused = _decode_around(buf, start, end, keys, spans, texts)
+    if refused:
+        return _read_whole(buf, start, end, first, keys, n, event_at) if retry else None
+    if decoded is None or (n is not None and len(decoded) != n):
+        return None                             # invalid, or a line holding a comma-joined pair
     if not decoded:
-        return Batch(columns_from_rows([], keys.series), found, [])
+        return Batch(columns_from_rows([], keys.series), [], [])
     if tuple(map(_GET["event"], decoded)).count(None) != len(decoded):
         return None                             # an event key written with escapes
     try:
         block = _typed_columns(decoded, STEP_COLUMNS)
     except OverflowError:                       # a step or token count past 64 bits
         return None
-    if block["step"].min() < 0:
-        return None
     block["series"] = _series_columns(decoded, keys)
+    found: list[tuple[dict[str, Any], int, int]] = []
+    if spans:
+        placeholder = block["step"] == _PLACEHOLDER_STEP
+        at = np.flatnonzero(placeholder).tolist()
+        if len(at) != len(spans):
+            return None                         # a step line of step -7: the careful path says what it is
+        found = [(record, first + i, i - k) for k, (record, i) in enumerate(zip(records, at))]
+        keep = ~placeholder
+        block = {name: (col[keep] if isinstance(col, np.ndarray) else
+                        np.array(col, object)[keep].tolist() if name == "arm_names" else
+                        {key: values[keep] for key, values in col.items()})
+                 for name, col in block.items()}
+    if len(block["step"]) and block["step"].min() < 0:
+        return None
     return Batch(block, found, [])
+
+
+def _decode_around(buf: bytearray, start: int, end: int, keys: SeriesKeys, spans: list[tuple[int, int]],
+                   texts: list[bytes]) -> tuple[list[Any] | None, bool]:
+    """The typed decode of ``buf[start:end + 1]`` with each event element (between the
+    separators of ``spans``) a placeholder of the same length: ``(decoded or None, whether
+    the struct refused a key or a value)``. The bytes are as they were after it."""
+    for before, after in spans:
+        buf[before + 1:after] = _PLACEHOLDER.ljust(after - before - 1)
+    try:
+        return keys.decoder(TypedLine)(memoryview(buf)[start:end + 1]), False
+    except msgspec.ValidationError:             # a key never seen, or a value of another type
+        return None, True
+    except Exception:                           # invalid, or nested deeper than the decoder goes
+        return None, False
+    finally:
+        for (before, after), text in zip(spans, texts):
+            buf[before + 1:after] = text
 
 
 def _series_columns(decoded: list[Any], keys: SeriesKeys) -> dict[str, np.ndarray]:
