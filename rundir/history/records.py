@@ -355,10 +355,12 @@ def typed_series_batch(buf: bytearray, start: int, end: int, first: int, keys: S
             return None                         # a step line of step -7: the careful path says what it is
         found = [(record, first + i, i - k) for k, (record, i) in enumerate(zip(records, at))]
         keep = ~placeholder
-        block = {name: (col[keep] if isinstance(col, np.ndarray) else
-                        np.array(col, object)[keep].tolist() if name == "arm_names" else
-                        {key: values[keep] for key, values in col.items()})
-                 for name, col in block.items()}
+        arms = list(block.pop("arm_names"))
+        for i in reversed(at):                  # few: cheaper than a mask over the strings
+            del arms[i]
+        series = {key: values[keep] for key, values in block.pop("series").items()}
+        block = {name: col[keep] for name, col in block.items()}
+        block["arm_names"], block["series"] = arms, series
     if len(block["step"]) and block["step"].min() < 0:
         return None
     return Batch(block, found, [])
