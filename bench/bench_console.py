@@ -1,4 +1,5 @@
-"""The console on a big run: 200,000 history lines and 100 checkpoints.
+"""The console on a big run: 200,000 history lines and 100 checkpoints, the lines with every
+series the trainer writes (``p``, the GPU figures every 10 steps, an eval event every 100).
 
 - the first full frame of the dashboard (from the spawn of its process to the moment the
   frame with the whole history is painted), and ``--once`` as a whole process, against a
@@ -32,6 +33,9 @@ STEPS = 200_000
 CHECKPOINTS = 100
 WRITE_S = 10.0
 WRITE_HZ = 10
+# The trainer's other series in the history (p, the GPU figures, eval events): every column
+# the console keeps. BENCH_CONSOLE_SERIES=0 for loss-only lines (the figures before them).
+SERIES = os.environ.get("BENCH_CONSOLE_SERIES", "1") != "0"
 
 
 def make_big_run(root: Path) -> Path:
@@ -39,7 +43,8 @@ def make_big_run(root: Path) -> Path:
 
     every = STEPS // CHECKPOINTS
     return make_run(root / "big", steps=STEPS, checkpoints=tuple(range(every, STEPS + 1, every)), n_params=64,
-                    spikes={123_457: 25.0}, log_lines=tuple(f"step {s} loss 2.0" for s in range(0, 2000, 10)))
+                    spikes={123_457: 25.0}, log_lines=tuple(f"step {s} loss 2.0" for s in range(0, 2000, 10)),
+                    series=SERIES)
 
 
 def _python(*args: str, **kw) -> subprocess.CompletedProcess:

@@ -26,6 +26,7 @@ from .changes import event_notice
 from .findings import HistoryFindings
 from .history_mirror import HistoryMirror
 from .model.findings import LISTED
+from .model.history_series import series_data
 from .model.levels import Level
 from .model.mirror_note import MIRROR_NOT_SAVED, MirrorNote
 from .model.snapshot import HistoryView, Notice
@@ -188,7 +189,7 @@ class HistoryPart:
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=_frozen(h.step), loss=_frozen(loss), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
-            tokens_column=_frozen(tokens), time_column=_frozen(h.time),
+            tokens_column=_frozen(tokens), time_column=_frozen(h.time), series=series_data(h, _frozen),
             silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent), mirror=self._mirror_note)
 
     def _open(self) -> tuple[HistoryUpdate, list[MirrorNote]]:

@@ -115,7 +115,8 @@ OVERVIEW_KEYS = (
         display="⏎", priority=True, essential=True),               # before the table's own Enter
     Key("space", "mark", "mark", "mark or unmark the selected run", display="space"),
     Key("v", "compare", "compare marked", "compare the marked runs (or the selected one): loss curves overlaid, "
-        "min/max envelope per run; x step / tokens, l log / linear y, Escape returns"),
+        "min/max envelope per run, and a table of what differs in their run.toml and start events (it scrolls); "
+        "x step / tokens, l log / linear y, Escape returns"),
     Key("c", "app.checkpoint", "checkpoint", "checkpoint the selected run's trainer (verified, as on the dashboard)",
         control=True, essential=True),
     Key("s", "app.stop", "stop", "stop the selected run's trainer (verified; asks first, as on the dashboard)",

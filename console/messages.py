@@ -80,6 +80,7 @@ class CompareReady(Message):
 
     series: list = field(default_factory=list)        # [(name, steps, tokens, loss)]
     problems: list[str] = field(default_factory=list)
+    differences: list = field(default_factory=list)   # [DiffRow]: what differs between their run.toml and start
 
 
 @dataclass

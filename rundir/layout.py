@@ -121,7 +121,7 @@ EVENT_ZOMBIE = "zombie"
 EVENT_STOP = "stop"
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"
-EVENT_EVAL = "eval"                 # the held-out eval loss (trainer/evaluation.py)
+EVENT_EVAL = "eval"                 # a held-out eval: eval_loss, per_arm, windows (trainer/evaluation.py writes it, rundir/history/evals.py reads it)
 
 # -- signals (DESIGN.md section 6) -----------------------------------------------
 # What each signal means to a trainer. The console sends the first of each tuple.

@@ -62,6 +62,9 @@ class RunSpec:
     # step A's line the run pauses, then goes on from step F + 1, re-running F + 1..A. A may
     # lie past ``steps``: the last segment then ends at ``steps``, short of A (a rollback's).
     restarts: tuple[tuple[int, int, float, bool], ...] = ()
+    # The trainer's other series: "p" on every step line, the GPU figures every 10 steps,
+    # an eval event every 100 (rundir/history/keys.py, evals.py).
+    series: bool = False
 
 
 # A pid above Linux's largest pid_max (2**22): never a live process.
@@ -73,6 +76,15 @@ def loss_curve(steps: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     s = np.arange(1, steps + 1)
     return 5.5 * np.exp(-s / 400) + 1.6 + rng.normal(0, 0.05, steps)
+
+
+def _series_keys(step: int, loss: float) -> dict[str, float]:
+    """A step line's other series, as the trainer writes them (the GPU's every 10 steps)."""
+    keys = {"p": round(0.2 + 0.1 * (step % 5), 3)}
+    if step % 10 == 0:
+        keys.update(gpu_util=float(80 + step % 17), gpu_mem_used=30_000_000_000 + step, gpu_power_w=300.5,
+                    gpu_temp_c=float(60 + step % 9))
+    return keys
 
 
 def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overrides: Any) -> Path:
@@ -98,6 +110,12 @@ def make_run(root: str | os.PathLike[str], spec: RunSpec | None = None, **overri
             loss = math.nan
         records.append({"step": i, "loss": loss, "lr": 3e-3, "grad_norm": float(0.5 + rng.random()),
                         "arm": spec.arms[i % len(spec.arms)], "tokens": i * 512, "time": at})
+        if spec.series:
+            records[-1].update(_series_keys(i, loss))
+            if i % 100 == 0:
+                records.append({"event": "eval", "step": i, "eval_loss": round(loss + 0.1, 4),
+                                "per_arm": {arm: round(loss + 0.05 * k, 4) for k, arm in enumerate(spec.arms)},
+                                "windows": 8, "time": at})
         if i in spec.checkpoints:
             records.append({"event": "checkpoint", "step": i, "path": f"step_{i:06d}.bin", "time": at})
         for event in spec.events:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from rundir.history import limits
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 
 from ..format import LINE_LIMIT, format_counter, format_size, printable, stall_text
@@ -63,6 +64,7 @@ KINDS: dict[str, FindingKind] = {kind.name: kind for kind in (
     FindingKind("lines", said_by_read=True),                    # unreadable lines, a torn tail
     FindingKind("nonfinite", alert=True, history_fact=True, said_by_read=True, noun="runs of non-finite loss"),
     FindingKind("rewind"),                                      # steps went back with no resume event
+    FindingKind("series"),                                      # more numeric keys than are kept as series
     FindingKind("sidecar"),                                     # .state.json or .samples.json unreadable
     FindingKind("spike", alert=True, history_fact=True, noun="loss spikes"),
     FindingKind("resume", alert=True, history_fact=True, noun="diverged resumes"),
@@ -225,6 +227,10 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
                            "(a restart by another engine?)" if h.silent_rewind_count == 1 else
                            f"{LOSS_JSON}: the steps went back {h.silent_rewind_count:,} times with no resume event, "
                            f"the last to step {h.silent_rewinds[-1]:,} (restarts by another engine?)"))
+    if h.series.dropped:
+        out.append(Finding("series", Level.WARNING,
+                           f"{LOSS_JSON}: {h.series.dropped:,} more numeric key(s) not kept as series (at most "
+                           f"{limits.MAX_SERIES} are): {names_and_more(list(h.series.dropped_names), h.series.dropped)}"))
     return out
 
 

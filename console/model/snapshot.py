@@ -23,6 +23,7 @@ from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUM
 
 from ..format import LINE_LIMIT, printable
 from .findings import Finding, derive_alerts, derive_problems
+from .history_series import SeriesData, column as series_column, names as series_names
 from .levels import Level
 from .markers import Marker
 from .mirror_note import MIRROR_NOT_SAVED, MIRROR_NOTES, MIRROR_REBUILT, MirrorNote  # noqa: F401 (re-exported)
@@ -118,6 +119,32 @@ class HistoryView:
     # The newest thing worth saying about the history's mirror (the first read's, or a save
     # that failed since); None: nothing to say.
     mirror: MirrorNote | None = None
+    # Every other series: lr, grad_norm, the step lines' other numeric keys, the eval series.
+    series: SeriesData = field(default_factory=SeriesData, repr=False, compare=False)
+
+    def series_names(self) -> list[str]:
+        """Every series' name: ``loss``, ``lr``, ``grad_norm``, ``tokens``, ``time``, each
+        other numeric key of the step lines (as first found), ``eval_loss`` and
+        ``eval_loss/<arm>`` (:mod:`console.model.history_series`)."""
+        return series_names(self.series)
+
+    def column(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(steps, values)`` of a series, int64 and float64: for a column of the step lines,
+        the view's ``step`` and the values aligned with it (NaN where a line lacked the key, or
+        held no finite number there); for an eval series, the steps it has a value at. Sorted
+        by step, the newest line (or event) for a step winning. KeyError for no such series."""
+        steps, values, _ = series_column(self.series, name, self.step, self.loss, self.tokens_column,
+                                         self.time_column)
+        return steps, values
+
+    def abandoned(self, name: str) -> np.ndarray | None:
+        """Which points of ``column(name)`` a rollback abandoned or lie after the head (by
+        their lines' or events' times: :func:`rundir.abandoned.abandoned_mask`); None: none."""
+        from rundir.abandoned import abandoned_mask
+
+        steps, _, times = series_column(self.series, name, self.step, self.loss, self.tokens_column,
+                                        self.time_column)
+        return abandoned_mask(steps, times, self.events, self.last_step)
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,38 @@
 """The comparison: the marked runs' whole histories read (in a worker thread) through their
 mirrors (:mod:`console.history_mirror`: mapped when valid, else parsed and the mirror written),
-their loss curves overlaid. ``x`` plots by step or by tokens, ``l`` switches log y, Escape returns."""
+their loss curves overlaid, and under them the table of what differs between their ``run.toml``
+and start events (:mod:`console.model.run_diff`; it scrolls). ``x`` plots by step or by tokens,
+``l`` switches log y, Escape returns."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
+from rundir import ConfigError, load_run_config
 from rundir.layout import LOSS_JSON
 
 from ..format import LINE_LIMIT, printable
 from ..history_mirror import HistoryMirror
 from ..keys import COMPARE_KEYS, bindings
 from ..messages import CompareReady
+from ..model.run_diff import DiffRow, run_diff, start_data
 from ..widgets import KeyBar
 from ..widgets.compare_plot import ComparePlot
 
 
 def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
-    """Each run's whole history: ``(name, steps, tokens, loss)`` and the problems met (a
-    mirror rebuilt or not saved among them)."""
-    series, problems = [], []
+    """Each run's whole history: ``(name, steps, tokens, loss)``, the problems met (a mirror
+    rebuilt or not saved among them), and what differs between the runs' ``run.toml`` and
+    start events."""
+    series, problems, settings = [], [], []
     for name, path in runs:
         mirror = HistoryMirror(path / LOSS_JSON)
         history, update, note = mirror.open()
@@ -34,7 +41,25 @@ def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
             problems.append(f"{name}: {history.error}")
         problems.extend(f"{name}: {n.text()}" for n in (note, saved) if n is not None)
         series.append((name, history.step.copy(), history.tokens.copy(), history.loss.copy()))
-    return CompareReady(series, problems)
+        try:
+            config = load_run_config(path).to_dict()
+        except (ConfigError, OSError):
+            config = None                   # another engine's run, or one the dashboard says is broken
+        settings.append((config, start_data(history.events)))
+    return CompareReady(series, problems, run_diff(settings))
+
+
+def differences_table(names: list[str], rows: list[DiffRow]) -> Table | Text:
+    """The table of what differs: a row a setting, a column a run."""
+    if not rows:
+        return Text("run.toml and start events: the same in every run compared", style="grey50")
+    table = Table(box=None, expand=True, padding=(0, 1), header_style="bold")
+    table.add_column("differs", style="cyan", no_wrap=True, overflow="ellipsis", ratio=3)
+    for name in names:
+        table.add_column(printable(name, 30), no_wrap=True, overflow="ellipsis", ratio=2)
+    for row in rows:
+        table.add_row(printable(row.key, LINE_LIMIT), *(printable(v, LINE_LIMIT) for v in row.values))
+    return table
 
 
 class CompareScreen(Screen):
@@ -46,10 +71,13 @@ class CompareScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield ComparePlot(id="compare-plot", classes="pane")
+        with VerticalScroll(id="compare-differences", classes="pane"):
+            yield Static("", id="compare-differences-table")
         yield Static("", id="compare-problems")
         yield KeyBar()
 
     def on_mount(self) -> None:
+        self.query_one("#compare-differences").border_title = "what differs: run.toml, start events"
         self.load()
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
@@ -58,6 +86,8 @@ class CompareScreen(Screen):
 
     def on_compare_ready(self, message: CompareReady) -> None:
         self.query_one(ComparePlot).show(message.series)
+        self.query_one("#compare-differences-table", Static).update(
+            differences_table([name for name, _ in self.runs], message.differences))
         self.query_one("#compare-problems", Static).update(
             Text("; ".join(printable(p, LINE_LIMIT) for p in message.problems), style="red"))
 

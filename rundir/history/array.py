@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from . import limits
-from .array_scan import (array_separators, closing_bracket, find_resync, has_content, piece_elements, piece_end,
+from .array_scan import (array_separators, closing_bracket, event_separators, find_resync, has_content, piece_end,
                          resync, skip_element)
 from .blocks import gc_paused, read_into, size_text
 from .ingest import Careful, HistoryUpdate, Ingest
@@ -65,7 +65,7 @@ class JsonArrayReading(Ingest):
             return find_resync(fd, start, size), number + 1
         if end - start <= limits.MAX_LINE_BYTES:
             record = parse_line(os.pread(fd, end - start, start))
-            self._add_batch(careful_batch([record], number), update)
+            self._add_batch(careful_batch([record], number, self.keys), update)
         else:
             self._problem(update, f"{where}: longer than {size_text(limits.MAX_LINE_BYTES)}: skipped")
         return (-1 if after == "]" else end), number + 1
@@ -84,7 +84,8 @@ class JsonArrayReading(Ingest):
             b = piece_end(buf, cur, end, close)
             if 0 < b - cur <= min(2 * limits.ARRAY_PIECE_BYTES, limits.MAX_LINE_BYTES):
                 buf[cur], buf[b] = 0x5B, 0x5D
-                n = self._typed_block(view[cur:b + 1], piece_elements(view[cur:b + 1]), number, update)
+                n = self._typed_block(buf, cur, b, number, update, None,
+                                      lambda offset, lo=cur, hi=b: event_separators(buf, offset, lo, hi))
                 if n >= 0:
                     number, cur = number + n, b
                     continue

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import limits
 from .blocks import SCAN_BYTES, scan
-from .records import BadLine, TypedLine, parse_line
+from .records import BadLine, parse_line
 
 _WS = b" \t\r\n"
 # Where one object ends and the next begins: the fast path's cuts (checked by the decode).
@@ -179,50 +179,25 @@ def _odd_backslashes(w: np.ndarray, q: int, before: int = 0) -> bool:
     return n % 2 == 1
 
 
-_decode_raw_array = msgspec.json.Decoder(list[msgspec.Raw]).decode
+def event_separators(buf: bytearray, at: int, lo: int, hi: int) -> tuple[int, int] | None:
+    """The separators ("[" or "," before, "," or "]" after) around the top-level element of
+    the JSON array piece ``buf[lo:hi + 1]`` whose text holds offset ``at`` (an ``"event"``
+    key); None when there is no such element within reach."""
+    element = _element_around(buf, at, _JSON)
+    if element is None:
+        return None
+    _, start, end = element
+    before, after = start - 1, end
+    while before > lo and buf[before] in _WS:
+        before -= 1
+    while after < hi and buf[after] in _WS:
+        after += 1
+    if before < lo or after > hi or buf[before] not in b"[," or buf[after] not in b",]":
+        return None
+    return before, after
 
 
-def piece_elements(text: memoryview) -> Callable[[int, list[TypedLine]], bytes]:
-    """The i-th element's bytes of a decoded piece of a JSON array (``text`` is the piece
-    as an array): found around event keys, or by splitting the piece, when first asked."""
-    spans: dict[int, bytes] = {}
-
-    def element(i: int, decoded: list[TypedLine]) -> bytes:
-        if not spans:
-            data = bytes(text)
-            wanted = [(j, r.event, r.step) for j, r in enumerate(decoded) if r.event is not None]
-            found = _event_elements(data, wanted)
-            spans.update(found if found is not None else dict(enumerate(map(bytes, _decode_raw_array(data)))))
-        return spans[i]
-
-    return element
-
-
-def _event_elements(data: bytes, wanted: list[tuple[int, str, int]]) -> dict[int, bytes] | None:
-    """The bytes of a JSON array's event elements, found around each ``"event"`` key instead
-    of by splitting the whole array (events are rare; a split costs as much as the typed
-    decode). ``wanted`` lists ``(index, event, step)`` of every event element, as the typed
-    decode read them; the result maps each index to its bytes, or is None unless each one
-    was found, in order, as a whole element of the top-level array."""
-    decoder = json.JSONDecoder()
-    found: dict[int, bytes] = {}
-    pending = iter(wanted)
-    current = next(pending, None)
-    pos = 0
-    while current is not None:
-        hit = data.find(b'"event"', pos)
-        if hit < 0:
-            return None
-        pos = hit + 1
-        element = _element_around(data, hit, decoder)
-        if element is None:
-            continue                    # the text "event" somewhere else, or a nested object
-        record, start, end = element
-        index, event, step = current
-        if record.get("event") == event and record.get("step", -1) == step:
-            found[index] = data[start:end]
-            current = next(pending, None)
-    return found
+_JSON = json.JSONDecoder()
 
 
 def _element_around(data: bytes, at: int, decoder: json.JSONDecoder,

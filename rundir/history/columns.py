@@ -9,8 +9,13 @@ from . import limits
 from .records import FLOAT_COLUMNS
 
 
+SERIES_PREFIX = "series."         # a series' name among the arrays (its key follows)
+
+
 class Columns:
-    """Growable, step-sorted numpy columns; appending is amortised O(new rows)."""
+    """Growable, step-sorted numpy columns; appending is amortised O(new rows). Besides the
+    columns every history has, ``series`` holds a float64 column per series (:mod:`.keys`),
+    NaN on the rows of lines read before it was found."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -19,14 +24,22 @@ class Columns:
         self.arm = np.empty(0, np.int32)
         self.floats = {name: np.empty(0, np.float64) for name in FLOAT_COLUMNS}
         self.shared = 0         # rows [0, shared) are handed out as views (share): never changed in place
+        self.series: dict[str, np.ndarray] = {}
 
     def get(self, name: str) -> np.ndarray:
         arr = self.floats[name] if name in self.floats else getattr(self, name)
         return arr[: self.n]
 
+    def get_series(self, name: str) -> np.ndarray:
+        return self.series[name][: self.n]
+
     def arrays(self) -> list[tuple[str, np.ndarray]]:
         return [("step", self.step), ("tokens", self.tokens), ("arm", self.arm),
-                *self.floats.items()]
+                *self.floats.items(), *((SERIES_PREFIX + name, arr) for name, arr in self.series.items())]
+
+    def add_series(self, name: str) -> None:
+        """A new series column: NaN on every row so far, with the others' room."""
+        self.series[name] = np.full(len(self.step), np.nan)
 
     def share(self) -> None:
         """The rows so far are handed out as views that must not change (a snapshot's): a later
@@ -53,6 +66,8 @@ class Columns:
     def replace(self, name: str, arr: np.ndarray) -> None:
         if name in self.floats:
             self.floats[name] = arr
+        elif name.startswith(SERIES_PREFIX):
+            self.series[name[len(SERIES_PREFIX):]] = arr
         else:
             setattr(self, name, arr)
 
@@ -67,8 +82,16 @@ class Columns:
         old_n = self.n
         in_order = bool(np.all(steps[1:] > steps[:-1])) and (old_n == 0 or steps[0] > self.step[old_n - 1])
         self._reserve(old_n + k)
+        given = block.get("series", {})
+        for name in given:
+            if name not in self.series:
+                self.add_series(name)
         for name, arr in self.arrays():
-            arr[old_n:old_n + k] = block[name]
+            if name.startswith(SERIES_PREFIX):
+                values = given.get(name[len(SERIES_PREFIX):])
+                arr[old_n:old_n + k] = np.nan if values is None else values
+            else:
+                arr[old_n:old_n + k] = block[name]
         self.n += k
         if not in_order:
             # Rows before the block's smallest step are sorted, unique and untouched by it.

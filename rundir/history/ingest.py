@@ -9,6 +9,7 @@ to the events and the unreadable ones to the count, with their reasons.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -18,7 +19,9 @@ import numpy as np
 from . import limits
 from .blocks import size_text
 from .columns import Columns, Superseded
-from .records import BadLine, Batch, HistoryEvent, TypedLine, careful_batch, event_of, parse_line, typed_batch
+from .evals import EvalSeries
+from .keys import SeriesKeys
+from .records import BadLine, Batch, HistoryEvent, careful_batch, event_of, parse_line, typed_series_batch
 
 
 @dataclass
@@ -88,6 +91,8 @@ class Ingest:
         self.rewind_count = 0
         self.rows_read = 0                      # step lines read (replaced ones too)
         self.superseded = Superseded()          # replaced step lines, for resume verification
+        self.keys = SeriesKeys()                # the step lines' keys: which are series
+        self.evals = EvalSeries()               # the eval events, as series
 
     @property
     def _unit(self) -> str:
@@ -114,8 +119,12 @@ class Ingest:
         max_line = limits.MAX_LINE_BYTES
         if e - s <= max_line + 1 or int(np.diff(seps).max()) <= max_line + 1:
             buf[s], buf[e] = 0x5B, 0x5D             # "[" and "]"
-            if self._typed_block(view[s:e + 1], lambda i, _: bytes(view[seps[i] + 1:seps[i + 1]]), first, update,
-                                 n) >= 0:
+
+            def event_at(offset: int) -> tuple[int, int]:
+                i = bisect_left(seps, offset) - 1          # the line holding it (few events: no numpy call)
+                return int(seps[i]), int(seps[i + 1])
+
+            if self._typed_block(buf, s, e, first, update, n, event_at) >= 0:
                 if careful is not None:
                     careful.failed = False
                 return None
@@ -139,18 +148,19 @@ class Ingest:
                     break
                 careful.failed = failed
             records.append(record)
-        self._add_batch(careful_batch(records, first), update)
+        self._add_batch(careful_batch(records, first, self.keys), update)
         return stop
 
-    def _typed_block(self, text: memoryview, element: Callable[[int, list[TypedLine]], bytes], first: int,
-                     update: HistoryUpdate, n: int | None = None) -> int:
-        """The fast path: one typed decode of a clean batch, added; its element count,
-        or -1 (and nothing added) if anything is off."""
-        batch = typed_batch(text, element, first, n)
+    def _typed_block(self, buf: bytearray, start: int, end: int, first: int, update: HistoryUpdate,
+                     n: int | None, event_at: Callable[[int], tuple[int, int] | None]) -> int:
+        """The fast path: a typed decode of the clean batch in ``buf[start:end + 1]``, added
+        (:func:`~.records.typed_series_batch`); its element count, or -1 (and nothing added)
+        if anything is off."""
+        batch = typed_series_batch(buf, start, end, first, self.keys, n, event_at)
         if batch is None:
             return -1
         self._add_batch(batch, update)
-        return len(batch.columns["step"]) + len(batch.events)
+        return len(batch.columns["step"]) + len(batch.events) + len(batch.bad)
 
     # -- adding --------------------------------------------------------------------
     def _add_batch(self, batch: Batch, update: HistoryUpdate) -> None:
@@ -158,6 +168,7 @@ class Ingest:
         for record, line, rows_before in batch.events:
             event = event_of(record, line, self.rows_read + rows_before)
             self.events.append(event)
+            self.evals.add(event)
             update.new_events.append(event)
         for line, why in batch.bad:
             self._bad(update, line, why)

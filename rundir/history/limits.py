@@ -31,3 +31,11 @@ MAX_REWINDS = 1000              # rewinds kept in ``LossHistory.rewinds`` (all a
 # a few thousand steps of JSON Lines, whatever the file's size.
 TAIL_BYTES = 32 << 10
 TAIL_WIDEN = 32                # a tail with no step line looks back this many times as far (1 MiB)
+# Series besides the columns every history has (rundir/history/keys.py): at most this many
+# numeric keys of step lines become float64 columns (8 bytes a step each), and at most
+# MAX_OTHER_KEYS keys holding no number are remembered; past either, no key is added and the
+# numeric ones found are counted (a hostile file with 100,000 distinct keys costs this much).
+MAX_SERIES = 32
+MAX_OTHER_KEYS = 256
+# Eval events: at most this many arms get a per-arm eval series (eval_loss/<arm>).
+MAX_EVAL_ARMS = 32

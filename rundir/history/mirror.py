@@ -39,7 +39,7 @@ from ..safe_read import open_regular
 from .ingest import HistoryUpdate
 from .reader import LossHistory
 
-MIRROR_VERSION = 1
+MIRROR_VERSION = 2                  # 2: the series columns (rundir/history/keys.py)
 ALIGN = 64
 # Histories shorter than this parse in well under a tenth of a second: no mirror.
 MIN_MIRROR_BYTES = 4 << 20

@@ -17,7 +17,7 @@ import numpy as np
 from ..safe_read import open_regular
 from .array import JsonArrayReading
 from .blocks import detect_format
-from .columns import Superseded
+from .columns import SERIES_PREFIX, Superseded
 from .ingest import HistoryUpdate
 from .jsonl import JsonLinesReading
 from .records import HistoryEvent
@@ -29,7 +29,10 @@ class LossHistory(JsonLinesReading, JsonArrayReading):
     Call :meth:`refresh` whenever the file may have grown; it reads only the bytes
     after the remembered offset. Columns (``step``, ``loss``, ``lr``, ``grad_norm``,
     ``tokens``, ``time``, ``arm`` codes into ``arm_names``) are numpy views sorted by
-    step, one row per step (the newest line for a step wins). A null loss is NaN.
+    step, one row per step (the newest line for a step wins). A null loss is NaN. Every
+    other numeric key of the step lines is a series (:meth:`series_column`, named in
+    :attr:`series_keys`; :mod:`.keys`), and the eval events are series too (``evals``:
+    :mod:`.evals`).
     Events are kept in file order in ``events``; lines that cannot be read are counted
     in ``bad_lines`` with the first few reasons in ``problems``. A file that cannot be
     read at all (not a regular file, no permission) is named in ``error``.
@@ -58,7 +61,7 @@ class LossHistory(JsonLinesReading, JsonArrayReading):
                 "nonfinite": self.nonfinite, "torn_tail": self.torn_tail, "error": self.error,
                 "rows_read": self.rows_read,
                 "last_nonfinite_step": self.last_nonfinite_step, "head_step": self.head_step,
-                "rewinds": self.rewinds, "rewind_count": self.rewind_count,
+                "rewinds": self.rewinds, "rewind_count": self.rewind_count, "keys": self.keys.state_dict(),
                 "events": [[e.event, e.step, e.time, e.line, e.data, e.row] for e in self.events]}
         columns = {name: arr[: self._cols.n] for name, arr in self._cols.arrays()}
         columns.update({f"superseded.{name}": arr for name, arr in self.superseded.columns.items()})
@@ -74,6 +77,10 @@ class LossHistory(JsonLinesReading, JsonArrayReading):
         history = cls(meta["path"])
         cols = history._cols
         cols.n = int(meta.get("rows", len(columns["step"])))
+        history.keys.load_state_dict(meta.get("keys", {}))
+        for name in columns:
+            if name.startswith(SERIES_PREFIX):
+                cols.series[name[len(SERIES_PREFIX):]] = np.empty(0, np.float64)
         for name, empty in cols.arrays():
             given = columns[name]
             if isinstance(given, np.ndarray) and given.dtype == empty.dtype and (adopt or not given.flags.writeable):
@@ -93,6 +100,8 @@ class LossHistory(JsonLinesReading, JsonArrayReading):
         history.arm_names = list(meta["arm_names"])
         history._arm_codes = {name: i for i, name in enumerate(history.arm_names)}
         history.events = [HistoryEvent(*e) for e in meta["events"]]
+        for event in history.events:
+            history.evals.add(event)
         history.bad_lines, history.problems = int(meta["bad_lines"]), list(meta["problems"])
         history.nonfinite, history.torn_tail = int(meta["nonfinite"]), int(meta["torn_tail"])
         history.rows_read = int(meta.get("rows_read", 0))
@@ -124,6 +133,16 @@ class LossHistory(JsonLinesReading, JsonArrayReading):
         """The rows read so far are handed out as views (the console's snapshots): later reads
         never change them in place (a rewind over them moves the columns to new arrays)."""
         self._cols.share()
+
+    def series_column(self, name: str) -> np.ndarray:
+        """The column of a series found on the step lines (:mod:`.keys`), aligned with
+        ``step``: NaN where a line lacked it. KeyError for a name that is none."""
+        return self._cols.get_series(name)
+
+    @property
+    def series_keys(self) -> list[str]:
+        """The series found on the step lines, in the order they were found."""
+        return list(self._cols.series)
 
     @property
     def last_step(self) -> int | None:

@@ -9,7 +9,9 @@ here: :func:`typed_batch` for a batch of clean lines in one typed decode, else
 
 The values: ``loss``, ``lr``, ``grad_norm`` and ``time`` are floats (NaN where null or
 absent or not a number; a number past a float's range is infinite), ``tokens`` an integer
-(-1 where absent or not one), ``arm`` a string ("" where absent or not one).
+(-1 where absent or not one), ``arm`` a string ("" where absent or not one). Every other
+numeric key of a step line is a series (:mod:`.keys`): a float, NaN where absent or not a
+finite number; a batch's are in its columns' ``"series"`` (a dict by name).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import orjson
 
 from . import limits
+from .keys import SeriesKeys
 
 FLOAT_COLUMNS = ("loss", "lr", "grad_norm", "time")
 
@@ -216,14 +219,18 @@ def step_row(record: dict[str, Any]) -> tuple[Any, ...]:
             *(as_float(record.get(name)) for name in FLOAT_COLUMNS))
 
 
-def columns_from_rows(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """Columns of step rows: ``step``, ``tokens``, ``arm_names`` (a sequence of strings) and the floats."""
+def columns_from_rows(rows: list[tuple[Any, ...]], series: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """Columns of step rows: ``step``, ``tokens``, ``arm_names`` (a sequence of strings), the
+    floats and ``series`` (each row's values of the series named, after its own)."""
     if not rows:
         return {"step": np.empty(0, np.int64), "tokens": np.empty(0, np.int64), "arm_names": [],
-                **{name: np.empty(0, np.float64) for name in FLOAT_COLUMNS}}
+                **{name: np.empty(0, np.float64) for name in FLOAT_COLUMNS},
+                "series": {name: np.empty(0, np.float64) for name in series}}
     step, tokens, arms, *floats = zip(*rows)
+    base = len(FLOAT_COLUMNS)
     return {"step": np.array(step, np.int64), "tokens": np.array(tokens, np.int64), "arm_names": arms,
-            **{name: np.array(col, np.float64) for name, col in zip(FLOAT_COLUMNS, floats)}}
+            **{name: np.array(col, np.float64) for name, col in zip(FLOAT_COLUMNS, floats[:base])},
+            "series": {name: np.array(col, np.float64) for name, col in zip(series, floats[base:])}}
 
 
 class Batch(NamedTuple):
@@ -236,21 +243,26 @@ class Batch(NamedTuple):
     bad: list[tuple[int, str]]
 
 
-def careful_batch(records: list[Any], first: int) -> Batch:
+def careful_batch(records: list[Any], first: int, keys: SeriesKeys | None = None) -> Batch:
     """Lines parsed one by one (:func:`parse_line`), the first numbered ``first``, each
-    checked on its own."""
+    checked on its own; the keys of their step lines are learnt by ``keys`` (whose series
+    the columns then hold)."""
+    kinds = [line_kind(record) for record in records]
+    if keys is not None:
+        for record, (kind, _) in zip(records, kinds):
+            if kind == STEP:
+                keys.observe(record)
     rows: list[tuple[Any, ...]] = []
     events: list[tuple[dict[str, Any], int, int]] = []
     bad: list[tuple[int, str]] = []
-    for i, record in enumerate(records):
-        kind, why = line_kind(record)
+    for i, (record, (kind, why)) in enumerate(zip(records, kinds)):
         if kind == STEP:
-            rows.append(step_row(record))
+            rows.append(step_row(record) + (keys.row(record) if keys is not None else ()))
         elif kind == EVENT:
             events.append((record, first + i, len(rows)))
         else:
             bad.append((first + i, why))
-    return Batch(columns_from_rows(rows), events, bad)
+    return Batch(columns_from_rows(rows, keys.series if keys is not None else ()), events, bad)
 
 
 def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], bytes], first: int,
@@ -288,3 +300,117 @@ def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], by
     if len(block["step"]) and block["step"].min() < 0:
         return None
     return Batch(block, found, [])
+
+
+_EVENT_KEY = b'"event"'
+
+
+_PLACEHOLDER_STEP = -7                          # never a valid step: an event's place in the decode
+_PLACEHOLDER = b'{"step":-7}'
+
+
+def typed_series_batch(buf: bytearray, start: int, end: int, first: int, keys: SeriesKeys, n: int | None,
+                       event_at: Callable[[int], tuple[int, int] | None], retry: bool = True) -> Batch | None:
+    """The fast path of the incremental reader: the elements of the JSON array in
+    ``buf[start:end + 1]`` (``buf[start]`` is "[", ``buf[end]`` "]"; ``n`` elements when
+    known), the first numbered ``first``, decoded typed into ``keys``'s struct, which refuses
+    a key it does not know. Event lines (found by their ``"event"`` key: ``event_at`` gives
+    the separators around the element holding an offset, or None) are read whole, and stand
+    in the typed decode as a placeholder (their bytes put back after it), so that an event's
+    own keys are never taken for a step line's. A batch with a key never seen (or a value of
+    another type) is read whole once, which teaches ``keys`` its keys. None when anything
+    needs :func:`careful_batch` line by line (as :func:`typed_batch`)."""
+    spans: list[tuple[int, int]] = []
+    pos = after = start
+    while (hit := buf.find(_EVENT_KEY, pos, end)) >= 0:
+        span = event_at(hit)
+        if span is None or span[0] < after or span[1] > end or span[1] - span[0] - 1 < len(_PLACEHOLDER):
+            return None
+        spans.append(span)
+        after = span[1]
+        pos = after + 1
+    texts = [bytes(buf[before + 1:after]) for before, after in spans]
+    records = [parse_line(text) for text in texts]
+    if any(line_kind(record)[0] != EVENT for record in records):
+        return None                             # "event" somewhere else: the careful path says what it is
+    decoded, refused = _decode_around(buf, start, end, keys, spans, texts)
+    if refused:
+        return _read_whole(buf, start, end, first, keys, n, event_at) if retry else None
+    if decoded is None or (n is not None and len(decoded) != n):
+        return None                             # invalid, or a line holding a comma-joined pair
+    if not decoded:
+        return Batch(columns_from_rows([], keys.series), [], [])
+    if tuple(map(_GET["event"], decoded)).count(None) != len(decoded):
+        return None                             # an event key written with escapes
+    try:
+        block = _typed_columns(decoded, STEP_COLUMNS)
+    except OverflowError:                       # a step or token count past 64 bits
+        return None
+    block["series"] = _series_columns(decoded, keys)
+    found: list[tuple[dict[str, Any], int, int]] = []
+    if spans:
+        placeholder = block["step"] == _PLACEHOLDER_STEP
+        at = np.flatnonzero(placeholder).tolist()
+        if len(at) != len(spans):
+            return None                         # a step line of step -7: the careful path says what it is
+        found = [(record, first + i, i - k) for k, (record, i) in enumerate(zip(records, at))]
+        keep = ~placeholder
+        arms = list(block.pop("arm_names"))
+        for i in reversed(at):                  # few: cheaper than a mask over the strings
+            del arms[i]
+        series = {key: values[keep] for key, values in block.pop("series").items()}
+        block = {name: col[keep] for name, col in block.items()}
+        block["arm_names"], block["series"] = arms, series
+    if len(block["step"]) and block["step"].min() < 0:
+        return None
+    return Batch(block, found, [])
+
+
+def _decode_around(buf: bytearray, start: int, end: int, keys: SeriesKeys, spans: list[tuple[int, int]],
+                   texts: list[bytes]) -> tuple[list[Any] | None, bool]:
+    """The typed decode of ``buf[start:end + 1]`` with each event element (between the
+    separators of ``spans``) a placeholder of the same length: ``(decoded or None, whether
+    the struct refused a key or a value)``. The bytes are as they were after it."""
+    for before, after in spans:
+        buf[before + 1:after] = _PLACEHOLDER.ljust(after - before - 1)
+    try:
+        return keys.decoder(TypedLine)(memoryview(buf)[start:end + 1]), False
+    except msgspec.ValidationError:             # a key never seen, or a value of another type
+        return None, True
+    except Exception:                           # invalid, or nested deeper than the decoder goes
+        return None, False
+    finally:
+        for (before, after), text in zip(spans, texts):
+            buf[before + 1:after] = text
+
+
+def _series_columns(decoded: list[Any], keys: SeriesKeys) -> dict[str, np.ndarray]:
+    columns = {}
+    for name, attr in zip(keys.series, keys.field_names()):
+        try:
+            columns[name] = np.fromiter(map(attrgetter(attr), decoded), np.float64, len(decoded))
+        except TypeError:                       # a null (None) among them: NaN
+            columns[name] = np.array(list(map(attrgetter(attr), decoded)), np.float64)
+    return columns
+
+
+def _read_whole(buf: bytearray, start: int, end: int, first: int, keys: SeriesKeys, n: int | None,
+                event_at: Callable[[int], tuple[int, int] | None]) -> Batch | None:
+    """A batch whose typed decode refused a key or a value: parsed whole once, its step
+    lines' keys learnt, and decoded typed again if that taught ``keys`` anything (the usual
+    case: the first lines with a new key), else each line checked as the careful path does."""
+    try:
+        records = orjson.loads(memoryview(buf)[start:end + 1])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(records, list) or (n is not None and len(records) != n):
+        return None
+    before = keys.version
+    for record in records:
+        if isinstance(record, dict) and record.get("event") is None and is_int(record.get("step")):
+            keys.observe(record)
+    if keys.version != before:
+        batch = typed_series_batch(buf, start, end, first, keys, n, event_at, retry=False)
+        if batch is not None:
+            return batch
+    return careful_batch(records, first, keys)

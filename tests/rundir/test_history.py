@@ -13,7 +13,7 @@ import pytest
 from tests.rundirs import make_run
 from rundir import LossHistory, LossHistoryWriter
 from rundir.history import limits
-from rundir.history.array_scan import _event_elements
+from rundir.history.array_scan import event_separators
 
 
 def step_line(step, loss=2.0, arm="a", **extra):
@@ -237,17 +237,20 @@ def test_json_array_events_are_read_whole_wherever_they_sit(tmp_path):
     assert [e.data for e in h.events] == expected
     assert [(e.event, e.step) for e in h.events] == [("start", 0), ("pivot", 1), ("zombie", 2), ("checkpoint", 3)]
     assert h.step.tolist() == [1, 2, 3] and set(h.arm_names) == {'a "event": {x}', "a", "b"}
-    # The same events whichever way they are found: here the search alone.
-    data = path.read_bytes()
-    wanted = [(i, r["event"], r.get("step", -1)) for i, r in enumerate(records) if "event" in r]
-    spans = _event_elements(data, wanted)
-    assert spans is not None and [json.loads(spans[i]) for i, _, _ in wanted] == expected
+    # The search alone: the separators around a top-level event from its "event" key.
+    data = bytearray(path.read_bytes())
+    for name in (b'"pivot"', b'"checkpoint"'):
+        hit = data.rfind(b'"event"', 0, data.find(name))
+        before, after = event_separators(data, hit, 0, len(data) - 1)
+        assert json.loads(bytes(data[before + 1:after]))["event"] == name.strip(b'"').decode()
 
 
 def test_json_array_event_search_gives_up_rather_than_guess(tmp_path):
-    # An event the typed decode saw but whose text is not where a search finds it whole.
-    assert _event_elements(b'[{"step": 1, "event": "x"}]', [(0, "y", 1)]) is None
-    assert _event_elements(b'[{"step": 1}]', [(0, "x", 1)]) is None
+    # "event" inside a string of a nested object: no top-level element around it is an object
+    # reached from a separator, or it is the whole element (the reader then checks what it is).
+    data = bytearray(b'[{"step": 1, "note": {"x": "\\"event\\""}}]')
+    assert event_separators(data, data.find(b'event'), 0, len(data) - 1) in (None, (0, len(data) - 1))
+    assert event_separators(bytearray(b'[1, "event"]'), 5, 0, 11) is None
 
 
 # -- hostile files: nothing escapes, nothing blocks, good lines around bad ones are kept ----------
