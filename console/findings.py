@@ -83,6 +83,9 @@ class HistoryFindings:
     def __init__(self, window: int | None = None, k: float | None = None):
         self.window_override, self.k_override = window, k
         self.detector: SpikeDetector | None = None
+        # Grad-norm spikes, found the same way on the grad_norm column: they often come
+        # just before a loss spike, and are shown as their own marker.
+        self.grad_detector: SpikeDetector | None = None
         self._processes: list[HistoryEvent] = []     # start and resume events, in file order
         self._events_seen = 0
         self._checks: tuple[ResumeCheck, ...] = ()
@@ -103,9 +106,11 @@ class HistoryFindings:
         changed = False
         if update.reset or self.detector is None or (self.detector.window, self.detector.k) != (window, k):
             self.detector = SpikeDetector(window, k)
+            self.grad_detector = SpikeDetector(window, k)
             self._processes, self._events_seen = [], 0
             changed = True
         changed |= self.detector.update(history.step, history.loss, update.rewound_from)
+        changed |= self.grad_detector.update(history.step, history.grad_norm, update.rewound_from)
         events = history.events
         if len(events) < self._events_seen:
             self._processes, self._events_seen = [], 0
@@ -135,5 +140,6 @@ class HistoryFindings:
     def view_fields(self) -> dict[str, Any]:
         """The :class:`~console.model.snapshot.HistoryView` fields this feeds."""
         nonfinite = self.detector.newest_nonfinite_steps(NONFINITE_LISTED) if self.detector is not None else ()
+        grad = self.grad_detector.spikes if self.grad_detector is not None else []
         return {"spikes": tuple(self.spikes), "nonfinite_steps": tuple(nonfinite),
-                "resume_checks": self._checks}
+                "resume_checks": self._checks, "grad_spikes": tuple(grad)}

@@ -159,4 +159,6 @@ class HistoryPart:
             error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
             tokens_column=tokens.copy(), time_column=h.time.copy(),
-            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent))
+            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent),
+            lr_column=h.lr.copy(), grad_norm_column=h.grad_norm.copy(), arm_column=h.arm.copy(),
+            arm_names=tuple(h.arm_names))

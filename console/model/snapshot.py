@@ -113,6 +113,36 @@ class HistoryView:
     # Steps after the head, left by an earlier segment (a rollback, a resume from an older
     # checkpoint) and not run again yet: shown dimmed, never as where the run is.
     steps_ahead: int = 0
+    # -- the series' columns: what console.model.series reads through column() ----------
+    grad_spikes: tuple[Spike, ...] = ()  # grad-norm spikes (rundir.spikes on grad_norm), oldest first
+    lr_column: np.ndarray | None = field(default=None, repr=False, compare=False)
+    grad_norm_column: np.ndarray | None = field(default=None, repr=False, compare=False)
+    arm_column: np.ndarray | None = field(default=None, repr=False, compare=False)    # codes into arm_names
+    arm_names: tuple[str, ...] = ()
+
+    # The numeric columns of the step lines, by name. These two methods are the whole
+    # interface the series registry uses: a history with more columns (eval loss, GPU
+    # figures, another engine's keys) answers for them here too.
+    def series_names(self) -> list[str]:
+        """The step lines' numeric columns that hold at least one finite value."""
+        return [name for name in BASE_COLUMNS if np.isfinite(self.column(name)[1]).any()]
+
+    def column(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(steps int64, values float64)`` of one numeric column (NaN where a line has none);
+        KeyError for a name the history does not hold."""
+        arrays = {"loss": self.loss, "lr": self.lr_column, "grad_norm": self.grad_norm_column,
+                  "time": self.time_column, "tokens": self.tokens_column}
+        values = arrays.get(name)
+        if values is None or len(values) != len(self.step):
+            raise KeyError(name)
+        values = np.asarray(values, np.float64)
+        if name == "tokens":
+            values = np.where(values >= 0, values, np.nan)          # -1: no count on that line
+        return self.step, values
+
+
+# The step lines' numeric columns every history has (HistoryView.column).
+BASE_COLUMNS = ("loss", "lr", "grad_norm", "time", "tokens")
 
 
 @dataclass(frozen=True)
