@@ -1,0 +1,91 @@
+"""Series other than the loss: the registry's values on real run directories, the grad-norm
+spikes, and the headless forms (``--once --metric``, ``--json`` and ``--json --metric``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from console.model.series import RATE_WINDOW, SHARE_WINDOW, available, series_values, value_at
+from console.reader import RunReader
+from tests.console.test_cli import console
+from tests.rundirs import EPOCH
+
+
+def read(run):
+    snap, _ = RunReader(run, now=lambda: EPOCH + 10_000).read()
+    return snap
+
+
+def test_every_series_of_a_generated_run_and_what_it_says(make_run_dir):
+    # 0.5 s a step, 512 tokens a step; a resume after a 30 s pause at step 400 back to 300.
+    snap = read(make_run_dir(steps=600, restarts=((400, 300, 30.0, True),)))
+    h = snap.history
+    assert available(h)[:5] == ["loss", "grad_norm", "lr", "tokens_per_s", "steps_per_s"]
+    assert {"share/stdlib-code", "share/pydoc-topics", "share/stdlib-docstrings"} <= set(available(h))
+    steps, tps = series_values(h, "tokens_per_s")
+    assert np.allclose(tps[np.isfinite(tps)], 1024.0)          # no window across the pause
+    assert np.isnan(tps[0]) and np.isnan(tps[int(np.searchsorted(steps, 301))])   # a segment's first step
+    _, sps = series_values(h, "steps_per_s")
+    assert np.nanmax(sps) == pytest.approx(2.0) and np.nanmin(sps) == pytest.approx(2.0)
+    _, share = series_values(h, "share/stdlib-code")
+    assert abs(share[-1] - 1 / 3) < 0.02 and len(share) == h.n_steps
+    assert value_at(h, "grad_norm", 10) == pytest.approx(float(h.grad_norm_column[9]))
+    assert RATE_WINDOW == 50 and SHARE_WINDOW == 100
+
+
+def test_an_unknown_series_names_those_there_are(run_dir):
+    with pytest.raises(KeyError, match="unknown series 'nope'; this history has: loss, grad_norm"):
+        series_values(read(run_dir).history, "nope")
+
+
+def test_a_grad_norm_spike_is_its_own_marker(make_run_dir, tmp_path):
+    run = make_run_dir(steps=400)
+    lines = (run / ".loss.json").read_text().splitlines()
+    # The generator's grad norms lie in [0.5, 1.5): one of 50 is far beyond.
+    edited = [json.dumps({**rec, "grad_norm": 50.0}) if (rec := json.loads(line)).get("step") == 250
+              and "loss" in rec else line for line in lines]
+    (run / ".loss.json").write_text("\n".join(edited) + "\n")
+    snap = read(run)
+    assert [s.peak_step for s in snap.history.grad_spikes] == [250]
+    assert ("grad_spike", 250) in {(m.kind, m.step) for m in snap.markers}
+    assert not snap.history.spikes                            # the loss did not spike
+
+
+def test_headless_json_lists_the_series_and_gives_one_as_its_envelope(make_run_dir):
+    run = make_run_dir(steps=600, spikes={450: 30.0})
+    listed = json.loads(console(run, "--json").stdout)["series"]
+    assert listed[0] == {"name": "loss", "label": "loss", "points": 600, "first_step": 1, "last_step": 600}
+    assert {s["name"] for s in listed} >= {"grad_norm", "lr", "tokens_per_s", "steps_per_s"}
+    r = console(run, "--json", "--metric", "loss", "--range", "400:500", "--points", "4")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["metric"] == "loss" and len(data["buckets"]) == 4
+    assert data["buckets"][0]["first_step"] == 400 and data["buckets"][-1]["last_step"] == 500
+    assert sum(b["n"] for b in data["buckets"]) == 101
+    assert max(b["max"] for b in data["buckets"]) == 30.0       # the one-step spike is kept
+
+
+def test_headless_once_draws_the_series_over_the_range(run_dir):
+    r = console(run_dir, "--once", "--metric", "grad_norm", "--range", "100:200", "--width", "80")
+    assert r.returncode == 0, r.stderr
+    title = next(line for line in r.stdout.splitlines() if line.startswith("grad-norm (raw + EMA"))
+    axis = r.stdout.splitlines()[r.stdout.splitlines().index(title) + 10]
+    assert axis.split() == ["100", "150", "200"], axis
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--json", "--metric", "nope"), "unknown series 'nope'; this history has: loss"),
+    (("--once", "--metric", "loss", "--range", "9:3"), "--range '9:3': B (3) is before A (9)"),
+    (("--once", "--metric", "loss", "--range", "a:b"), "--range 'a:b': A and B must be whole step numbers"),
+    (("--once", "--range", "1:2"), "--range and --points go with --metric"),
+    (("--once", "--metric", "loss", "--points", "5"), "--points goes with --json --metric"),
+    (("--json", "--metric", "loss", "--points", "0"), "--points 0: expected 1 to 100,000"),
+    (("--check", "--metric", "loss"), "--metric goes with --once"),
+])
+def test_a_bad_metric_or_range_is_one_line_and_exit_2(run_dir, args, says):
+    r = console(run_dir, *args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
