@@ -9,7 +9,7 @@ each bucket of steps gives the smallest and the largest value in it, never a sam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,8 +17,8 @@ from .model.series import UnknownSeries, available, series_values, spec_of
 from .model.snapshot import HistoryView
 from .plot import column_of, envelope
 
-DEFAULT_POINTS = 200            # --json --metric: buckets, unless --points says
-MAX_POINTS = 100_000
+if TYPE_CHECKING:
+    from rundir import LossHistory
 
 
 @dataclass(frozen=True)
@@ -113,3 +113,18 @@ def on_rows(h: HistoryView, steps: np.ndarray, column: np.ndarray | None) -> np.
     if column is None or len(column) == len(steps):         # a series of every step
         return column
     return column[np.searchsorted(h.step, steps)]
+
+
+def plain_view(history: "LossHistory") -> HistoryView:
+    """A :class:`HistoryView` of a history read on its own (the comparison's runs): its
+    columns and events, none of the findings a run's reader adds."""
+    loss = history.loss.copy()
+    finite = loss[np.isfinite(loss)]
+    return HistoryView(
+        version=0, format=history.format, n_steps=len(history), last_step=int(history.step[-1]) if len(history) else None,
+        last_loss=float(finite[-1]) if len(finite) else None, tokens=None, steps_per_s=None, tokens_per_s=None,
+        nonfinite=history.nonfinite, bad_lines=history.bad_lines, torn_tail=history.torn_tail,
+        problems=tuple(history.problems), error=history.error, events=tuple(history.events),
+        step=history.step.copy(), loss=loss, tokens_column=history.tokens.copy(), time_column=history.time.copy(),
+        lr_column=history.lr.copy(), grad_norm_column=history.grad_norm.copy(), arm_column=history.arm.copy(),
+        arm_names=tuple(history.arm_names))

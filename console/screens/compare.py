@@ -1,5 +1,6 @@
 """The comparison: the marked runs' whole histories parsed (in a worker thread), their loss
-curves overlaid. ``x`` plots by step or by tokens, ``l`` switches log y, Escape returns."""
+curves (or any series: ``m``) overlaid. ``x`` plots by step or by tokens, ``l`` switches log y,
+Escape returns."""
 
 from __future__ import annotations
 
@@ -19,17 +20,20 @@ from ..keys import COMPARE_KEYS, bindings
 from ..messages import CompareReady
 from ..widgets import KeyBar
 from ..widgets.compare_plot import ComparePlot
+from ..series_report import plain_view
+from .series_picker import SeriesPicker
 
 
 def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
-    """Each run's whole history: ``(name, steps, tokens, loss)`` and the problems met."""
+    """Each run's whole history: ``(name, steps, tokens, loss, view)`` and the problems met."""
     series, problems = [], []
     for name, path in runs:
         history = LossHistory(path / LOSS_JSON)
         history.refresh()
         if history.error:
             problems.append(f"{name}: {history.error}")
-        series.append((name, history.step.copy(), history.tokens.copy(), history.loss.copy()))
+        view = plain_view(history)
+        series.append((name, view.step, view.tokens_column, view.loss, view))
     return CompareReady(series, problems)
 
 
@@ -64,6 +68,15 @@ class CompareScreen(Screen):
     def action_log_y(self) -> None:
         plot = self.query_one(ComparePlot)
         plot.log_y = not plot.log_y
+
+    def action_series(self) -> None:
+        """m: the series the runs are compared on."""
+        plot = self.query_one(ComparePlot)
+
+        def picked(name: str | None) -> None:
+            if name is not None:
+                plot.metric = name
+        self.app.push_screen(SeriesPicker(plot.names(), plot.metric, "series compared"), picked)
 
     def action_back(self) -> None:
         self.dismiss(None)
