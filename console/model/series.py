@@ -82,28 +82,38 @@ def _eval_loss(h: "HistoryView", name: str) -> Values:
     return _column(h, "eval_loss" if "eval_loss" in names else "val_loss")
 
 
-def _segment_start(h: "HistoryView", steps: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """For each row, the index of the first row of its segment: segments begin after each
-    start or resume event and where the clock went back."""
+def _segment_starts(h: "HistoryView", steps: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The first row of each segment (0 first): segments begin after each start or resume
+    event and where the clock went back."""
     bounds = sorted({(ev.step if isinstance(ev.step, int) else 0) + 1 for ev in h.events
                      if ev.event in (EVENT_START, EVENT_RESUME)})
-    seg = np.searchsorted(np.asarray(bounds, np.int64), steps, side="right")
+    rows = np.searchsorted(steps, np.asarray(bounds, np.int64), side="left")
     with np.errstate(invalid="ignore"):
-        back = np.concatenate([[0], np.cumsum(np.diff(times) < 0)])
-    seg = seg + back                    # both non-decreasing: a change of either starts a segment
-    return np.searchsorted(seg, seg, side="left")
+        back = np.flatnonzero(times[1:] < times[:-1]) + 1
+    starts = np.union1d(np.concatenate([[0], rows, back]), [])
+    return starts[starts < len(steps)].astype(np.int64)
 
 
 def _rate(h: "HistoryView", numerator: np.ndarray) -> Values:
+    """``numerator`` per second over the last :data:`RATE_WINDOW` rows of each row's segment.
+    Vectorised as whole-array differences; only the rows less than a window into their
+    segment are measured again from the segment's first row."""
     steps, times = _column(h, "time")
-    n = len(steps)
+    n, w = len(steps), RATE_WINDOW
+    rate = np.full(n, np.nan)
     if n == 0:
-        return steps, np.empty(0)
-    first = _segment_start(h, steps, times)
-    back = np.maximum(np.arange(n) - RATE_WINDOW, first)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dt = times - times[back]
-        rate = np.where(dt > 0, (numerator - numerator[back]) / np.where(dt > 0, dt, 1.0), np.nan)
+        return steps, rate
+
+    def per_s(d_num: np.ndarray, d_t: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(d_t > 0, d_num / np.where(d_t > 0, d_t, 1.0), np.nan)
+    if n > w:
+        rate[w:] = per_s(numerator[w:] - numerator[:-w], times[w:] - times[:-w])
+    starts = _segment_starts(h, steps, times)
+    ends = np.append(starts[1:], n)
+    fix = np.concatenate([np.arange(a, min(a + w, b)) for a, b in zip(starts.tolist(), ends.tolist())])
+    first = np.repeat(starts, np.minimum(ends - starts, w))
+    rate[fix] = per_s(numerator[fix] - numerator[first], times[fix] - times[first])
     return steps, rate
 
 

@@ -78,6 +78,7 @@ class LossPlot(Widget):
         self._ema_carry = (0.0, 0.0)
         self._cache_key: tuple | None = None
         self._strips: list[Strip] = []
+        self._strips_key: tuple | None = None     # (the drawing's key, the cursor) of the strips
         self._runs: list[list[tuple[str, str | None]]] = []
         self._frame: tuple | None = None      # what the last canvas showed: (x0, x1, cells, steps, x)
         self._abandoned: tuple[tuple, np.ndarray | None] | None = None
@@ -286,6 +287,10 @@ class LossPlot(Widget):
             self._cache_key = key
             self._built_at = time.monotonic()
             self._runs = self.plot_runs(width, height)[:height]
+            self._strips_key = None
+        if self._strips_key == (key, self.cursor):
+            return
+        self._strips_key = (key, self.cursor)
         runs = self._runs
         if self.cursor is not None and self._frame is not None:     # the cursor costs no new canvas
             runs = list(runs)
