@@ -125,11 +125,12 @@ def readout(h: "HistoryView", step: int, markers: Iterable[Marker], names: list[
                 pass
         if h.tokens_column is not None and h.tokens_column[row] >= 0:
             parts.append(f"{int(h.tokens_column[row]):,} tok")
+    # The markers before the values: a narrow pane cuts the line's end.
+    here = sorted({m.kind for m in markers if abs(m.step - step) <= near}, key=lambda k: -MARKER_KINDS[k].priority)
+    parts += [f"{MARKER_KINDS[k].glyph} {k}" for k in here]
     for name in names if names is not None else available(h):
         spec = spec_of(name)
         parts.append(f"{spec.label} {spec.format(value_at(h, name, step))}")
-    here = sorted({m.kind for m in markers if abs(m.step - step) <= near}, key=lambda k: -MARKER_KINDS[k].priority)
-    parts += [f"{MARKER_KINDS[k].glyph} {k}" for k in here]
     return " · ".join(parts)
 
 
