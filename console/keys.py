@@ -98,8 +98,11 @@ VIEW_KEYS = (
     Key("g", "grid", "grid", "plot: in the full layout, a grid of small plots in the main plot's place (loss, eval "
         "loss, grad-norm, throughput, or run.toml's console.plots); m on a focused cell changes it", shown=False),
     Key("0", "unzoom", "all steps", "plot: the whole history again, the cursor off", shown=False),
-    Key("", "", "cursor", "with the plot focused (a click on it): the cursor one column left or right; it reads "
-        "every series, the time, the tokens and the markers at its step (a click puts it there)", display="←→"),
+    Key("", "", "cursor", "the plot's cursor one column left or right (the focused plot's, else the main plot's, "
+        "while no pane that scrolls sideways is focused); it reads every series, the time, the tokens and the "
+        "markers at its step (a click on a plot puts it there)", display="←→"),
+    Key("left", "cursor(-1)", "cursor left", "", shown=False),
+    Key("right", "cursor(1)", "cursor right", "", shown=False),
 )
 
 # Bound on the plots themselves: they act only while a plot is focused.

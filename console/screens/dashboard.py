@@ -183,6 +183,9 @@ class DashboardScreen(Screen):
     def action_pan(self, direction: int) -> None:
         self.active_plot.pan(direction)
 
+    def action_cursor(self, cells: int) -> None:
+        self.active_plot.move_cursor(cells)
+
     def action_unzoom(self) -> None:
         plot = self.active_plot
         plot.zoom, plot.cursor = None, None

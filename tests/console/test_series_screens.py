@@ -115,6 +115,9 @@ async def test_the_cursor_reads_every_series_and_the_markers_at_its_step(tmp_pat
     async with app.run_test(size=NARROW) as pilot:
         await settled(pilot)
         plot = app.dashboard.plot
+        await pilot.press("left")                  # no pane focused: the main plot's cursor, at the newest step
+        await pilot.pause()
+        assert plot.cursor == 3000
         await pilot.click("#plot", offset=(CURSOR_CELL, 4))
         await pilot.pause()
         assert app.focused is plot and plot.cursor is not None
