@@ -48,6 +48,10 @@ def findings_lines(h: HistoryView, listed: int = 10) -> list[str]:
     if len(h.spikes) > listed:
         lines.append(f"  … {len(h.spikes) - listed:,} older spikes not listed (--json lists them)")
     lines.extend(f"  ! {spike_text(s)}" for s in h.spikes[-listed:])
+    if h.grad_spikes:                   # often just before a loss spike
+        lines.append(f"grad spikes  {len(h.grad_spikes)}")
+        lines.extend(f"  ∇ {spike_text(s).replace('loss spike', 'grad-norm spike', 1)}"
+                     for s in h.grad_spikes[-listed:])
     if h.nonfinite_steps:
         shown = ", ".join(f"{s:,}" for s in h.nonfinite_steps[-listed:])
         more = h.nonfinite - min(listed, len(h.nonfinite_steps))
@@ -63,6 +67,8 @@ def findings_json(h: HistoryView) -> dict[str, Any]:
         return x if np.isfinite(x) else None
 
     return {"spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()} for s in h.spikes],
+            "grad_norm_spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()}
+                                 for s in h.grad_spikes],
             "nonfinite_steps": list(h.nonfinite_steps),
             "resume_checks": [{**c.to_dict(), "first_difference": _finite_values(c.first_difference)}
                               for c in h.resume_checks], "eta_s": h.eta_s}

@@ -156,7 +156,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
                          f"{AXIS_NEEDS[opts.x_axis]}")
         scale = ", log scale" if opts.log_y else ""
         lines.append(f"{spec_of(metric).label}{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
-                     f"{rolled_back}{rewound})")
+                     f"{', ∇ grad-norm spike' if h.grad_spikes else ''}{rolled_back}{rewound})")
         lines.extend(buf.getvalue().rstrip("\n").splitlines())
         lines.append("")
     lines.append(f"checkpoints ({len(snap.checkpoints)})"

@@ -52,6 +52,39 @@ def test_a_grad_norm_spike_is_its_own_marker(make_run_dir, tmp_path):
     assert [s.peak_step for s in snap.history.grad_spikes] == [250]
     assert ("grad_spike", 250) in {(m.kind, m.step) for m in snap.markers}
     assert not snap.history.spikes                            # the loss did not spike
+    once = console(run, "--once").stdout
+    assert "∇ grad-norm spike" in once and "  ∇ grad-norm spike at step 250: peak 50 at 250" in once
+    assert [s["peak_step"] for s in json.loads(console(run, "--json").stdout)["history"]["grad_norm_spikes"]] == [250]
+
+
+def test_run_toml_console_plots_is_checked_and_written_only_when_given(tmp_path):
+    from rundir import RunConfig
+    from rundir.config import ConfigError, dump_run_config
+
+    config = RunConfig.from_preset("micro")
+    assert "[console]" not in dump_run_config(config)          # every run.toml without one stays as it was
+    data = config.to_dict()
+    data["console"] = {"plots": ["lr", "share/stdlib-code"]}
+    assert RunConfig.from_dict(data).console.plots == ["lr", "share/stdlib-code"]
+    for bad in ("loss", [], ["a", "b", "c", "d", "e"], ["loss", 3]):
+        data["console"] = {"plots": bad}
+        with pytest.raises(ConfigError, match="run.toml: console.plots = .* is not allowed: a list of 1 to 4"):
+            RunConfig.from_dict(data)
+
+
+def test_zoom_and_pan_stay_inside_the_history():
+    from console.plot_view import MIN_SPAN, panned, visible_rows, zoomed
+
+    full = (1, 1000)
+    assert zoomed(None, full, 2.0) == (250, 750)
+    assert zoomed(None, full, 2.0, center=990) == (495, 995)     # the cursor keeps its place in the view
+    assert zoomed((100, 110), full, 4.0) == (101, 101 + MIN_SPAN)  # never narrower than MIN_SPAN steps
+    assert zoomed((100, 600), full, 0.5) is None                 # wider than the history: all of it
+    assert panned((900, 1000), full, 1) == (900, 1000) and panned((1, 101), full, -1) == (1, 101)
+    assert panned((400, 500), full, 1) == (425, 525)
+    steps = np.arange(1, 1001)
+    rows = visible_rows(steps, (400, 500))
+    assert steps[rows][0] == 400 and steps[rows][-1] == 500
 
 
 def test_headless_json_lists_the_series_and_gives_one_as_its_envelope(make_run_dir):
