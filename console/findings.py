@@ -92,6 +92,10 @@ class HistoryFindings:
         # Grad-norm spikes, found the same way on the grad_norm column: they often come
         # just before a loss spike, and are shown as their own marker.
         self.grad_detector: SpikeDetector | None = None
+        # The dashboard leaves them out of its first read (a 200k-step history's first frame
+        # would wait ~0.1 s for them) and reads again once that frame is painted.
+        self.grad_after_first = False
+        self.grad_pending = False
         self._processes: list[HistoryEvent] = []     # start and resume events, in file order
         self._events_seen = 0
         self._checks: tuple[ResumeCheck, ...] = ()
@@ -116,7 +120,12 @@ class HistoryFindings:
             self._processes, self._events_seen = [], 0
             changed = True
         changed |= self.detector.update(history.step, history.loss, update.rewound_from)
-        changed |= self.grad_detector.update(history.step, history.grad_norm, update.rewound_from)
+        if first and self.grad_after_first:
+            self.grad_pending = True
+        else:
+            changed |= self.grad_detector.update(history.step, history.grad_norm, update.rewound_from)
+            changed |= self.grad_pending
+            self.grad_pending = False
         events = history.events
         if len(events) < self._events_seen:
             self._processes, self._events_seen = [], 0
