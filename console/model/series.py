@@ -105,15 +105,16 @@ def _rate(h: "HistoryView", numerator: np.ndarray) -> Values:
         return steps, rate
 
     def per_s(d_num: np.ndarray, d_t: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(d_t > 0, d_num / np.where(d_t > 0, d_t, 1.0), np.nan)
-    if n > w:
-        rate[w:] = per_s(numerator[w:] - numerator[:-w], times[w:] - times[:-w])
-    starts = _segment_starts(h, steps, times)
-    ends = np.append(starts[1:], n)
-    fix = np.concatenate([np.arange(a, min(a + w, b)) for a, b in zip(starts.tolist(), ends.tolist())])
-    first = np.repeat(starts, np.minimum(ends - starts, w))
-    rate[fix] = per_s(numerator[fix] - numerator[first], times[fix] - times[first])
+        return np.where(d_t > 0, d_num / np.where(d_t > 0, d_t, 1.0), np.nan)
+    # Any float a file holds: a difference that overflows is inf, one of infinities NaN (not plotted).
+    with np.errstate(all="ignore"):
+        if n > w:
+            rate[w:] = per_s(numerator[w:] - numerator[:-w], times[w:] - times[:-w])
+        starts = _segment_starts(h, steps, times)
+        ends = np.append(starts[1:], n)
+        fix = np.concatenate([np.arange(a, min(a + w, b)) for a, b in zip(starts.tolist(), ends.tolist())])
+        first = np.repeat(starts, np.minimum(ends - starts, w))
+        rate[fix] = per_s(numerator[fix] - numerator[first], times[fix] - times[first])
     return steps, rate
 
 
