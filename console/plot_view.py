@@ -77,7 +77,8 @@ def cursor_column(cursor: int, x0: float, x1: float, width: int, steps: np.ndarr
     return min(width - 1, int((where - x0) / max(x1 - x0, 1e-12) * width))
 
 
-def step_at(column: int, x0: float, x1: float, width: int, steps: np.ndarray, x: np.ndarray | None = None) -> int | None:
+def step_at(column: int, x0: float, x1: float, width: int, steps: np.ndarray,
+            x: np.ndarray | None = None) -> int | None:
     """The step shown at cell ``column`` (the history's step nearest to its middle)."""
     if not len(steps) or width <= 0:
         return None
@@ -102,8 +103,8 @@ def with_cursor(lines: list[list[tuple[str, str | None]]], column: int, label_wi
             end = pos + len(text)
             if pos <= at < end:
                 k = at - pos
-                out += [(text[:k], style), (text[k] if text[k] != " " else "│", f"{style or ''} {CURSOR_STYLE}".strip()),
-                        (text[k + 1:], style)]
+                mark = text[k] if text[k] != " " else "│"
+                out += [(text[:k], style), (mark, f"{style or ''} {CURSOR_STYLE}".strip()), (text[k + 1:], style)]
             else:
                 out.append((text, style))
             pos = end

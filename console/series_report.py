@@ -121,7 +121,8 @@ def plain_view(history: "LossHistory") -> HistoryView:
     loss = history.loss.copy()
     finite = loss[np.isfinite(loss)]
     return HistoryView(
-        version=0, format=history.format, n_steps=len(history), last_step=int(history.step[-1]) if len(history) else None,
+        version=0, format=history.format, n_steps=len(history),
+        last_step=int(history.step[-1]) if len(history) else None,
         last_loss=float(finite[-1]) if len(finite) else None, tokens=None, steps_per_s=None, tokens_per_s=None,
         nonfinite=history.nonfinite, bad_lines=history.bad_lines, torn_tail=history.torn_tail,
         problems=tuple(history.problems), error=history.error, events=tuple(history.events),
