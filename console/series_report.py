@@ -112,7 +112,9 @@ def on_rows(h: HistoryView, steps: np.ndarray, column: np.ndarray | None) -> np.
     series of some steps only (``p/<arm>``) takes the rows of its own steps."""
     if column is None or len(column) == len(steps):         # a series of every step
         return column
-    return column[np.searchsorted(h.step, steps)]
+    if not len(column):
+        return np.full(len(steps), np.nan) if column.dtype.kind == "f" else np.zeros(len(steps), column.dtype)
+    return column[np.minimum(np.searchsorted(h.step, steps), len(column) - 1)]
 
 
 def plain_view(history: "LossHistory") -> HistoryView:
