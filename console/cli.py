@@ -399,7 +399,7 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
     from .series_report import StepRange, check_metric, metric_json
 
     step_range = getattr(args, "step_range", StepRange())
-    if args.metric is not None and snap.dir_state == "ok":
+    if args.metric is not None:
         unknown = check_metric(snap.history, args.metric)
         if unknown:
             return _fail(unknown, EXIT_USAGE)

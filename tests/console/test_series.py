@@ -122,3 +122,9 @@ def test_a_bad_metric_or_range_is_one_line_and_exit_2(run_dir, args, says):
     r = console(run_dir, *args)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
+
+
+def test_a_metric_of_a_run_with_no_history_yet_is_one_line_and_exit_2(make_run_dir):
+    r = console(make_run_dir(empty=True), "--json", "--metric", "loss")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == "andrea-console: unknown series 'loss'; this history has: none\n"
