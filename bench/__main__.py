@@ -44,9 +44,10 @@ def main(argv: list[str]) -> int:
             print(f"# {name}: failed with exit status {out.returncode}", file=sys.stderr)
             return 1
         lines = out.stdout.splitlines()
-        sys.stderr.writelines(line + "\n" for line in lines if not line.startswith(MARK))
+        # A terminal program run headless may leave its escape codes before the mark.
+        sys.stderr.writelines(line + "\n" for line in lines if MARK not in line)
         results.extend(Result(**fields) for fields in json.loads(next(
-            line[len(MARK):] for line in reversed(lines) if line.startswith(MARK))))
+            line.split(MARK, 1)[1] for line in reversed(lines) if MARK in line)))
         print(f"# {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     print_table(results)
     return 0 if all(r.met is not False for r in results) else 1

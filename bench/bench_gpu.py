@@ -275,6 +275,7 @@ def main_run(report: Report, plan: Plan, root: Path, figures: dict[str, Any]) ->
     figures["main"] = _speed_lines(report, plan, label, run, plan.cadence)
     figures["label"] = label
     _checkpoint_lines(report, figures["main"]["history"], figures)
+    _gpu_figure_lines(report, figures["main"]["history"])
     if len(marks) == 2:
         (t_a, c_a), (t_b, c_b) = marks
         steps_per_s = (plan.steps - plan.warmup) / (t_b - t_a)
@@ -305,6 +306,25 @@ def _checkpoint_lines(report: Report, history: History, figures: dict[str, Any])
     if s.during_write_s is not None:
         report.say(f"step time while a background write is in flight: {s.during_write_s * 1e3:.1f} ms "
                    f"(median), {s.step_s * 1e3:.1f} ms otherwise")
+
+
+def _gpu_figure_lines(report: Report, history: History) -> None:
+    """What the step lines' GPU figures (NVML, every state_every steps) and the eval lines said."""
+    rows = [row for row in history.steps.values() if "gpu_util" in row or "gpu_mem_used" in row]
+    if rows:
+        def median(key: str) -> str:
+            values = [row[key] for row in rows if key in row]
+            return f"{statistics.median(values):g}" if values else "-"
+        peak_mem = max((row.get("gpu_mem_used", 0) for row in rows), default=0)
+        report.say(f"GPU figures on {len(rows)} of {len(history.steps)} step lines: utilisation {median('gpu_util')}% "
+                   f"(median), power {median('gpu_power_w')} W, temperature {median('gpu_temp_c')} C, memory used "
+                   f"up to {peak_mem / 2**30:.1f} GiB")
+    else:
+        report.say(f"no GPU figures on the {len(history.steps)} step lines (none on CPU; see trainer.log on CUDA)")
+    evals = history.named("eval")
+    if evals:
+        report.say(f"{len(evals)} eval lines: held-out loss {evals[0]['eval_loss']} at step {evals[0]['step']}, "
+                   f"{evals[-1]['eval_loss']} at step {evals[-1]['step']} ({evals[-1]['windows']} windows)")
 
 
 def comparison_runs(report: Report, plan: Plan, root: Path, figures: dict[str, Any]) -> None:

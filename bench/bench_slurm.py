@@ -41,7 +41,7 @@ def run() -> list[Result]:
     if why:
         print(f"# slurm: skipped ({why})", file=sys.stderr)
         return []
-    started = cluster.start()
+    home = cluster.start()
     job_id = None
     try:
         with tempfile.TemporaryDirectory(prefix="bench-slurm-") as tmp:
@@ -62,8 +62,7 @@ def run() -> list[Result]:
     finally:
         if job_id:
             subprocess.run(["scancel", job_id], capture_output=True)
-        if started:
-            cluster.stop()
+        cluster.stop(home)
     base, ours = statistics.median(local), statistics.median(through)
     added = statistics.median(t - s for s, t in zip(local, through))
     return [Result("slurm", "--checkpoint through SLURM (scontrol, scancel)", ours, "s", base,

@@ -34,7 +34,7 @@ from .plot import PlotOptions
 from .reader import RunReader
 from .rollback_runner import pending_rollback
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
-from .signal_jobs import checkpoint_and_wait, stop_and_wait
+from .signal_jobs import request_checkpoint, stop_and_wait
 from .supervise import reap_children
 from .model.snapshot import Notice, RunSnapshot, TrainerView
 from .widgets import CheckpointsPane
@@ -241,7 +241,7 @@ class ConsoleApp(App[None]):
         """SIGUSR1 to the trainer of ``run_dir`` (the dashboard's run when None)."""
         worker = get_current_worker()
         run_dir = self.run_dir if run_dir is None else run_dir
-        checkpoint_and_wait(run_dir, self.reader if run_dir == self.run_dir else None, self.notify_from_thread,
+        request_checkpoint(run_dir, self.reader if run_dir == self.run_dir else None, self.notify_from_thread,
                             self._changed_from_thread, lambda: worker.is_cancelled)
 
     def action_stop(self) -> None:

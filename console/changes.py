@@ -7,23 +7,26 @@ new history event means.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from rundir import HistoryEvent
 from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
 from .format import format_counter, format_size, printable, stall_text
+from .model.checkpoint_wait import CheckpointWait
 from .model.findings import LISTED, many, names_and_more
 from .model.snapshot import Notice, RunSnapshot
 
 
 def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
-                     requested: Mapping[str, Any] | None = None) -> list[Notice]:
+                     requested: Mapping[str, Any] | None = None,
+                     unanswered: Sequence[CheckpointWait] = ()) -> list[Notice]:
     """What changed between two snapshots, as notices (the first snapshot: a summary and its
     problems). ``requested`` names the checkpoints that answer a request (file name to the
-    request, with its ``sent_at``): their landing says so, in the one notice."""
+    request, with its ``sent_at``): their landing says so, in the one notice; ``unanswered``
+    are the requests that ended without one."""
     requested = requested or {}
-    out: list[Notice] = []
+    out: list[Notice] = [Notice(now, f"checkpoint request: {wait.why}", "error") for wait in unanswered]
     if prev is None:
         out.append(Notice(now, f"watching {printable(snap.name)}: trainer {snap.trainer.label}"
                           + (f" (pid {snap.trainer.pid})" if snap.trainer.pid and snap.trainer.state == "running"
@@ -31,50 +34,80 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
         out.extend(Notice(now, p.text, p.level) for p in snap.problems if not p.spec.said_by_read)
         return out
     if snap.checkpoints is not prev.checkpoints:
-        before = {c.path.name: c for c in prev.checkpoints}
-        after = {c.path.name: c for c in snap.checkpoints}
-        # One notice per file, up to LISTED of a kind in one read; past that (a copied-in or
-        # hostile directory) one notice names a few and counts the rest. A landing that
-        # answers a request is always said on its own.
-        landed: list[Notice] = []
-        invalid: list[tuple[str, str]] = []
-        for raw_name, c in after.items():
-            old, name = before.get(raw_name), printable(raw_name)
-            if old is not None and (old.status, old.mtime, old.size) == (c.status, c.mtime, c.size):
-                continue
-            if c.status == "invalid":
-                invalid.append((raw_name, c.reason))
-            elif old is None or old.mtime != c.mtime or old.status == "invalid":
-                kind = "complete" if c.status == "complete" else "foreign: weights, m and v only"
-                request = requested.get(raw_name)
-                what = (f"requested checkpoint landed, {now - request.sent_at:.1f} s after the signal"
-                        if request is not None else "checkpoint landed")
-                notice = Notice(now, f"{what}: {name} (step {c.step:,}, {format_size(c.size)}, {kind})",
-                                "good" if c.status == "complete" else "info")
-                (out if request is not None else landed).append(notice)
-            elif c.status == "complete" and old.status == "foreign":
-                what = ("requested checkpoint complete" if raw_name in requested
-                        else "resume .json written, now complete")
-                (out if raw_name in requested else landed).append(Notice(now, f"{name}: {what}", "good"))
-        if len(landed) <= LISTED:
-            out.extend(landed)
-        else:                               # the newest on its own, the rest counted
-            out.append(landed[-1])
-            out.append(Notice(now, f"and {many(len(landed) - 1, 'more checkpoint file')} landed or completed "
-                                   "in the same read", "info"))
-        if len(invalid) <= LISTED:
-            out.extend(Notice(now, f"{printable(name)}: invalid: {reason}", "error") for name, reason in invalid)
-        else:
-            newest = invalid[::-1]
-            out.append(Notice(now, f"{many(len(invalid), 'invalid checkpoint file')} (newest first): "
-                                   f"{names_and_more([n for n, _ in newest[:LISTED]], len(invalid))}; "
-                                   f"{printable(newest[0][0])}: {newest[0][1]}", "error"))
-        removed = sorted(before.keys() - after.keys())
-        if len(removed) <= LISTED:
-            out.extend(Notice(now, f"checkpoint removed: {printable(name)}", "warning") for name in removed)
-        else:
-            out.append(Notice(now, f"{many(len(removed), 'checkpoint file')} removed: "
-                                   f"{names_and_more(removed[:LISTED], len(removed))}", "warning"))
+        out += _checkpoint_changes(prev, snap, now, requested)
+    out += _trainer_changes(prev, snap, now)
+    if snap.arms is not prev.arms:
+        before_zombies = prev.zombies
+        new = [(name, reason) for name, reason in snap.zombies.items() if name not in before_zombies]
+        if len(new) <= LISTED:
+            out.extend(Notice(now, f"zombie arm {printable(name)}: {reason}", "error") for name, reason in new)
+        else:                               # one notice for many: a list of 100,000 is not read
+            out.append(Notice(now, f"{many(len(new), 'new zombie arm')}: "
+                                   f"{names_and_more([n for n, _ in new[:LISTED]], len(new))}; "
+                                   f"{printable(new[0][0])}: {new[0][1]}", "error"))
+        if snap.arms.error and snap.arms.error != prev.arms.error:
+            out.append(Notice(now, snap.arms.error, "warning"))
+    if snap.samples_error and snap.samples_error != prev.samples_error:
+        out.append(Notice(now, snap.samples_error, "warning"))
+    if snap.config_error != prev.config_error and snap.config_error:
+        out.append(Notice(now, snap.config_error, "error"))
+    return out
+
+
+def _checkpoint_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
+                        requested: Mapping[str, Any]) -> list[Notice]:
+    """Checkpoint files that landed, completed, turned invalid or were removed."""
+    out: list[Notice] = []
+    before = {c.path.name: c for c in prev.checkpoints}
+    after = {c.path.name: c for c in snap.checkpoints}
+    # One notice per file, up to LISTED of a kind in one read; past that (a copied-in or
+    # hostile directory) one notice names a few and counts the rest. A landing that
+    # answers a request is always said on its own.
+    landed: list[Notice] = []
+    invalid: list[tuple[str, str]] = []
+    for raw_name, c in after.items():
+        old, name = before.get(raw_name), printable(raw_name)
+        if old is not None and (old.status, old.mtime, old.size) == (c.status, c.mtime, c.size):
+            continue
+        if c.status == "invalid":
+            invalid.append((raw_name, c.reason))
+        elif old is None or old.mtime != c.mtime or old.status == "invalid":
+            kind = "complete" if c.status == "complete" else "foreign: weights, m and v only"
+            request = requested.get(raw_name)
+            what = (f"requested checkpoint landed, {now - request.sent_at:.1f} s after the signal"
+                    if request is not None else "checkpoint landed")
+            notice = Notice(now, f"{what}: {name} (step {c.step:,}, {format_size(c.size)}, {kind})",
+                            "good" if c.status == "complete" else "info")
+            (out if request is not None else landed).append(notice)
+        elif c.status == "complete" and old.status == "foreign":
+            what = ("requested checkpoint complete" if raw_name in requested
+                    else "resume .json written, now complete")
+            (out if raw_name in requested else landed).append(Notice(now, f"{name}: {what}", "good"))
+    if len(landed) <= LISTED:
+        out.extend(landed)
+    else:                               # the newest on its own, the rest counted
+        out.append(landed[-1])
+        out.append(Notice(now, f"and {many(len(landed) - 1, 'more checkpoint file')} landed or completed "
+                               "in the same read", "info"))
+    if len(invalid) <= LISTED:
+        out.extend(Notice(now, f"{printable(name)}: invalid: {reason}", "error") for name, reason in invalid)
+    else:
+        newest = invalid[::-1]
+        out.append(Notice(now, f"{many(len(invalid), 'invalid checkpoint file')} (newest first): "
+                               f"{names_and_more([n for n, _ in newest[:LISTED]], len(invalid))}; "
+                               f"{printable(newest[0][0])}: {newest[0][1]}", "error"))
+    removed = sorted(before.keys() - after.keys())
+    if len(removed) <= LISTED:
+        out.extend(Notice(now, f"checkpoint removed: {printable(name)}", "warning") for name in removed)
+    else:
+        out.append(Notice(now, f"{many(len(removed), 'checkpoint file')} removed: "
+                               f"{names_and_more(removed[:LISTED], len(removed))}", "warning"))
+    return out
+
+
+def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[Notice]:
+    """The trainer started, exited, went stale, stalled or stepped again."""
+    out: list[Notice] = []
     t0, t1 = prev.trainer, snap.trainer
     if (t0.state, t0.pid) != (t1.state, t1.pid):
         if t1.state == "running":
@@ -93,21 +126,6 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
         out.append(Notice(now, f"trainer pid {t1.pid} STALLED: {stall_text(t1)}", "error"))
     elif t0.stalled and not t1.stalled and t1.state == "running":
         out.append(Notice(now, f"trainer pid {t1.pid} is stepping again", "good"))
-    if snap.arms is not prev.arms:
-        before_zombies = prev.zombies
-        new = [(name, reason) for name, reason in snap.zombies.items() if name not in before_zombies]
-        if len(new) <= LISTED:
-            out.extend(Notice(now, f"zombie arm {printable(name)}: {reason}", "error") for name, reason in new)
-        else:                               # one notice for many: a list of 100,000 is not read
-            out.append(Notice(now, f"{many(len(new), 'new zombie arm')}: "
-                                   f"{names_and_more([n for n, _ in new[:LISTED]], len(new))}; "
-                                   f"{printable(new[0][0])}: {new[0][1]}", "error"))
-        if snap.arms.error and snap.arms.error != prev.arms.error:
-            out.append(Notice(now, snap.arms.error, "warning"))
-    if snap.samples_error and snap.samples_error != prev.samples_error:
-        out.append(Notice(now, snap.samples_error, "warning"))
-    if snap.config_error != prev.config_error and snap.config_error:
-        out.append(Notice(now, snap.config_error, "error"))
     return out
 
 

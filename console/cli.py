@@ -11,7 +11,7 @@
     andrea-console RUN_DIR --json --metric NAME [--range A:B] [--points N]
                                            one series' min/max envelope, N buckets of steps
     andrea-console RUN_DIR --check         print the problems; exit 0 healthy, 1 warnings, 2 errors
-    andrea-console RUN_DIR --checkpoint    SIGUSR1, wait for the checkpoint, print its path
+    andrea-console RUN_DIR --checkpoint    SIGUSR1 (or a checkpoint request), wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
     andrea-console RUN_DIR --pivot [--cap ARM=X]... [--floor ARM=Y]... [--drop ARM]... [--yes]
                                            the polish pivot, step by step
@@ -79,7 +79,8 @@ def _add_modes(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--once", action="store_true", help="print the dashboard as plain text and exit")
     mode.add_argument("--json", action="store_true", help="print the dashboard as JSON and exit")
     mode.add_argument("--checkpoint", action="store_true",
-                      help="SIGUSR1 the verified trainer, wait for the new checkpoint, print its path")
+                      help="SIGUSR1 the verified trainer (one of several processes: write the request its "
+                           "rank 0 takes), wait for the new checkpoint, print its path")
     mode.add_argument("--stop", action="store_true",
                       help="SIGTERM the verified trainer (it checkpoints and exits), wait for the exit")
     mode.add_argument("--pivot", action="store_true",
@@ -413,13 +414,13 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
                                      options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
                                                          log_y=args.log_y),
                                      metric=args.metric or "loss", step_range=step_range))
-    if snap.dir_state in ("missing", "not a directory") or snap.dir_state.startswith("unreadable"):
-        return _fail(f"{run_dir}: {snap.dir_state}", EXIT_USAGE)
+    if snap.dir_unusable:
+        return _fail(f"{run_dir}: {snap.dir_text}", EXIT_USAGE)
     return EXIT_OK
 
 
 def _signal(run_dir: Path, args: argparse.Namespace) -> int:
-    from .supervise import send, wait_for_checkpoint, wait_for_exit
+    from .supervise import WaitEnd, send, wait_for_checkpoint, wait_for_exit
 
     result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
     if not result.ok:
@@ -427,10 +428,10 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     print(printable(result.message, None), file=sys.stderr)
     try:
         if args.checkpoint:
-            info, why = wait_for_checkpoint(run_dir, result, args.timeout)
-            if info is None:
-                return _fail(why, EXIT_TIMEOUT if "within" in why else EXIT_REFUSED)
-            print(info.path)
+            wait = wait_for_checkpoint(run_dir, result, args.timeout)
+            if wait.info is None:
+                return _fail(wait.why, EXIT_TIMEOUT if wait.end is WaitEnd.TIMED_OUT else EXIT_REFUSED)
+            print(wait.info.path)
             return EXIT_OK
         exited, text = wait_for_exit(run_dir, result, args.timeout)
     except KeyboardInterrupt:

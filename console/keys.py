@@ -62,8 +62,9 @@ HELP = Key("question_mark", "app.help", "help", "this help (↑/↓ and PgUp/PgD
 
 # The dashboard's keys, in the key bar's order (README's key table is in the same order).
 RUN_KEYS = (
-    Key("c", "app.checkpoint", "checkpoint", "checkpoint now: SIGUSR1 to the verified trainer; the event log says "
-        "when the checkpoint lands",
+    Key("c", "app.checkpoint", "checkpoint", "checkpoint now: SIGUSR1 to the verified trainer (to one of several "
+        "processes: a request in the run directory, which rank 0 takes); the event log says when the checkpoint "
+        "lands",
         control=True, essential=True),
     Key("s", "app.stop", "stop", "stop cleanly: asks first (y/Enter confirms, any other key cancels), then SIGTERM; "
         "the trainer writes a final checkpoint and exits", control=True, essential=True),

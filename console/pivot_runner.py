@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rundir import (ConfigError, LossHistory, RunConfig, checkpoint_path, latest_resumable, load_run_config,
-                    newest_complete_since, verify_trainer)
+                    verify_trainer)
 from rundir.layout import CHECKPOINT_SIGNAL, LOSS_JSON, PIVOT_RECORD
 from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, plan_policy, policy_text,
                                 read_journal, remove_journal, rollback_archive, write_journal, write_new_policy)
@@ -135,9 +135,9 @@ class PivotRunner(JournalledRunner):
             sent = supervise.send(self.run_dir, CHECKPOINT_SIGNAL)
             if not sent.ok:
                 raise PivotFailed(f"step 1: {sent.message}")
-            info, why = supervise.wait_for_checkpoint(self.run_dir, sent, self.timeout, self.cancelled)
-            if info is None:
-                raise PivotFailed(f"step 1: {why}; the pivot stopped before anything changed")
+            wait = supervise.wait_for_checkpoint(self.run_dir, sent, self.timeout, self.cancelled)
+            if (info := wait.info) is None:
+                raise PivotFailed(f"step 1: {wait.why}; the pivot stopped before anything changed")
             journal.audit_step = info.step
             self.report("1", f"landed at step {info.step:,}")
         elif v.state in ("stopped", "stale"):
@@ -155,7 +155,7 @@ class PivotRunner(JournalledRunner):
                 self.report("2", "cancelled: the trainer keeps running")
                 return False
             sent, description = self._send_stop_and_wait("2", PivotFailed)
-            final = newest_complete_since(self.run_dir, sent.baseline)
+            final = supervise.stop_checkpoint(self.run_dir, sent)
             if final is None:
                 raise PivotFailed(f"step 2: the trainer died instead of checkpointing ({description}); "
                                   "nothing was archived; run the pivot again to continue from the newest "

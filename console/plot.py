@@ -361,7 +361,8 @@ def nice_ticks(lo: float, hi: float, most: int) -> list[float]:
             break
         first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
         if last - first + 1 <= most:
-            return [round(k * step, 12) for k in range(first, last + 1)]
+            # Twelve significant digits, not decimals: a span of 1e-142 has round values too.
+            return [float(f"{k * step:.12g}") for k in range(first, last + 1)]
     return []
 
 

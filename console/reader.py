@@ -41,6 +41,7 @@ from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .rollback_runner import pending_rollback
 from .probe import TrainerProbe
+from .model.checkpoint_wait import CheckpointWait, WaitEnd
 from .model.levels import Level
 from .model.markers import derive_markers
 from .model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
@@ -53,8 +54,9 @@ STORAGE_EVERY_S = 10.0
 # larger of STALL_MIN_S and STALL_STEPS median step times, unless --stall-after sets it
 # (rundir.run_summary.stall_threshold, which the overview uses too).
 
-# A checkpoint request that no read has seen answered after this long is forgotten.
-REQUEST_TIMEOUT_S = 3600.0
+# A checkpoint request that no read has seen answered after this long is said unanswered
+# (a 1.46 GB checkpoint written in the background takes tens of seconds on a slow disk).
+REQUEST_TIMEOUT_S = 600.0
 
 # A sample is shown whole up to this many characters (its prompt up to PROMPT_CHARS); a
 # longer one, a runaway or hostile completion, is cut, saying how much was left out.
@@ -77,10 +79,13 @@ def _shown_sample(sample: Sample) -> Sample:
 
 @dataclass(frozen=True, eq=False)
 class CheckpointRequest:
-    """A SIGUSR1 sent at ``sent_at``, when the checkpoints were ``baseline``."""
+    """A SIGUSR1 sent at ``sent_at``, when the checkpoints were ``baseline``, to trainer
+    ``pid`` (set once it was sent); unanswered after ``timeout`` seconds it is said so."""
 
     sent_at: float
     baseline: dict[str, CheckpointStamp] = field(default_factory=dict)
+    pid: int | None = None
+    timeout: float = REQUEST_TIMEOUT_S
 
 
 def _finite(x: float) -> float | None:
@@ -179,6 +184,18 @@ class RunReader:
         with self._requests_lock:
             self._requests = [r for r in self._requests if r is not request]
 
+    def sent_checkpoint(self, request: CheckpointRequest, pid: int | None) -> None:
+        """The request was sent to trainer ``pid``: a read that finds that trainer gone
+        before the checkpoint lands says so."""
+        with self._requests_lock:
+            self._requests = [replace(r, pid=pid) if r is request else r for r in self._requests]
+
+    def _requests_due(self, now: float) -> bool:
+        """While a request waits, every read (the tick's too) looks at the checkpoints: the
+        reader is the dashboard's one detector of a landing, also where no file event comes
+        (a shared filesystem)."""
+        return bool(self._requests)
+
     # -- the read --------------------------------------------------------------
     def read(self, kinds: Iterable[str] = ALL_KINDS) -> tuple[RunSnapshot, list[Notice]]:
         """Re-read ``kinds`` (everything on the first call); never raises for bad input.
@@ -201,21 +218,23 @@ class RunReader:
             read.values.update(fields)
         snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=read.now,
                            versions=versions, **read.values)
-        changes = describe_changes(prev, snap, read.now, self._answered_requests(prev, snap, read.now))
+        answered, unanswered = self._settle_requests(prev, snap, read.now)
+        changes = describe_changes(prev, snap, read.now, answered, unanswered)
         notices = changes + read.notices if prev is None else read.notices + changes    # the summary first
         self._snapshot = snap
         return snap, notices
 
     # -- the parts, in the order they are derived (each may use those before it) ----
     def _part_directory(self, read: _Read) -> dict:
-        dir_state, other = self._dir_state()
+        dir_state, reason, other = self._dir_state()
         prev = read.prev
         if prev is not None and (prev.dir_state != dir_state or read.kinds == ALL_KINDS):
             read.kinds = ALL_KINDS
             if prev.dir_state != dir_state:
-                read.notices.append(Notice(read.now, f"run directory is now {dir_state}",
+                said = f"{dir_state} ({reason})" if reason else dir_state
+                read.notices.append(Notice(read.now, f"run directory is now {said}",
                                            Level.WARNING if dir_state != "ok" else Level.INFO))
-        return {"dir_state": dir_state, "other_files": other}
+        return {"dir_state": dir_state, "dir_reason": reason, "other_files": other}
 
     def _part_config(self, read: _Read) -> dict:
         config, error = self._config(read.values["dir_state"])
@@ -347,27 +366,28 @@ class RunReader:
             return None
         return st.st_dev, st.st_ino, stat.S_ISDIR(st.st_mode)
 
-    def _dir_state(self) -> tuple[str, tuple[str, ...]]:
+    def _dir_state(self) -> tuple[str, str, tuple[str, ...]]:
+        """The directory's state, why it is unreadable (else ""), and its unknown files."""
         self._dir_id = self._dir_identity()
         try:
             names = os.listdir(self.run_dir)
         except FileNotFoundError:
-            return "missing", ()
+            return "missing", "", ()
         except NotADirectoryError:
-            return "not a directory", ()
+            return "not a directory", "", ()
         except OSError as err:
-            return f"unreadable ({(err.strerror or type(err).__name__).lower()})", ()
+            return "unreadable", (err.strerror or type(err).__name__).lower(), ()
         if not names:
-            return "empty", ()
+            return "empty", "", ()
         try:
             # Listing needs read permission, reaching the files search (x): a directory with
             # the one and not the other lists names whose files cannot be opened.
             os.stat(os.path.join(self.run_dir, names[0]), follow_symlinks=False)
         except PermissionError:
-            return "unreadable (its files cannot be reached: no search (x) permission on the directory)", ()
+            return "unreadable", "its files cannot be reached: no search (x) permission on the directory", ()
         except OSError:
             pass
-        return "ok", tuple(sorted(n for n in names if not is_known(n)))
+        return "ok", "", tuple(sorted(n for n in names if not is_known(n)))
 
     def _retention(self, config: RunConfig | None, checkpoints: tuple[CheckpointInfo, ...],
                    history: HistoryView) -> RetentionView:
@@ -426,23 +446,35 @@ class RunReader:
             return prev.checkpoints            # unchanged: same object, nothing repaints
         return result
 
-    def _answered_requests(self, prev: RunSnapshot | None, snap: RunSnapshot,
-                           now: float) -> dict[str, CheckpointRequest]:
-        """Which requested checkpoints this read sees complete: ``{file name: request}``."""
-        if prev is None or snap.checkpoints is prev.checkpoints:
-            return {}
-        answered = {}
-        with self._requests_lock:
+    def _settle_requests(self, prev: RunSnapshot | None, snap: RunSnapshot,
+                         now: float) -> tuple[dict[str, CheckpointRequest], list[CheckpointWait]]:
+        """Which requested checkpoints this read sees complete (``{file name: request}``), and
+        the requests that ended unanswered: their trainer gone, or past their timeout."""
+        answered: dict[str, CheckpointRequest] = {}
+        if prev is not None and snap.checkpoints is not prev.checkpoints:
             for c in snap.checkpoints:
                 if c.status != "complete":
                     continue
                 stamp = self._ckpt_cache.get(c.path.name, (None,))[0]
-                for request in self._requests:
-                    if request.baseline.get(c.path.name) != stamp:
-                        answered[c.path.name] = request
-            self._requests = [r for r in self._requests if r not in answered.values()
-                              and now - r.sent_at < REQUEST_TIMEOUT_S]
-        return answered
+                with self._requests_lock:
+                    for request in self._requests:
+                        if request.baseline.get(c.path.name) != stamp:
+                            answered[c.path.name] = request
+        ended: list[CheckpointWait] = []
+        trainer = snap.trainer
+        with self._requests_lock:
+            waiting = []
+            for r in self._requests:
+                if r in answered.values():
+                    continue
+                if r.pid is not None and not (trainer.signallable and trainer.pid == r.pid):
+                    ended.append(CheckpointWait(WaitEnd.TRAINER_EXITED, pid=r.pid))
+                elif now - r.sent_at >= r.timeout:
+                    ended.append(CheckpointWait(WaitEnd.TIMED_OUT, timeout=r.timeout, pid=r.pid))
+                else:
+                    waiting.append(r)
+            self._requests = waiting
+        return answered, ended
 
     def _config(self, dir_state: str) -> tuple[RunConfig | None, str | None]:
         if dir_state != "ok":
@@ -489,12 +521,13 @@ class RunReader:
 
 # The parts of a snapshot, in the order they are derived (each may use those before it).
 PARTS: tuple[Part, ...] = (
-    Part("directory", ("dir_state", "other_files"), frozenset({DIRECTORY, CHECKPOINTS, CONFIG}),
+    Part("directory", ("dir_state", "dir_reason", "other_files"), frozenset({DIRECTORY, CHECKPOINTS, CONFIG}),
          RunReader._part_directory),
     Part("config", ("config", "config_error"), frozenset({CONFIG}), RunReader._part_config),
     Part("history", ("history",), frozenset({HISTORY}), RunReader._part_history),
     Part("trainer", ("trainer",), frozenset({TRAINER}), RunReader._part_trainer),
-    Part("checkpoints", ("checkpoints",), frozenset({CHECKPOINTS}), RunReader._part_checkpoints),
+    Part("checkpoints", ("checkpoints",), frozenset({CHECKPOINTS}), RunReader._part_checkpoints,
+         due=RunReader._requests_due),
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),

@@ -118,7 +118,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     now = time.time() if now is None else now
     h = snap.history
     lines = [f"andrea-console · run {printable(snap.name)} · {printable(snap.run_dir, LINE_LIMIT)}", ""]
-    lines.append(f"directory    {snap.dir_state}")
+    lines.append(f"directory    {snap.dir_text}")
     lines.append(f"trainer      {trainer_line(snap, now)}")
     step = f"{h.last_step:,}" if h.last_step is not None else "-"
     lines.append(f"step         {step} · loss {format_float(h.last_loss)} · "
@@ -210,7 +210,7 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     h, t = snap.history, snap.trainer
     return {
-        "run": snap.name, "run_dir": str(snap.run_dir), "directory": snap.dir_state, "time": now,
+        "run": snap.name, "run_dir": str(snap.run_dir), "directory": snap.dir_text, "time": now,
         "trainer": {"state": t.state, "label": t.label, "reason": t.reason, "pid": t.pid, "started": t.started,
                     "uptime": (now - t.started) if t.started and t.state == "running" else None,
                     "cpu_percent": t.cpu_percent, "rss": t.rss, "gpu_memory": t.gpu_memory, "argv": list(t.argv),

@@ -17,6 +17,7 @@ from rundir import checkpoint_stamps
 from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, STOP_SIGNAL
 
 from .reader import CheckpointRequest, RunReader
+from .model.checkpoint_wait import WaitEnd
 from .supervise import send, wait_for_checkpoint, wait_for_exit
 
 SIGNAL_TIMEOUT_S = 600.0
@@ -25,29 +26,35 @@ Say = Callable[[str, str], None]
 Changed = Callable[[frozenset[str]], None]
 
 
-def checkpoint_and_wait(run_dir: Path, reader: RunReader | None, say: Say, changed: Changed,
+def request_checkpoint(run_dir: Path, reader: RunReader | None, say: Say, changed: Changed,
                         cancelled: Callable[[], bool], timeout: float = SIGNAL_TIMEOUT_S) -> None:
-    """SIGUSR1 to the verified trainer of ``run_dir``, then wait for the checkpoint. With
-    ``reader`` (the dashboard's own run), the reader reports the landing: it learns of the
-    request before the signal can be answered, and this job only makes sure a read happens
-    and reports a request that is never answered."""
-    request = CheckpointRequest(time.time(), checkpoint_stamps(run_dir))
+    """SIGUSR1 to the verified trainer of ``run_dir``. With ``reader`` (the dashboard's own
+    run) the reader is the one detector: it learns of the request before the signal can be
+    answered, looks at the checkpoints at every read while it waits, and says the landing,
+    or that the trainer exited or ``timeout`` passed without one. Without it (another run
+    of the overview's), this job waits for the checkpoint and says what came of it."""
+    request = CheckpointRequest(time.time(), checkpoint_stamps(run_dir), timeout=timeout)
     if reader is not None:
         reader.expect_checkpoint(request)
     result = send(run_dir, CHECKPOINT_SIGNAL, request.baseline)
     say(result.message, "action" if result.ok else "warning")
-    if not result.ok:
-        if reader is not None:
+    if reader is not None:
+        if result.ok:
+            record = result.verification.record
+            reader.sent_checkpoint(request, record.pid if record is not None else None)
+        else:
             reader.forget_checkpoint(request)
+        changed(frozenset({CHECKPOINTS}))
         return
-    info, why = wait_for_checkpoint(run_dir, result, timeout, cancelled)
-    if cancelled():
+    if not result.ok:
         return
-    if info is None:
-        say(f"checkpoint request: {why}", "error")
+    wait = wait_for_checkpoint(run_dir, result, timeout, cancelled)
+    if wait.end is WaitEnd.CANCELLED:
         return
-    if reader is None:
-        say(f"checkpoint landed: {info.path.name} (step {info.step:,})", "good")
+    if wait.info is None:
+        say(f"checkpoint request: {wait.why}", "error")
+        return
+    say(f"checkpoint landed: {wait.info.path.name} (step {wait.info.step:,})", "good")
     changed(frozenset({CHECKPOINTS}))
 
 

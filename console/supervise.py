@@ -26,7 +26,11 @@ from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, 
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
 from rundir.identity import run_lock_holder
 from rundir.process import trainer_alive
-from rundir.layout import LOCK_FILE, RUN_TOML, TRAINER_LOG
+from rundir.history import read_history_tail
+from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
+from rundir.text import printable
+
+from .model.checkpoint_wait import CheckpointWait, WaitEnd
 
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
@@ -180,6 +184,12 @@ def send(run_dir: str | os.PathLike[str], sig: signal.Signals,
     sent_at = time.time()
     v = signal_trainer(run_dir, sig)
     name = signal.Signals(sig).name
+    if v.requested:
+        assert v.record is not None
+        how = "not verifiable from this host" if v.elsewhere else v.reason
+        return SignalResult(True, f"checkpoint requested from rank 0 of {v.record.world_size} (pid {v.record.pid} on "
+                                  f"{printable(v.record.host, 60)}; {how}) through {CHECKPOINT_REQUEST}", v, sent_at,
+                            baseline)
     if not v.ok:
         return SignalResult(False, f"{name} not sent: {refusal(v)}", v, sent_at, baseline)
     assert v.record is not None
@@ -196,21 +206,26 @@ def refusal(v: Verification) -> str:
 
 
 def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,
-                        cancelled: Callable[[], bool] = lambda: False) -> tuple[CheckpointInfo | None, str]:
-    """After a SIGUSR1: wait for the new complete checkpoint; ``(info, "")`` or ``(None, why not)``."""
+                        cancelled: Callable[[], bool] = lambda: False) -> CheckpointWait:
+    """After a SIGUSR1 (the command line's ``--checkpoint``, the pivot's first step): poll
+    for the new complete checkpoint until it lands, the trainer exits or ``timeout``."""
     run_dir = Path(run_dir)
     deadline = time.monotonic() + timeout
     record = result.verification.record
+    pid = record.pid if record is not None else None
     alive = _Liveness(run_dir, result.verification)
-    while time.monotonic() < deadline and not cancelled():
+    while time.monotonic() < deadline:
+        if cancelled():
+            return CheckpointWait(WaitEnd.CANCELLED, pid=pid)
         info = newest_complete_since(run_dir, result.baseline)
         if info is not None:
-            return info, ""
+            return CheckpointWait(WaitEnd.LANDED, info, pid=pid)
         if record is not None and not alive():
             info = newest_complete_since(run_dir, result.baseline)
-            return (info, "") if info else (None, f"trainer pid {record.pid} exited without a new checkpoint")
+            return CheckpointWait(WaitEnd.LANDED, info, pid=pid) if info else \
+                CheckpointWait(WaitEnd.TRAINER_EXITED, pid=pid)
         time.sleep(POLL_S)
-    return None, f"no new checkpoint within {timeout:g} s"
+    return CheckpointWait(WaitEnd.TIMED_OUT, timeout=timeout, pid=pid)
 
 
 class _Liveness:
@@ -255,10 +270,28 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
     final = newest_complete_since(run_dir, result.baseline)
     if final is not None:
         parts.append(f"final checkpoint {final.path}")
-    elif after.state == "stopped" and (newest := latest_resumable(run_dir)) is not None:
-        # A clean exit writes no second checkpoint at a step that already has one (an
-        # earlier request landed at the very step the stop came in).
-        parts.append(f"final checkpoint {newest.path} (already written at that step)")
+    elif (final := stop_checkpoint(run_dir, result)) is not None:
+        parts.append(f"final checkpoint {final.path} (already written at that step)")
     else:
         parts.append("no new checkpoint was written")
     return True, "; ".join(parts)
+
+
+def stop_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult) -> CheckpointInfo | None:
+    """The complete checkpoint a stop left: one newer than those before the signal, or the
+    newest one when the trainer's own ``stop`` event (after the signal) is at its step. A
+    trainer writes no second checkpoint at a step that has one: a stop that comes while the
+    step's checkpoint has just been written for an earlier request (a pivot's audit) stops
+    at that step, and that checkpoint is the final one."""
+    final = newest_complete_since(run_dir, result.baseline)
+    if final is not None:
+        return final
+    newest = latest_resumable(run_dir)
+    if newest is None or newest.status != "complete":
+        return None
+    tail = read_history_tail(Path(run_dir) / LOSS_JSON)
+    stop = next((e for e in reversed(tail.events) if e.event == EVENT_STOP), None)
+    if stop is None or stop.step != newest.step or stop.data.get("reason") != "signal" or \
+            (stop.time or 0.0) < result.sent_at - 1.0:          # 1 s: two hosts' clocks
+        return None
+    return newest

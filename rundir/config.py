@@ -219,6 +219,8 @@ class RunSection:
     device: str = "auto"
     max_steps: int = 0
     checkpoint_every: int = 100
+    # The held-out eval loss's cadence in steps (0: off; unset: checkpoint_every's).
+    eval_every: int | None = None
     sample_every: int = 100
     state_every: int = 1
     log_every: int = 10
@@ -247,6 +249,8 @@ class RunSection:
             _fail("run.device", self.device, "auto, cpu, cuda or cuda:N")
         _check_int("run.max_steps", self.max_steps, minimum=0)
         _check_int("run.checkpoint_every", self.checkpoint_every, minimum=1)
+        if self.eval_every is not None:
+            _check_int("run.eval_every", self.eval_every, minimum=0)
         _check_int("run.sample_every", self.sample_every, minimum=1)
         _check_int("run.state_every", self.state_every, minimum=1)
         _check_int("run.log_every", self.log_every, minimum=1)
@@ -263,6 +267,11 @@ class RunSection:
             _fail("run.strict_determinism", self.strict_determinism, "true or false")
         if not isinstance(self.launch, list) or not all(isinstance(a, str) for a in self.launch):
             _fail("run.launch", self.launch, "a list of strings (the command that starts the trainer)")
+
+    @property
+    def eval_cadence(self) -> int:
+        """Steps between held-out evals: ``eval_every``, or ``checkpoint_every`` when unset; 0 is off."""
+        return self.checkpoint_every if self.eval_every is None else self.eval_every
 
 
 def validate_policy(arms: dict[str, ArmConfig], where: str = "arms") -> None:
@@ -354,8 +363,12 @@ class RunConfig:
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data, as written to ``run.toml`` and recorded in checkpoints."""
+        """Plain data, as written to ``run.toml`` and recorded in checkpoints. An unset
+        ``run.eval_every`` is left out (TOML has no null; unset follows ``checkpoint_every``),
+        and so is an unset ``[console]``."""
         data = dataclasses.asdict(self)
+        if data["run"]["eval_every"] is None:
+            del data["run"]["eval_every"]
         if data["console"] is None:             # no [console] table unless one was given
             del data["console"]
         return data

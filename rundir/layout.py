@@ -26,6 +26,9 @@ PIVOT_ARCHIVE_PREFIX = "pivot_"
 ROLLBACK_JOURNAL = ".rollback.json"    # an unfinished rollback's journal
 ROLLBACK_RECORD = "rollback.json"      # in each archive/rollback_X_<UTC>/
 ROLLBACK_ARCHIVE_PREFIX = "rollback_"
+# A console's checkpoint request, taken (removed) by the trainer's rank 0 (not in DESIGN.md:
+# see rundir/checkpoint_request.py and the README's run-directory section).
+CHECKPOINT_REQUEST = ".checkpoint_request.json"
 
 # Every rewrite goes through a temporary file in the same directory whose name starts
 # with this; readers ignore such names, and a trainer removes those left by a writer
@@ -85,7 +88,7 @@ ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFI
 
 KNOWN_NAMES = {RUN_TOML: CONFIG, LOSS_JSON: HISTORY, STATE_JSON: STATE, SAMPLES_JSON: SAMPLES,
                TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, TRAINER_LOG: LOG, ARCHIVE_DIR: DIRECTORY,
-               PIVOT_JOURNAL: DIRECTORY, ROLLBACK_JOURNAL: DIRECTORY}
+               PIVOT_JOURNAL: DIRECTORY, ROLLBACK_JOURNAL: DIRECTORY, CHECKPOINT_REQUEST: TRAINER}
 
 
 def is_temporary(name: str) -> bool:
@@ -118,10 +121,14 @@ EVENT_ZOMBIE = "zombie"
 EVENT_STOP = "stop"
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"
+EVENT_EVAL = "eval"                 # the held-out eval loss (trainer/evaluation.py)
 
 # -- signals (DESIGN.md section 6) -----------------------------------------------
 # What each signal means to a trainer. The console sends the first of each tuple.
 CHECKPOINT_SIGNALS = (signal.SIGUSR1,)          # write a checkpoint and continue
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # write a checkpoint and exit 0
 CHECKPOINT_SIGNAL = CHECKPOINT_SIGNALS[0]
+# How a taken .checkpoint_request.json appears among the signals a trainer received (its
+# `signal` event): a request to checkpoint, as a SIGUSR1 is.
+CHECKPOINT_REQUESTED = "checkpoint request"
 STOP_SIGNAL = STOP_SIGNALS[0]

@@ -12,6 +12,7 @@ names this run directory and runs a trainer entry point, and that it holds the r
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import signal
@@ -23,6 +24,7 @@ from typing import Literal
 
 import psutil
 
+from .checkpoint_request import write_request
 from .identity import holds_directory_open, holds_run_lock, runs_trainer_entry_point
 from .layout import LOCK_FILE
 from .slurm import JobInfo, check_job, query_job, scancel_command
@@ -81,6 +83,8 @@ class Verification:
     reason: str
     record: TrainerRecord | None = None
     job: JobInfo | None = None          # verified through the scheduler: the trainer's SLURM job
+    elsewhere: bool = False             # the record names another host, and no scheduler to ask
+    requested: bool = False             # signal_trainer wrote .checkpoint_request.json instead of a SIGUSR1
 
     @property
     def ok(self) -> bool:
@@ -134,7 +138,7 @@ def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
         if record.slurm is not None:
             return _verify_through_slurm(run_dir, record, record.slurm)
         return Verification("unverified", f"the trainer runs on host {record.host!r}, not this one (and not in a "
-                                          "SLURM job this console could ask about)", record)
+                                          "SLURM job this console could ask about)", record, elsewhere=True)
     if record.pid == 1:
         return Verification("unverified", "the record names pid 1 (init), which is never a trainer", record)
     if record.pid == os.getpid():
@@ -206,9 +210,11 @@ def trainer_alive(run_dir: str | os.PathLike[str], verification: Verification) -
     record = verification.record
     if record is None:
         return False
-    if not verification.via_slurm:
+    if not verification.via_slurm and not verification.elsewhere:
         return _is_live_process(record)
     now, _ = read_trainer_record(run_dir)
+    if verification.elsewhere:
+        return record.same_trainer(now)      # no process table or scheduler to ask: its record stays
     if not record.same_trainer(now):
         return False                         # a clean exit removes the record
     job, _ = query_job(verification.job.job_id)
@@ -219,20 +225,22 @@ def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Veri
     """Send ``sig`` to the verified trainer of ``run_dir``; a process that fails verification
     is never signalled. Returns the verification (``ok`` False: nothing was sent). A trainer
     on another node, in a SLURM job, is signalled with ``scancel`` (see
-    :func:`rundir.slurm.scancel_command`)."""
+    :func:`rundir.slurm.scancel_command`). A SIGUSR1 to a trainer of several processes is a
+    ``.checkpoint_request.json`` instead (``requested`` True), written once the trainer is
+    verified, or when it runs on another host with no scheduler to ask (a request signals
+    nothing; only the trainer the request names takes it)."""
     verification = verify_trainer(run_dir)
+    record = verification.record
+    if sig == signal.SIGUSR1 and record is not None and record.distributed and \
+            (verification.ok or verification.elsewhere):
+        # Several processes, maybe on several nodes, launched by whatever launcher: rank 0
+        # takes the request from the shared directory (rundir/checkpoint_request.py).
+        return _request_checkpoint(run_dir, verification)
     if not verification.ok:
         return verification
-    record = verification.record
     assert record is not None
     if verification.via_slurm:
         assert record.slurm is not None and verification.job is not None
-        if sig == signal.SIGUSR1 and record.distributed:
-            # scancel reaches torchrun's agent, never its workers (sessions of their own).
-            return Verification("unverified", f"a checkpoint request cannot reach the {record.world_size} torchrun "
-                                              f"workers of SLURM job {verification.job.job_id} through scancel; a "
-                                              "stop (SIGTERM, forwarded by torchrun) checkpoints and exits",
-                                record, verification.job)
         command = scancel_command(record.slurm, signal.Signals(sig).name.removeprefix("SIG"))
         try:
             r = subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -252,3 +260,15 @@ def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Veri
     except psutil.AccessDenied:
         return Verification("unverified", f"not allowed to signal pid {record.pid}", record)
     return verification
+
+
+def _request_checkpoint(run_dir: str | os.PathLike[str], verification: Verification) -> Verification:
+    """Write ``.checkpoint_request.json`` for the recorded rank 0 (verified, or on another host
+    with no scheduler to vouch for it: a request signals nothing, so it can still be asked)."""
+    record = verification.record
+    assert record is not None
+    try:
+        write_request(run_dir, record)
+    except OSError as err:
+        return Verification("unverified", f"the checkpoint request could not be written: {err}", record)
+    return dataclasses.replace(verification, requested=True)

@@ -8,6 +8,7 @@ A trainer started inside a SLURM job records where it runs in ``.trainer.json``
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from .safe_read import read_bytes
 from .trainer_record import BATCH_STEP, SlurmPlacement
 
 SCONTROL_TIMEOUT_S = 10.0
+SCRIPT_MAX = 64 << 10           # the part of a batch script read for the run directory's name
+NULL_COMMAND = "(null)"         # scontrol's Command for a job without one (sbatch --wrap)
 
 
 @dataclass(frozen=True)
@@ -87,26 +90,64 @@ def _node_names(nodes: str) -> list[str]:
 
 def _names_run_dir(job: JobInfo, run_dir: Path) -> bool:
     """The job's working directory is the run directory, or its command (the batch script's
-    path and arguments, or the script's own text) names it."""
+    path and arguments) or its batch script names it: the script file the command names, or,
+    for a job whose command the scheduler does not keep (``sbatch --wrap``: ``Command=(null)``),
+    the script the scheduler holds (:func:`batch_script`)."""
     target = run_dir.resolve()
     work_dir = Path(job.work_dir) if job.work_dir else None
     if work_dir is not None and _same(work_dir, target):
         return True
-    words = job.command.split()
+    words = [] if job.command in ("", NULL_COMMAND) else job.command.split()
+    if _words_name(words, work_dir, target):
+        return True
+    if words:                               # the batch script itself: does it name the run directory?
+        script = Path(words[0]) if Path(words[0]).is_absolute() or work_dir is None else work_dir / words[0]
+        read = read_bytes(script, SCRIPT_MAX)
+        text = read.value.decode("utf-8", "replace") if read.ok else None
+    else:
+        text, _ = batch_script(job.job_id)
+    return text is not None and _words_name(_script_words(text), work_dir, target, by_name=True)
+
+
+def _words_name(words: list[str], work_dir: Path | None, target: Path, by_name: bool = False) -> bool:
+    """One of ``words`` (a path, or ``--flag=PATH``), relative ones taken from ``work_dir``, is
+    the run directory. ``by_name``: only words that hold its name are resolved (a script's
+    thousands of words are not all looked up)."""
     for word in words:
+        word = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+        if not word or (by_name and target.name not in word):
+            continue
         candidate = Path(word)
-        if not candidate.is_absolute() and work_dir is not None:
+        if not candidate.is_absolute():
+            if work_dir is None:
+                continue
             candidate = work_dir / candidate
         if _same(candidate, target):
             return True
-    if words:                               # the batch script itself: does it name the run directory?
-        script = Path(words[0]) if Path(words[0]).is_absolute() or work_dir is None else work_dir / words[0]
-        read = read_bytes(script, 64 << 10)
-        if read.ok:
-            text = read.value.decode("utf-8", "replace")
-            names = {str(target)} | ({os.path.relpath(target, work_dir)} if work_dir else set())
-            return any(name in text.split() or f"{name}/" in text.split() for name in names)
     return False
+
+
+def _script_words(text: str) -> list[str]:
+    """A shell script's words, quotes and separators dropped (no expansion: a run directory
+    given as ``$1`` is named by the command's arguments instead)."""
+    return [w.strip("'\"") for w in re.split(r"[\s;&|()<>`]+", text) if w.strip("'\"")]
+
+
+def batch_script(job_id: str) -> tuple[str | None, str]:
+    """The batch script the scheduler keeps for a job (``scontrol write batch_script JOB -``,
+    SLURM >= 21.08; the job's owner or root): ``(text, "")`` or ``(None, why not)``, at most
+    :data:`SCRIPT_MAX` bytes of it; never raises."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return None, "scontrol is not installed here"
+    try:
+        r = subprocess.run([scontrol, "write", "batch_script", job_id, "-"], capture_output=True,
+                           timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"scontrol write batch_script {job_id} failed: {err}"
+    if r.returncode != 0:
+        return None, f"scontrol write batch_script {job_id}: {r.stderr.decode('utf-8', 'replace').strip()[:200]}"
+    return r.stdout[:SCRIPT_MAX].decode("utf-8", "replace"), ""
 
 
 def _same(path: Path, target: Path) -> bool:
@@ -139,8 +180,10 @@ def scancel_command(recorded: SlurmPlacement, signal_name: str) -> list[str]:
     trainer's step: the batch step (``--full``: its every process) when the batch script runs
     the trainer, else the trainer's own step (``JOB.STEP``, as ``srun`` starts it). Checked
     against SLURM 22.05: a batch script that ``exec``s the trainer is reached; one that runs it
-    as a child must trap the signal (``trap '' USR1``), or the signal ends the shell and the job;
-    torchrun's workers are not reached (see the README)."""
+    as a child must trap the signal (``trap '' USR1``), or the signal ends the shell and the job.
+    A launcher of several processes (``andrea-train --nproc``) passes SIGTERM on to its
+    workers; a checkpoint request to them goes through the run directory instead (see the
+    README's cluster section)."""
     job_id, step = recorded.job_id, recorded.step_id or BATCH_STEP
     if step == BATCH_STEP:
         # --full, not --batch: every process of the batch step (an exec'd trainer is the

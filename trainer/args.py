@@ -11,7 +11,7 @@ PROG = "andrea-train"
 DEFAULT_PRESET = "tiny"
 # Flags that override run.toml's [run] section for this process (recorded in the
 # start/resume event, never written back to an existing run.toml).
-RUN_FLAGS = ("max_steps", "checkpoint_every", "sample_every", "device", "seed", "keep_last", "keep_every",
+RUN_FLAGS = ("max_steps", "checkpoint_every", "eval_every", "sample_every", "device", "seed", "keep_last", "keep_every",
              "precision", "compile")
 
 
@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the step to stop at, counted from the run's start (0: until stopped)")
     p.add_argument("--checkpoint-every", type=_integer(1), metavar="N",
                    help="checkpoint cadence in steps (also sets --sample-every unless given)")
+    p.add_argument("--eval-every", type=_integer(0), metavar="N",
+                   help="held-out eval loss cadence in steps (run.eval_every; default: the checkpoint cadence; "
+                        "0: off)")
     p.add_argument("--sample-every", type=_integer(1), metavar="N", help="sample-audit cadence in steps")
     p.add_argument("--device", metavar="auto|cpu|cuda", help="where to train (auto: cuda when available)")
     p.add_argument("--precision", choices=PRECISIONS,
@@ -71,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkpoint kept or removed and why; no training (needs no torch)")
     p.add_argument("--dry-run", action="store_true", help="with --prune: print what would be removed, remove nothing")
     p.add_argument("--nproc", type=_integer(1), default=1, metavar="N",
-                   help="train with N processes on this machine (DDP; one per GPU): runs "
-                        "torchrun --standalone --nproc_per_node N -m trainer with the other arguments")
+                   help="train with N processes on this machine (DDP; one per GPU): this process becomes "
+                        "their launcher (torchrun's agent) and passes SIGTERM, SIGINT and SIGUSR1 on")
+    p.add_argument("--nnodes", metavar="M", help="with --nproc: M machines, each running the same command "
+                                                 "(c10d rendezvous at --rdzv-endpoint)")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="with --nnodes: where the launchers meet")
+    p.add_argument("--rdzv-id", metavar="ID", help="with --nnodes: the job's rendezvous id (e.g. the SLURM job id)")
+    p.add_argument("--local-addr", metavar="ADDR", help="with --nnodes: the address the other nodes reach this one at "
+                                                        "(default: this host's name)")
     return p

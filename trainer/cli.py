@@ -1,12 +1,12 @@
 """``andrea-train RUN_DIR``: train a run directory, resuming from its newest checkpoint.
 
-    andrea-train RUN_DIR [--preset NAME] [--max-steps N] [--checkpoint-every N]
+    andrea-train RUN_DIR [--preset NAME] [--max-steps N] [--checkpoint-every N] [--eval-every N]
                  [--sample-every N] [--device auto|cpu|cuda] [--resume latest|PATH|none]
                  [--fresh-bandit] [--skip-batches N] [--seed N] [--threads N] [--nproc N]
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) it trains with DistributedDataParallel, one
-process per device: see :mod:`trainer.distributed`. ``--nproc N`` replaces this process
-with ``torchrun --standalone --nproc_per_node N -m trainer`` and the same arguments.
+process per device: see :mod:`trainer.distributed`. ``--nproc N`` (and ``--nnodes``) makes
+this process the workers' launcher, torchrun's agent in process: see :mod:`trainer.launch`.
 
 Everything that could be wrong with the input (run.toml, the arms' data, the
 checkpoint, another trainer on the directory) is checked *before* anything in the run
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -37,7 +36,7 @@ from rundir.checkpoint import arrays_checksum
 from rundir.layout import LOSS_JSON
 from rundir.retention import finish_interrupted_prune
 from trainer.determinism import configure
-from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks, strip_nproc, torchrun_command
+from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks
 from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
 from trainer.held_dir import HeldRunDir
 from trainer.outputs import RunOutputs
@@ -45,7 +44,7 @@ from trainer.args import PROG, build_parser
 from trainer.preflight import BAD_INPUT, Plan, plan_and_lock, plan_run
 from trainer.progress import Progress
 from trainer.resume import build_state
-from trainer.signals import SignalFlags
+from trainer.signals import RequestWatch, SignalFlags
 from trainer.state import TrainingState, flat_moments, flat_weights
 from trainer.train import train
 
@@ -61,15 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: --dry-run goes with --prune (see --help)", file=sys.stderr)
         return 2
     ranks = Ranks.from_env()
-    if args.nproc > 1 and "LOCAL_RANK" not in os.environ:      # not yet under torchrun: become it
-        cmd = torchrun_command(strip_nproc(sys.argv[1:] if argv is None else argv), args.nproc)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # torchrun's agent has no SIGUSR1 handler: the default action would end it and the run.
-        # Ignored across exec, a SIGUSR1 that reaches every process (scancel --full, or
-        # JOB.STEP) reaches only the workers, which install their own handlers.
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-        os.execv(cmd[0], cmd)
+    if (args.nproc > 1 or args.nnodes) and "LOCAL_RANK" not in os.environ:     # the launcher of the workers
+        if bool(args.nnodes) != bool(args.rdzv_endpoint and args.rdzv_id):
+            print(f"{PROG}: --nnodes, --rdzv-endpoint and --rdzv-id go together (see --help)", file=sys.stderr)
+            return 2
+        from trainer.launch import launch
+
+        return launch(args.run_dir, sys.argv[1:] if argv is None else argv, args.nproc, args.nnodes,
+                      args.rdzv_endpoint, args.rdzv_id, args.local_addr)
     if ranks.distributed:
         return _main_distributed(args, ranks)
     run_dir = Path(args.run_dir)
@@ -143,9 +141,11 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
     run_dir = plan.run_dir
     pid = os.getpid()
     progress = out = held = None
+    stopped_on_signal = False
     try:
         if not ranks.writer:
-            return _run_other_rank(plan, ranks, signals)
+            stopped_on_signal = _run_other_rank(plan, ranks, signals) == "signal"
+            return 0
         # Held open from here on: the run's files are reached through it, so that the run
         # trains on (and checkpoints) in its directory wherever that is moved.
         held = HeldRunDir(plan.run_dir)
@@ -161,6 +161,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
         configure(plan.threads, plan.device, plan.config.run.strict_determinism)
         progress = Progress(run_dir, plan.config.run.log_every)
+        signals.watch_requests(RequestWatch(run_dir, record, progress.message))   # a console on any node
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
         out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step, held)
         if stale:
@@ -186,6 +187,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
             _record_pivot(plan, out)
         _record_rollback(plan, out)
         reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
+        stopped_on_signal = reason == "signal"
         progress.message(f"stopped ({reason}) at step {state.step}")
         return 0
     except SafetyStop as err:
@@ -208,18 +210,18 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
             remove_trainer_record(run_dir, pid)
         if held is not None:
             held.close()
-        signals.restore()
+        signals.restore(exiting_on_stop=stopped_on_signal)
 
 
-def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> int:
-    """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`)."""
+def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> str:
+    """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`); why it
+    stopped."""
     configure(plan.threads, plan.device, plan.config.run.strict_determinism)
     state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit, ranks,
                         plan.skip_batches)
     state.ddp = ranks.wrap(state.model, state.device)
-    train(state, NullOutputs(plan.run_dir), signals, plan.config.run.max_steps,
-          saved_step=plan.checkpoint.step if plan.checkpoint else None)
-    return 0
+    return train(state, NullOutputs(plan.run_dir), signals, plan.config.run.max_steps,
+                 saved_step=plan.checkpoint.step if plan.checkpoint else None)
 
 
 def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHistory) -> None:

@@ -1,11 +1,13 @@
 """Data arms: the byte-level tokenizer and one deterministic sampler per arm.
 
 Each arm's text is cut into fixed windows of ``block_size + 1`` bytes at a stride of
-``block_size`` (input and its one-byte-shifted target). A sampler walks a permutation
-of its windows (one *epoch*), ``batch_size`` windows per batch, drawing the next
-permutation from its own generator when an epoch runs out. Its whole state (order,
-cursor, epoch, generator state, window count) is plain JSON, so that a resumed run
-draws exactly the batches a never-stopped run would (seed 003, example 2).
+``block_size`` (input and its one-byte-shifted target). The last 1% of them (at least one,
+when the source has two or more) are *held out*: never drawn for training, they are the
+fixed slice the held-out eval loss is computed on (:mod:`trainer.evaluation`). A sampler
+walks a permutation of the other windows (one *epoch*), ``batch_size`` windows per
+batch, drawing the next permutation from its own generator when an epoch runs out. Its
+whole state (order, cursor, epoch, generator state, window counts) is plain JSON, so that
+a resumed run draws exactly the batches a never-stopped run would (seed 003, example 2).
 """
 
 from __future__ import annotations
@@ -107,6 +109,16 @@ def _set_generator_state(rng: np.random.Generator, saved: dict[str, Any]) -> Non
                                "has_uint32": saved["has_uint32"], "uinteger": saved["uinteger"]}
 
 
+HELD_OUT_FRACTION = 100     # 1 window in 100 (the last ones) is held out
+EVAL_WINDOWS = 8            # the most held-out windows of an arm one eval reads
+
+
+def held_out_count(n_windows: int) -> int:
+    """How many of a source's ``n_windows`` windows are held out: the last 1%, at least one,
+    none when there is a single window (it has to train)."""
+    return 0 if n_windows < 2 else max(1, n_windows // HELD_OUT_FRACTION)
+
+
 def arm_seed(run_seed: int, arm_name: str) -> np.random.SeedSequence:
     """Each arm's generator depends on the run seed and the arm's name only."""
     return np.random.SeedSequence([run_seed, zlib.crc32(arm_name.encode("utf-8"))])
@@ -119,7 +131,9 @@ class ArmSampler:
         self.data = data
         self.block_size = block_size
         self.batch_size = batch_size
-        self.n_windows = (len(data.tokens) - 1) // block_size
+        self.n_windows = (len(data.tokens) - 1) // block_size      # every window of the source
+        self.n_held = held_out_count(self.n_windows)
+        self.n_train = self.n_windows - self.n_held                 # windows 0..n_train-1 are drawn
         self._offsets = torch.arange(block_size + 1)
         self.rng = np.random.Generator(np.random.PCG64(arm_seed(seed, data.name)))
         self.epoch = 0
@@ -129,20 +143,20 @@ class ArmSampler:
 
     def _new_order(self) -> np.ndarray:
         """This epoch's permutation. The generator's state before it is drawn is what a
-        checkpoint stores: the order is recomputed from it, not saved (it is n_windows long)."""
+        checkpoint stores: the order is recomputed from it, not saved (it is n_train long)."""
         self._epoch_generator = self.rng.bit_generator.state
-        return self.rng.permutation(self.n_windows).astype(np.int64)
+        return self.rng.permutation(self.n_train).astype(np.int64)
 
     def next_windows(self) -> np.ndarray:
         """The next ``batch_size`` window indices, starting a new epoch as needed."""
         picked = []
         need = self.batch_size
         while need:
-            if self.cursor == self.n_windows:
+            if self.cursor == len(self.order):
                 self.order = self._new_order()
                 self.epoch += 1
                 self.cursor = 0
-            take = min(need, self.n_windows - self.cursor)
+            take = min(need, len(self.order) - self.cursor)
             picked.append(self.order[self.cursor:self.cursor + take])
             self.cursor += take
             need -= take
@@ -167,10 +181,27 @@ class ArmSampler:
         if world_size > 1:
             share = self.batch_size // world_size
             windows = windows[rank * share:(rank + 1) * share]
-        starts = torch.from_numpy(windows * self.block_size)
-        windows = self.data.tokens[starts[:, None] + self._offsets].long()
-        x, y = windows[:, :-1], windows[:, 1:]
+        return self.read_windows(windows, device)
+
+    def read_windows(self, windows: np.ndarray,
+                     device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` of the windows numbered ``windows``: byte ids and the same shifted by one."""
+        starts = torch.from_numpy(np.asarray(windows, dtype=np.int64) * self.block_size)
+        tokens = self.data.tokens[starts[:, None] + self._offsets].long()
+        x, y = tokens[:, :-1], tokens[:, 1:]
         return x.to(device), y.to(device)
+
+    def held_out_windows(self) -> np.ndarray:
+        """The windows training never draws: the source's last ``n_held``."""
+        return np.arange(self.n_train, self.n_windows, dtype=np.int64)
+
+    def eval_windows(self, limit: int = EVAL_WINDOWS) -> np.ndarray:
+        """The held-out windows one eval reads: at most ``limit``, spread evenly over the
+        held-out slice and always the same ones (no generator is drawn from)."""
+        held = self.held_out_windows()
+        if len(held) <= limit:
+            return held
+        return held[np.linspace(0, len(held) - 1, limit).round().astype(np.int64)]
 
     def position(self) -> tuple[int, int, int]:
         """``(epoch, cursor, windows_drawn)``: where the sampler stands."""
@@ -192,6 +223,7 @@ class ArmSampler:
             "block_size": self.block_size,
             "batch_size": self.batch_size,
             "n_windows": self.n_windows,
+            "held_out": self.n_held,
             "epoch": self.epoch,
             "cursor": self.cursor,
             "windows_drawn": self.windows_drawn,
@@ -199,40 +231,57 @@ class ArmSampler:
             "generator": _generator_state(self.rng),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> list[str]:
         """Restore; raises :class:`SamplerStateError` if the saved state is for other data
-        or is damaged (nothing is changed then)."""
+        or is damaged (nothing is changed then). Returns what was not restored exactly: a
+        state saved before windows were held out has them taken out of the rest of its epoch."""
         try:
-            self._load_state_dict(state)
+            return self._load_state_dict(state)
         except (KeyError, TypeError, ValueError) as err:
             if isinstance(err, SamplerStateError):
                 raise
             raise SamplerStateError(f"arm {self.data.name!r}: saved sampler state is damaged ({err!r})") from None
 
-    def _load_state_dict(self, state: dict[str, Any]) -> None:
+    def _load_state_dict(self, state: dict[str, Any]) -> list[str]:
         for key, mine in (("data_digest", self.data.digest), ("n_windows", self.n_windows),
                           ("block_size", self.block_size), ("batch_size", self.batch_size)):
             if state.get(key) != mine:
                 raise SamplerStateError(f"arm {self.data.name!r}: saved {key} {state.get(key)!r} differs from "
                                         f"the current {mine!r}")
-        if not 0 <= state["cursor"] <= self.n_windows:
-            raise SamplerStateError(f"arm {self.data.name!r}: saved cursor does not fit {self.n_windows} windows")
+        # A state saved before windows were held out walks a permutation of all n_windows.
+        held_out = "held_out" in state
+        if held_out and state["held_out"] != self.n_held:
+            raise SamplerStateError(f"arm {self.data.name!r}: saved held_out {state['held_out']!r} differs from "
+                                    f"the current {self.n_held!r}")
+        permuted = self.n_train if held_out else self.n_windows
+        if not 0 <= state["cursor"] <= permuted:
+            raise SamplerStateError(f"arm {self.data.name!r}: saved cursor does not fit {permuted} windows")
         # Into a generator of its own first: a state that fails leaves this sampler fresh.
         rng = np.random.Generator(np.random.PCG64())
         if "order" in state:            # the format before epoch_generator: the order itself
             order = np.frombuffer(base64.b64decode(state["order"]), dtype="<i4").astype(np.int64)
-            if len(order) != self.n_windows:
-                raise SamplerStateError(f"arm {self.data.name!r}: saved order does not fit {self.n_windows} windows")
+            if len(order) != permuted:
+                raise SamplerStateError(f"arm {self.data.name!r}: saved order does not fit {permuted} windows")
             epoch_generator = None      # unknown: the order is saved as it is until the next epoch
             _set_generator_state(rng, state["generator"])
         else:
             _set_generator_state(rng, state["epoch_generator"])
             epoch_generator = rng.bit_generator.state
-            order = rng.permutation(self.n_windows).astype(np.int64)
+            order = rng.permutation(permuted).astype(np.int64)
             if _generator_state(rng) != state["generator"]:
                 raise SamplerStateError(f"arm {self.data.name!r}: the epoch's order drawn again does not end at the "
                                         "saved generator state")
+        cursor = int(state["cursor"])
+        notes = []
+        if not held_out and self.n_held:
+            # The rest of this epoch goes on in the saved order without the held-out windows
+            # (saved as an order until the epoch ends); the next epochs permute n_train.
+            kept = order < self.n_train
+            cursor, order, epoch_generator = int(kept[:cursor].sum()), order[kept], None
+            notes.append(f"sampler {self.data.name}: saved before the last {self.n_held} window(s) were held out "
+                         "for the eval loss; they are taken out of the rest of its epoch")
         self.rng, self.order, self._epoch_generator = rng, order, epoch_generator
         self.epoch = int(state["epoch"])
-        self.cursor = int(state["cursor"])
+        self.cursor = cursor
         self.windows_drawn = int(state["windows_drawn"])
+        return notes

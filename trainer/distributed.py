@@ -17,13 +17,13 @@ and every decision taken once and agreed by every rank:
   ``p.grad``; the flat weights stay the parameters' storage). Beyond two ranks the
   gradients are summed in rank order (:func:`_rank_ordered_mean`), so that a resumed
   process rounds exactly as one that never stopped.
-- **Signals.** torchrun forwards SIGTERM and SIGINT to its workers, not SIGUSR1 (which
-  kills the torchrun agent: its default action). So ``.trainer.json`` names rank 0's
-  worker process, and that is the process the console signals. A signal reaches one
-  rank or all of them at different moments; at every step boundary the ranks
-  all-reduce (MAX) their flags ``[SIGUSR1, SIGTERM, SIGINT]``, so they checkpoint and
-  stop at the same step (PyTorch Lightning's DDP SIGTERM deadlock, its issue 20806,
-  came from ranks acting on a signal alone).
+- **Signals.** ``.trainer.json`` names rank 0's worker process. A signal reaches one rank
+  or all of them at different moments (the launcher, :mod:`trainer.launch`, passes SIGTERM
+  and SIGINT to every worker of its node and SIGUSR1 to rank 0; the console signals rank
+  0, or writes ``.checkpoint_request.json``, which rank 0 takes); at every step boundary
+  the ranks all-reduce (MAX) their flags ``[checkpoint, SIGTERM, SIGINT]``, so they
+  checkpoint and stop at the same step (PyTorch Lightning's DDP SIGTERM deadlock, its
+  issue 20806, came from ranks acting on a signal alone).
 - **Writes.** Rank 0 alone holds the lock and writes: checkpoints, sidecars,
   ``trainer.log``, ``.trainer.json``. Other ranks get :class:`NullOutputs`; while rank 0
   writes a checkpoint they wait in the next flag all-reduce, which is the barrier.
@@ -36,7 +36,6 @@ travels as bytes in uint8 tensors.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -44,7 +43,7 @@ from typing import Any, Sequence
 import orjson
 import torch
 
-from trainer.signals import CHECKPOINT_SIGNALS, STOP_SIGNALS, SignalFlags, SignalRequests
+from trainer.signals import CHECKPOINT_SIGNALS, STOP_SIGNALS, RequestWatch, SignalFlags, SignalRequests
 
 SIGNAL_ORDER = tuple(s.name for s in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS))   # SIGUSR1, SIGTERM, SIGINT
 
@@ -85,6 +84,10 @@ class Ranks:
         if not self.distributed:
             return
         import torch.distributed as dist
+        # Imported before the group exists (see close()): its functions take ``group=group.WORLD``
+        # as a default argument, bound when the module is first imported (DDP imports it lazily),
+        # which would keep the default group alive until the interpreter is torn down.
+        import torch.distributed.nn.functional  # noqa: F401
         backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
         dist.init_process_group(backend)
         if dist.get_world_size() != self.world_size or dist.get_rank() != self.rank:
@@ -92,10 +95,25 @@ class Ranks:
                              f"the environment {self.rank} of {self.world_size}")
 
     def close(self) -> None:
+        """Leave the process group and end its worker threads, while the interpreter is whole.
+
+        A gloo worker thread drops its reference to a finished collective after the caller has
+        been woken; when the caller's tensor is gone by then, the work's destructor must take the
+        GIL to release the tensor's Python object. If that happens once the interpreter has
+        begun to finalize, the thread is ended inside a C++ destructor and the process aborts
+        ("terminate called without an active exception", SIGABRT, so torchrun fails the run).
+        The group's destructor joins its threads, so the group must really be destroyed here:
+        nothing may still reference it (``destroy_process_group`` only forgets it). DDP holds it
+        through the model's reference cycles (collected first), and torch.distributed.nn's
+        default arguments would hold it had they been bound after init (see :meth:`init`)."""
         if self.distributed:
+            import gc
+
             import torch.distributed as dist
+            gc.collect()
             if dist.is_initialized():
                 dist.destroy_process_group()
+            gc.collect()
 
     def device(self, device: str) -> str:
         """The device of this rank: ``cuda`` becomes ``cuda:LOCAL_RANK`` (one GPU per process)."""
@@ -212,6 +230,12 @@ class AgreedSignals:
     def __init__(self, flags: SignalFlags, ranks: Ranks):
         self.flags = flags
         self.ranks = ranks
+        self.requests: RequestWatch | None = None
+
+    def watch_requests(self, watch: RequestWatch) -> None:
+        """Rank 0 (the writer): also take ``.checkpoint_request.json`` at step boundaries; a
+        request it takes reaches every rank through the agreement, as a SIGUSR1 does."""
+        self.requests = watch
 
     @property
     def stop_pending(self) -> bool:
@@ -225,21 +249,24 @@ class AgreedSignals:
         return self.flags.mark()
 
     def take(self, until: int | None = None) -> SignalRequests:
+        if self.requests is not None:
+            self.requests.poll(self.flags)
         local = self.flags.take(until)
         if not self.ranks.distributed:
             return local
-        seen = [1 if name in local.names else 0 for name in SIGNAL_ORDER]
+        # [checkpoint (a SIGUSR1 or a request), SIGTERM, SIGINT]
+        seen = [1 if local.checkpoint else 0] + [1 if name in local.names else 0 for name in SIGNAL_ORDER[1:]]
         agreed = self.ranks._all_reduce(seen, "MAX", torch.int64)
         # This rank's own signals in arrival order, then those only other ranks received.
-        names = list(local.names) + [n for n, a in zip(SIGNAL_ORDER, agreed) if a and n not in local.names]
+        names = list(local.names) + [n for n, a, mine in zip(SIGNAL_ORDER, agreed, seen) if a and not mine]
         return SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
 
     def install(self) -> "AgreedSignals":
         self.flags.install()
         return self
 
-    def restore(self) -> None:
-        self.flags.restore()
+    def restore(self, exiting_on_stop: bool = False) -> None:
+        self.flags.restore(exiting_on_stop)
 
 
 class _NullProgress:
@@ -267,27 +294,3 @@ class NullOutputs:
         if name.startswith("_"):
             raise AttributeError(name)
         return lambda *args, **kwargs: None
-
-
-# ---- andrea-train --nproc N ----
-
-def torchrun_command(argv: Sequence[str], nproc: int) -> list[str]:
-    """``python -m torch.distributed.run --standalone --nproc_per_node N -m trainer ARGV``:
-    the command that ``andrea-train --nproc N`` replaces itself with (``--standalone``:
-    a private rendezvous on a free port, so several runs on one machine never collide)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "trainer", *argv]
-
-
-def strip_nproc(argv: Sequence[str]) -> list[str]:
-    """``argv`` without ``--nproc N`` / ``--nproc=N``."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--nproc":
-            skip = True
-        elif not arg.startswith("--nproc="):
-            out.append(arg)
-    return out

@@ -120,7 +120,7 @@ def build_state(config: RunConfig, arms: dict[str, ArmData], device: torch.devic
             inexact.append(f"sampler {name} starts fresh (not in the checkpoint)")
             continue
         try:
-            sampler.load_state_dict(saved_samplers[name])
+            inexact += sampler.load_state_dict(saved_samplers[name])
         except SamplerStateError as err:
             inexact.append(f"sampler {name} starts fresh ({err})")
     for sampler in samplers.values():            # every rank skips the same windows

@@ -5,6 +5,9 @@
   lands while the step's checkpoint is already complete waits for the next step's, so a
   console that saw the old checkpoint before signalling always gets a new one.
 - SIGTERM, SIGINT: write a checkpoint and exit 0.
+- A ``.checkpoint_request.json`` addressed to this trainer (:mod:`rundir.checkpoint_request`),
+  looked for at step boundaries by the process that writes checkpoints: taken once, and
+  then exactly a SIGUSR1 that arrived at that moment.
 
 Nothing is done inside a handler, so a signal that lands during a checkpoint write
 only sets a flag that the loop reads after the write has finished: the write is never
@@ -13,12 +16,16 @@ abandoned.
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
-from rundir.layout import CHECKPOINT_SIGNALS, STOP_SIGNALS
+from rundir.checkpoint_request import POLL_S, take_request
+from rundir.layout import CHECKPOINT_REQUESTED, CHECKPOINT_SIGNALS, STOP_SIGNALS
+from rundir.trainer_record import TrainerRecord
 
 STOP_NAMES = frozenset(sig.name for sig in STOP_SIGNALS)
 
@@ -50,14 +57,23 @@ class SignalFlags:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def restore(self) -> None:
+    def restore(self, exiting_on_stop: bool = False) -> None:
+        """Put the previous handlers back. ``exiting_on_stop``: the process stopped on a signal
+        and is exiting; SIGTERM and SIGINT are ignored instead. A stop reaches a process more
+        than once (a scheduler signals every process of a job step while the launcher passes
+        its own on; SIGINT twice), and one that lands once the handlers are gone must not turn
+        a clean exit, the final checkpoint written, into a kill."""
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # Only a flag: the work happens at the next step boundary.
         self._names.append(signal.Signals(signum).name)
+
+    def note(self, name: str) -> None:
+        """A request that arrived another way than a signal (at a step boundary)."""
+        self._names.append(name)
 
     @property
     def pending(self) -> bool:
@@ -87,3 +103,29 @@ class SignalFlags:
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+
+
+class RequestWatch:
+    """Looks for ``.checkpoint_request.json`` (at most every ``every`` seconds, when asked at a
+    step boundary) and notes a request addressed to ``record`` in the flags; a stale or
+    unreadable one is removed and said through ``say``."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], record: TrainerRecord, say: Callable[[str], None],
+                 every: float = POLL_S):
+        self.run_dir, self.record, self.say, self.every = run_dir, record, say, every
+        self._looked = float("-inf")
+
+    def poll(self, flags: SignalFlags) -> None:
+        now = time.monotonic()
+        if now - self._looked < self.every:
+            return
+        self._looked = now
+        taken = take_request(self.run_dir, self.record)
+        if taken is None:
+            return
+        if taken.answer:
+            assert taken.request is not None
+            self.say(f"checkpoint requested by {taken.request.describe()} (.checkpoint_request.json, taken)")
+            flags.note(CHECKPOINT_REQUESTED)
+        else:
+            self.say(taken.note)

@@ -7,8 +7,9 @@ bf16: :mod:`trainer.precision`); backward; record the global gradient norm; clip
 says so) rather than poisoning the weights, and so does a non-finite loss; after
 ``run.max_nonfinite`` of them in a row the trainer stops (:mod:`trainer.guard`). Then
 the step boundary, where the state is whole and every write happens: the ``.loss.json``
-line, the bandit update, the live state, the sample audit, checkpoints (cadence,
-signal, final) and the signal flags.
+line (with the GPU figures every ``state_every`` steps on CUDA: :mod:`trainer.gpu_figures`),
+the bandit update, the live state, the held-out eval (:mod:`trainer.evaluation`), the
+sample audit, checkpoints (cadence, signal, final) and the signal flags.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from __future__ import annotations
 import math
 import torch
 
+from rundir.layout import EVENT_EVAL
 from rundir.retention import RetentionPolicy
 from trainer.checkpointer import Checkpointer, resume_hint
+from trainer.evaluation import HeldOutEval
 from trainer.faults import forced_nonfinite, loss_factor
+from trainer.gpu_figures import GpuSampler, sampler_for
 from trainer.guard import NonfiniteGuard, SafetyStop
 from trainer.outputs import RunOutputs
 from trainer.precision import autocast
@@ -30,7 +34,7 @@ EMA_LOSS = 0.98       # smoothing of the displayed EMA loss
 
 
 def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: int = 0,
-          saved_step: int | None = None, ckpt: Checkpointer | None = None) -> str:
+          saved_step: int | None = None, ckpt: Checkpointer | None = None, gpu: GpuSampler | None = None) -> str:
     """Train until step ``stop_at`` (0: until a stop signal). Returns why it stopped:
     ``"max_steps"`` (a final checkpoint was written) or ``"signal"`` (SIGTERM/SIGINT:
     a checkpoint at the last completed step was written). Raises :class:`SafetyStop`
@@ -38,22 +42,33 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
     ``saved_step`` is the step of the checkpoint the state was restored from (a signal
     before the first update needs no new one, and retention keeps it until a newer one is
     complete). Checkpoints go through ``ckpt`` (by default run.toml's: background writes
-    unless ``run.async_checkpoint`` is false, pruned by its retention policy)."""
+    unless ``run.async_checkpoint`` is false, pruned by its retention policy). The GPU
+    figures come from ``gpu`` (started; by default NVML's sampler of a CUDA device, on
+    rank 0 only), which is closed on the way out."""
     run = state.config.run
     ckpt = ckpt or Checkpointer(state, out, signals.mark, run.async_checkpoint,
                                 RetentionPolicy(run.keep_last, run.keep_every), saved_step)
+    if gpu is None and state.ranks.writer:
+        gpu, why = sampler_for(state.device)
+        if why:
+            out.progress.message(why)
     try:
-        return _train(state, out, signals, ckpt, stop_at, saved_step)
+        return _train(state, out, signals, ckpt, stop_at, saved_step, gpu)
     finally:
         ckpt.close()                      # never leave with a write in flight
+        if gpu is not None:
+            gpu.close()
 
 
 def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Checkpointer, stop_at: int,
-           saved_step: int | None) -> str:
+           saved_step: int | None, gpu: GpuSampler | None) -> str:
     run, opt_config = state.config.run, state.config.optimizer
     model, optimizer = state.model, state.optimizer
     ranks, forward = state.ranks, state.forward_module     # under torchrun: every rank, in step (distributed.py)
     guard = NonfiniteGuard(run.max_nonfinite)
+    eval_every = run.eval_cadence
+    # Rank 0 alone evaluates (the others wait for it in the next all-reduce, as for a checkpoint).
+    held_out = HeldOutEval(state.samplers, state.device) if eval_every and ranks.writer else None
 
     if signals.stop_pending and _checkpoint_and_signals(state, out, signals, ckpt, None, saved_step):
         out.event("stop", state.step, "stopping on signal before the first update", reason="signal")
@@ -85,6 +100,10 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
         # ---- the step boundary ----
         bad = guard.observe(state.step, loss_value, grad_norm)
         extra = {"p": prob} if finite else {"p": prob, "skipped": f"nonfinite {bad}"}
+        if gpu is not None and state.step % run.state_every == 0:
+            extra.update(gpu.latest())          # the newest sample: never waits for NVML
+            while (notice := gpu.take_notice()) is not None:
+                out.progress.message(notice)
         out.step(state.step, loss_value, opt_config.lr, grad_norm, arm, state.tokens_seen, **extra)
         state.bandit.update(arm, loss_value)
         if math.isfinite(loss_value):
@@ -93,6 +112,8 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
         out.progress.step(state.step, loss_value, state.ema_loss, arm, state.tokens_seen)
         if state.step % run.state_every == 0:
             out.write_state(state.bandit, state.step)
+        if held_out is not None and state.step % eval_every == 0:
+            _evaluate(state, out, held_out)
         if state.step % run.sample_every == 0 and ranks.writer:
             out.add_samples(audit_samples(state, state.config.samples))
 
@@ -110,6 +131,20 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
             out.event("stop", state.step, f"stopping on signal{_took(ckpt)}", reason="signal", **_final_timing(ckpt),
                       **_device_memory(state))
             return "signal"
+
+
+def _evaluate(state: TrainingState, out: RunOutputs, held_out: HeldOutEval) -> None:
+    """The ``eval`` event: the eager model's loss on the held-out windows (no RNG, no grad)."""
+    result = held_out.run(state.model, state.step, state.device, state.precision)
+    if result is None:
+        return
+    arms = ", ".join(f"{name} {_loss_text(loss)}" for name, loss in result.per_arm.items())
+    out.event(EVENT_EVAL, state.step, f"eval at step {state.step}: held-out loss {_loss_text(result.eval_loss)} over "
+                                  f"{result.windows} windows ({arms})", **result.fields())
+
+
+def _loss_text(loss: float | None) -> str:
+    return "non-finite" if loss is None else f"{loss:.4f}"
 
 
 def _checkpoint_and_signals(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Checkpointer,

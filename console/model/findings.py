@@ -132,7 +132,7 @@ def divergence_text(step: int | None, data: dict[str, Any]) -> str:
 def derive_problems(snap: RunSnapshot) -> tuple[Finding, ...]:
     """Everything wrong with the run, most important first."""
     out = _directory_problems(snap)
-    if snap.dir_state.startswith("unreadable"):
+    if snap.dir_state == "unreadable":
         return tuple(out)               # every file in it is unreadable for that one reason
     out += _trainer_problems(snap)
     if snap.pending_pivot:
@@ -161,8 +161,8 @@ def _directory_problems(snap: RunSnapshot) -> list[Finding]:
         out.append(Finding("directory", Level.ERROR, f"{snap.run_dir} is not a directory"))
     elif state == "empty":
         out.append(Finding("directory", Level.WARNING, "the run directory is empty: nothing has been written yet"))
-    elif state.startswith("unreadable"):
-        out.append(Finding("directory", Level.ERROR, f"cannot read the run directory{state[len('unreadable'):]}"))
+    elif state == "unreadable":
+        out.append(Finding("directory", Level.ERROR, f"cannot read the run directory ({snap.dir_reason})"))
         if snap.trainer.pid is not None:        # the trainer that ran it, out of sight
             out.append(Finding("trainer", Level.WARNING, f"trainer {snap.trainer.label}: {snap.trainer.reason}"))
     return out

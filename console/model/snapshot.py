@@ -221,7 +221,7 @@ class RunSnapshot:
     run_dir: Path
     name: str
     taken: float
-    dir_state: str                      # ok | empty | missing | not a directory
+    dir_state: str                      # ok | empty | missing | not a directory | unreadable
     config: RunConfig | None
     config_error: str | None
     trainer: TrainerView
@@ -239,9 +239,20 @@ class RunSnapshot:
     retention: RetentionView | None = None   # why each checkpoint is kept, and what the next prune removes
     storage: Storage | None = None      # the run directory's size and its filesystem's room
     markers: tuple[Marker, ...] = ()    # the loss plot's (:mod:`.markers`)
+    dir_reason: str = ""                # why an unreadable directory is (the OS's words)
     # Each part's version: bumped when the reader derives it anew, so that a view drawn from
     # some parts (the plot: history and markers) is redrawn exactly when one of them changed.
     versions: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def dir_unusable(self) -> bool:
+        """Nothing in the run directory can be read: it is not there, not one, or unreadable."""
+        return self.dir_state in ("missing", "not a directory", "unreadable")
+
+    @property
+    def dir_text(self) -> str:
+        """The directory's state as said: with the reason it is unreadable."""
+        return f"{self.dir_state} ({self.dir_reason})" if self.dir_reason else self.dir_state
 
     # The snapshot is immutable: what is derived from its (possibly 100,000) checkpoints or
     # arms is computed once, not at every repaint of a pane that asks.

@@ -77,7 +77,7 @@ class StatusPane(LinesPane, can_focus=True):
             c = snap.config
             add("model", f"{printable(c.run.preset)} · {c.model.n_params():,} params · {len(c.arms)} arms")
         if snap.dir_state != "ok":
-            add("directory", Text(printable(snap.dir_state), style="bold red"))
+            add("directory", Text(printable(snap.dir_text), style="bold red"))
         elif snap.config_error:
             add("config", Text(printable(snap.config_error, LINE_LIMIT), style="yellow"))
         if snap.other_files:

@@ -48,7 +48,8 @@ class LossHistoryWriter:
                      "tokens": tokens, "time": time, **extra})
 
     def event(self, event: str, **fields: Any) -> None:
-        """Append an event line (``start``, ``resume``, ``checkpoint``, ``signal``, ``pivot``, ``zombie``, ``stop``)."""
+        """Append an event line (``start``, ``resume``, ``checkpoint``, ``signal``, ``pivot``, ``zombie``, ``stop``,
+        ``eval``, ...)."""
         self.append({"event": event, **fields})
 
     def fsync(self) -> None:

@@ -441,8 +441,9 @@ def test_a_directory_that_can_be_listed_but_not_searched_is_unreadable(tmp_path)
         shared.chmod(0o755)
         run = make_run(shared / "run")
         run.chmod(0o744)                                    # others: read (list), no search
-        state = run_as(NOBODY, lambda: RunReader(run, now=fixed_now).read()[0].dir_state)
-        assert state.startswith("unreadable") and "no search (x) permission" in state, state
+        state, reason = run_as(NOBODY, lambda: (lambda s: (s.dir_state, s.dir_reason))(
+            RunReader(run, now=fixed_now).read()[0]))
+        assert state == "unreadable" and "no search (x) permission" in reason, (state, reason)
     finally:
         (shared / "run").chmod(0o755)
         shutil.rmtree(shared, ignore_errors=True)

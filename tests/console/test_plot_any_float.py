@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from console.format import (X_AXES, format_age, format_ago, format_float, format_pct, format_rate, format_size,
@@ -76,6 +76,7 @@ def test_the_comparison_overlays_any_histories(a, b, log_y):
 
 @fuzz
 @given(ANY_FLOAT, ANY_FLOAT, st.integers(1, 12), st.booleans())
+@example(1.8e-146, 3.2e-142, 5, False)          # rounding to 12 decimals made every tick 0.0
 def test_ticks_and_labels_take_any_range(lo, hi, rows, log_y):
     ticks = nice_ticks(lo, hi, rows)
     slack = (hi - lo) * 1e-6 if ticks else 0.0          # round values within a millionth of the span

@@ -3,10 +3,18 @@ re-read, against a real trainer and against a run with nothing to signal."""
 
 from __future__ import annotations
 
-from rundir import list_checkpoints
-from rundir.layout import ALL_KINDS, CHECKPOINTS
+import os
+import signal
+import time
 
-from console.signal_jobs import checkpoint_and_wait, stop_and_wait
+import pytest
+
+from rundir import list_checkpoints
+from rundir.layout import ALL_KINDS, CHECKPOINTS, TRAINER
+
+from console.reader import RunReader
+
+from console.signal_jobs import request_checkpoint, stop_and_wait
 from tests.console.trainer_proc import Trainer
 from tests.rundirs import make_run
 
@@ -18,7 +26,7 @@ def recorder():
 
 def test_nothing_to_signal_is_said_and_asks_for_no_read(tmp_path):
     run = make_run(tmp_path / "run", steps=50, checkpoints=())
-    for job in (lambda s, c: checkpoint_and_wait(run, None, s, c, lambda: False),
+    for job in (lambda s, c: request_checkpoint(run, None, s, c, lambda: False),
                 lambda s, c: stop_and_wait(run, None, s, c, lambda: False)):
         said, changed, say, change = recorder()
         job(say, change)
@@ -31,7 +39,7 @@ def test_checkpoint_then_stop_a_real_trainer(tmp_path):
     with Trainer(run) as trainer:
         trainer.wait_verified()
         said, changed, say, change = recorder()
-        checkpoint_and_wait(run, None, say, change, lambda: False)
+        request_checkpoint(run, None, say, change, lambda: False)
         assert said[0][0] == "action" and said[-1][0] == "good" and said[-1][1].startswith("checkpoint landed: step_")
         assert changed == [frozenset({CHECKPOINTS})]
         assert list_checkpoints(run)[-1].status == "complete"
@@ -41,3 +49,58 @@ def test_checkpoint_then_stop_a_real_trainer(tmp_path):
         assert trainer.proc.returncode == 0
         assert [level for level, _ in said] == ["action"]       # a clean exit is said by the next read
         assert changed == [ALL_KINDS]
+
+
+def _read_until(reader, kinds, wanted, ceiling=120.0):
+    """Reads of ``kinds`` (the tick's) until a notice contains ``wanted``; every notice seen."""
+    seen = []
+    deadline = time.monotonic() + ceiling
+    while time.monotonic() < deadline:
+        seen += [(n.level, n.text) for n in reader.read(kinds)[1]]
+        if any(wanted in text for _, text in seen):
+            return seen
+        time.sleep(0.1)
+    raise AssertionError(f"no notice with {wanted!r} within {ceiling} s: {seen}")
+
+
+def test_the_dashboards_reader_is_the_one_detector_of_a_landing(tmp_path):
+    run = tmp_path / "live"
+    with Trainer(run) as trainer:
+        trainer.wait_verified()
+        reader = RunReader(run)
+        reader.read()
+        said, changed, say, change = recorder()
+        request_checkpoint(run, reader, say, change, lambda: False)
+        assert [level for level, _ in said] == ["action"]     # the job waits for nothing
+        assert changed == [frozenset({CHECKPOINTS})]
+        # Reads the tick asks for (the trainer's kind only) see it land: no file event needed.
+        seen = _read_until(reader, {TRAINER}, "requested checkpoint landed")
+        assert sum("requested checkpoint landed" in text for _, text in seen) == 1
+        assert list_checkpoints(run)[-1].status == "complete"
+
+
+@pytest.mark.parametrize("end", ["trainer exits", "timeout"])
+def test_an_unanswered_request_is_said_by_the_reader(tmp_path, end):
+    run = tmp_path / "live"
+    with Trainer(run) as trainer:
+        trainer.wait_verified()
+        reader = RunReader(run)
+        reader.read()
+        os.kill(trainer.proc.pid, signal.SIGSTOP)       # it cannot answer
+        try:
+            said, _, say, change = recorder()
+            request_checkpoint(run, reader, say, change, lambda: False, timeout=0.0 if end == "timeout" else 600.0)
+            assert said[0][0] == "action"
+            if end == "trainer exits":
+                trainer.proc.kill()
+                trainer.proc.wait()
+                wanted = f"checkpoint request: trainer pid {trainer.proc.pid} exited without a new checkpoint"
+            else:
+                wanted = "checkpoint request: no new checkpoint within 0 s"
+            seen = _read_until(reader, {TRAINER}, wanted)
+            assert ("error", wanted) in seen
+            assert not any("landed" in text for _, text in seen)
+            assert not any(wanted in n.text for n in reader.read({TRAINER})[1])    # said once
+        finally:
+            if trainer.proc.poll() is None:
+                os.kill(trainer.proc.pid, signal.SIGCONT)

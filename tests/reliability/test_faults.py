@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.reliability.lines import events, step_lines
+from tests.reliability.lines import events, lines, step_lines
 from tests.trainer.trainer_runs import ROOT, run_trainer, snapshot, start_trainer, stop_process, trainer_cmd, wait_for
 from trainer.guard import EXIT_SAFETY_STOP
 from rundir import list_checkpoints, open_checkpoint, verify_checksum
@@ -79,6 +79,17 @@ def test_enospc_keeps_the_previous_checkpoint_and_retries_at_the_next_cadence(tr
         reliability_report("disk full (write hook)", failed_writes=len(failed), lost_history_lines=0)
 
 
+def steps_since_resume(run: Path, nth: int) -> int:
+    """How many step lines follow the ``nth`` resume event (0 while there is none)."""
+    seen, count = 0, 0
+    for line in lines(run):
+        if line.get("event") == "resume":
+            seen += 1
+        elif seen >= nth and "event" not in line:
+            count += 1
+    return count
+
+
 def test_enospc_on_the_final_checkpoint_exits_3_with_the_previous_one_intact(trainer_run):
     run = trainer_run("enospc-final")
     assert run_trainer(run, *FLAGS, "--max-steps", "10").returncode == 0
@@ -94,7 +105,8 @@ def test_enospc_on_the_final_checkpoint_exits_3_with_the_previous_one_intact(tra
     proc = subprocess.Popen(trainer_cmd(run, *FLAGS), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: len(events(run, "resume")) >= 2 and step_lines(run)[-1]["step"] >= 12, what="training")
+        # A step of this process: the lines after its resume event (the last run's step 25 is older).
+        wait_for(lambda: steps_since_resume(run, 2) >= 2, what="training")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -1,4 +1,4 @@
-"""The ``slurm`` fixture: a real one-node cluster for the session (see cluster.py)."""
+"""The ``slurm`` fixture: a real cluster of this test session's own (see cluster.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ def slurm():
     why = cluster.missing()
     if why:
         pytest.skip(why)
-    started = cluster.start()
-    yield
-    if started:
-        cluster.stop()
+    home = cluster.start()
+    yield home
+    cluster.stop(home)

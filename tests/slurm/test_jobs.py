@@ -20,9 +20,27 @@ import pytest
 
 from rundir import SlurmPlacement, TrainerRecord, latest_resumable, read_trainer_record, write_trainer_record
 from rundir.slurm import parse_job, query_job
-from tests.trainer.trainer_runs import ROOT, step_lines, wait_for
+from tests.slurm import cluster
+from tests.trainer.trainer_runs import ROOT, events, step_lines, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+
+EXAMPLES = ROOT / "examples" / "slurm"
+
+
+def job_env() -> dict[str, str]:
+    """sbatch's environment (the job's): this one (SLURM_CONF names the session's cluster),
+    andrea-train on PATH (the examples run it), and ranks on simulated nodes (host names only
+    the cluster knows) meeting over the loopback."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "GLOO_SOCKET_IFNAME": "lo"}
+
+CYCLES = int(os.environ.get("SLURM_STOP_CYCLES", "10"))     # the issue's figure: 10 stop/resubmit cycles
+
+
+def last_logged(run: Path) -> int:
+    lines = step_lines(run)
+    return lines[-1]["step"] if lines else 0
 
 TRAP = """#!/bin/bash
 trap 'echo got USR1 >> {log}' USR1
@@ -176,47 +194,112 @@ def test_a_submitted_job_stopped_and_resubmitted_resumes_exactly(slurm, trainer_
     assert (run / name).read_bytes() == (straight / name).read_bytes()
 
 
-def test_a_job_at_its_time_limit_ends_with_a_complete_final_checkpoint(slurm, trainer_run):
+def test_a_requeue_job_at_its_time_limit_checkpoints_and_requeued_resumes_exactly(slurm, trainer_run):
     """SLURM sends SIGTERM at the time limit (then SIGKILL after KillWait, 30 s here): the
-    trainer checkpoints its last completed step within it and says how long that took."""
-    from console.supervise import start_trainer
-    from tests.trainer.trainer_runs import events
+    trainer checkpoints its last completed step within it and says how long that took. The
+    job (--requeue) is then requeued (scontrol requeue, as a chain does): the same job id runs
+    the same batch script again, which resumes exactly, and the stopped run reaches the bytes
+    of one that never stopped. (The first run waits 50 s before it starts training, so that
+    a minute's time limit leaves a short run to compare with; a restart does not wait.)"""
+    from tests.trainer.trainer_runs import run_trainer
 
     run = trainer_run("limited")
-    launch = start_trainer(run, extra_args=("--checkpoint-every", "100000"), sbatch_args=["--time=1"])
+    script = run.parent / "limited.sh"
+    script.write_text(f"""#!/bin/bash
+[ "${{SLURM_RESTART_COUNT:-0}}" = 0 ] && sleep 50
+exec {sys.executable} -m trainer {run} --checkpoint-every 100000
+""")
+    script.chmod(0o755)
+    r = subprocess.run(["sbatch", "--parsable", "--requeue", "--time=1", f"--chdir={ROOT}", "--open-mode=append",
+                        f"--output={run / 'trainer.log'}", str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
     try:
-        wait_for(lambda: job_state(launch.job_id) in ("TIMEOUT", "COMPLETED", "FAILED", "CANCELLED", "GONE"), timeout=300,
-                 what="the job to reach its time limit")
-        assert job_state(launch.job_id) in ("TIMEOUT", "GONE")
-    finally:
-        subprocess.run(["scancel", launch.job_id], capture_output=True)
-    [stop] = events(run, "stop")
-    assert stop["reason"] == "signal" and stop["checkpoint_s"] < 30
-    final = latest_resumable(run)
-    assert final.status == "complete" and final.step == step_lines(run)[-1]["step"]
-
-
-def test_a_checkpoint_request_to_a_torchrun_job_is_refused_and_a_stop_goes_through(slurm, tmp_path):
-    """No scancel form reaches torchrun's workers: the console says so instead of sending a
-    SIGUSR1 that would never arrive. SIGTERM is forwarded by torchrun's agent."""
-    run = tmp_path / "run"
-    run.mkdir()
-    log = tmp_path / "trap.log"
-    job_id = submit(tmp_path / "ddp.sh", TRAP.format(log=log), chdir=run)      # its working directory is the run
-    wait_for(lambda: log.exists() and "ready" in log.read_text(), timeout=120, what="the job")
-    try:
-        forged(run, job_id)
-        record, _ = read_trainer_record(run)
-        write_trainer_record(run, dataclasses.replace(record, rank=0, world_size=2))
-        r = elsewhere(str(run), "--checkpoint", "--timeout", "5", timeout=60)
-        assert r.returncode == 1 and "cannot reach the 2 torchrun workers" in r.stderr, r.stderr
-        time.sleep(1)
-        assert log.read_text().splitlines() == ["ready"]
-        r = elsewhere(str(run), "--stop", "--timeout", "30", timeout=90)
-        assert f"SIGTERM sent to trainer pid 4242 on compute-1, through SLURM job {job_id}" in r.stderr, r.stderr
-        wait_for(lambda: "got TERM" in log.read_text(), timeout=30, what="the TERM trap")
+        assert job_end(job_id, timeout=300)[0] == "TIMEOUT"
+        [stop] = events(run, "stop")
+        assert stop["reason"] == "signal" and stop["checkpoint_s"] < 30
+        limited = latest_resumable(run)
+        assert limited.status == "complete" and limited.step == last_logged(run)
+        r = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        # A requeued job is eligible two minutes later (SLURM's delay for the node's cleanup):
+        # here it may start now.
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True, timeout=60)
+        wait_for(lambda: len(events(run, "resume")) == 1 and last_logged(run) > limited.step + 20, timeout=180,
+                 what="the requeued job training")
+        job, _ = query_job(job_id)
+        assert job.fields.get("Restarts") == "1"
+        r = elsewhere(str(run), "--stop", "--timeout", "120")
+        assert r.returncode == 0, r.stderr
+        assert job_end(job_id) == ("COMPLETED", "0:0")
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
+    [resume] = events(run, "resume")
+    assert resume["from_step"] == limited.step and resume["exact"] is True
+    final = latest_resumable(run)
+    straight = trainer_run("straight")
+    assert run_trainer(straight, "--max-steps", str(final.step), timeout=300).returncode == 0
+    assert (run / final.path.name).read_bytes() == (straight / final.path.name).read_bytes()
+
+
+def test_a_wrapped_job_from_another_directory_is_verified_through_its_batch_script(slurm, trainer_run, tmp_path):
+    """sbatch --wrap "exec andrea-train RUN" from another working directory: the scheduler keeps
+    no command for it (Command=(null)); the console reads the batch script it holds
+    (scontrol write batch_script JOB -) and finds the run directory there."""
+    run = trainer_run("wrapped")
+    there = tmp_path / "there"
+    there.mkdir()
+    wrapped = f"exec {sys.executable} -m trainer {os.path.relpath(run, there)} --checkpoint-every 100000"
+    r = subprocess.run(["sbatch", "--parsable", f"--chdir={there}", f"--output={there / 'out.log'}", f"--wrap={wrapped}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
+    try:
+        wait_for(lambda: read_trainer_record(run)[0] is not None and last_logged(run) > 5, timeout=180,
+                 what="the wrapped job training")
+        job, _ = query_job(job_id)
+        assert job.command in ("", "(null)") and job.work_dir == str(there)
+        r = elsewhere(str(run), "--checkpoint", "--timeout", "120")
+        assert r.returncode == 0 and f"through SLURM job {job_id}" in r.stderr, r.stderr
+        r = elsewhere(str(run), "--stop", "--timeout", "120")
+        assert r.returncode == 0, r.stderr
+        assert job_end(job_id) == ("COMPLETED", "0:0")
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def test_the_multi_node_example_on_two_nodes_checkpoints_and_stops_completed(slurm, trainer_run):
+    """examples/slurm/multi-node.sbatch on two nodes (n1, n2: a slurmd each, host names of their
+    own): srun starts a launcher per node; rank 0's node is recorded. The console (on this host,
+    another one) verifies the job through the scheduler, requests a checkpoint through the
+    shared directory, and stops the job step: each launcher passes SIGTERM on, every rank
+    stops at one step, and the job ends COMPLETED 0:0."""
+    run = trainer_run("two-node-job")
+    r = subprocess.run(["sbatch", "--parsable", f"--partition={cluster.TWO_PARTITION}", "--nodes=2", "--gres=none",
+                        f"--chdir={ROOT}", f"--output={run / 'trainer.log'}", str(EXAMPLES / "multi-node.sbatch"),
+                        str(run), "1", "--checkpoint-every", "100000"], capture_output=True, text=True, timeout=60,
+                       env=job_env())
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
+    try:
+        def training():
+            record, _ = read_trainer_record(run)
+            return record is not None and record.world_size == 2 and last_logged(run) > 5
+        wait_for(training, timeout=240, what="the two-node job training")
+        record, _ = read_trainer_record(run)
+        assert record.host in cluster.TWO_NODES and record.slurm.node == record.host and record.slurm.step_id == "0"
+        r = elsewhere(str(run), "--checkpoint", "--timeout", "120")
+        assert r.returncode == 0 and "through .checkpoint_request.json" in r.stderr, r.stderr
+        r = elsewhere(str(run), "--stop", "--timeout", "120")
+        assert r.returncode == 0 and "exited cleanly" in r.stdout, r.stdout + r.stderr
+        assert job_end(job_id) == ("COMPLETED", "0:0")
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    log = (run / "trainer.log").read_text()
+    assert log.count("SIGTERM: passed on to 1 worker(s) on this node") == 2, log[-3000:]
+    final = latest_resumable(run)
+    assert final.status == "complete" and final.step == last_logged(run)
+    assert [c["reason"] for c in events(run, "checkpoint")] == ["signal", "signal"]
 
 
 def test_a_polish_pivot_from_another_node_resubmits_the_job(slurm, trainer_run):
@@ -253,24 +336,61 @@ def test_a_polish_pivot_from_another_node_resubmits_the_job(slurm, trainer_run):
             subprocess.run(["scancel", job_id], capture_output=True)
 
 
-def test_a_torchrun_job_of_two_processes_stops_from_another_node(slurm, trainer_run):
-    """andrea-train --nproc 2 as the batch script's process (torchrun's agent and two
-    workers): the stop reaches the agent, which forwards it; the ranks agree on one final
-    checkpoint at the last logged step. torchrun itself then exits 1 (its own status after a
-    SIGTERM), so SLURM reports the job FAILED although every worker exited 0."""
-    run = trainer_run("ddp-job")
-    body = f"#!/bin/bash\nexec {sys.executable} -m trainer {run} --nproc 2 --checkpoint-every 100000\n"
-    job_id = submit(run.parent / "ddp-job.sh", body)
-    try:
-        def recorded():
-            record, _ = read_trainer_record(run)
-            return record is not None and record.world_size == 2 and len(step_lines(run)) > 5
-        wait_for(recorded, timeout=240, what="the torchrun job training")
-        r = elsewhere(str(run), "--stop", "--timeout", "120")
-        assert r.returncode == 0, r.stderr
-        assert "exited cleanly" in r.stdout
-        wait_for(lambda: job_state(job_id) in ("COMPLETED", "FAILED", "GONE"), timeout=120, what="the job's end")
+def job_end(job_id: str, timeout: float = 120) -> tuple[str, str]:
+    """The job's final state and exit code, once the scheduler says it has ended (a query that
+    fails, as scontrol may on a loaded machine, is asked again; a job stays known for
+    MinJobAge, 300 s, after its end)."""
+    def ended():
+        job, _ = query_job(job_id)
+        return job if job is not None and job.state not in (
+            "RUNNING", "PENDING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED") else None
+    job = wait_for(ended, timeout=timeout, what=f"job {job_id}'s end")
+    return job.state, job.fields.get("ExitCode", "")
+
+
+def torchrun_job(run: Path, *flags: str) -> str:
+    """The one-node torchrun example as a job: andrea-train --nproc 2 exec'd by the batch script."""
+    r = subprocess.run(["sbatch", "--parsable", f"--chdir={ROOT}", f"--output={run / 'trainer.log'}", "--gres=none",
+                        str(EXAMPLES / "one-node-torchrun.sbatch"), str(run), "2", *flags], capture_output=True,
+                       text=True, timeout=60, env=job_env())
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split(";")[0]
+
+
+@pytest.mark.timeout(1200)
+def test_a_torchrun_job_checkpointed_stopped_and_resubmitted_ends_completed_every_time(slurm, trainer_run):
+    """The one-node torchrun example (andrea-train --nproc 2, the launcher exec'd by the batch
+    script), operated from another node: --checkpoint is a request rank 0 takes from the shared
+    directory, --stop reaches the launcher, which passes it on; every job ends COMPLETED 0:0
+    (torchrun's own exit status after a SIGTERM made them FAILED). Resubmitted CYCLES times, every
+    job resumes from the last one's final checkpoint, exactly (the bytes of such a chain are
+    compared with a run that never stopped in test_ddp's two-node test and the requeue test)."""
+    run = trainer_run("ddp-chain")
+    outcomes, stops = [], []
+    for cycle in range(CYCLES):
+        job_id = torchrun_job(run, "--checkpoint-every", "100000")
+        try:
+            seen = last_logged(run)
+
+            def training():
+                record, _ = read_trainer_record(run)
+                return record is not None and record.slurm and record.slurm.job_id == job_id and \
+                    record.world_size == 2 and last_logged(run) > seen + 5
+            wait_for(training, timeout=240, what=f"cycle {cycle}: the torchrun job training")
+            if cycle in (0, CYCLES - 1):
+                r = elsewhere(str(run), "--checkpoint", "--timeout", "120")
+                assert r.returncode == 0 and "through .checkpoint_request.json" in r.stderr, r.stderr
+                assert f"SLURM job {job_id} verified" in r.stderr
+                assert Path(r.stdout.strip()).exists()
+            r = elsewhere(str(run), "--stop", "--timeout", "120")
+            assert r.returncode == 0 and "exited cleanly" in r.stdout, r.stdout + r.stderr
+            outcomes.append(job_end(job_id))
+        finally:
+            subprocess.run(["scancel", job_id], capture_output=True)
         final = latest_resumable(run)
-        assert final.status == "complete" and final.step == step_lines(run)[-1]["step"]
-    finally:
-        subprocess.run(["scancel", job_id], capture_output=True)
+        assert final.status == "complete" and final.step == last_logged(run), cycle
+        stops.append(final.step)
+    assert outcomes == [("COMPLETED", "0:0")] * CYCLES, outcomes
+    resumes = events(run, "resume")
+    assert [e["from_step"] for e in resumes] == stops[:-1] and all(e["exact"] for e in resumes)
+    assert len([e for e in events(run, "signal") if e["signal"] == "checkpoint request"]) == 2

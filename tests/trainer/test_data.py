@@ -26,7 +26,7 @@ def test_tokenizer_is_bytes_with_a_stable_digest():
 def test_sampler_walks_a_permutation_per_epoch(tmp_path):
     data = arm(tmp_path)
     sampler = ArmSampler(data, block_size=8, batch_size=4, seed=7)
-    n = sampler.n_windows
+    n = sampler.n_train                          # the held-out windows are never drawn
     seen = np.concatenate([sampler.next_windows() for _ in range(n)])   # 4 epochs' worth
     for epoch in range(4):
         assert sorted(seen[epoch * n:(epoch + 1) * n]) == list(range(n))

@@ -1,0 +1,39 @@
+"""How a checkpoint request ended, as a record: the command line's wait and the dashboard's
+reader say it from the same record, and the exit code is chosen by its kind, not its words."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from rundir import CheckpointInfo
+
+
+class WaitEnd(enum.Enum):
+    """How a wait for a requested checkpoint ended."""
+
+    LANDED = "landed"
+    TIMED_OUT = "timed out"
+    TRAINER_EXITED = "trainer exited"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class CheckpointWait:
+    """The outcome of a checkpoint request: the checkpoint when it landed, else how the wait
+    ended; :attr:`why` is the text made from it."""
+
+    end: WaitEnd
+    info: CheckpointInfo | None = None
+    timeout: float = 0.0
+    pid: int | None = None
+
+    @property
+    def why(self) -> str:
+        if self.end is WaitEnd.LANDED:
+            return ""
+        if self.end is WaitEnd.TRAINER_EXITED:
+            return f"trainer pid {self.pid} exited without a new checkpoint"
+        if self.end is WaitEnd.TIMED_OUT:
+            return f"no new checkpoint within {self.timeout:g} s"
+        return "the wait was cancelled"
