@@ -137,3 +137,17 @@ def readout(h: "HistoryView", step: int, markers: Iterable[Marker], names: list[
 
 def zoom_text(zoom: StepRange | None) -> str:
     return "" if zoom is None else f"steps {zoom[0]:,}..{zoom[1]:,}"
+
+
+def joined(steps: np.ndarray, values: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """A sparse series (an eval every N steps: fewer points than pixel columns) with points
+    added on the straight line between each two of its own, one per pixel column, so that
+    it is drawn as a line, not as dots; its own points are all kept (the envelope still
+    holds each one's value exactly)."""
+    ok = np.isfinite(values)
+    steps, values = steps[ok].astype(np.float64), values[ok]
+    if len(steps) < 2 or len(steps) >= columns:
+        return steps, values
+    between = np.linspace(steps[0], steps[-1], columns)
+    dense = np.union1d(steps, between)
+    return dense, np.interp(dense, steps, values)

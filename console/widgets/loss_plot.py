@@ -30,7 +30,7 @@ from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.series import UnknownSeries, series_values, spec_of, value_at
 from ..plot import ABANDONED_STYLE, PlotOptions, build_canvas, ema_debiased, plot_x, render_runs
-from ..plot_view import cursor_column, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
+from ..plot_view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
 from ..model.snapshot import HistoryView, RunSnapshot
 from ..series_report import on_rows
 
@@ -321,23 +321,31 @@ class LossPlot(Widget):
         if h is None:
             return [[("reading .loss.json…", "grey50")]]
         steps, values = self.values(h)
-        smooth = self._smooth(h, values)
+        cells = max(1, width - LABEL_WIDTH)
         rows = visible_rows(steps, self.zoom)
         window = None if self.zoom is not None else self.window
         options = PlotOptions(log_y=self.log_y, window=window, smoothing=self.smoothing)
-        abandoned = self._abandoned_rows(h, steps)
         plot_h = max(1, height - (2 if self.small else 3))
-        tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
-        shown_steps = steps[rows]
-        x, axis = plot_x(self.x_axis, shown_steps, tokens[rows] if tokens is not None else None,
-                         times[rows] if times is not None else None)
+        if self.series != "loss" and 0 < len(steps) < len(h.step) // 2:
+            # A series of some steps only (the eval lines): the steps in view joined into a
+            # line (not dots), not smoothed, and not dimmed (a rollback's steps are the step lines').
+            shown_steps, shown_values = joined(steps[rows], values[rows], 2 * cells)
+            smooth, abandoned = None, None
+            tokens, times = on_rows(h, shown_steps, h.tokens_column), on_rows(h, shown_steps, h.time_column)
+        else:
+            shown_steps, shown_values = steps[rows], values[rows]
+            tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
+            tokens, times = (c[rows] if c is not None else None for c in (tokens, times))
+            smooth = self._smooth(h, values)
+            smooth = smooth[rows] if smooth is not None else None
+            abandoned = self._abandoned_rows(h, steps)
+            abandoned = abandoned[rows] if abandoned is not None else None
+        x, axis = plot_x(self.x_axis, shown_steps, tokens, times)
         if self._drawn_axis != (self.x_axis, axis):
             self._drawn_axis = (self.x_axis, axis)
             self.call_later(self._options_changed)          # the subtitle says which axis was drawn
-        cells = max(1, width - LABEL_WIDTH)
-        canvas = build_canvas(shown_steps, values[rows], smooth[rows] if smooth is not None else None, cells,
-                              plot_h, options, self._markers, x=x, x_axis=axis,
-                              abandoned=abandoned[rows] if abandoned is not None else None)
+        canvas = build_canvas(shown_steps, shown_values, smooth, cells, plot_h, options, self._markers, x=x,
+                              x_axis=axis, abandoned=abandoned)
         if canvas.empty_reason and not len(steps) and self.series != "loss":
             canvas.empty_reason = f"no {spec_of(self.series).label} in this history"
         first = int(np.searchsorted(shown_steps, shown_steps[-1] - window + 1)) if window and len(shown_steps) else 0

@@ -128,3 +128,16 @@ def test_a_metric_of_a_run_with_no_history_yet_is_one_line_and_exit_2(make_run_d
     r = console(make_run_dir(empty=True), "--json", "--metric", "loss")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == "andrea-console: unknown series 'loss'; this history has: none\n"
+
+
+EVALS = tuple({"event": "eval", "step": s, "eval_loss": 3.0 - s / 1000, "windows": 8,
+               "per_arm": {"stdlib-code": 3.1 - s / 1000, "pydoc-topics": 2.9}} for s in range(100, 601, 100))
+
+
+def test_the_eval_lines_are_the_eval_loss_series_overall_and_per_arm(make_run_dir):
+    h = read(make_run_dir(steps=600, events=EVALS)).history
+    names = available(h)
+    assert names[:2] == ["loss", "eval_loss"] and {"eval_loss/stdlib-code", "eval_loss/pydoc-topics"} <= set(names)
+    steps, values = series_values(h, "eval_loss")
+    assert steps.tolist() == [100, 200, 300, 400, 500, 600] and values[2] == pytest.approx(2.7)
+    assert value_at(h, "eval_loss/stdlib-code", 350) == pytest.approx(2.8)    # the last eval before the step

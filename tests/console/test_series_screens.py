@@ -215,3 +215,20 @@ async def test_m_on_the_comparison_compares_another_series(tmp_path):
         await pilot.press("down", "enter")
         await pilot.pause()
         assert plot.metric == "grad_norm" and plot.border_title == "grad-norm, compared"
+
+
+@pytest.mark.asyncio
+async def test_the_eval_cell_draws_the_eval_lines_as_a_line(tmp_path):
+    from tests.console.test_series import EVALS
+    from tests.rundirs import make_run
+
+    app = app_for(make_run(tmp_path / "run", steps=600, events=EVALS), live_probe)
+    async with app.run_test(size=BIG) as pilot:
+        await settled(pilot)
+        await pilot.press("g")
+        await pilot.pause()
+        cell = app.dashboard.query_one("#grid-1", LossPlot)
+        assert cell.series == "eval_loss"
+        rows = ["".join(s.text for s in cell.render_line(y)) for y in range(cell.size.height)]
+        drawn = {i for row in rows for i, ch in enumerate(row) if "\u2800" < ch <= "\u28ff"}
+        assert len(drawn) > 30, rows           # six points, joined across the cell's columns
