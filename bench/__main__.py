@@ -14,8 +14,10 @@ import dataclasses
 import importlib
 import json
 import pkgutil
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,8 +40,10 @@ def main(argv: list[str]) -> int:
     for name in wanted:
         started = time.perf_counter()
         print(f"# {name} ...", file=sys.stderr, flush=True)
-        out = subprocess.run([sys.executable, "-m", "bench", ONE, name], stdout=subprocess.PIPE, text=True,
-                             cwd=ROOT)
+        # A cache of its own (the history mirrors the console writes), never the user's.
+        with tempfile.TemporaryDirectory(prefix="andrea-bench-cache-") as cache:
+            out = subprocess.run([sys.executable, "-m", "bench", ONE, name], stdout=subprocess.PIPE, text=True,
+                                 cwd=ROOT, env={**os.environ, "ANDREA_CACHE_DIR": cache})
         if out.returncode != 0:
             print(f"# {name}: failed with exit status {out.returncode}", file=sys.stderr)
             return 1

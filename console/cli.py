@@ -381,8 +381,6 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
     with _collector_off():                           # as for the dashboard
         prefetch = start_history_prefetch(run_dir)   # parses while the rest is imported
         try:
-            from .plot import PlotOptions
-            from .report import render_text, to_json
             from .reader import RunReader
 
             now = time.time()
@@ -397,7 +395,7 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         code, lines = check_report(snap)
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         return code
-    from .series_report import StepRange, check_metric, metric_json
+    from .series_report import StepRange, check_metric
 
     step_range = getattr(args, "step_range", StepRange())
     if args.metric is not None:
@@ -405,11 +403,18 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         if unknown:
             return _fail(unknown, EXIT_USAGE)
     if args.json and args.metric is not None:
+        from .series_report import metric_json
+
         data = metric_json(snap.history, args.metric, step_range, args.points or METRIC_POINTS[0])
         sys.stdout.write(json.dumps(strict_json_value({"run": snap.name, **data}), indent=2) + "\n")
     elif args.json:
+        from .report import to_json
+
         sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
+        from .plot import PlotOptions
+        from .report import render_text
+
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
                                      options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
                                                          log_y=args.log_y),

@@ -101,6 +101,10 @@ class HistoryFindings:
         self._checks: tuple[ResumeCheck, ...] = ()
         self._told: set[tuple[int, str]] = set()       # (resume line, verdict) already noticed
 
+    def params(self, config: RunConfig | None) -> tuple[int, float]:
+        """The spike window and k in force: the flags', else run.toml's ``[alerts]``, else the defaults."""
+        return self._params(config)
+
     def _params(self, config: RunConfig | None) -> tuple[int, float]:
         alerts = config.alerts if config is not None else None
         window = self.window_override or (alerts.window if alerts else DEFAULT_WINDOW)

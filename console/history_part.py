@@ -1,8 +1,11 @@
 """The history's part of a run's snapshot: ``.loss.json`` read as it grows, and its view.
 
-:class:`HistoryPart` holds the incremental reader (:class:`rundir.LossHistory`, handed over
-by the start-up prefetch when there is one), says what each read found (skipped lines, a
-torn tail, non-finite steps, new events) as notices, feeds the history findings (spikes,
+:class:`HistoryPart` holds the incremental reader (:class:`rundir.LossHistory`: opened
+through the history's mirror in the user's cache, or handed over by the start-up prefetch
+when there is one, :mod:`console.history_mirror`), keeps the mirror (and the spike scan
+beside it) up as the history grows and says, once, when the mirror was rebuilt or could
+not be written; it says what each read found (skipped lines, a torn tail, non-finite
+steps, new events) as notices, feeds the history findings (spikes,
 resume checks, ETA) and makes the :class:`~console.model.snapshot.HistoryView` the panes
 show: where the run is (its head), its speed over the current segment, its columns.
 """
@@ -14,15 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-from rundir import LossHistory, RunConfig
+from rundir import HistoryUpdate, LossHistory, RunConfig
 from rundir.abandoned import head_rows
 from rundir.layout import EVENT_RESUME, EVENT_START, LOSS_JSON
 from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s
 
 from .changes import event_notice
 from .findings import HistoryFindings
+from .history_mirror import HistoryMirror
 from .model.findings import LISTED
 from .model.levels import Level
+from .model.mirror_note import MIRROR_NOT_SAVED, MirrorNote
 from .model.snapshot import HistoryView, Notice
 from .prefetch import HistoryPrefetch
 
@@ -38,6 +43,13 @@ def _last_finite(x: np.ndarray) -> float | None:
         end -= chunk
         chunk *= 4
     return None
+
+
+def _frozen(column: np.ndarray) -> np.ndarray:
+    """A read-only view of a column the reader shares (:meth:`LossHistory.share_rows`)."""
+    view = column.view()
+    view.flags.writeable = False
+    return view
 
 
 def current_segment(h: LossHistory) -> tuple[slice, float]:
@@ -78,10 +90,15 @@ def silent_rewinds(h: LossHistory) -> list[int]:
 class HistoryPart:
     """Reads ``.loss.json`` for one run's snapshots (one thread at a time)."""
 
-    def __init__(self, path: Path, prefetch: HistoryPrefetch | None, findings: HistoryFindings):
+    def __init__(self, path: Path, prefetch: HistoryPrefetch | None, findings: HistoryFindings,
+                 mirror: HistoryMirror | None = None):
         self.history = LossHistory(path)
         self.findings = findings
+        self.mirror = mirror or HistoryMirror(path)
+        self._opened = False
         self._prefetch = prefetch               # the first history read, done by a forked child
+        self._mirror_note: MirrorNote | None = None     # the view's: the newest said
+        self._mirror_said: set[str] = set()     # each kind of note is said once
         self._version = 0
         self._rewinds = 0
         self._torn_seen = 0
@@ -91,16 +108,19 @@ class HistoryPart:
              prev: HistoryView | None) -> HistoryView:
         """The history's view after reading what was appended; its notices go to ``notices``.
         ``prev`` (the last view) is returned again when nothing it shows changed."""
-        earlier = None
-        if self._prefetch is not None:
-            prefetch, self._prefetch = self._prefetch, None
-            handed_over = prefetch.result()
-            if handed_over is not None and handed_over[0].path == self.history.path:
-                self.history, earlier = handed_over
+        opened_now = not self._opened
+        if opened_now:
+            update, notes = self._open()
+            self._opened = True
+        else:
+            update, notes = self.history.refresh(), []
         h = self.history
-        update = h.refresh()
-        if earlier is not None:                 # what the child read counts as this read's
-            update = earlier.then(update)
+        saved = self.mirror.keep_up(h, update)
+        for note in notes + ([saved] if saved is not None else []):
+            if note.kind not in self._mirror_said:
+                self._mirror_said.add(note.kind)
+                self._mirror_note = note
+                notices.append(Notice(now, note.text(), note.level))
         if update.changed or first or prev is None:
             self._version += 1
         if update.rewound or update.reset:
@@ -130,10 +150,20 @@ class HistoryPart:
         elif not h.torn_tail:
             self._torn_reported = 0
         self._torn_seen = h.torn_tail
+        restored = None
+        if opened_now:                          # the spike scan of the rows the mirror holds, kept beside it
+            restored = self.mirror.load_detector(h, *self.findings.params(config))
+            if restored is not None:
+                self.findings.detector = restored
         found = self.findings.update(h, update, config, now, notices, first)
+        if (opened_now and restored is None or self.mirror.just_saved) and self.findings.detector is not None:
+            self.mirror.save_detector(h, self.findings.detector)
         if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
                 and not found:
             return prev
+        # The view's columns are views, not copies (a long run's would cost as much again):
+        # the reader never changes the rows it has shared.
+        h.share_rows()
         loss = h.loss
         # Where the run is: its head (the step of the newest step line), not the largest step,
         # which after a rollback or a resume from an older checkpoint belongs to an earlier
@@ -156,9 +186,26 @@ class HistoryPart:
             tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
             if tokens_now is not None else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
-            error=h.error, events=tuple(h.events), step=h.step.copy(), loss=loss.copy(), rewinds=self._rewinds,
+            error=h.error, events=tuple(h.events), step=_frozen(h.step), loss=_frozen(loss), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
-            tokens_column=tokens.copy(), time_column=h.time.copy(),
-            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent),
-            lr_column=h.lr.copy(), grad_norm_column=h.grad_norm.copy(), arm_column=h.arm.copy(),
+            tokens_column=_frozen(tokens), time_column=_frozen(h.time),
+            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent), mirror=self._mirror_note,
+            lr_column=_frozen(h.lr), grad_norm_column=_frozen(h.grad_norm), arm_column=_frozen(h.arm),
             arm_names=tuple(h.arm_names))
+
+    def _open(self) -> tuple[HistoryUpdate, list[MirrorNote]]:
+        """The first read: the prefetch's hand-over when there is one, else the history opened
+        through its mirror (:class:`HistoryMirror`); the update of the whole read and what was
+        said about the mirror."""
+        handed = None
+        if self._prefetch is not None:
+            prefetch, self._prefetch = self._prefetch, None
+            handed = prefetch.result()
+        notes = list(handed.notes) if handed is not None else []
+        if handed is not None and handed.history is not None and handed.history.path == self.history.path:
+            self.history = handed.history           # what the child read counts as this read's
+            if any(n.kind == MIRROR_NOT_SAVED for n in notes):
+                self.mirror.failed_at = self.history._offset       # the child tried: not again at once
+            return handed.update.then(self.history.refresh()), notes
+        self.history, update, note = self.mirror.open()             # mapped (the child wrote it), or parsed
+        return update, notes + ([note] if note is not None else [])

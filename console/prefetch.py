@@ -1,13 +1,18 @@
 """Read a big ``.loss.json`` in a forked child while the console imports its UI.
 
-Opening the dashboard on a long run costs two things of about the same size: importing
-Textual and the panes, and parsing the whole history. They do not depend on each other,
-so :func:`start_history_prefetch` forks before the imports: the child parses the history
-and leaves the finished reader in an anonymous in-memory file (``memfd``) as a JSON header
-plus the raw numpy columns (nothing is pickled); the parent picks it up with one read
-once the child has exited, and carries on from it with an incremental refresh.
-Anything that goes wrong (no fork, a child that fails or takes too long, a short file)
-only means that the parent reads the history itself, as it would have without a prefetch.
+A long history opens from its columnar mirror in the user's cache (:mod:`console.history_mirror`)
+in milliseconds. Without one (a run's first open, a history replaced or rewritten, a mirror
+far behind) opening costs two things of about the same size: importing Textual and the panes,
+and parsing the history. They do not depend on each other, so :func:`start_history_prefetch`
+forks before the imports, unless the mirror's header (read without numpy) says it holds all
+but the last :data:`PREFETCH_MIN_BYTES` of the history. The child opens the history through
+the mirror (parsing what it must) and writes the mirror; then it leaves, in an anonymous
+in-memory file (``memfd``), either a word that the mirror is written (the parent maps it
+itself: no copy of the columns) or, when it could not be written, the finished reader as
+a JSON header plus the raw numpy columns (nothing is pickled). The parent picks it up with
+one read once the child has exited, and carries on with an incremental refresh. Anything
+that goes wrong (no fork, a child that fails or takes too long, a short file) only means
+that the parent reads the history itself, as it would have without a prefetch.
 """
 
 from __future__ import annotations
@@ -19,18 +24,30 @@ import signal
 import struct
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from rundir.cache_dir import mirror_source
 from rundir.layout import LOSS_JSON  # the vocabulary only: no numpy before the fork
 
 if TYPE_CHECKING:                      # numpy and the reader are imported by whoever reads
     from rundir.history import HistoryUpdate, LossHistory
+
+    from .model.mirror_note import MirrorNote
 
 # Below this the history reads in well under a tenth of a second: not worth a process.
 PREFETCH_MIN_BYTES = 4 << 20
 # A child still reading after this long (a hung file system) is killed and the parent reads.
 PREFETCH_TIMEOUT_S = 120.0
 _LENGTH = struct.Struct("<Q")
+
+
+class Handover(NamedTuple):
+    """What the child read: the reader and the update of its read, or (both None) word that
+    it wrote the history's mirror, which the parent maps; and what it said about the mirror."""
+
+    history: "LossHistory | None"
+    update: "HistoryUpdate | None"
+    notes: "list[MirrorNote]"
 
 
 class HistoryPrefetch:
@@ -42,9 +59,9 @@ class HistoryPrefetch:
         self._data_fd = data_fd       # the memfd the child writes
         self._done_fd = done_fd       # reaches end-of-file when the child has exited
 
-    def result(self, timeout: float = PREFETCH_TIMEOUT_S) -> "tuple[LossHistory, HistoryUpdate] | None":
-        """Wait for the child; its reader and the update of its first refresh, or None
-        when the hand-over failed (then read the history directly)."""
+    def result(self, timeout: float = PREFETCH_TIMEOUT_S) -> Handover | None:
+        """Wait for the child; what it hands over, or None when the hand-over failed (then
+        read the history directly)."""
         if self._data_fd < 0:
             return None
         try:
@@ -78,14 +95,15 @@ class HistoryPrefetch:
 
 
 def start_history_prefetch(run_dir: str | os.PathLike[str]) -> HistoryPrefetch | None:
-    """Fork a child that reads the run's history; None when it is small, missing, or this
-    process cannot fork safely (it already runs other threads, whose locks a child
-    could inherit held)."""
+    """Fork a child that reads the run's history; None when it is small, missing, its
+    mirror holds nearly all of it, or this process cannot fork safely (it already runs
+    other threads, whose locks a child could inherit held)."""
     history_path = Path(run_dir) / LOSS_JSON
     try:
-        if os.stat(history_path).st_size < PREFETCH_MIN_BYTES:
-            return None
+        st = os.stat(history_path)
     except OSError:
+        return None
+    if st.st_size < PREFETCH_MIN_BYTES or _mirror_is_near(history_path, st):
         return None
     if not (hasattr(os, "fork") and hasattr(os, "memfd_create")) or threading.active_count() > 1:
         return None
@@ -103,6 +121,20 @@ def start_history_prefetch(run_dir: str | os.PathLike[str]) -> HistoryPrefetch |
     return HistoryPrefetch(pid, data_fd, done_r)
 
 
+def _mirror_is_near(path: Path, st: os.stat_result) -> bool:
+    """Whether the history's mirror, as its header says, is of this file and holds all but
+    less than :data:`PREFETCH_MIN_BYTES` of it (the parent then maps it: no child is worth it).
+    A header that lies costs only the parse the child would have done."""
+    source = mirror_source(path)
+    if source is None:
+        return False
+    try:
+        covered = int(source["covered"])
+        return (source["dev"], source["ino"]) == (st.st_dev, st.st_ino) and 0 <= st.st_size - covered < PREFETCH_MIN_BYTES
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def _child(path: Path, data_fd: int) -> None:
     code = 1
     try:
@@ -112,21 +144,25 @@ def _child(path: Path, data_fd: int) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        from rundir.history import LossHistory
+        from .history_mirror import HistoryMirror
 
-        history = LossHistory(path)
-        update = history.refresh()
+        mirror = HistoryMirror(path)
+        history, update, note = mirror.open()
+        saved = mirror.keep_up(history, update)
+        notes = [n for n in (note, saved) if n is not None]
         with open(data_fd, "wb", closefd=False) as out:
-            _send(out, history, update)
+            # The mirror holds nearly all of the read: the parent maps it instead of receiving a copy.
+            mapped = mirror.mirrored_to is not None and history._offset - mirror.mirrored_to < PREFETCH_MIN_BYTES
+            _send(out, None if mapped else history, update, notes)
         code = 0
     finally:
         os._exit(code)            # no atexit handlers, no inherited buffers flushed; closes the done pipe
 
 
-def _send(out, history: "LossHistory", update: "HistoryUpdate") -> None:
-    meta, columns = history.state_dict()
+def _send(out, history: "LossHistory | None", update: "HistoryUpdate", notes: "list[MirrorNote]") -> None:
+    meta, columns = history.state_dict() if history is not None else (None, {})
     header = json.dumps({
-        "meta": meta,
+        "meta": meta, "notes": [[n.kind, n.reason] for n in notes],
         "update": {"new_steps": update.new_steps, "new_events": len(update.new_events),
                    "new_problems": update.new_problems, "new_nonfinite": update.new_nonfinite,
                    "rewound": update.rewound, "reset": update.reset, "new_bad_lines": update.new_bad_lines},
@@ -151,14 +187,19 @@ def _read_all(fd: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _receive(data: bytes) -> "tuple[LossHistory, HistoryUpdate]":
+def _receive(data: bytes) -> Handover:
     import numpy as np
 
     from rundir.history import HistoryUpdate, LossHistory
 
+    from .model.mirror_note import MirrorNote
+
     (length,) = _LENGTH.unpack_from(data)
     offset = _LENGTH.size + length
     header = json.loads(data[_LENGTH.size:offset])
+    notes = [MirrorNote(kind, reason) for kind, reason in header["notes"]]
+    if header["meta"] is None:
+        return Handover(None, None, notes)
     columns = {}
     for name, dtype, count in header["columns"]:
         dtype = np.dtype(dtype)
@@ -172,4 +213,4 @@ def _receive(data: bytes) -> "tuple[LossHistory, HistoryUpdate]":
     new_events = history.events[len(history.events) - int(u["new_events"]):] if u["new_events"] else []
     update = HistoryUpdate(int(u["new_steps"]), new_events, list(u["new_problems"]), int(u["new_nonfinite"]),
                            bool(u["rewound"]), bool(u["reset"]), int(u.get("new_bad_lines", 0)))
-    return history, update
+    return Handover(history, update, notes)

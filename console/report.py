@@ -11,9 +11,7 @@ from __future__ import annotations
 import io
 import math
 import time
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK
@@ -22,10 +20,12 @@ from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_coun
                      format_rate, format_size, format_uptime, printable, printable_block, slurm_text, stall_text,
                      storage_text)
 from .findings import findings_json, findings_lines
-from .plot import PlotOptions, plot_text, plot_x
 from .model.series import series_values, spec_of
 from .model.snapshot import RunSnapshot
 from .series_report import StepRange, on_rows, series_list
+
+if TYPE_CHECKING:           # the plot and rich are imported by the text alone: --json and --check draw nothing
+    from .plot import PlotOptions
 
 # Lines of checkpoints and of arms in --once, each: a run directory of 100,000 files or
 # arms prints a page, not 100,000 lines.
@@ -115,6 +115,10 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
                 options: PlotOptions | None = None, metric: str = "loss", step_range: StepRange = StepRange()) -> str:
     """The whole dashboard as plain text (no colour); the plot draws series ``metric`` over
     ``step_range`` (:mod:`console.model.series`)."""
+    from rich.console import Console
+
+    from .plot import PlotOptions, plot_text, plot_x
+
     now = time.time() if now is None else now
     h = snap.history
     lines = [f"andrea-console · run {printable(snap.name)} · {printable(snap.run_dir, LINE_LIMIT)}", ""]
@@ -128,6 +132,8 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
                                     if newest else "none usable"))
     lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
                  f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
+    if h.mirror is not None:
+        lines.append(f"             {h.mirror.text()}")
     if h.steps_ahead:
         lines.append(f"             {h.steps_ahead:,} step(s) after step {h.last_step:,} are an earlier segment's, "
                      "not run again yet (dimmed on the plot)")
@@ -223,7 +229,9 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                     "events": len(h.events), "bad_lines": h.bad_lines, "problems": list(h.problems),
                     "nonfinite": h.nonfinite, "last_nonfinite_step": h.last_nonfinite_step,
                     "rewinds_without_resume": {"count": h.silent_rewind_count, "last_steps": list(h.silent_rewinds)},
-                    "torn_tail": h.torn_tail, "error": h.error, **findings_json(h)},
+                    "torn_tail": h.torn_tail, "error": h.error,
+                    "mirror": {"note": h.mirror.kind, "reason": h.mirror.reason} if h.mirror is not None else None,
+                    **findings_json(h)},
         "config": {"ok": snap.config is not None, "error": snap.config_error},
         "checkpoints": [{"path": str(c.path), "name": c.path.name, "step": c.step, "size": c.size, "mtime": c.mtime,
                          "age": now - c.mtime if c.mtime else None, "status": c.status, "reason": c.reason,

@@ -15,7 +15,6 @@ import numpy as np
 
 from .model.series import UnknownSeries, available, series_values, spec_of
 from .model.snapshot import HistoryView
-from .plot import column_of, envelope
 
 if TYPE_CHECKING:
     from rundir import LossHistory
@@ -75,6 +74,8 @@ def metric_values(h: HistoryView, name: str, step_range: StepRange) -> tuple[np.
 def metric_json(h: HistoryView, name: str, step_range: StepRange, points: int) -> dict[str, Any]:
     """The decimated envelope of one series: ``points`` equal spans of steps over the range,
     each with data giving its first and last step and the min and max value in it."""
+    from .plot import column_of, envelope       # not for --json's list: it draws nothing
+
     steps, values = metric_values(h, name, step_range)
     ok = np.isfinite(values)
     steps, values = steps[ok], values[ok]

@@ -26,6 +26,7 @@ the rows added (plus one baseline block), however long the history is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -220,6 +221,40 @@ class SpikeDetector:
         """The newest ``n`` non-finite steps, ascending."""
         return self._nonfinite.view()[-n:].tolist() if n > 0 else []
 
+    # -- hand-over ---------------------------------------------------------------------
+    # What was found, not the finite losses themselves (the history's columns hold them): a
+    # long history's detector is kept beside its mirror and carried on at the next open.
+    _STATE_COLUMNS = ("nonfinite", "flag_index", "flag_step", "flag_loss", "flag_base")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rows read and what was found in them, as JSON-able data."""
+        return {"window": self.window, "k": self.k, "rows": self._rows, "last_step": self._last_step,
+                "finite": len(self._finite),
+                **{name: getattr(self, f"_{name}").view().tolist() for name in self._STATE_COLUMNS}}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any], steps: np.ndarray, losses: np.ndarray) -> "SpikeDetector | None":
+        """A detector that carries on from :meth:`state_dict`'s output, given the columns whose
+        first ``state["rows"]`` rows it was made from (their finite losses are taken from them);
+        None when they cannot be those rows."""
+        rows, last_step = int(state["rows"]), state["last_step"]
+        if rows > len(steps) or (rows and int(steps[rows - 1]) != last_step) or (not rows and last_step is not None):
+            return None
+        detector = cls(state["window"], state["k"])
+        read = np.asarray(losses[:rows], np.float64)
+        ok = np.isfinite(read)
+        # Taken as they are (fresh arrays, this detector's alone), not copied once more.
+        detector._finite.adopt(read[ok])
+        detector._finite_steps.adopt(np.asarray(steps[:rows], np.int64)[ok])
+        if len(detector._finite) != int(state["finite"]) or rows - len(detector._finite) != len(state["nonfinite"]):
+            return None
+        for name in cls._STATE_COLUMNS:
+            column = getattr(detector, f"_{name}")
+            column.extend(np.asarray(state[name], column.view().dtype))
+        detector._rows, detector._last_step = rows, last_step
+        detector._spikes = None
+        return detector
+
 
 class _Growing:
     """A numpy column that grows by appending (amortised O(rows added)) and shrinks by
@@ -234,6 +269,10 @@ class _Growing:
 
     def view(self) -> np.ndarray:
         return self._data[: self._n]
+
+    def adopt(self, values: np.ndarray) -> None:
+        """Become ``values``, an array no one else holds (so it is not copied)."""
+        self._data, self._n = values, len(values)
 
     def extend(self, values: np.ndarray) -> None:
         need = self._n + len(values)

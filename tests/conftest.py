@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 
+from rundir.cache_dir import CACHE_ENV
 from tests.processes import stop_processes_naming
 from tests.rundirs import RunSpec, make_run
 
@@ -21,6 +22,13 @@ def no_process_left_running(request):
     if tmp is not None:
         for command in stop_processes_naming(tmp, grace=10.0, settle=5.0):
             warnings.warn(f"{request.node.nodeid} left a process running (stopped now): {command}")
+
+
+@pytest.fixture(autouse=True)
+def own_cache_dir(tmp_path_factory, monkeypatch):
+    """Each test its own cache (the history mirrors), never the user's, in this process and
+    in every process it starts."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from ..format import LINE_LIMIT, printable
 from .findings import Finding, derive_alerts, derive_problems
 from .levels import Level
 from .markers import Marker
+from .mirror_note import MIRROR_NOT_SAVED, MIRROR_NOTES, MIRROR_REBUILT, MirrorNote  # noqa: F401 (re-exported)
 
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
@@ -80,7 +81,8 @@ class TrainerView:
 
 @dataclass(frozen=True)
 class HistoryView:
-    """The history reader's state at one read (columns copied, so safe to hand to the UI)."""
+    """The history reader's state at one read (its columns read-only and never changed after,
+    so safe to hand to the UI)."""
 
     version: int                        # bumped at every change: the plot re-renders on it
     format: str | None
@@ -113,6 +115,9 @@ class HistoryView:
     # Steps after the head, left by an earlier segment (a rollback, a resume from an older
     # checkpoint) and not run again yet: shown dimmed, never as where the run is.
     steps_ahead: int = 0
+    # The newest thing worth saying about the history's mirror (the first read's, or a save
+    # that failed since); None: nothing to say.
+    mirror: MirrorNote | None = None
     # -- the series' columns: what console.model.series reads through column() ----------
     grad_spikes: tuple[Spike, ...] = ()  # grad-norm spikes (rundir.spikes on grad_norm), oldest first
     lr_column: np.ndarray | None = field(default=None, repr=False, compare=False)

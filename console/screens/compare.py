@@ -1,6 +1,7 @@
-"""The comparison: the marked runs' whole histories parsed (in a worker thread), their loss
-curves (or any series: ``m``) overlaid. ``x`` plots by step or by tokens, ``l`` switches log y,
-Escape returns."""
+"""The comparison: the marked runs' whole histories read (in a worker thread) through their
+mirrors (:mod:`console.history_mirror`: mapped when valid, else parsed and the mirror written),
+their loss curves (or any series: ``m``) overlaid. ``x`` plots by step or by tokens, ``l``
+switches log y, Escape returns."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Static
 
-from rundir import LossHistory
 from rundir.layout import LOSS_JSON
 
 from ..format import LINE_LIMIT, printable
+from ..history_mirror import HistoryMirror
 from ..keys import COMPARE_KEYS, bindings
 from ..messages import CompareReady
 from ..widgets import KeyBar
@@ -25,13 +26,16 @@ from .series_picker import SeriesPicker
 
 
 def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
-    """Each run's whole history: ``(name, steps, tokens, loss, view)`` and the problems met."""
+    """Each run's whole history: ``(name, steps, tokens, loss, view)`` and the problems met (a
+    mirror rebuilt or not saved among them)."""
     series, problems = [], []
     for name, path in runs:
-        history = LossHistory(path / LOSS_JSON)
-        history.refresh()
+        mirror = HistoryMirror(path / LOSS_JSON)
+        history, update, note = mirror.open()
+        saved = mirror.keep_up(history, update)
         if history.error:
             problems.append(f"{name}: {history.error}")
+        problems.extend(f"{name}: {n.text()}" for n in (note, saved) if n is not None)
         view = plain_view(history)
         series.append((name, view.step, view.tokens_column, view.loss, view))
     return CompareReady(series, problems)

@@ -18,6 +18,7 @@ class Columns:
         self.tokens = np.empty(0, np.int64)
         self.arm = np.empty(0, np.int32)
         self.floats = {name: np.empty(0, np.float64) for name in FLOAT_COLUMNS}
+        self.shared = 0         # rows [0, shared) are handed out as views (share): never changed in place
 
     def get(self, name: str) -> np.ndarray:
         arr = self.floats[name] if name in self.floats else getattr(self, name)
@@ -26,6 +27,11 @@ class Columns:
     def arrays(self) -> list[tuple[str, np.ndarray]]:
         return [("step", self.step), ("tokens", self.tokens), ("arm", self.arm),
                 *self.floats.items()]
+
+    def share(self) -> None:
+        """The rows so far are handed out as views that must not change (a snapshot's): a later
+        rewind over them first moves the columns to new arrays (appending never touches them)."""
+        self.shared = self.n
 
     def reserve(self, total: int) -> None:
         """Room for ``total`` rows, exactly: a read that knows about how many rows are
@@ -71,6 +77,9 @@ class Columns:
         return not in_order
 
     def _keep_newest_per_step(self, lo: int = 0, superseded: "Superseded | None" = None, seq: int = 0) -> None:
+        if lo < self.shared:
+            self._grow(len(self.step))                # copies: the rows handed out stay as they were
+            self.shared = 0
         steps = self.step[lo: self.n]
         order = np.argsort(steps, kind="stable")      # equal steps stay in file order
         sorted_steps = steps[order]

@@ -34,13 +34,12 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_write_chunks
+from ..cache_dir import CACHE_ENV, MIRROR_HEADER_LENGTH as _LENGTH, MIRROR_MAGIC as MAGIC, cache_dir, mirror_path
 from ..safe_read import open_regular
 from .ingest import HistoryUpdate
 from .reader import LossHistory
 
 MIRROR_VERSION = 1
-MAGIC = b"andrea-history-mirror\n"
-_LENGTH = struct.Struct("<Q")
 ALIGN = 64
 # Histories shorter than this parse in well under a tenth of a second: no mirror.
 MIN_MIRROR_BYTES = 4 << 20
@@ -54,25 +53,22 @@ REWRITE_AFTER_BYTES = 4 << 20
 # the steps written after the mirror into its private, copy-on-write mapping of them, where
 # only the pages it writes become its own memory, instead of copying every column first.
 SPARE_ROWS = 1 << 16
-CACHE_ENV = "ANDREA_CACHE_DIR"
+__all__ = ["CACHE_ENV", "NotSaved", "cache_dir", "forget_mirror", "mirror_path", "open_history", "open_mirror",
+           "save_mirror"]
 
 
-def cache_dir() -> Path:
-    """Where mirrors are kept: ``$ANDREA_CACHE_DIR``, else ``$XDG_CACHE_HOME/andrea-console``,
-    else ``~/.cache/andrea-console``."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "andrea-console"
+class NotSaved(str):
+    """Why :func:`save_mirror` wrote no mirror (a str: the reason, for a message), and whether
+    the cache could not be written (``cache_failed``: read-only, full) rather than the history
+    having nothing to mirror or moving while it was read (the callers decide by it, not by words)."""
+
+    cache_failed = False
 
 
-def mirror_path(history_path: Path) -> Path:
-    """Where the mirror of the history at ``history_path`` is kept: by its run directory's
-    device and inode (a run renamed or reached by another path keeps its mirror; a history
-    replaced in it finds the old one, refuses it and writes its own over it)."""
-    st = os.stat(history_path.parent)
-    return cache_dir() / "history" / f"{st.st_dev:x}-{st.st_ino:x}-{history_path.name}.mirror"
+def _cache_failed(reason: str) -> NotSaved:
+    failed = NotSaved(reason)
+    failed.cache_failed = True
+    return failed
 
 
 def _sample_spans(covered: int) -> list[tuple[int, int]]:
@@ -95,24 +91,24 @@ def _identity(fd: int, covered: int) -> list[list[int]] | None:
     return spans
 
 
-def save_mirror(history: LossHistory) -> str | None:
+def save_mirror(history: LossHistory) -> NotSaved | None:
     """Write ``history``'s mirror (atomically, replacing an older one); None, or why not."""
     if history.error is not None or history.format is None or history._identity is None:
-        return "nothing to mirror"
+        return NotSaved("nothing to mirror")
     meta, columns = history.state_dict()
     try:
         fd, st = open_regular(history.path)
     except (OSError, ValueError) as err:
-        return f"{history.path.name}: {err}"
+        return NotSaved(f"{history.path.name}: {err}")
     try:
         if (st.st_dev, st.st_ino) != tuple(history._identity):
-            return f"{history.path.name} was replaced while it was read"
+            return NotSaved(f"{history.path.name} was replaced while it was read")
         covered = meta["offset"] if history.format == "jsonl" else st.st_size
         samples = _identity(fd, covered)
     finally:
         os.close(fd)
     if samples is None:
-        return f"{history.path.name} was cut short while it was read"
+        return NotSaved(f"{history.path.name} was cut short while it was read")
     rows = len(columns["step"])
     spare = {name: SPARE_ROWS if not name.startswith("superseded.") else 0 for name in columns}
     layout, position = [], 0
@@ -141,7 +137,7 @@ def save_mirror(history: LossHistory) -> str | None:
         # after a crash, pass every check (they read the history, not the columns).
         atomic_write_chunks(target, chunks())
     except OSError as err:
-        return f"cannot write the history's mirror: {err.strerror or err}"
+        return _cache_failed(f"cannot write the history's mirror in {cache_dir()}: {err.strerror or err}")
     return None
 
 

@@ -120,6 +120,11 @@ class LossHistory(JsonLinesReading, JsonArrayReading):
     grad_norm = property(lambda self: self._column("grad_norm"), doc="Gradient norm before clipping.")
     time = property(lambda self: self._column("time"), doc="Unix time of the step.")
 
+    def share_rows(self) -> None:
+        """The rows read so far are handed out as views (the console's snapshots): later reads
+        never change them in place (a rewind over them moves the columns to new arrays)."""
+        self._cols.share()
+
     @property
     def last_step(self) -> int | None:
         return int(self.step[-1]) if len(self) else None

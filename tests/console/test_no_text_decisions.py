@@ -19,6 +19,7 @@ ALLOWED = {
     ("rundir/config.py", "str(self.device).startswith('cuda:')"),       # a torch device's name, not a message
     ("rundir/history/records.py", "'\\\\u' in text"),                   # a JSON line: escapes decide the decoder
     ("trainer/data.py", "'order' in state"),                            # a key of a state dict
+    ("trainer/data.py", "'held_out' in state"),                         # a key of a state dict
     ("rundir/identity.py", "line.startswith('lock:')"),                 # a field of /proc/PID/fdinfo
 }
 

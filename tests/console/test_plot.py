@@ -143,3 +143,17 @@ def test_the_y_labels_sit_on_the_rows_of_their_values():
 
     # 0..10 over 11 rows (44 dot rows): 10 at the top, 0 at the bottom, 5 in the middle.
     assert y_labels(0.0, 10.0, 11) == {0: "10", 5: "5", 10: "0"}
+
+
+def test_the_ema_in_chunks_equals_the_ema_in_one(monkeypatch):
+    import console.plot as plot
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(2.0, 0.1, 10_000)
+    x[::97] = np.nan
+    x[4_321] = 1e250                            # a chunk scaled, its neighbours not
+    whole, carry = plot.ema_debiased(x, 0.98)
+    monkeypatch.setattr(plot, "EMA_CHUNK", 1_000)
+    chunked, chunk_carry = plot.ema_debiased(x, 0.98)
+    assert np.allclose(whole, chunked, rtol=1e-12, equal_nan=True)
+    assert np.allclose(carry, chunk_carry, rtol=1e-12)

@@ -6,13 +6,16 @@ does (pytest's own process runs threads, and the prefetch never forks one that d
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 
 from tests.rundirs import make_run
 
+from console.model.mirror_note import MIRROR_NOT_SAVED
 from console.prefetch import PREFETCH_MIN_BYTES, start_history_prefetch
+from rundir.cache_dir import CACHE_ENV
 from rundir.layout import LOSS_JSON
 
 from .test_no_torch import ROOT
@@ -40,17 +43,23 @@ now = 2.0e9
 fed = RunReader(run_dir, now=lambda: now, prefetch=prefetch, free_space=lambda _: 1 << 40)   # not the live disk
 handed_over = fed._history._prefetch.result() if mode == "peek" else None
 fed_snap, fed_notices = fed.read()
+os.environ["ANDREA_CACHE_DIR"] = os.path.join(os.path.dirname(run_dir), "another-cache")   # a parse, no mirror
 direct_snap, direct_notices = RunReader(run_dir, now=lambda: now, free_space=lambda _: 1 << 40).read()
 try:
     os.waitpid(-1, os.WNOHANG)
     reaped = False
 except ChildProcessError:                 # no child left, not even a zombie
     reaped = True
+# What was said about the mirror (the fed reader's cache may be unwritable) aside, the same.
+said = {snap.history.mirror.text() for snap in (fed_snap, direct_snap) if snap.history.mirror is not None}
+fed_json, direct_json = to_json(fed_snap, now), to_json(direct_snap, now)
+fed_json["history"].pop("mirror"), direct_json["history"].pop("mirror")
 print(json.dumps({
-    "same_report": to_json(fed_snap, now) == to_json(direct_snap, now),
-    "same_notices": [n.text for n in fed_notices] == [n.text for n in direct_notices],
+    "same_report": fed_json == direct_json,
+    "same_notices": [n.text for n in fed_notices if n.text not in said] == [n.text for n in direct_notices],
     "steps": len(fed.history),
-    "handed_over": None if handed_over is None else len(handed_over[0]),
+    "handed_over": None if handed_over is None else "mapped" if handed_over.history is None else len(handed_over.history),
+    "notes": [] if handed_over is None else [n.kind for n in handed_over.notes],
     "arm_names": fed.history.arm_names,
     "bad_lines": fed.history.bad_lines,
     "reaped": reaped,
@@ -66,17 +75,28 @@ def big_run(tmp_path, torn_tail='{"step": 40001, "lo'):
     return run, steps
 
 
-def run_script(*args) -> dict:
+def run_script(*args, env=None) -> dict:
     r = subprocess.run([sys.executable, "-c", SCRIPT, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
 
-def test_the_child_hands_over_the_same_history_the_console_would_read(tmp_path):
+def test_the_child_writes_the_mirror_and_the_console_maps_it(tmp_path):
     run, steps = big_run(tmp_path)
     out = run_script(run, "peek")
+    assert out["handed_over"] == "mapped" and out["steps"] == steps and out["notes"] == []
+    assert out["same_report"] and out["same_notices"] and out["reaped"]
+    assert start_history_prefetch(run) is None       # the mirror holds it all now: no child next time
+
+
+def test_the_child_hands_over_the_same_history_the_console_would_read(tmp_path):
+    run, steps = big_run(tmp_path)
+    cache = tmp_path / "read-only-cache"
+    cache.write_text("a file, not a directory: nothing can be written under it")
+    out = run_script(run, "peek", env={**os.environ, CACHE_ENV: str(cache)})
     assert out["handed_over"] == out["steps"] == steps     # the child's read arrived, whole
+    assert out["notes"] == [MIRROR_NOT_SAVED]              # and it said why it wrote no mirror
     assert out["same_report"] and out["same_notices"] and out["reaped"]
     assert out["bad_lines"] == 2
 

@@ -1,0 +1,162 @@
+"""The console's use of the history's mirror (:mod:`rundir.history.mirror`): open a history
+through it, say what happened to it, and keep it up as the history grows.
+
+The policy, :class:`HistoryMirror`:
+
+- **Opening** (the first read of a run, the prefetch's child, the overview's compare): a
+  valid mirror is mapped and only the bytes appended since its offset are parsed; one that
+  does not match the history is removed, the history is parsed, and a note
+  (:data:`~console.model.snapshot.MIRROR_REBUILT`) says why, once.
+- **Writing** it (atomically, replacing the old one): when the history is at least
+  :data:`~rundir.history.mirror.MIN_MIRROR_BYTES` long and it had no mirror, the mirror was
+  refused, the history was replaced or shrank, or it has grown
+  :data:`~rundir.history.mirror.REWRITE_AFTER_BYTES` past what the mirror holds. Never at
+  every read: writing a long run's mirror writes all of its columns.
+- **A cache that cannot be written** (read-only, full): the history is read as without a
+  mirror, a note (:data:`~console.model.snapshot.MIRROR_NOT_SAVED`) says so once, and the
+  write is tried again only after another ``REWRITE_AFTER_BYTES``.
+- **The spike detector** (:mod:`rundir.spikes`, a scan of every step: about half a second
+  for 5M) is kept beside the mirror (``.spikes.json``: the flags and non-finite steps found)
+  for exactly the rows the mirror holds, and carried on at the next open that uses that mirror
+  with the same window and k, so that only the rows appended since are scanned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rundir.atomic import atomic_write_bytes
+from rundir.cache_dir import mirror_path, mirror_source
+from rundir.history import HistoryUpdate, LossHistory
+from rundir.history.mirror import (MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, as_read, forget_mirror, open_mirror,
+                                   save_mirror)
+
+from .model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT, MirrorNote
+
+if TYPE_CHECKING:
+    from rundir.spikes import SpikeDetector
+
+
+# Histories shorter than this get no mirror (read at use: tests mirror small histories).
+MIN_BYTES = MIN_MIRROR_BYTES
+# A spike detector that found more flags and non-finite steps than this is not kept.
+MAX_DETECTOR_ITEMS = 100_000
+DETECTOR_SUFFIX = ".spikes.json"
+
+
+class HistoryMirror:
+    """The mirror of one history: :meth:`open` it once, then :meth:`keep_up` after each read."""
+
+    def __init__(self, path: str | os.PathLike[str], min_bytes: int | None = None):
+        self.path = Path(path)
+        self.min_bytes = MIN_BYTES if min_bytes is None else min_bytes
+        self.mirrored_to: int | None = None      # the history's size the mirror holds (None: no good mirror)
+        self.failed_at: int | None = None        # the history's size when the cache could not be written
+        # The rows and byte offset the mirror holds (None: no good mirror), and its header's
+        # source when this open used it: what a kept spike detector must have been made with.
+        self.mirrored_rows: int | None = None
+        self.mirrored_offset: int | None = None
+        self.opened_source: dict | None = None
+        self.just_saved = False                  # the last keep_up wrote the mirror
+
+    def open(self) -> tuple[LossHistory, HistoryUpdate, MirrorNote | None]:
+        """The history read to its end, from its mirror when that is valid; the update of the
+        whole read (as if parsed), and the note when a mirror was there and refused. The
+        mirror is not written here (:meth:`keep_up` does). Never raises."""
+        history, why = open_mirror(self.path)
+        if history is None:
+            history = LossHistory(self.path)
+            if why is not None:
+                forget_mirror(history.path)        # refused once: not checked (and said) again
+                try:
+                    self._detector_path().unlink()
+                except OSError:
+                    pass
+            return history, history.refresh(), MirrorNote(MIRROR_REBUILT, why) if why is not None else None
+        self.mirrored_to = self.mirrored_offset = history._offset     # what it holds; the rest is parsed now
+        self.mirrored_rows, self.opened_source = len(history), mirror_source(self.path)
+        return history, as_read(history).then(history.refresh()), None
+
+    def _position(self, history: LossHistory) -> int:
+        try:
+            return os.stat(history.path).st_size
+        except OSError:
+            return 0
+
+    def due(self, history: LossHistory, update: HistoryUpdate) -> bool:
+        """Whether the mirror should be written after this read (see the module's policy)."""
+        if update.reset:                           # the history was replaced or shrank: its mirror is not it
+            self.mirrored_to = self.mirrored_rows = self.mirrored_offset = None
+        if history.error is not None or history.format is None:
+            return False
+        size = self._position(history)
+        if size < self.min_bytes:
+            return False
+        if self.failed_at is not None and size - self.failed_at < REWRITE_AFTER_BYTES:
+            return False
+        return self.mirrored_to is None or size - self.mirrored_to >= REWRITE_AFTER_BYTES
+
+    def save(self, history: LossHistory) -> MirrorNote | None:
+        """Write the mirror now; the note when the cache could not be written."""
+        size = self._position(history)
+        why = save_mirror(history)
+        if why is None:
+            self.mirrored_to, self.failed_at = size, None
+            self.mirrored_rows, self.mirrored_offset = len(history), history._offset
+            return None
+        if why.cache_failed:
+            self.failed_at = size
+            return MirrorNote(MIRROR_NOT_SAVED, why)
+        return None                                # the history moved while it was read: the next read tries
+
+    def keep_up(self, history: LossHistory, update: HistoryUpdate) -> MirrorNote | None:
+        """After a read: write the mirror when it is due; the note when that failed."""
+        self.just_saved = False
+        if not self.due(history, update):
+            return None
+        note = self.save(history)
+        self.just_saved = self.mirrored_offset == history._offset and note is None
+        return note
+
+    # -- the spike detector kept beside the mirror --------------------------------------
+    def _detector_path(self) -> Path:
+        mirror = mirror_path(self.path)
+        return mirror.with_name(mirror.name + DETECTOR_SUFFIX)
+
+    def load_detector(self, history: LossHistory, window: int, k: float) -> "SpikeDetector | None":
+        """The spike detector kept with the mirror this open used, carried on from the rows
+        the mirror holds; None when there is none for this mirror, window and k."""
+        if self.mirrored_rows is None or self.opened_source is None:
+            return None
+        from rundir.spikes import SpikeDetector
+
+        try:
+            kept = json.loads(self._detector_path().read_bytes())
+            state = kept["state"]
+            if kept["source"] != self.opened_source or state["rows"] != self.mirrored_rows or \
+                    (state["window"], state["k"]) != (window, float(k)):
+                return None
+            return SpikeDetector.from_state_dict(state, history.step, history.loss)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def save_detector(self, history: LossHistory, detector: "SpikeDetector") -> None:
+        """Keep ``detector`` beside the mirror when it read exactly what the mirror holds (no
+        byte of the history past it). Nothing is said when it cannot be written: the mirror's
+        own note says what is wrong with the cache."""
+        state = detector.state_dict()
+        if self.mirrored_rows is None or history._offset != self.mirrored_offset or \
+                state["rows"] != self.mirrored_rows or len(history) != self.mirrored_rows or \
+                sum(len(state[name]) for name in detector._STATE_COLUMNS) > MAX_DETECTOR_ITEMS:
+            return
+        source = mirror_source(self.path)
+        if source is None:
+            return
+        try:
+            atomic_write_bytes(self._detector_path(), json.dumps({"source": source, "state": state}).encode(),
+                               durable=False)         # a torn one fails to parse, and is not used
+        except (OSError, ValueError):
+            pass
