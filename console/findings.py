@@ -120,9 +120,12 @@ class HistoryFindings:
         changed = False
         if update.reset or self.detector is None or (self.detector.window, self.detector.k) != (window, k):
             self.detector = SpikeDetector(window, k)
-            self.grad_detector = SpikeDetector(window, k)
             self._processes, self._events_seen = [], 0
             changed = True
+        # On its own: the loss's detector may be one restored beside the history's mirror.
+        grad = self.grad_detector
+        if update.reset or grad is None or (grad.window, grad.k) != (window, k):
+            self.grad_detector = SpikeDetector(window, k)
         changed |= self.detector.update(history.step, history.loss, update.rewound_from)
         if first and self.grad_after_first:
             self.grad_pending = True
