@@ -22,7 +22,7 @@ from textual.app import App
 from textual.dom import DOMNode
 from textual.worker import get_current_worker
 
-from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, TRAINER
+from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, HISTORY, TRAINER
 
 from .alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
 from .format import printable
@@ -73,6 +73,7 @@ class ConsoleApp(App[None]):
         self.run_dir = Path(run_dir)
         self.now = now
         self.reader = reader or RunReader(self.run_dir, now=now, probe=probe)
+        self.reader.findings.grad_after_first = True      # read once the first frame is painted (started)
         self.watching = watch
         self.child = child
         self.tick_s = tick
@@ -112,6 +113,8 @@ class ConsoleApp(App[None]):
         if not gc.isenabled():
             gc.freeze()
             gc.enable()
+        if self.reader.findings.grad_pending:
+            self.request_read({HISTORY})
 
     def tick(self) -> None:
         self.request_read({TRAINER})

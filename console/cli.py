@@ -5,7 +5,11 @@
                                            (--once and --json print it)
     andrea-console RUN_DIR --start         launch the trainer detached, then open the dashboard
     andrea-console RUN_DIR --once          the dashboard as plain text, then exit
-    andrea-console RUN_DIR --json          the same as JSON
+    andrea-console RUN_DIR --json          the same as JSON (with the list of series)
+    andrea-console RUN_DIR --once --metric NAME [--range A:B]
+                                           the plot of one series (grad_norm, tokens_per_s, ...)
+    andrea-console RUN_DIR --json --metric NAME [--range A:B] [--points N]
+                                           one series' min/max envelope, N buckets of steps
     andrea-console RUN_DIR --check         print the problems; exit 0 healthy, 1 warnings, 2 errors
     andrea-console RUN_DIR --checkpoint    SIGUSR1 (or a checkpoint request), wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
@@ -56,11 +60,20 @@ from .prefetch import start_history_prefetch
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130                  # 128 + SIGINT, as a shell reports a Ctrl-C
 SERVE_HOST, SERVE_PORT = "127.0.0.1", 8765      # --serve's defaults (here: console.serve imports aiohttp)
+METRIC_POINTS = (200, 100_000)          # --json --metric's buckets: the default, the most
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="andrea-console",
                                 description="Operator console for a live training run directory.")
+    _add_modes(p)
+    _add_options(p)
+    _add_plot_options(p)
+    return p
+
+
+def _add_modes(p: argparse.ArgumentParser) -> None:
+    """The run directory, and what to do with it (one mode at most)."""
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (runs/<name>)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="print the dashboard as plain text and exit")
@@ -81,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--serve", action="store_true",
                       help="serve the dashboard (the overview for a runs directory) to web browsers, each tab its "
                            "own console, read-only unless --allow-control; prints the URL; Ctrl-C stops")
+    mode.add_argument("--check", action="store_true",
+                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring)")
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    """The options of the modes: serving, rollback, alerts, pivot, start."""
     p.add_argument("--host", metavar="H", help=f"--serve: the address to listen on (default {SERVE_HOST})")
     p.add_argument("--port", type=int, metavar="N", help=f"--serve: the port (default {SERVE_PORT}; 0: any free one)")
     p.add_argument("--allow-control", action="store_true",
@@ -91,8 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=int, metavar="STEP", help="--rollback: the checkpoint step to go back to")
     p.add_argument("--skip-batches", type=int, metavar="N",
                    help="--rollback: batches each arm skips after the resume (default: up to the spike's end)")
-    mode.add_argument("--check", action="store_true",
-                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring)")
     p.add_argument("--spike-window", type=int, default=None, metavar="N",
                    help="spike baseline: the N finite steps before (default: run.toml [alerts] window, else 100)")
     p.add_argument("--spike-k", type=float, default=None, metavar="K",
@@ -130,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-after", type=float, default=None, metavar="S",
                    help="show a verified trainer as stalled after S seconds without a new step "
                         "(default: the larger of 60 s and ten median step times)")
+
+
+def _add_plot_options(p: argparse.ArgumentParser) -> None:
+    """What the plot shows (--once, and the dashboard's start)."""
     p.add_argument("--width", type=int, default=100, metavar="N", help="--once: width of the text (default 100)")
     p.add_argument("--smooth", type=float, default=0.98, metavar="BETA",
                    help="EMA weight of the smoothed loss line, 0 to 0.9999 (default 0.98)")
@@ -139,7 +160,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--once: the plot's x axis: step, tokens or time (wall clock); the dashboard's x key "
                         "(default step)")
     p.add_argument("--log-y", action="store_true", help="--once: a logarithmic loss axis (the dashboard's l key)")
-    return p
+    p.add_argument("--metric", metavar="NAME",
+                   help="--once: plot this series instead of the loss; --json: the min/max envelope of this series "
+                        "(`--json` lists the series there are)")
+    p.add_argument("--range", metavar="A:B", help="--metric: only the steps from A to B (either may be left out)")
+    p.add_argument("--points", type=int, metavar="N",
+                   help=f"--json --metric: buckets of steps, each its min and max (default {METRIC_POINTS[0]}, "
+                        f"at most {METRIC_POINTS[1]:,})")
+
+
+def _metric_usage(args: argparse.Namespace) -> str | None:
+    """Why --metric, --range and --points do not go together as given (None: they do)."""
+    if (args.range is not None or args.points is not None) and args.metric is None:
+        return "--range and --points go with --metric"
+    if args.metric is not None and not (args.once or args.json):
+        return "--metric goes with --once (a plot of it) or --json (its min/max envelope)"
+    if args.points is not None and not args.json:
+        return "--points goes with --json --metric"
+    if args.points is not None and not 1 <= args.points <= METRIC_POINTS[1]:
+        return f"--points {args.points}: expected 1 to {METRIC_POINTS[1]:,}"
+    if args.range is not None:
+        from .series_report import StepRange
+        try:
+            args.step_range = StepRange.parse(args.range)
+        except ValueError as err:
+            return str(err)
+    return None
 
 
 def _fail(message: str, code: int) -> int:
@@ -188,7 +234,7 @@ def _main(argv: list[str] | None) -> int:
             args.yes and not (args.pivot or args.rollback or args.start or args.serve):
         return _fail("--cap, --floor, --drop and --yes go with --pivot (--yes also with --rollback, --start and "
                      "--serve)", EXIT_USAGE)
-    refused = _serve_usage(args)
+    refused = _serve_usage(args) or _metric_usage(args)
     if refused:
         return _fail(refused, EXIT_USAGE)
     if (args.to is not None or args.skip_batches is not None) and not args.rollback:
@@ -349,7 +395,19 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
         code, lines = check_report(snap)
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         return code
-    if args.json:
+    from .series_report import StepRange, check_metric
+
+    step_range = getattr(args, "step_range", StepRange())
+    if args.metric is not None:
+        unknown = check_metric(snap.history, args.metric)
+        if unknown:
+            return _fail(unknown, EXIT_USAGE)
+    if args.json and args.metric is not None:
+        from .series_report import metric_json
+
+        data = metric_json(snap.history, args.metric, step_range, args.points or METRIC_POINTS[0])
+        sys.stdout.write(json.dumps(strict_json_value({"run": snap.name, **data}), indent=2) + "\n")
+    elif args.json:
         from .report import to_json
 
         sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
@@ -359,7 +417,8 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
 
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
                                      options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
-                                                         log_y=args.log_y)))
+                                                         log_y=args.log_y),
+                                     metric=args.metric or "loss", step_range=step_range))
     if snap.dir_unusable:
         return _fail(f"{run_dir}: {snap.dir_text}", EXIT_USAGE)
     return EXIT_OK

@@ -48,6 +48,10 @@ def findings_lines(h: HistoryView, listed: int = 10) -> list[str]:
     if len(h.spikes) > listed:
         lines.append(f"  … {len(h.spikes) - listed:,} older spikes not listed (--json lists them)")
     lines.extend(f"  ! {spike_text(s)}" for s in h.spikes[-listed:])
+    if h.grad_spikes:                   # often just before a loss spike
+        lines.append(f"grad spikes  {len(h.grad_spikes)}")
+        lines.extend(f"  ∇ {spike_text(s).replace('loss spike', 'grad-norm spike', 1)}"
+                     for s in h.grad_spikes[-listed:])
     if h.nonfinite_steps:
         shown = ", ".join(f"{s:,}" for s in h.nonfinite_steps[-listed:])
         more = h.nonfinite - min(listed, len(h.nonfinite_steps))
@@ -63,6 +67,8 @@ def findings_json(h: HistoryView) -> dict[str, Any]:
         return x if np.isfinite(x) else None
 
     return {"spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()} for s in h.spikes],
+            "grad_norm_spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()}
+                                 for s in h.grad_spikes],
             "nonfinite_steps": list(h.nonfinite_steps),
             "resume_checks": [{**c.to_dict(), "first_difference": _finite_values(c.first_difference)}
                               for c in h.resume_checks], "eta_s": h.eta_s}
@@ -83,6 +89,13 @@ class HistoryFindings:
     def __init__(self, window: int | None = None, k: float | None = None):
         self.window_override, self.k_override = window, k
         self.detector: SpikeDetector | None = None
+        # Grad-norm spikes, found the same way on the grad_norm column: they often come
+        # just before a loss spike, and are shown as their own marker.
+        self.grad_detector: SpikeDetector | None = None
+        # The dashboard leaves them out of its first read (a 200k-step history's first frame
+        # would wait ~0.1 s for them) and reads again once that frame is painted.
+        self.grad_after_first = False
+        self.grad_pending = False
         self._processes: list[HistoryEvent] = []     # start and resume events, in file order
         self._events_seen = 0
         self._checks: tuple[ResumeCheck, ...] = ()
@@ -109,7 +122,17 @@ class HistoryFindings:
             self.detector = SpikeDetector(window, k)
             self._processes, self._events_seen = [], 0
             changed = True
+        # On its own: the loss's detector may be one restored beside the history's mirror.
+        grad = self.grad_detector
+        if update.reset or grad is None or (grad.window, grad.k) != (window, k):
+            self.grad_detector = SpikeDetector(window, k)
         changed |= self.detector.update(history.step, history.loss, update.rewound_from)
+        if first and self.grad_after_first:
+            self.grad_pending = True
+        else:
+            changed |= self.grad_detector.update(history.step, history.grad_norm, update.rewound_from)
+            changed |= self.grad_pending
+            self.grad_pending = False
         events = history.events
         if len(events) < self._events_seen:
             self._processes, self._events_seen = [], 0
@@ -139,5 +162,6 @@ class HistoryFindings:
     def view_fields(self) -> dict[str, Any]:
         """The :class:`~console.model.snapshot.HistoryView` fields this feeds."""
         nonfinite = self.detector.newest_nonfinite_steps(NONFINITE_LISTED) if self.detector is not None else ()
+        grad = self.grad_detector.spikes if self.grad_detector is not None else []
         return {"spikes": tuple(self.spikes), "nonfinite_steps": tuple(nonfinite),
-                "resume_checks": self._checks}
+                "resume_checks": self._checks, "grad_spikes": tuple(grad)}

@@ -190,7 +190,8 @@ class HistoryPart:
             error=h.error, events=tuple(h.events), step=_frozen(h.step), loss=_frozen(loss), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
             tokens_column=_frozen(tokens), time_column=_frozen(h.time), series=series_data(h, _frozen),
-            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent), mirror=self._mirror_note)
+            silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent), mirror=self._mirror_note,
+            arm_column=_frozen(h.arm), arm_names=tuple(h.arm_names))
 
     def _open(self) -> tuple[HistoryUpdate, list[MirrorNote]]:
         """The first read: the prefetch's hand-over when there is one, else the history opened

@@ -86,6 +86,32 @@ RUN_KEYS = (
     HELP,
 )
 
+# The plots' view: series, grid, zoom, pan and cursor (not in the key bar: the help lists them).
+VIEW_KEYS = (
+    Key("m", "series", "series", "plot: pick its series (loss, eval loss, grad-norm, lr, throughput, each arm's "
+        "share and p, GPU figures, any other numeric key): the main plot's, or the focused grid cell's",
+        shown=False),
+    Key("z", "zoom(2.0)", "zoom", "plot: zoom in on the steps around the cursor (else the middle); a mouse drag on "
+        "the plot zooms to the steps it covers", shown=False),
+    Key("Z", "zoom(0.5)", "zoom out", "plot: zoom out", shown=False),
+    Key("comma", "pan(-1)", "pan", "plot: pan the zoomed view left (,) or right (.)", display=", .", shown=False),
+    Key("full_stop", "pan(1)", "pan right", "", shown=False),
+    Key("g", "grid", "grid", "plot: in the full layout, a grid of small plots in the main plot's place (loss, eval "
+        "loss, grad-norm, throughput, or run.toml's console.plots); m on a focused cell changes it", shown=False),
+    Key("0", "unzoom", "all steps", "plot: the whole history again, the cursor off", shown=False),
+    Key("", "", "cursor", "the plot's cursor one column left or right (the focused plot's, else the main plot's, "
+        "while no pane that scrolls sideways is focused); it reads every series, the time, the tokens and the "
+        "markers at its step (a click on a plot puts it there)", display="←→"),
+    Key("left", "cursor(-1)", "cursor left", "", shown=False),
+    Key("right", "cursor(1)", "cursor right", "", shown=False),
+)
+
+# Bound on the plots themselves: they act only while a plot is focused.
+PLOT_KEYS = (
+    Key("left", "cursor(-1)", "cursor left", "", shown=False),
+    Key("right", "cursor(1)", "cursor right", "", shown=False),
+)
+
 
 def pane_keys(panes: tuple[tuple[str, str, str], ...], full_from: str) -> tuple[Key, ...]:
     """The dashboard's keys that move among its ``panes`` ((key, name, title) each)."""
@@ -114,9 +140,9 @@ OVERVIEW_KEYS = (
     Key("enter", "open_run", "open", "open the selected run's dashboard; Escape there returns to the overview",
         display="⏎", priority=True, essential=True),               # before the table's own Enter
     Key("space", "mark", "mark", "mark or unmark the selected run", display="space"),
-    Key("v", "compare", "compare marked", "compare the marked runs (or the selected one): loss curves overlaid, "
-        "min/max envelope per run, and a table of what differs in their run.toml and start events (it scrolls); "
-        "x step / tokens, l log / linear y, Escape returns"),
+    Key("v", "compare", "compare marked", "compare the marked runs (or the selected one): loss curves (m: any "
+        "series) overlaid, min/max envelope per run, and a table of what differs in their run.toml and start "
+        "events (it scrolls); x step / tokens, l log / linear y, Escape returns"),
     Key("c", "app.checkpoint", "checkpoint", "checkpoint the selected run's trainer (verified, as on the dashboard)",
         control=True, essential=True),
     Key("s", "app.stop", "stop", "stop the selected run's trainer (verified; asks first, as on the dashboard)",
@@ -128,6 +154,7 @@ OVERVIEW_KEYS = (
 # The comparison of runs (the overview's v).
 COMPARE_KEYS = (
     Key("x", "x_axis", "step/tokens", "x axis: step or tokens"),
+    Key("m", "series", "series", "the series compared (loss, grad-norm, throughput...)"),
     Key("l", "log_y", "log-y", "log / linear y"),
     Key("escape", "back", "overview", "back to the overview", essential=True),
     QUIT,

@@ -224,7 +224,11 @@ class Canvas:
 
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
     """The y of each value: the value (or its log10), NaN where it cannot be plotted."""
-    values = np.where(beyond_limit(values), np.nan, np.asarray(values, dtype=np.float64))
+    values = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        big = np.abs(values) > PLOT_LIMIT       # infinities too: left out like NaN either way
+    if big.any():
+        values = np.where(big, np.nan, values)
     if not log_y:
         return values
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -297,7 +297,8 @@ class RunReader:
         v, h, prev = read.values, read.values["history"], read.prev
         if prev is not None and v["checkpoints"] is prev.checkpoints and h is prev.history:
             return {"markers": prev.markers}          # thousands of checkpoints: not again at every read
-        return {"markers": derive_markers(v["checkpoints"], h.events, h.silent_rewinds, h.spikes, h.nonfinite_steps)}
+        return {"markers": derive_markers(v["checkpoints"], h.events, h.silent_rewinds, h.spikes, h.nonfinite_steps,
+                                                h.grad_spikes)}
 
     # -- parts -----------------------------------------------------------------
     def stall_threshold(self) -> float:

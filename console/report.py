@@ -20,7 +20,9 @@ from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_coun
                      format_rate, format_size, format_uptime, printable, printable_block, slurm_text, stall_text,
                      storage_text)
 from .findings import findings_json, findings_lines
+from .model.series import series_values, spec_of
 from .model.snapshot import RunSnapshot
+from .series_report import StepRange, on_rows, series_list
 
 if TYPE_CHECKING:           # the plot and rich are imported by the text alone: --json and --check draw nothing
     from .plot import PlotOptions
@@ -110,8 +112,9 @@ def arm_lines(snap: RunSnapshot) -> list[str]:
 
 
 def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, plot_height: int = 8,
-                options: PlotOptions | None = None) -> str:
-    """The whole dashboard as plain text (no colour)."""
+                options: PlotOptions | None = None, metric: str = "loss", step_range: StepRange = StepRange()) -> str:
+    """The whole dashboard as plain text (no colour); the plot draws series ``metric`` over
+    ``step_range`` (:mod:`console.model.series`)."""
     from rich.console import Console
 
     from .plot import PlotOptions, plot_text, plot_x
@@ -140,12 +143,16 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append("")
     if h.n_steps:
         opts = options or PlotOptions()
-        x, axis = plot_x(opts.x_axis, h.step, h.tokens_column, h.time_column)
+        steps, values = (h.step, h.loss) if metric == "loss" else series_values(h, metric)
+        tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
+        abandoned = on_rows(h, steps, abandoned_mask(h.step, h.time_column, h.events, h.last_step))
+        rows = step_range.rows(steps)
+        x, axis = plot_x(opts.x_axis, steps[rows], tokens[rows] if tokens is not None else None,
+                         times[rows] if times is not None else None)
         buf = io.StringIO()
         Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
-            plot_text(h.step, h.loss, width, plot_height, opts,
-                      snap.markers,
-                      abandoned=abandoned_mask(h.step, h.time_column, h.events, h.last_step), x=x, x_axis=axis))
+            plot_text(steps[rows], values[rows], width, plot_height, opts, snap.markers,
+                      abandoned=abandoned[rows] if abandoned is not None else None, x=x, x_axis=axis))
         rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
             e.event == EVENT_ROLLBACK for e in h.events) else ""
         rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
@@ -154,8 +161,8 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
             lines.append(f"x axis: step, not {opts.x_axis}: not every step of the history has "
                          f"{AXIS_NEEDS[opts.x_axis]}")
         scale = ", log scale" if opts.log_y else ""
-        lines.append(f"loss{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
-                     f"{rolled_back}{rewound})")
+        lines.append(f"{spec_of(metric).label}{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
+                     f"{', ∇ grad-norm spike' if h.grad_spikes else ''}{rolled_back}{rewound})")
         lines.extend(buf.getvalue().rstrip("\n").splitlines())
         lines.append("")
     lines.append(f"checkpoints ({len(snap.checkpoints)})"
@@ -249,5 +256,6 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
         "samples_error": snap.samples_error,
         "other_files": list(snap.other_files),
         "problems": [p.text for p in snap.problems],
+        "series": series_list(h),
         "log_tail": list(snap.log_tail[-20:]),
     }

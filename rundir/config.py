@@ -170,6 +170,24 @@ class AlertsConfig:
         _check_int("alerts.rollback_margin", self.rollback_margin, minimum=0)
 
 
+# [console] plots: the most series its grid of small plots shows.
+MAX_CONSOLE_PLOTS = 4
+
+
+@dataclass
+class ConsoleSection:
+    """``[console]``: what the operator console shows of this run (the trainer ignores it).
+    ``plots``: the series of the full layout's grid of small plots (names of
+    :mod:`console.model.series`; a name the history lacks is said on the console)."""
+
+    plots: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.plots, list) or not all(isinstance(p, str) and p for p in self.plots) \
+                or not 1 <= len(self.plots) <= MAX_CONSOLE_PLOTS:
+            _fail("console.plots", self.plots, f"a list of 1 to {MAX_CONSOLE_PLOTS} series names")
+
+
 @dataclass
 class ArmConfig:
     """One data arm: a named source with a sampling-probability cap and floor."""
@@ -296,6 +314,7 @@ class RunConfig:
     samples: SamplesConfig = field(default_factory=SamplesConfig)
     arms: dict[str, ArmConfig] = field(default_factory=dict)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    console: ConsoleSection | None = None      # written only when given
 
     def __post_init__(self) -> None:
         validate_policy(self.arms)
@@ -318,13 +337,14 @@ class RunConfig:
         """Build from parsed TOML, naming any unknown section or key."""
         if not isinstance(data, dict):
             raise ConfigError("run.toml: expected a table at the top level")
-        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms", "alerts"}
+        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms", "alerts", "console"}
         for key in data:
             if key not in allowed:
                 raise ConfigError(f"run.toml: unknown section [{key}]; allowed: {', '.join(sorted(allowed))}")
         kwargs: dict[str, Any] = {}
         sections = {"run": RunSection, "model": ModelConfig, "optimizer": OptimizerConfig,
-                    "bandit": BanditConfig, "samples": SamplesConfig, "alerts": AlertsConfig}
+                    "bandit": BanditConfig, "samples": SamplesConfig, "alerts": AlertsConfig,
+                    "console": ConsoleSection}
         for name, klass in sections.items():
             if name in data:
                 kwargs[name] = _build(klass, data[name], name)
@@ -344,10 +364,13 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, as written to ``run.toml`` and recorded in checkpoints. An unset
-        ``run.eval_every`` is left out (TOML has no null; unset follows ``checkpoint_every``)."""
+        ``run.eval_every`` is left out (TOML has no null; unset follows ``checkpoint_every``),
+        and so is an unset ``[console]``."""
         data = dataclasses.asdict(self)
         if data["run"]["eval_every"] is None:
             del data["run"]["eval_every"]
+        if data["console"] is None:             # no [console] table unless one was given
+            del data["console"]
         return data
 
     def policy(self) -> dict[str, dict[str, float]]:

@@ -35,6 +35,7 @@ MARKER_KINDS: dict[str, MarkerKind] = {kind.name: kind for kind in (
     MarkerKind("resume", "R", "yellow", 1, rare=False),
     MarkerKind("pivot", "P", "magenta", 3, rare=False),
     MarkerKind("spike", "!", "bold red", 5, rare=True),
+    MarkerKind("grad_spike", "∇", "bold yellow", 4, rare=True),   # a grad-norm spike (often before a loss spike)
     MarkerKind("nonfinite", "×", "bold red", 6, rare=True),
     MarkerKind("rewind", "<", "bold red", 2, rare=True),        # steps went back with no resume event
     MarkerKind("rollback", "B", "bold orange1", 4, rare=True),
@@ -57,10 +58,11 @@ class Marker:
 
 
 def derive_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent], rewinds: Iterable[int] = (),
-                   spikes: Iterable[Spike] = (), nonfinite_steps: Iterable[int] = ()) -> tuple[Marker, ...]:
+                   spikes: Iterable[Spike] = (), nonfinite_steps: Iterable[int] = (),
+                   grad_spikes: Iterable[Spike] = ()) -> tuple[Marker, ...]:
     """What earns a marker on the loss plot: the checkpoints on disk, resumes, pivots and
     rollbacks, the ``rewinds`` (steps that went back with no resume event: another engine's
-    restart), each spike's peak and each non-finite step."""
+    restart), each spike's peak (loss and grad-norm) and each non-finite step."""
     marks = [Marker(c.step, "checkpoint") for c in checkpoints if c.status != "invalid"]
     marks += [Marker(step, "rewind") for step in rewinds]
     for ev in events:
@@ -70,5 +72,6 @@ def derive_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[Histo
             if isinstance(step, int):
                 marks.append(Marker(step, kind))
     marks += [Marker(s.peak_step, "spike") for s in spikes]
+    marks += [Marker(s.peak_step, "grad_spike") for s in grad_spikes]
     marks += [Marker(int(n), "nonfinite") for n in nonfinite_steps]
     return tuple(marks)

@@ -119,6 +119,10 @@ class HistoryView:
     # The newest thing worth saying about the history's mirror (the first read's, or a save
     # that failed since); None: nothing to say.
     mirror: MirrorNote | None = None
+    # The arms drawn, for the series of each arm's share and p (console.model.series).
+    grad_spikes: tuple[Spike, ...] = ()  # grad-norm spikes (rundir.spikes on grad_norm), oldest first
+    arm_column: np.ndarray | None = field(default=None, repr=False, compare=False)    # codes into arm_names
+    arm_names: tuple[str, ...] = ()
     # Every other series: lr, grad_norm, the step lines' other numeric keys, the eval series.
     series: SeriesData = field(default_factory=SeriesData, repr=False, compare=False)
 

@@ -6,5 +6,6 @@ from .detail import DetailScreen
 from .help import HelpScreen
 from .pivot_wizard import PivotScreen
 from .rollback_wizard import RollbackScreen
+from .series_picker import SeriesPicker
 
-__all__ = ["ConfirmScreen", "DashboardScreen", "DetailScreen", "HelpScreen", "PivotScreen", "RollbackScreen"]
+__all__ = ["ConfirmScreen", "DashboardScreen", "DetailScreen", "HelpScreen", "PivotScreen", "RollbackScreen", "SeriesPicker"]

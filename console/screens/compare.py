@@ -1,8 +1,8 @@
 """The comparison: the marked runs' whole histories read (in a worker thread) through their
 mirrors (:mod:`console.history_mirror`: mapped when valid, else parsed and the mirror written),
-their loss curves overlaid, and under them the table of what differs between their ``run.toml``
-and start events (:mod:`console.model.run_diff`; it scrolls). ``x`` plots by step or by tokens,
-``l`` switches log y, Escape returns."""
+their loss curves (or any series: ``m``) overlaid, and under them the table of what differs
+between their ``run.toml`` and start events (:mod:`console.model.run_diff`; it scrolls). ``x``
+plots by step or by tokens, ``l`` switches log y, Escape returns."""
 
 from __future__ import annotations
 
@@ -26,12 +26,14 @@ from ..messages import CompareReady
 from ..model.run_diff import DiffRow, run_diff, start_data
 from ..widgets import KeyBar
 from ..widgets.compare_plot import ComparePlot
+from ..series_report import plain_view
+from .series_picker import SeriesPicker
 
 
 def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
-    """Each run's whole history: ``(name, steps, tokens, loss)``, the problems met (a mirror
-    rebuilt or not saved among them), and what differs between the runs' ``run.toml`` and
-    start events."""
+    """Each run's whole history: ``(name, steps, tokens, loss, view)``, the problems met (a
+    mirror rebuilt or not saved among them), and what differs between the runs' ``run.toml``
+    and start events."""
     series, problems, settings = [], [], []
     for name, path in runs:
         mirror = HistoryMirror(path / LOSS_JSON)
@@ -40,7 +42,8 @@ def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
         if history.error:
             problems.append(f"{name}: {history.error}")
         problems.extend(f"{name}: {n.text()}" for n in (note, saved) if n is not None)
-        series.append((name, history.step.copy(), history.tokens.copy(), history.loss.copy()))
+        view = plain_view(history)
+        series.append((name, view.step, view.tokens_column, view.loss, view))
         try:
             config = load_run_config(path).to_dict()
         except (ConfigError, OSError):
@@ -98,6 +101,15 @@ class CompareScreen(Screen):
     def action_log_y(self) -> None:
         plot = self.query_one(ComparePlot)
         plot.log_y = not plot.log_y
+
+    def action_series(self) -> None:
+        """m: the series the runs are compared on."""
+        plot = self.query_one(ComparePlot)
+
+        def picked(name: str | None) -> None:
+            if name is not None:
+                plot.metric = name
+        self.app.push_screen(SeriesPicker(plot.names(), plot.metric, "series compared"), picked)
 
     def action_back(self) -> None:
         self.dismiss(None)

@@ -11,19 +11,21 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.geometry import Size
 from textual.reactive import var
 from textual.screen import Screen
 from textual.widget import Widget
 
-from ..keys import RUN_KEYS, bindings, hints, pane_keys
+from ..keys import RUN_KEYS, VIEW_KEYS, bindings, hints, pane_keys
 from ..messages import DetailRequested
+from ..model.series import DEFAULT_GRID, available
 from ..model.snapshot import Notice, RunSnapshot
 from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
                        StatusPane)
 from ..widgets.problems import ALL, SHOWN
 from .detail import DetailScreen
+from .series_picker import SeriesPicker
 
 # The full layout's fixed rows (status and plot 17, checkpoints and arms 12, the events
 # at least 10, the key bar 1) need 40 lines; its arms table needs 140 columns beside the
@@ -36,7 +38,7 @@ PANE_IDS = {name: wid for _, name, wid in PANES}
 FIRST_PANE = "events"
 # The dashboard's keys: the run's, then those that move among the panes (README's key
 # table ends with the hints the key bar says after the keys).
-DASHBOARD_KEYS = (*RUN_KEYS, *pane_keys(PANES, f"{FULL_FROM.width}x{FULL_FROM.height}"))
+DASHBOARD_KEYS = (*RUN_KEYS, *pane_keys(PANES, f"{FULL_FROM.width}x{FULL_FROM.height}"), *VIEW_KEYS)
 
 
 class DashboardScreen(Screen):
@@ -47,8 +49,12 @@ class DashboardScreen(Screen):
     # whose part changed (they refresh themselves).
     snapshot: var[RunSnapshot | None] = var(None, always_update=True, init=False)
 
-    def __init__(self, window_steps: int, smoothing: float) -> None:
+    def __init__(self, window_steps: int, smoothing: float, grid_series: tuple[str, ...] = DEFAULT_GRID) -> None:
         super().__init__(id="dashboard")
+        self.grid_series = grid_series
+        self.grid = False               # g: the grid of small plots in the main plot's place (full layout)
+        self._grid_config: tuple[str, ...] | None = None     # run.toml's [console] plots, as applied
+        self._grid_unknown: set[str] = set()                 # names said to be no series of the history
         self.window_steps = window_steps
         self.smoothing = smoothing
         self.pane = FIRST_PANE
@@ -66,6 +72,10 @@ class DashboardScreen(Screen):
                 # The plot comes first: under it, in the compact layout, the status pane
                 # (key 6); in the full one the status is docked to the plot's left.
                 yield LossPlot(self.window_steps, self.smoothing, id="plot", classes="pane")
+                with Grid(id="plot-grid"):
+                    for i, name in enumerate(self.grid_series):
+                        yield LossPlot(self.window_steps, self.smoothing, series=name, small=True, id=f"grid-{i}",
+                                       classes="pane small-plot")
                 yield StatusPane(id="status", classes="pane")
             with Horizontal(id="row-middle", classes="row"):
                 yield CheckpointsPane(id="checkpoints", classes="pane")
@@ -100,7 +110,7 @@ class DashboardScreen(Screen):
     def _set_layout_classes(self, size: Size) -> bool:
         compact = size.width < FULL_FROM.width or size.height < FULL_FROM.height
         # One batch: each class changed on its own would restyle every pane.
-        classes = {"-compact": compact, "-full": not compact}
+        classes = {"-compact": compact, "-full": not compact, "-grid": self.grid}
         classes.update((f"-tab-{name}", compact and name == self.pane) for _, name, _ in PANES)
         self.update_classes(classes, animate=False)
         return compact
@@ -156,6 +166,73 @@ class DashboardScreen(Screen):
     def action_x_axis(self) -> None:
         self.plot.cycle_x_axis()
 
+    def action_series(self) -> None:
+        """m: the series picker for the focused plot (else the main plot, or the grid's first)."""
+        plot = self.active_plot
+        h = self.snapshot.history if self.snapshot is not None else None
+        names = available(h) if h is not None else []
+
+        def picked(name: str | None) -> None:
+            if name is not None:
+                plot.series = name
+        self.app.push_screen(SeriesPicker(names, plot.series, f"series of the {plot.border_title} plot"), picked)
+
+    def action_zoom(self, factor: float) -> None:
+        self.active_plot.zoom_by(factor)
+
+    def action_pan(self, direction: int) -> None:
+        self.active_plot.pan(direction)
+
+    def action_cursor(self, cells: int) -> None:
+        self.active_plot.move_cursor(cells)
+
+    def action_unzoom(self) -> None:
+        plot = self.active_plot
+        plot.zoom, plot.cursor = None, None
+
+    def action_grid(self) -> None:
+        if self.compact:
+            self.app.bell()
+            self.notify(f"the grid of plots needs the full layout ({FULL_FROM.width}x{FULL_FROM.height} or more)")
+            return
+        self.grid = not self.grid
+        self._set_layout_classes(self.app.size)
+
+    def _configure_grid(self, snap: RunSnapshot) -> None:
+        """The grid's series from run.toml's ``[console] plots`` (when it changes), and once
+        per name one line in the event log for a name that is no series of the history."""
+        wanted = tuple(snap.config.console.plots) if snap.config is not None and snap.config.console else None
+        if wanted is not None and wanted != self._grid_config:
+            self._grid_config = wanted
+            cells = list(self.query(".small-plot").results(LossPlot))
+            for cell, name in zip(cells, wanted):
+                cell.series = name
+            for cell in cells[len(wanted):]:
+                cell.display = False
+        if wanted and snap.history.n_steps:
+            have = available(snap.history)
+            for name in wanted:
+                if name not in have and name not in self._grid_unknown:
+                    self._grid_unknown.add(name)
+                    self.notice(Notice(self.app.now(), f"run.toml [console] plots: no series {name!r} in this "
+                                       f"history (yet); it has: {', '.join(have)}", "warning"))
+
+    @property
+    def active_plot(self) -> LossPlot:
+        """The plot the plot keys act on: the focused one, else the one in view."""
+        if isinstance(self.focused, LossPlot) and self.focused.display:
+            return self.focused
+        if self.grid and not self.compact:
+            return self.query_one("#grid-0", LossPlot)
+        return self.plot
+
+    def on_loss_plot_view_changed(self, message: LossPlot.ViewChanged) -> None:
+        """Every plot shows the same steps and the same cursor (the x axes line up)."""
+        source = message.plot
+        for plot in self.query(LossPlot):
+            if plot is not source:
+                plot.zoom, plot.cursor = source.zoom, source.cursor
+
     def action_pane(self, name: str) -> None:
         """Key 1-6: the compact layout shows that pane under the plot; both layouts focus it."""
         self.pane = name
@@ -196,7 +273,9 @@ class DashboardScreen(Screen):
         if self.compact:                    # hidden in the full layout: drawn when it is shown
             self.query_one(StatusLine).show(snap, now)
         self.query_one(ProblemsBar).show(snap.problems)
-        self.query_one(LossPlot).show(snap)
+        self._configure_grid(snap)
+        for plot in self.query(LossPlot):
+            plot.show(snap)
         self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now, snap.retention)
         self.query_one(ArmsPane).show(snap.arms)
         self.query_one(SamplesPane).show(snap.samples, snap.samples_error)
@@ -218,4 +297,4 @@ class DashboardScreen(Screen):
 
     @property
     def plot(self) -> LossPlot:
-        return self.query_one(LossPlot)
+        return self.query_one("#plot", LossPlot)

@@ -29,9 +29,10 @@ PANES_HELP = [
                f"{FULL_FROM.width}x{FULL_FROM.height} two lines above the plot say the state, step, loss and "
                "newest checkpoint, then the first problem (or pid, CPU, memory, speed, free disk); key 6 shows "
                "the whole pane"),
-    ("loss", "every step of .loss.json: each column shows the min and max of its steps, so no spike "
-             "is hidden; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite step, B rollback (the steps "
-             "it abandoned dimmed until the resumed trainer runs them again)"),
+    ("loss", "every step of .loss.json (or the series m picked): each column shows the min and max of its "
+             "steps, so no spike is hidden; ▴ checkpoint, R resume, P pivot, ! spike, ∇ grad-norm spike, "
+             "× non-finite step, B rollback (the steps it abandoned dimmed until the resumed trainer runs them "
+             "again)"),
     ("checkpoints", "complete (.bin + .json), foreign (weights, m and v only), invalid (with the reason, "
                     "cut to one line: Enter shows it whole); the selected one is what i inspects"),
     ("bandit arms", "zombie arms (in .state.json, but their data is gone) in red with the reason; in a "

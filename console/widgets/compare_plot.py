@@ -1,5 +1,6 @@
-"""The comparison's plot: the marked runs' loss curves overlaid, each in its own colour, with
-a legend; every run decimated by the same min/max envelope as the dashboard's plot."""
+"""The comparison's plot: the marked runs' loss curves (or another series, ``metric``)
+overlaid, each in its own colour, with a legend; every run decimated by the same min/max
+envelope as the dashboard's plot."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ..format import printable
+from ..model.series import UnknownSeries, available, series_values, spec_of
+from ..series_report import on_rows
 from ..plot import SERIES_STYLES, build_overlay, render_overlay_runs
 
 LABEL_WIDTH = 8
@@ -17,16 +20,40 @@ LABEL_WIDTH = 8
 class ComparePlot(Widget):
     by_tokens: reactive[bool] = reactive(False)
     log_y: reactive[bool] = reactive(False)
+    metric: reactive[str] = reactive("loss")        # the series compared (console.model.series)
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "loss, compared"
-        self.series: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] | None = None
+        self.series: list[tuple] | None = None
 
-    def show(self, series: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]) -> None:
-        """``series``: ``(name, steps, tokens, loss)`` per run, in legend order."""
+    def show(self, series: list[tuple]) -> None:
+        """``series``: ``(name, steps, tokens, loss, view)`` per run, in legend order."""
         self.series = series
         self.refresh()
+
+    def names(self) -> list[str]:
+        """The series of any of the runs, the first run's order first."""
+        out: list[str] = []
+        for run in self.series or ():
+            out += [n for n in available(run[4]) if n not in out] if len(run) > 4 else []
+        return out or ["loss"]
+
+    def watch_metric(self, name: str) -> None:
+        self.border_title = f"{spec_of(name).label}, compared"
+        self.refresh()
+
+    def run_values(self, run: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A run's ``(steps, tokens, values)`` of the series compared (empty: it has none)."""
+        name, steps, tokens, loss = run[:4]
+        if self.metric == "loss" or len(run) < 5:
+            return steps, tokens, loss
+        view = run[4]
+        try:
+            s, v = series_values(view, self.metric)
+        except UnknownSeries:
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
+        return s, on_rows(view, s, view.tokens_column), v
 
     def on_mount(self) -> None:
         self.border_subtitle = self.describe()
@@ -57,8 +84,9 @@ class ComparePlot(Widget):
             return Text("reading the histories…", style="grey50")
         legend = Text(no_wrap=True, overflow="ellipsis")
         shown = []
-        for i, (name, steps, tokens, loss) in enumerate(self.series):
-            x, y = self.xy(steps, tokens, loss)
+        for i, run in enumerate(self.series):
+            name = run[0]
+            x, y = self.xy(*self.run_values(run))
             style = SERIES_STYLES[i % len(SERIES_STYLES)]
             legend.append("■ ", style=style)
             legend.append(printable(name, 40) + ("" if len(x) else " (no tokens)" if self.by_tokens else " (empty)"),

@@ -1,4 +1,6 @@
-"""The loss plot pane: the whole cumulative history, raw plus a debiased-EMA line.
+"""The plot pane: a series (the loss unless ``m`` picked another) of the whole cumulative
+history or of the steps zoomed into, raw plus a debiased-EMA line, and a cursor that reads
+every series at its step (:mod:`console.plot_view`).
 
 Drawn by :mod:`console.plot` (min/max envelope per pixel column, then braille), so no
 spike is hidden at any width. ``log_y``, ``window`` and ``smoothing`` are reactive: the
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 from rich.segment import Segment
+from textual import events
+from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
@@ -22,9 +26,13 @@ from rich.style import Style
 from rundir.abandoned import abandoned_mask
 
 from ..format import AXIS_NEEDS, X_AXES
+from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
+from ..model.series import UnknownSeries, series_values, spec_of, value_at
 from ..plot import ABANDONED_STYLE, PlotOptions, build_canvas, ema_debiased, plot_x, render_runs
+from ..plot_view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
 from ..model.snapshot import HistoryView, RunSnapshot
+from ..series_report import on_rows
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
 LABEL_WIDTH = 8
@@ -33,16 +41,34 @@ DATA_REPAINT_S = 1.0
 
 
 class LossPlot(Widget):
+    """A plot of one series (the loss by default: ``m`` picks another), with its zoom and
+    cursor. ``small``: a cell of the full layout's grid, with no legend line."""
+
+    can_focus = True
+    BINDINGS = bindings(PLOT_KEYS)
     log_y: reactive[bool] = reactive(False)
     window: reactive[int | None] = reactive(None)          # None: all steps; N: the last N
     smoothing: reactive[float] = reactive(0.98)
     x_axis: reactive[str] = reactive("step")              # step | tokens | time
+    series: reactive[str] = reactive("loss")              # a name of console.model.series
+    zoom: reactive[tuple[int, int] | None] = reactive(None)   # the steps in view; None: all
+    cursor: reactive[int | None] = reactive(None)          # the cursor's step
 
-    def __init__(self, window_steps: int = 2000, smoothing: float = 0.98, **kwargs) -> None:
+    class ViewChanged(Message):
+        """The zoom or the cursor changed: the dashboard gives every plot the same."""
+
+        def __init__(self, plot: "LossPlot") -> None:
+            super().__init__()
+            self.plot = plot
+
+    def __init__(self, window_steps: int = 2000, smoothing: float = 0.98, series: str = "loss",
+                 small: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.border_title = "loss"
+        self.small = small
         self.window_steps = window_steps
         self.set_reactive(LossPlot.smoothing, smoothing)
+        self.set_reactive(LossPlot.series, series)
+        self.border_title = spec_of(series).label
         self._history: HistoryView | None = None
         self._markers: tuple[Marker, ...] = ()
         # The versions of the snapshot's history and markers drawn: the render cache's key.
@@ -52,8 +78,13 @@ class LossPlot(Widget):
         self._ema_carry = (0.0, 0.0)
         self._cache_key: tuple | None = None
         self._strips: list[Strip] = []
+        self._strips_key: tuple | None = None     # (the drawing's key, the cursor) of the strips
+        self._runs: list[list[tuple[str, str | None]]] = []
+        self._frame: tuple | None = None      # what the last canvas showed: (x0, x1, cells, steps, x)
+        self._abandoned: tuple[tuple, np.ndarray | None] | None = None
         self._built_at = 0.0
         self._repaint_timer = None
+        self._drag_from: int | None = None
         self._styles: dict[str | None, Style] = {}
         self._drawn_axis: tuple[str, str] | None = None     # (the x axis asked for, the one drawn)
 
@@ -78,21 +109,38 @@ class LossPlot(Widget):
         self._repaint_timer = None
         self.refresh()
 
-    def _smooth(self, h: HistoryView) -> np.ndarray | None:
+    def values(self, h: HistoryView) -> tuple[np.ndarray, np.ndarray]:
+        """The plotted series' ``(steps, values)`` (empty when the history has none)."""
+        if self.series == "loss":
+            return h.step, h.loss
+        try:
+            return series_values(h, self.series)
+        except UnknownSeries:
+            return np.empty(0, np.int64), np.empty(0)
+
+    def _smooth(self, h: HistoryView, values: np.ndarray) -> np.ndarray | None:
         beta = self.smoothing
         if beta <= 0:
             return None
-        key = (h.rewinds, beta)
-        n = len(h.loss)
+        key = (h.rewinds, beta, self.series)
+        n = len(values)
         if self._ema is not None and self._ema_key == key and len(self._ema) <= n:
             k = len(self._ema)
             if k < n:
-                tail, self._ema_carry = ema_debiased(h.loss[k:], beta, self._ema_carry)
+                tail, self._ema_carry = ema_debiased(values[k:], beta, self._ema_carry)
                 self._ema = np.concatenate([self._ema, tail])
         else:
-            self._ema, self._ema_carry = ema_debiased(h.loss, beta)
+            self._ema, self._ema_carry = ema_debiased(values, beta)
             self._ema_key = key
         return self._ema
+
+    def _abandoned_rows(self, h: HistoryView, steps: np.ndarray) -> np.ndarray | None:
+        """The abandoned-steps mask at ``steps``, computed once per history version."""
+        key = (self._version, self.series)
+        if self._abandoned is None or self._abandoned[0] != key:
+            mask = abandoned_mask(h.step, h.time_column, h.events, h.last_step)
+            self._abandoned = (key, on_rows(h, steps, mask))
+        return self._abandoned[1]
 
     # -- reactive options --------------------------------------------------------
     def on_mount(self) -> None:
@@ -114,6 +162,18 @@ class LossPlot(Widget):
     def watch_x_axis(self) -> None:
         self._options_changed()
 
+    def watch_series(self, name: str) -> None:
+        self.border_title = spec_of(name).label
+        self._options_changed()
+
+    def watch_zoom(self) -> None:
+        self._options_changed()
+        self.post_message(self.ViewChanged(self))
+
+    def watch_cursor(self) -> None:
+        self._options_changed()
+        self.post_message(self.ViewChanged(self))
+
     def cycle_x_axis(self) -> None:
         self.x_axis = X_AXES[(X_AXES.index(self.x_axis) + 1) % len(X_AXES)]
 
@@ -126,13 +186,86 @@ class LossPlot(Widget):
         self.smoothing = bigger[0] if bigger else steps[0]
 
     def describe(self) -> str:
+        if self.small:
+            value = self._cursor_value()
+            return zoom_text(self.zoom) + (f" · {value}" if value and self.zoom else value)
         window = "all steps" if not self.window else f"last {self.window:,}"
+        if self.zoom is not None:
+            window = zoom_text(self.zoom)
         ema = f"EMA {self.smoothing:g}" if self.smoothing > 0 else "EMA off"
         axis = "" if self.x_axis == "step" else f" · x: {'wall clock' if self.x_axis == 'time' else 'tokens'}"
         if self.x_axis != "step" and self._drawn_axis == (self.x_axis, "step"):
             # The history cannot give that axis for every step: the plot is by step, and says so.
             axis = f" · x: step (not every step has {AXIS_NEEDS[self.x_axis]})"
         return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y{axis}"
+
+    def _cursor_value(self) -> str:
+        h = self._history
+        if self.cursor is None or h is None:
+            return ""
+        spec = spec_of(self.series)
+        try:
+            return f"{spec.format(value_at(h, self.series, self.cursor))} at {self.cursor:,}"
+        except UnknownSeries:
+            return ""
+
+    # -- zoom, pan and cursor ------------------------------------------------------
+    def full_range(self) -> tuple[int, int] | None:
+        h = self._history
+        if h is None or not len(h.step):
+            return None
+        return int(h.step[0]), int(h.step[-1])
+
+    def zoom_by(self, factor: float) -> None:
+        """Zoom in (``factor`` > 1) or out around the cursor (else the middle of the view)."""
+        full = self.full_range()
+        if full is not None:
+            self.zoom = zoomed(self.zoom, full, factor, self.cursor)
+
+    def pan(self, direction: int) -> None:
+        full = self.full_range()
+        if full is not None:
+            self.zoom = panned(self.zoom, full, direction)
+
+    def move_cursor(self, cells: int) -> None:
+        """The cursor ``cells`` cell columns on (it starts at the newest step in view)."""
+        frame = self._frame
+        if frame is None:
+            return
+        x0, x1, width, steps, x = frame
+        if not len(steps):
+            return
+        if self.cursor is None:
+            self.set_cursor(int(steps[-1]))
+            return
+        col = cursor_column(self.cursor, x0, x1, width, steps, x)
+        col = (width - 1 if cells < 0 else 0) if col is None else col + cells
+        self.set_cursor(step_at(col, x0, x1, width, steps, x))
+
+    def set_cursor(self, step: int | None) -> None:
+        self.cursor = step
+
+    def action_cursor(self, cells: int) -> None:
+        self.move_cursor(cells)
+
+    def on_mouse_down(self, event: events.MouseDown) -> None:
+        offset = event.get_content_offset(self)
+        self._drag_from = offset.x - LABEL_WIDTH if offset is not None else None
+
+    def on_mouse_up(self, event: events.MouseUp) -> None:
+        offset = event.get_content_offset(self)
+        start, self._drag_from = self._drag_from, None
+        frame = self._frame
+        if offset is None or start is None or frame is None:
+            return
+        x0, x1, width, steps, x = frame
+        end = offset.x - LABEL_WIDTH
+        if abs(end - start) >= 2:               # a drag: zoom to the steps it covered
+            a, b = (step_at(c, x0, x1, width, steps, x) for c in sorted((start, end)))
+            if a is not None and b is not None and b > a:
+                self.zoom = (a, b)
+        else:
+            self.set_cursor(step_at(end, x0, x1, width, steps, x))
 
     # -- drawing -----------------------------------------------------------------
     # The Line API: the plot is rendered to strips once per change of data, size or
@@ -148,17 +281,33 @@ class LossPlot(Widget):
         # Asked once per line of the pane: the key costs nothing however many markers there are,
         # and it holds what the drawing is made of (the snapshot's history and markers
         # versions, the size and the options), so no change can be missed.
-        key = (self._version, width, height, self.log_y, self.window, self.smoothing, self.x_axis)
-        if key == self._cache_key:
+        key = (self._version, width, height, self.log_y, self.window, self.smoothing, self.x_axis, self.series,
+               self.zoom)
+        if key != self._cache_key:
+            self._cache_key = key
+            self._built_at = time.monotonic()
+            self._runs = self.plot_runs(width, height)[:height]
+            self._strips_key = None
+        if self._strips_key == (key, self.cursor):
             return
-        self._cache_key = key
-        self._built_at = time.monotonic()
+        self._strips_key = (key, self.cursor)
+        runs = self._runs
+        if self.cursor is not None and self._frame is not None:     # the cursor costs no new canvas
+            runs = list(runs)
+            self._add_cursor(runs, width)
         base = self.rich_style
-        strips = []
-        for runs in self.plot_runs(width, height)[:height]:
-            segments = [Segment(chunk, base + self._style(style)) for chunk, style in runs]
-            strips.append(Strip(segments).adjust_cell_length(width, base))
-        self._strips = strips
+        self._strips = [Strip([Segment(chunk, base + self._style(style)) for chunk, style in line]
+                              ).adjust_cell_length(width, base) for line in runs]
+
+    def _add_cursor(self, runs: list[list[tuple[str, str | None]]], width: int) -> None:
+        x0, x1, cells, steps, x = self._frame
+        col = cursor_column(self.cursor, x0, x1, cells, steps, x)
+        top = 0 if self.small else 1
+        if col is not None:
+            with_cursor(runs, col, LABEL_WIDTH, range(top, len(runs) - 2))
+        if not self.small and self._history is not None and runs:
+            near = int((x1 - x0) / max(cells, 1) / 2) if x is None else 0
+            runs[0] = [(readout(self._history, self.cursor, self._markers, near=near)[:width], "bold")]
 
     def _style(self, name: str | None) -> Style:
         style = self._styles.get(name)
@@ -167,22 +316,45 @@ class LossPlot(Widget):
         return style
 
     def plot_runs(self, width: int, height: int) -> list[list[tuple[str, str | None]]]:
-        """The pane's lines as ``(text, style)`` runs: a legend, then the plot."""
+        """The pane's lines as ``(text, style)`` runs: a legend (not in a small plot), then the plot."""
         h = self._history
         if h is None:
             return [[("reading .loss.json…", "grey50")]]
-        options = PlotOptions(log_y=self.log_y, window=self.window, smoothing=self.smoothing)
-        shown = {m.kind for m in self._markers}
-        abandoned = abandoned_mask(h.step, h.time_column, h.events, h.last_step)
-        legend = legend_runs(shown, abandoned is not None, width)
-        plot_h = max(1, height - 3)
-        x, axis = plot_x(self.x_axis, h.step, h.tokens_column, h.time_column)
+        steps, values = self.values(h)
+        cells = max(1, width - LABEL_WIDTH)
+        rows = visible_rows(steps, self.zoom)
+        window = None if self.zoom is not None else self.window
+        options = PlotOptions(log_y=self.log_y, window=window, smoothing=self.smoothing)
+        plot_h = max(1, height - (2 if self.small else 3))
+        if self.series != "loss" and 0 < len(steps) < len(h.step) // 2:
+            # A series of some steps only (the eval lines): the steps in view joined into a
+            # line (not dots), not smoothed, and not dimmed (a rollback's steps are the step lines').
+            shown_steps, shown_values = joined(steps[rows], values[rows], 2 * cells)
+            smooth, abandoned = None, None
+            tokens, times = on_rows(h, shown_steps, h.tokens_column), on_rows(h, shown_steps, h.time_column)
+        else:
+            shown_steps, shown_values = steps[rows], values[rows]
+            tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
+            tokens, times = (c[rows] if c is not None else None for c in (tokens, times))
+            smooth = self._smooth(h, values)
+            smooth = smooth[rows] if smooth is not None else None
+            abandoned = self._abandoned_rows(h, steps)
+            abandoned = abandoned[rows] if abandoned is not None else None
+        x, axis = plot_x(self.x_axis, shown_steps, tokens, times)
         if self._drawn_axis != (self.x_axis, axis):
             self._drawn_axis = (self.x_axis, axis)
             self.call_later(self._options_changed)          # the subtitle says which axis was drawn
-        canvas = build_canvas(h.step, h.loss, self._smooth(h), max(1, width - LABEL_WIDTH), plot_h,
-                              options, self._markers, x=x, x_axis=axis, abandoned=abandoned)
-        return [legend, *render_runs(canvas, label_width=LABEL_WIDTH)]
+        canvas = build_canvas(shown_steps, shown_values, smooth, cells, plot_h, options, self._markers, x=x,
+                              x_axis=axis, abandoned=abandoned)
+        if canvas.empty_reason and not len(steps) and self.series != "loss":
+            canvas.empty_reason = f"no {spec_of(self.series).label} in this history"
+        first = int(np.searchsorted(shown_steps, shown_steps[-1] - window + 1)) if window and len(shown_steps) else 0
+        self._frame = (canvas.x0, canvas.x1, cells, shown_steps[first:], x[first:] if x is not None else None)
+        lines = render_runs(canvas, label_width=LABEL_WIDTH)
+        if self.small:
+            return lines
+        legend = legend_runs({m.kind for m in self._markers}, abandoned is not None and abandoned.any(), width)
+        return [legend, *lines]
 
 
 def legend_runs(shown: set[str], abandoned: bool, width: int) -> list[tuple[str, str | None]]:

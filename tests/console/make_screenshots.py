@@ -57,6 +57,10 @@ def states(tmp: Path):
     yield "pivot-80x24", app_for(healthy(tmp / "i2"), live_probe), NARROW, ("p",)
     yield "rollback", app_for(healthy(tmp / "m"), live_probe), WIDE, ("r",)
     yield "rollback-80x24", app_for(healthy(tmp / "m2"), live_probe), NARROW, ("r",)
+    yield "dashboard-grid", app_for(healthy(tmp / "n"), live_probe), BIG, ("g",)
+    yield "zoom-and-cursor-80x24", app_for(healthy(tmp / "n2"), live_probe), NARROW, ("z", "z", "m", "down", "enter",
+                                                                                  *["left"] * 20)
+    yield "series-picker-80x24", app_for(healthy(tmp / "n3"), live_probe), NARROW, ("m",)
     yield "inspector-80x24", app_for(make_run(tmp / "l2" / "run", checkpoints=(100, 200, 300), model_sized=True),
                                      live_probe), NARROW, ("i",)
 

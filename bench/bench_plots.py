@@ -1,0 +1,141 @@
+"""The plots of any series: zoom, pan and cursor moves on a 1M-step history, and the ingest
+of 100 new lines with the grid of small plots on screen.
+
+Key to frame is measured in-process (the key pressed through Textual's pilot, CPU time of
+this process until the frame is painted), beside one full-plot render of the same history
+in the same run (the plot drawn anew from its columns: what every frame cost if nothing
+were kept): the ratio says how much of that a key costs; the targets are absolute (30 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.common import Result
+
+BIG_STEPS = 1_000_000
+SIZE = (160, 48)
+
+
+def _write_history(run_dir: Path, steps: int) -> None:
+    """A plain history of ``steps`` step lines (fast: one orjson dump per line, no generator)."""
+    import numpy as np
+    import orjson
+
+    rng = np.random.default_rng(0)
+    loss = 5.5 * np.exp(-np.arange(steps) / 40_000) + 1.6 + rng.normal(0, 0.05, steps)
+    grad = 0.5 + rng.random(steps)
+    arms = ("stdlib-code", "stdlib-docstrings", "pydoc-topics")
+    with open(run_dir / ".loss.json", "wb") as fh:
+        fh.write(orjson.dumps({"event": "start", "step": 0, "time": 1.7e9}) + b"\n")
+        for i in range(steps):
+            s = i + 1
+            fh.write(orjson.dumps({"step": s, "loss": float(loss[i]), "lr": 3e-3, "grad_norm": float(grad[i]),
+                                   "arm": arms[s % 3], "tokens": s * 512, "time": 1.7e9 + s * 0.5}) + b"\n")
+
+
+def _keys_on_a_big_history(run_dir: Path) -> list[Result]:
+    from console.app import ConsoleApp
+
+    results: list[Result] = []
+
+    async def main() -> None:
+        app = ConsoleApp(run_dir, watch=False, tick=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            plot = app.dashboard.plot
+            plot.focus()
+            await pilot.pause()
+
+            def full_render() -> float:
+                plot._cache_key = None
+                plot._ema = None                       # the smoothed line too: drawn anew
+                t0 = time.process_time()
+                plot._build()
+                return time.process_time() - t0
+            base = statistics.median(full_render() for _ in range(5))
+            for what, keys in (("zoom in (z)", "z"), ("pan (. and ,)", ".,"), ("cursor move (→)", "right"),
+                               ("zoom out (Z)", "Z")):
+                times = []
+                for i in range(6):
+                    key = keys if len(keys) == 1 or keys == "right" else keys[i % 2]
+                    if what.startswith("zoom out"):
+                        plot.zoom = (400_000, 400_100)
+                        await pilot.pause()
+                    t0 = time.process_time()
+                    await pilot.press(key)
+                    await pilot.pause()
+                    times.append(time.process_time() - t0)
+                t = statistics.median(times)
+                results.append(Result("plots", f"{what}, key to frame, 1M steps", t * 1e3, "ms", base * 1e3,
+                                      "one full-plot render", target="<= 30 ms", met=t <= 0.030))
+    asyncio.run(main())
+    return results
+
+
+def _ingest_with_the_grid(run_dir: Path, rounds: int = 20, grid: bool = True) -> float:
+    """Median CPU seconds to read 100 new lines and repaint the dashboard with its grid
+    shown (``grid``; else the main plot, the baseline)."""
+    from console.app import ConsoleApp
+    from console.messages import SnapshotReady
+    from console.widgets import loss_plot
+    from rundir import LossHistoryWriter
+    from rundir.layout import HISTORY
+
+    loss_plot.DATA_REPAINT_S = 0.0          # every ingest repaints every plot: the worst case
+    times: list[float] = []
+
+    async def main() -> None:
+        app = ConsoleApp(run_dir, watch=False, tick=None)
+        async with app.run_test(size=SIZE) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            if grid:
+                await pilot.press("g")
+                await pilot.pause()
+            step = int(app.snapshot.history.last_step)
+            with LossHistoryWriter(run_dir / ".loss.json") as writer:
+                for _ in range(rounds):
+                    for _ in range(100):
+                        step += 1
+                        writer.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0,
+                                       "arm": "stdlib-code", "tokens": step * 512, "time": 1.8e9 + step})
+                    t0 = time.process_time()
+                    snap, notices = app.reader.read({HISTORY})
+                    app.on_snapshot_ready(SnapshotReady(snap, notices))
+                    await pilot.pause()
+                    times.append(time.process_time() - t0)
+
+    asyncio.run(main())
+    return statistics.median(times)
+
+
+def run() -> list[Result]:
+    import tempfile
+
+    from bench.bench_console import make_big_run
+
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = make_big_run(Path(tmp))
+        single = _ingest_with_the_grid(run_dir, grid=False)
+        ingest = _ingest_with_the_grid(run_dir)
+        results.append(Result("plots", "ingest 100 lines + repaint, grid of 4 shown, 200k steps", ingest * 1e3, "ms",
+                              single * 1e3, "the same, main plot only", target="< 30 ms", met=ingest < 0.030))
+        big = Path(tmp) / "million"
+        big.mkdir()
+        _write_history(big, BIG_STEPS)
+        results += _keys_on_a_big_history(big)
+    return results
+
+
+if __name__ == "__main__":
+    from bench.common import print_table
+
+    print_table(run())
+    sys.exit(0)

@@ -1,0 +1,134 @@
+"""The headless series: ``--once --metric NAME [--range A:B]`` and ``--json --metric NAME
+[--range A:B] [--points N]``, and the ``series`` list of ``--json``.
+
+Every answer comes from :mod:`console.model.series` and the plot's min/max envelope
+(:func:`console.plot.envelope`), so a script sees every spike the dashboard would show:
+each bucket of steps gives the smallest and the largest value in it, never a sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .model.series import UnknownSeries, available, series_values, spec_of
+from .model.history_series import series_data
+from .model.snapshot import HistoryView
+
+if TYPE_CHECKING:
+    from rundir import LossHistory
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """``--range A:B``: the steps from A to B, both included; either side may be left open."""
+
+    first: int | None = None
+    last: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "StepRange":
+        """``1000:5000``, ``1000:`` or ``:5000``; ValueError naming what is wrong."""
+        a, sep, b = text.partition(":")
+        if not sep:
+            raise ValueError(f"--range {text!r}: expected A:B (steps; either may be left out, as in 1000:)")
+        try:
+            first = int(a) if a.strip() else None
+            last = int(b) if b.strip() else None
+        except ValueError:
+            raise ValueError(f"--range {text!r}: A and B must be whole step numbers") from None
+        if (first is not None and first < 0) or (last is not None and last < 0):
+            raise ValueError(f"--range {text!r}: steps are >= 0")
+        if first is not None and last is not None and last < first:
+            raise ValueError(f"--range {text!r}: B ({last:,}) is before A ({first:,})")
+        return cls(first, last)
+
+    def rows(self, steps: np.ndarray) -> slice:
+        """The rows of ``steps`` (ascending) inside the range."""
+        lo = 0 if self.first is None else int(np.searchsorted(steps, self.first, side="left"))
+        hi = len(steps) if self.last is None else int(np.searchsorted(steps, self.last, side="right"))
+        return slice(lo, max(lo, hi))
+
+
+def series_list(h: HistoryView) -> list[dict[str, Any]]:
+    """``--json``'s ``series``: each series with its number of points (finite values) and
+    its first and last step that has one."""
+    out = []
+    for name in available(h):
+        steps, values = series_values(h, name)
+        ok = np.flatnonzero(np.isfinite(values))
+        out.append({"name": name, "label": spec_of(name).label, "points": int(len(ok)),
+                    "first_step": int(steps[ok[0]]) if len(ok) else None,
+                    "last_step": int(steps[ok[-1]]) if len(ok) else None})
+    return out
+
+
+def metric_values(h: HistoryView, name: str, step_range: StepRange) -> tuple[np.ndarray, np.ndarray]:
+    """The series inside the range; :class:`UnknownSeries` for a name the history lacks."""
+    steps, values = series_values(h, name)
+    rows = step_range.rows(steps)
+    return steps[rows], values[rows]
+
+
+def metric_json(h: HistoryView, name: str, step_range: StepRange, points: int) -> dict[str, Any]:
+    """The decimated envelope of one series: ``points`` equal spans of steps over the range,
+    each with data giving its first and last step and the min and max value in it."""
+    from .plot import column_of, envelope       # not for --json's list: it draws nothing
+
+    steps, values = metric_values(h, name, step_range)
+    ok = np.isfinite(values)
+    steps, values = steps[ok], values[ok]
+    spec = spec_of(name)
+    out: dict[str, Any] = {"metric": name, "label": spec.label, "unit": spec.unit,
+                           "range": [step_range.first, step_range.last], "points": points, "buckets": []}
+    if not len(steps):
+        return out
+    x0 = float(step_range.first if step_range.first is not None else steps[0])
+    x1 = float(step_range.last if step_range.last is not None else steps[-1])
+    if x1 <= x0:
+        x1 = x0 + 1.0
+    env = envelope(steps, values, x0, x1, points)
+    col = column_of(steps, x0, x1, points)
+    filled = np.flatnonzero(env.filled)
+    firsts = np.searchsorted(col, filled, side="left")
+    lasts = np.searchsorted(col, filled, side="right") - 1
+    out["buckets"] = [{"first_step": int(steps[a]), "last_step": int(steps[b]), "min": float(env.lo[c]),
+                       "max": float(env.hi[c]), "n": int(b - a + 1)}
+                      for c, a, b in zip(filled.tolist(), firsts.tolist(), lasts.tolist())]
+    return out
+
+
+def check_metric(h: HistoryView, name: str) -> str | None:
+    """Why ``name`` is no series of this history, in one line (None: it is one)."""
+    try:
+        series_values(h, name)
+    except UnknownSeries as err:
+        return str(err)
+    return None
+
+
+def on_rows(h: HistoryView, steps: np.ndarray, column: np.ndarray | None) -> np.ndarray | None:
+    """A per-step column of the history (tokens, time, the abandoned mask) at ``steps``: a
+    series of some steps only (``p/<arm>``) takes the rows of its own steps."""
+    if column is None or len(column) == len(steps):         # a series of every step
+        return column
+    if not len(column):
+        return np.full(len(steps), np.nan) if column.dtype.kind == "f" else np.zeros(len(steps), column.dtype)
+    return column[np.minimum(np.searchsorted(h.step, steps), len(column) - 1)]
+
+
+def plain_view(history: "LossHistory") -> HistoryView:
+    """A :class:`HistoryView` of a history read on its own (the comparison's runs): its
+    columns and events, none of the findings a run's reader adds."""
+    loss = history.loss.copy()
+    finite = loss[np.isfinite(loss)]
+    return HistoryView(
+        version=0, format=history.format, n_steps=len(history),
+        last_step=int(history.step[-1]) if len(history) else None,
+        last_loss=float(finite[-1]) if len(finite) else None, tokens=None, steps_per_s=None, tokens_per_s=None,
+        nonfinite=history.nonfinite, bad_lines=history.bad_lines, torn_tail=history.torn_tail,
+        problems=tuple(history.problems), error=history.error, events=tuple(history.events),
+        step=history.step.copy(), loss=loss, tokens_column=history.tokens.copy(), time_column=history.time.copy(),
+        series=series_data(history), arm_column=history.arm.copy(), arm_names=tuple(history.arm_names))

@@ -1,0 +1,143 @@
+"""Series other than the loss: the registry's values on real run directories, the grad-norm
+spikes, and the headless forms (``--once --metric``, ``--json`` and ``--json --metric``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from console.model.series import RATE_WINDOW, SHARE_WINDOW, available, series_values, value_at
+from console.reader import RunReader
+from tests.console.test_cli import console
+from tests.rundirs import EPOCH
+
+
+def read(run):
+    snap, _ = RunReader(run, now=lambda: EPOCH + 10_000).read()
+    return snap
+
+
+def test_every_series_of_a_generated_run_and_what_it_says(make_run_dir):
+    # 0.5 s a step, 512 tokens a step; a resume after a 30 s pause at step 400 back to 300.
+    snap = read(make_run_dir(steps=600, restarts=((400, 300, 30.0, True),)))
+    h = snap.history
+    assert available(h)[:5] == ["loss", "grad_norm", "lr", "tokens_per_s", "steps_per_s"]
+    assert {"share/stdlib-code", "share/pydoc-topics", "share/stdlib-docstrings"} <= set(available(h))
+    steps, tps = series_values(h, "tokens_per_s")
+    assert np.allclose(tps[np.isfinite(tps)], 1024.0)          # no window across the pause
+    assert np.isnan(tps[0]) and np.isnan(tps[int(np.searchsorted(steps, 301))])   # a segment's first step
+    _, sps = series_values(h, "steps_per_s")
+    assert np.nanmax(sps) == pytest.approx(2.0) and np.nanmin(sps) == pytest.approx(2.0)
+    _, share = series_values(h, "share/stdlib-code")
+    assert abs(share[-1] - 1 / 3) < 0.02 and len(share) == h.n_steps
+    assert value_at(h, "grad_norm", 10) == pytest.approx(float(h.column("grad_norm")[1][9]))
+    assert RATE_WINDOW == 50 and SHARE_WINDOW == 100
+
+
+def test_an_unknown_series_names_those_there_are(run_dir):
+    with pytest.raises(KeyError, match="unknown series 'nope'; this history has: loss, grad_norm"):
+        series_values(read(run_dir).history, "nope")
+
+
+def test_a_grad_norm_spike_is_its_own_marker(make_run_dir, tmp_path):
+    run = make_run_dir(steps=400)
+    lines = (run / ".loss.json").read_text().splitlines()
+    # The generator's grad norms lie in [0.5, 1.5): one of 50 is far beyond.
+    edited = [json.dumps({**rec, "grad_norm": 50.0}) if (rec := json.loads(line)).get("step") == 250
+              and "loss" in rec else line for line in lines]
+    (run / ".loss.json").write_text("\n".join(edited) + "\n")
+    snap = read(run)
+    assert [s.peak_step for s in snap.history.grad_spikes] == [250]
+    assert ("grad_spike", 250) in {(m.kind, m.step) for m in snap.markers}
+    assert not snap.history.spikes                            # the loss did not spike
+    once = console(run, "--once").stdout
+    assert "∇ grad-norm spike" in once and "  ∇ grad-norm spike at step 250: peak 50 at 250" in once
+    assert [s["peak_step"] for s in json.loads(console(run, "--json").stdout)["history"]["grad_norm_spikes"]] == [250]
+
+
+def test_run_toml_console_plots_is_checked_and_written_only_when_given(tmp_path):
+    from rundir import RunConfig
+    from rundir.config import ConfigError, dump_run_config
+
+    config = RunConfig.from_preset("micro")
+    assert "[console]" not in dump_run_config(config)          # every run.toml without one stays as it was
+    data = config.to_dict()
+    data["console"] = {"plots": ["lr", "share/stdlib-code"]}
+    assert RunConfig.from_dict(data).console.plots == ["lr", "share/stdlib-code"]
+    for bad in ("loss", [], ["a", "b", "c", "d", "e"], ["loss", 3]):
+        data["console"] = {"plots": bad}
+        with pytest.raises(ConfigError, match="run.toml: console.plots = .* is not allowed: a list of 1 to 4"):
+            RunConfig.from_dict(data)
+
+
+def test_zoom_and_pan_stay_inside_the_history():
+    from console.plot_view import MIN_SPAN, panned, visible_rows, zoomed
+
+    full = (1, 1000)
+    assert zoomed(None, full, 2.0) == (250, 750)
+    assert zoomed(None, full, 2.0, center=990) == (495, 995)     # the cursor keeps its place in the view
+    assert zoomed((100, 110), full, 4.0) == (101, 101 + MIN_SPAN)  # never narrower than MIN_SPAN steps
+    assert zoomed((100, 600), full, 0.5) is None                 # wider than the history: all of it
+    assert panned((900, 1000), full, 1) == (900, 1000) and panned((1, 101), full, -1) == (1, 101)
+    assert panned((400, 500), full, 1) == (425, 525)
+    steps = np.arange(1, 1001)
+    rows = visible_rows(steps, (400, 500))
+    assert steps[rows][0] == 400 and steps[rows][-1] == 500
+
+
+def test_headless_json_lists_the_series_and_gives_one_as_its_envelope(make_run_dir):
+    run = make_run_dir(steps=600, spikes={450: 30.0})
+    listed = json.loads(console(run, "--json").stdout)["series"]
+    assert listed[0] == {"name": "loss", "label": "loss", "points": 600, "first_step": 1, "last_step": 600}
+    assert {s["name"] for s in listed} >= {"grad_norm", "lr", "tokens_per_s", "steps_per_s"}
+    r = console(run, "--json", "--metric", "loss", "--range", "400:500", "--points", "4")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["metric"] == "loss" and len(data["buckets"]) == 4
+    assert data["buckets"][0]["first_step"] == 400 and data["buckets"][-1]["last_step"] == 500
+    assert sum(b["n"] for b in data["buckets"]) == 101
+    assert max(b["max"] for b in data["buckets"]) == 30.0       # the one-step spike is kept
+
+
+def test_headless_once_draws_the_series_over_the_range(run_dir):
+    r = console(run_dir, "--once", "--metric", "grad_norm", "--range", "100:200", "--width", "80")
+    assert r.returncode == 0, r.stderr
+    title = next(line for line in r.stdout.splitlines() if line.startswith("grad-norm (raw + EMA"))
+    axis = r.stdout.splitlines()[r.stdout.splitlines().index(title) + 10]
+    assert axis.split() == ["100", "150", "200"], axis
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--json", "--metric", "nope"), "unknown series 'nope'; this history has: loss"),
+    (("--once", "--metric", "loss", "--range", "9:3"), "--range '9:3': B (3) is before A (9)"),
+    (("--once", "--metric", "loss", "--range", "a:b"), "--range 'a:b': A and B must be whole step numbers"),
+    (("--once", "--range", "1:2"), "--range and --points go with --metric"),
+    (("--once", "--metric", "loss", "--points", "5"), "--points goes with --json --metric"),
+    (("--json", "--metric", "loss", "--points", "0"), "--points 0: expected 1 to 100,000"),
+    (("--check", "--metric", "loss"), "--metric goes with --once"),
+])
+def test_a_bad_metric_or_range_is_one_line_and_exit_2(run_dir, args, says):
+    r = console(run_dir, *args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and says in r.stderr, r.stderr
+
+
+def test_a_metric_of_a_run_with_no_history_yet_is_one_line_and_exit_2(make_run_dir):
+    r = console(make_run_dir(empty=True), "--json", "--metric", "loss")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == "andrea-console: unknown series 'loss'; this history has: none\n"
+
+
+EVALS = tuple({"event": "eval", "step": s, "eval_loss": 3.0 - s / 1000, "windows": 8,
+               "per_arm": {"stdlib-code": 3.1 - s / 1000, "pydoc-topics": 2.9}} for s in range(100, 601, 100))
+
+
+def test_the_eval_lines_are_the_eval_loss_series_overall_and_per_arm(make_run_dir):
+    h = read(make_run_dir(steps=600, events=EVALS)).history
+    names = available(h)
+    assert names[:2] == ["loss", "eval_loss"] and {"eval_loss/stdlib-code", "eval_loss/pydoc-topics"} <= set(names)
+    steps, values = series_values(h, "eval_loss")
+    assert steps.tolist() == [100, 200, 300, 400, 500, 600] and values[2] == pytest.approx(2.7)
+    assert value_at(h, "eval_loss/stdlib-code", 350) == pytest.approx(2.8)    # the last eval before the step
