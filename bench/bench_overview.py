@@ -63,7 +63,7 @@ def run() -> list[Result]:
     import tempfile
 
     from bench.common import Result, paired_ratio
-    from console.plot import build_overlay, render_overlay_runs
+    from console.plot_overlay import build_overlay, render_overlay_runs
     from console.screens.compare import read_series
     from rundir import LossHistory
     from rundir.layout import LOSS_JSON

@@ -124,33 +124,7 @@ class HistoryPart:
                 notices.append(Notice(now, note.text(), note.level))
         if update.changed or first or prev is None:
             self._version += 1
-        if update.rewound or update.reset:
-            self._rewinds += 1
-            if update.reset and not first:
-                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", Level.WARNING))
-        for problem in update.new_problems[:5]:
-            notices.append(Notice(now, f"skipped: {problem}", Level.WARNING))
-        if update.new_bad_lines > 5:
-            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", Level.WARNING))
-        if update.new_nonfinite:
-            loss = h.loss
-            tail = loss[-max(update.new_steps, 1):]
-            bad = h.step[-len(tail):][~np.isfinite(tail)]
-            where = ", ".join(f"{int(s):,}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
-            notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
-                                  f"{update.new_nonfinite:,} non-finite loss value(s)", Level.ERROR))
-        for ev in ([] if first else update.new_events):     # the whole past is not news
-            text = event_notice(ev)
-            if text:
-                notices.append(Notice(now, text[0], text[1]))
-        # A torn tail is normal for an instant while a line is written; one that is still
-        # there at the next read (or at the first) is reported, once.
-        if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
-            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", Level.WARNING))
-            self._torn_reported = h.torn_tail
-        elif not h.torn_tail:
-            self._torn_reported = 0
-        self._torn_seen = h.torn_tail
+        self._say(update, now, notices, first)
         restored = None
         if opened_now:                          # the spike scan of the rows the mirror holds, kept beside it
             restored = self.mirror.load_detector(h, *self.findings.params(config))
@@ -192,6 +166,38 @@ class HistoryPart:
             tokens_column=_frozen(tokens), time_column=_frozen(h.time), series=series_data(h, _frozen),
             silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent), mirror=self._mirror_note,
             arm_column=_frozen(h.arm), arm_names=tuple(h.arm_names))
+
+    def _say(self, update: HistoryUpdate, now: float, notices: list[Notice], first: bool) -> None:
+        """What this read found worth a notice: a history replaced, lines skipped, non-finite
+        losses, new events, a torn tail that stayed."""
+        h = self.history
+        if update.rewound or update.reset:
+            self._rewinds += 1
+            if update.reset and not first:
+                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", Level.WARNING))
+        for problem in update.new_problems[:5]:
+            notices.append(Notice(now, f"skipped: {problem}", Level.WARNING))
+        if update.new_bad_lines > 5:
+            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", Level.WARNING))
+        if update.new_nonfinite:
+            loss = h.loss
+            tail = loss[-max(update.new_steps, 1):]
+            bad = h.step[-len(tail):][~np.isfinite(tail)]
+            where = ", ".join(f"{int(s):,}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
+            notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
+                                  f"{update.new_nonfinite:,} non-finite loss value(s)", Level.ERROR))
+        for ev in ([] if first else update.new_events):     # the whole past is not news
+            text = event_notice(ev)
+            if text:
+                notices.append(Notice(now, text[0], text[1]))
+        # A torn tail is normal for an instant while a line is written; one that is still
+        # there at the next read (or at the first) is reported, once.
+        if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
+            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", Level.WARNING))
+            self._torn_reported = h.torn_tail
+        elif not h.torn_tail:
+            self._torn_reported = 0
+        self._torn_seen = h.torn_tail
 
     def _open(self) -> tuple[HistoryUpdate, list[MirrorNote]]:
         """The first read: the prefetch's hand-over when there is one, else the history opened

@@ -115,10 +115,6 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
                 options: PlotOptions | None = None, metric: str = "loss", step_range: StepRange = StepRange()) -> str:
     """The whole dashboard as plain text (no colour); the plot draws series ``metric`` over
     ``step_range`` (:mod:`console.model.series`)."""
-    from rich.console import Console
-
-    from .plot import PlotOptions, plot_text, plot_x
-
     now = time.time() if now is None else now
     h = snap.history
     lines = [f"andrea-console · run {printable(snap.name)} · {printable(snap.run_dir, LINE_LIMIT)}", ""]
@@ -142,29 +138,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
                                     else printable(snap.config_error or "-", LINE_LIMIT)))
     lines.append("")
     if h.n_steps:
-        opts = options or PlotOptions()
-        steps, values = (h.step, h.loss) if metric == "loss" else series_values(h, metric)
-        tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
-        abandoned = on_rows(h, steps, abandoned_mask(h.step, h.time_column, h.events, h.last_step))
-        rows = step_range.rows(steps)
-        x, axis = plot_x(opts.x_axis, steps[rows], tokens[rows] if tokens is not None else None,
-                         times[rows] if times is not None else None)
-        buf = io.StringIO()
-        Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
-            plot_text(steps[rows], values[rows], width, plot_height, opts, snap.markers,
-                      abandoned=abandoned[rows] if abandoned is not None else None, x=x, x_axis=axis))
-        rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
-            e.event == EVENT_ROLLBACK for e in h.events) else ""
-        rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
-        by = {"tokens": " by tokens", "time": " by wall clock"}.get(axis, "")
-        if axis != opts.x_axis:
-            lines.append(f"x axis: step, not {opts.x_axis}: not every step of the history has "
-                         f"{AXIS_NEEDS[opts.x_axis]}")
-        scale = ", log scale" if opts.log_y else ""
-        lines.append(f"{spec_of(metric).label}{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
-                     f"{', ∇ grad-norm spike' if h.grad_spikes else ''}{rolled_back}{rewound})")
-        lines.extend(buf.getvalue().rstrip("\n").splitlines())
-        lines.append("")
+        lines.extend(_plot_lines(snap, width, plot_height, options, metric, step_range))
     lines.append(f"checkpoints ({len(snap.checkpoints)})"
                  + (f" · retention: {snap.retention.policy}" if snap.retention is not None else ""))
     if snap.storage is not None:
@@ -209,6 +183,41 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     # Each value above is made printable where it is placed; this makes sure of it for
     # every line, so that nothing from the run directory reaches the terminal raw.
     return "\n".join(printable(line, None) for line in lines) + "\n"
+
+
+def _plot_lines(snap: RunSnapshot, width: int, plot_height: int, options: PlotOptions | None, metric: str,
+                step_range: StepRange) -> list[str]:
+    """The plot of series ``metric`` over ``step_range``, with its legend line, as text."""
+    from rich.console import Console
+
+    from .plot import PlotOptions, plot_text, plot_x
+
+    h = snap.history
+    lines: list[str] = []
+    opts = options or PlotOptions()
+    steps, values = (h.step, h.loss) if metric == "loss" else series_values(h, metric)
+    tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
+    abandoned = on_rows(h, steps, abandoned_mask(h.step, h.time_column, h.events, h.last_step))
+    rows = step_range.rows(steps)
+    x, axis = plot_x(opts.x_axis, steps[rows], tokens[rows] if tokens is not None else None,
+                     times[rows] if times is not None else None)
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
+        plot_text(steps[rows], values[rows], width, plot_height, opts, snap.markers,
+                  abandoned=abandoned[rows] if abandoned is not None else None, x=x, x_axis=axis))
+    rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
+        e.event == EVENT_ROLLBACK for e in h.events) else ""
+    rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
+    by = {"tokens": " by tokens", "time": " by wall clock"}.get(axis, "")
+    if axis != opts.x_axis:
+        lines.append(f"x axis: step, not {opts.x_axis}: not every step of the history has "
+                     f"{AXIS_NEEDS[opts.x_axis]}")
+    scale = ", log scale" if opts.log_y else ""
+    lines.append(f"{spec_of(metric).label}{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
+                 f"{', ∇ grad-norm spike' if h.grad_spikes else ''}{rolled_back}{rewound})")
+    lines.extend(buf.getvalue().rstrip("\n").splitlines())
+    lines.append("")
+    return lines
 
 
 def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
