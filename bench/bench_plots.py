@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.bench_console import ingest_and_repaint
 from bench.common import Result
 
 BIG_STEPS = 1_000_000
@@ -78,43 +79,6 @@ def _keys_on_a_big_history(run_dir: Path) -> list[Result]:
     return results
 
 
-def _ingest_with_the_grid(run_dir: Path, rounds: int = 20, grid: bool = True) -> float:
-    """Median CPU seconds to read 100 new lines and repaint the dashboard with its grid
-    shown (``grid``; else the main plot, the baseline)."""
-    from console.app import ConsoleApp
-    from console.messages import SnapshotReady
-    from console.widgets import loss_plot
-    from rundir import LossHistoryWriter
-    from rundir.layout import HISTORY
-
-    loss_plot.DATA_REPAINT_S = 0.0          # every ingest repaints every plot: the worst case
-    times: list[float] = []
-
-    async def main() -> None:
-        app = ConsoleApp(run_dir, watch=False, tick=None)
-        async with app.run_test(size=SIZE) as pilot:
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            if grid:
-                await pilot.press("g")
-                await pilot.pause()
-            step = int(app.snapshot.history.last_step)
-            with LossHistoryWriter(run_dir / ".loss.json") as writer:
-                for _ in range(rounds):
-                    for _ in range(100):
-                        step += 1
-                        writer.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0,
-                                       "arm": "stdlib-code", "tokens": step * 512, "time": 1.8e9 + step})
-                    t0 = time.process_time()
-                    snap, notices = app.reader.read({HISTORY})
-                    app.on_snapshot_ready(SnapshotReady(snap, notices))
-                    await pilot.pause()
-                    times.append(time.process_time() - t0)
-
-    asyncio.run(main())
-    return statistics.median(times)
-
-
 def run() -> list[Result]:
     import tempfile
 
@@ -123,8 +87,8 @@ def run() -> list[Result]:
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = make_big_run(Path(tmp))
-        single = _ingest_with_the_grid(run_dir, grid=False)
-        ingest = _ingest_with_the_grid(run_dir)
+        single = ingest_and_repaint(run_dir, size=SIZE)
+        ingest = ingest_and_repaint(run_dir, size=SIZE, grid=True)
         results.append(Result("plots", "ingest 100 lines + repaint, grid of 4 shown, 200k steps", ingest * 1e3, "ms",
                               single * 1e3, "the same, main plot only", target="< 30 ms", met=ingest < 0.030))
         big = Path(tmp) / "million"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from rundir.layout import EVENT_EVAL, EVENT_RESUME, EVENT_START
+from rundir.layout import EVENT_RESUME, EVENT_START
 
 if TYPE_CHECKING:
     from .snapshot import HistoryView
@@ -78,46 +78,12 @@ def _column(h: "HistoryView", name: str) -> Values:
         raise UnknownSeries(f"unknown series {name!r}") from None
 
 
-def _eval_events(h: "HistoryView") -> dict[str, Values]:
-    """The ``eval`` lines' losses by series name (``eval_loss``, ``eval_loss/<arm>``), one
-    point per line, in step order; computed once per view."""
-    memo = _memo(h)
-    if "eval_events" not in memo:
-        points: dict[str, list[tuple[int, float]]] = {}
-        for ev in h.events:
-            if ev.event != EVENT_EVAL or not isinstance(ev.step, int):
-                continue
-            found = {"eval_loss": ev.data.get("eval_loss")}
-            per_arm = ev.data.get("per_arm")
-            if isinstance(per_arm, dict):
-                found.update((f"eval_loss{FAMILY_SEP}{arm}", loss) for arm, loss in per_arm.items()
-                             if isinstance(arm, str) and arm)
-            for name, value in found.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    points.setdefault(name, []).append((ev.step, float(value)))
-        memo["eval_events"] = {name: _by_step(pts) for name, pts in points.items()}
-    return memo["eval_events"]
-
-
-def _by_step(points: list[tuple[int, float]]) -> Values:
-    """Points as ``(steps, values)`` sorted by step, the newest line for a step winning."""
-    newest = dict(points)
-    steps = np.array(sorted(newest), np.int64)
-    return steps, np.array([newest[int(s)] for s in steps], np.float64)
-
-
 def _eval_loss(h: "HistoryView", name: str) -> Values:
-    """A column of the step lines when the history has one (another engine's ``val_loss``
-    too), else the ``eval`` lines' losses."""
-    names = _names(h)
-    if name == "eval_loss" and names & {"eval_loss", "val_loss"}:
-        return _column(h, "eval_loss" if "eval_loss" in names else "val_loss")
-    if name in names:
-        return _column(h, name)
-    events = _eval_events(h)
-    if name not in events:
-        raise UnknownSeries(f"unknown series {name!r}")
-    return events[name]
+    """The held-out loss as the history's reader merged it (:mod:`rundir.history.evals`: the
+    ``eval`` lines, else a step-line ``eval_loss``, else another engine's ``val_loss``)."""
+    if name == "eval_loss" and "eval_loss" not in _names(h) and "val_loss" in _names(h):
+        return _column(h, "val_loss")
+    return _column(h, name)
 
 
 def _segment_starts(h: "HistoryView", steps: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -237,10 +203,8 @@ def available(h: "HistoryView") -> list[str]:
     other numeric columns."""
     names = _names(h)
     out = [s.name for s in SERIES.values() if s.needs and set(s.needs) <= names]
-    evals = _eval_events(h)
-    if names & {"eval_loss", "val_loss"} or "eval_loss" in evals:
+    if names & {"eval_loss", "val_loss"}:
         out.insert(1, "eval_loss")
-    out += sorted(name for name in evals if name != "eval_loss" and name not in names)
     arms = [a for a in h.arm_names if a] if h.arm_column is not None and len(h.arm_column) else []
     for family in FAMILIES.values():
         if set(family.needs) <= names:
