@@ -10,10 +10,10 @@ import pytest
 
 from console.model.run_diff import ABSENT, DiffRow, flatten, run_diff, start_data
 from console.overview_app import OverviewApp
-from console.screens.compare import CompareScreen, read_series
-from console.widgets.compare_plot import ComparePlot
+from console.screens.compare import read_series
 from rundir import HistoryEvent, RunConfig, load_run_config, write_run_config
-from tests.console.conftest import fixed_now, table_measured, until
+from tests.console.conftest import fixed_now
+from tests.console.test_overview_snapshots import compared as compare_marked
 from tests.rundirs import make_run
 
 START = {"event": "start", "step": 0, "time": 1.0, "pid": 4242, "preset": "micro", "seed": 7,
@@ -116,17 +116,7 @@ def app_for(root: Path) -> OverviewApp:
 
 
 async def compared(pilot) -> None:
-    app = pilot.app
-    await until(pilot, lambda: app.summaries and table_measured(app.overview.table), what="the runs table")
-    for name in ("baseline", "lower-lr", "capped"):
-        index = next(i for i, s in enumerate(app.summaries) if s.name == name)
-        app.overview.table.move_cursor(row=index, animate=False)
-        await pilot.press("space")
-    await pilot.press("v")
-    await app.workers.wait_for_complete()
-    await pilot.pause()
-    assert isinstance(app.screen, CompareScreen) and app.screen.query_one(ComparePlot).series is not None
-    await pilot.pause()
+    await compare_marked(pilot, ("baseline", "lower-lr", "capped"))
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])

@@ -53,10 +53,11 @@ async def scanned(pilot) -> None:
     await until(pilot, lambda: app.summaries and table_measured(app.overview.table), what="the runs table")
 
 
-async def compared(pilot) -> None:
+async def compared(pilot, names: tuple[str, ...] = ("live", "finished", "other-engine")) -> None:
+    """The runs ``names`` marked and compared (``v``), the comparison drawn."""
     await scanned(pilot)
     app = pilot.app
-    for name in ("live", "finished", "other-engine"):
+    for name in names:
         index = next(i for i, s in enumerate(app.summaries) if s.name == name)
         app.overview.table.move_cursor(row=index, animate=False)
         await pilot.press("space")
