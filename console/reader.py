@@ -246,12 +246,13 @@ class RunReader:
                                               prev=read.prev.history if read.prev else None)}
 
     def _part_trainer(self, read: _Read) -> dict:
-        # The trainer before the checkpoints: one that exits writes its final checkpoint, then
-        # removes its record, so a read that sees the record gone lists that checkpoint too
-        # (and the notice of the exit names it, not the one before).
+        # The trainer before the history and the checkpoints: one that exits writes its last
+        # lines (the stop event) and its final checkpoint, then removes its record, so a read
+        # that sees it gone reads those too: the exit is said with its final checkpoint, and
+        # never as one "without a stop event" from lines read before the trainer wrote them.
         trainer = self.probe(self.run_dir)
         if read.prev is not None and read.prev.trainer.state == "running" and trainer.state != "running":
-            read.kinds = read.kinds | {CHECKPOINTS}
+            read.kinds = read.kinds | {CHECKPOINTS, HISTORY}
         return {"trainer": trainer}
 
     def _part_checkpoints(self, read: _Read) -> dict:
@@ -524,8 +525,8 @@ PARTS: tuple[Part, ...] = (
     Part("directory", ("dir_state", "dir_reason", "other_files"), frozenset({DIRECTORY, CHECKPOINTS, CONFIG}),
          RunReader._part_directory),
     Part("config", ("config", "config_error"), frozenset({CONFIG}), RunReader._part_config),
-    Part("history", ("history",), frozenset({HISTORY}), RunReader._part_history),
     Part("trainer", ("trainer",), frozenset({TRAINER}), RunReader._part_trainer),
+    Part("history", ("history",), frozenset({HISTORY}), RunReader._part_history),
     Part("checkpoints", ("checkpoints",), frozenset({CHECKPOINTS}), RunReader._part_checkpoints,
          due=RunReader._requests_due),
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),

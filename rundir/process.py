@@ -127,8 +127,23 @@ def _names_run_dir(proc: psutil.Process, argv: list[str], run_dir: Path) -> bool
 
 
 def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
-    """Check ``.trainer.json`` against the live process table; never raises."""
+    """Check ``.trainer.json`` against the live process table; never raises.
+
+    A trainer that exits cleanly removes its record, then releases the run's lock: a check
+    that read the record just before may find the process gone or the lock free. When a
+    check fails, the record is read again, and a record gone since means a trainer that
+    stopped, not a stale record or a process that is not the trainer."""
     run_dir = Path(run_dir)
+    verification = _verify_recorded(run_dir)
+    if verification.state in ("stale", "unverified") and verification.record is not None \
+            and not verification.elsewhere:
+        again, error = read_trainer_record(run_dir)
+        if again is None and not error:
+            return Verification("stopped", "no trainer is recorded: there is no .trainer.json")
+    return verification
+
+
+def _verify_recorded(run_dir: Path) -> Verification:
     record, error = read_trainer_record(run_dir)
     if error:
         return Verification("unreadable", error)

@@ -104,3 +104,22 @@ def test_an_unanswered_request_is_said_by_the_reader(tmp_path, end):
         finally:
             if trainer.proc.poll() is None:
                 os.kill(trainer.proc.pid, signal.SIGCONT)
+
+
+def test_a_trainer_seen_gone_by_the_ticks_read_is_read_with_its_last_lines(tmp_path):
+    """The tick reads the trainer only; one that exited after writing its stop event and
+    final checkpoint is read with them in that same read: a clean exit, never an alert that
+    it 'ended without a stop event' from the lines read before it wrote them."""
+    run = tmp_path / "live"
+    with Trainer(run) as trainer:
+        trainer.wait_verified()
+        reader = RunReader(run)
+        reader.read()
+        assert reader.snapshot.trainer.state == "running"
+        trainer.proc.send_signal(signal.SIGTERM)
+        assert trainer.proc.wait(60) == 0
+        snap, notices = reader.read({TRAINER})
+        assert snap.trainer.state == "stopped"
+        assert any(ev.event == "stop" for ev in snap.history.events)
+        assert [a.kind for a in snap.alerts] == [], [a.text for a in snap.alerts]
+        assert any(n.text.startswith("trainer exited cleanly") for n in notices), [n.text for n in notices]
