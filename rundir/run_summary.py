@@ -97,7 +97,8 @@ def rate_per_s(x: np.ndarray, t: np.ndarray, since: float = -math.inf) -> float 
     x, t = x[ok][-RATE_STEPS:], t[ok][-RATE_STEPS:]
     if len(t) < 2 or t[-1] <= t[0]:
         return None
-    rate = float(x[-1] - x[0]) / float(t[-1] - t[0])
+    # In Python floats: times of ±1e308 (a hostile file) overflow to inf, refused below, without a warning.
+    rate = (float(x[-1]) - float(x[0])) / (float(t[-1]) - float(t[0]))
     return rate if math.isfinite(rate) and rate >= 0 else None      # a count that went back is no speed
 
 
