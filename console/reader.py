@@ -451,19 +451,18 @@ class RunReader:
                          now: float) -> tuple[dict[str, CheckpointRequest], list[CheckpointWait]]:
         """Which requested checkpoints this read sees complete (``{file name: request}``), and
         the requests that ended unanswered: their trainer gone, or past their timeout."""
-        answered: dict[str, CheckpointRequest] = {}
-        if prev is not None and snap.checkpoints is not prev.checkpoints:
-            for c in snap.checkpoints:
-                if c.status != "complete":
-                    continue
-                stamp = self._ckpt_cache.get(c.path.name, (None,))[0]
-                with self._requests_lock:
-                    for request in self._requests:
-                        if request.baseline.get(c.path.name) != stamp:
-                            answered[c.path.name] = request
-        ended: list[CheckpointWait] = []
-        trainer = snap.trainer
-        with self._requests_lock:
+        with self._requests_lock:           # held throughout: a request is sent (given its pid) meanwhile
+            if not self._requests:          # the common read: nothing asked, no checkpoint looked at
+                return {}, []
+            answered: dict[str, CheckpointRequest] = {}
+            if prev is not None and snap.checkpoints is not prev.checkpoints:
+                for c in snap.checkpoints:
+                    if c.status == "complete":
+                        stamp = self._ckpt_cache.get(c.path.name, (None,))[0]
+                        answered.update((c.path.name, r) for r in self._requests
+                                        if r.baseline.get(c.path.name) != stamp)
+            trainer = snap.trainer
+            ended: list[CheckpointWait] = []
             waiting = []
             for r in self._requests:
                 if r in answered.values():
