@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Callable
+from typing import Any
 
-import msgspec
 import numpy as np
 
 from . import limits

@@ -17,7 +17,6 @@ own too.)
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 

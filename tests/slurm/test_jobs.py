@@ -8,7 +8,6 @@ log USR1 and TERM.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import subprocess
