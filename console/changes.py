@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from rundir import HistoryEvent
+from rundir import CheckpointInfo, HistoryEvent
 from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
 from .format import format_counter, format_size, printable, stall_text
 from .model.checkpoint_wait import CheckpointWait
 from .model.findings import LISTED, many, names_and_more
 from .model.snapshot import Notice, RunSnapshot
+
+# How long a live trainer's new .bin may be without its .json before it is said as a
+# foreign checkpoint: the .json is written right after the .bin, so a few seconds covers a
+# loaded machine and a slow filesystem (and a clock a little off the file server's).
+UNFINISHED_S = 10.0
 
 
 def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
@@ -69,9 +74,13 @@ def _checkpoint_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
         old, name = before.get(raw_name), printable(raw_name)
         if old is not None and (old.status, old.mtime, old.size) == (c.status, c.mtime, c.size):
             continue
+        if _unfinished(c, snap, now):
+            continue                    # said when its .json lands, as one landing
+        if old is not None and _unfinished(old, prev, prev.taken):
+            old = None                  # never said: its landing is said now
         if c.status == "invalid":
             invalid.append((raw_name, c.reason))
-        elif old is None or old.mtime != c.mtime or old.status == "invalid":
+        elif old is None or old.mtime != c.mtime or old.status == "invalid" or raw_name in requested:
             kind = "complete" if c.status == "complete" else "foreign: weights, m and v only"
             request = requested.get(raw_name)
             what = (f"requested checkpoint landed, {now - request.sent_at:.1f} s after the signal"
@@ -80,9 +89,7 @@ def _checkpoint_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
                             "good" if c.status == "complete" else "info")
             (out if request is not None else landed).append(notice)
         elif c.status == "complete" and old.status == "foreign":
-            what = ("requested checkpoint complete" if raw_name in requested
-                    else "resume .json written, now complete")
-            (out if raw_name in requested else landed).append(Notice(now, f"{name}: {what}", "good"))
+            landed.append(Notice(now, f"{name}: resume .json written, now complete", "good"))
     if len(landed) <= LISTED:
         out.extend(landed)
     else:                               # the newest on its own, the rest counted
@@ -103,6 +110,15 @@ def _checkpoint_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
         out.append(Notice(now, f"{many(len(removed), 'checkpoint file')} removed: "
                                f"{names_and_more(removed[:LISTED], len(removed))}", "warning"))
     return out
+
+
+def _unfinished(c: CheckpointInfo, snap: RunSnapshot, now: float) -> bool:
+    """A ``.bin`` without its ``.json`` that the run's live trainer wrote moments ago: the
+    ``.json`` follows it (DESIGN.md section 3), so it is not said as a foreign checkpoint
+    landing. One that stays without it past :data:`UNFINISHED_S`, or came with no trainer
+    running (copied in from another engine), is."""
+    return (c.status == "foreign" and snap.trainer.state == "running"
+            and abs(now - c.mtime) < UNFINISHED_S)
 
 
 def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[Notice]:

@@ -7,9 +7,11 @@ Textual's Line API: only the lines in view are rendered, each once per width.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from itertools import count
+from typing import Callable
 
 from rich.text import Text
 from textual.geometry import Size
@@ -26,10 +28,13 @@ from .rows import CURSOR_STYLE, CachedStrips, SelectableRows, cut_line_strip
 LEVEL_STYLES = {Level.INFO: "", Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red",
                 Level.ACTION: "bold cyan"}
 FIRST_LOG_LINES = 8
-# At most this many new trainer.log lines per update (about one a second): a trainer that
-# logs every step must not scroll the console's own notices out of the pane. The rest is
-# counted on one line; trainer.log itself has every line.
+# At most this many new trainer.log lines a second, however often the run is read (a
+# checkpoint landing makes reads come four times a second): a trainer that logs every step
+# must not scroll the console's own notices, such as "requested checkpoint landed", out of
+# the pane before they are seen. The rest is counted on one line; trainer.log itself has
+# every line.
 LOG_LINES_PER_UPDATE = 4
+LOG_UPDATE_EVERY_S = 1.0
 MAX_LINES = 1000
 LOG_PREFIX = "log │ "
 
@@ -39,10 +44,12 @@ class EventLog(SelectableRows, CachedStrips, ScrollView, can_focus=True):
     EventLog { overflow-x: hidden; overflow-y: auto; }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, **kwargs) -> None:
         super().__init__(**kwargs)
         self.border_title = "events · trainer.log"
+        self.clock = clock
         self._log_seen: int | None = None
+        self._log_shown_at = -math.inf
         self._entries: deque[tuple[int, Text]] = deque(maxlen=MAX_LINES)
         self._serial = count()
         self._strips: dict[tuple[int, bool], Strip] = {}
@@ -58,12 +65,17 @@ class EventLog(SelectableRows, CachedStrips, ScrollView, can_focus=True):
         self.write(line)
 
     def log_lines(self, tail: tuple[str, ...], seen: int) -> None:
-        """Append the trainer.log lines not shown yet (``seen`` counts every line ever read)."""
+        """Append the trainer.log lines not shown yet (``seen`` counts every line ever read),
+        at most once every :data:`LOG_UPDATE_EVERY_S`: lines that come sooner wait for the next
+        update (the tick's read brings one every second)."""
+        now = self.clock()
         if self._log_seen is None:       # the first update: the last few lines, nothing counted
             new, limit = min(len(tail), FIRST_LOG_LINES), FIRST_LOG_LINES
+        elif seen == self._log_seen or now - self._log_shown_at < LOG_UPDATE_EVERY_S:
+            return
         else:
             new, limit = seen - self._log_seen, LOG_LINES_PER_UPDATE
-        self._log_seen = seen
+        self._log_seen, self._log_shown_at = seen, now
         shown = min(new, limit, len(tail))
         if new > shown:
             self.write(Text(f"{LOG_PREFIX}… {new - shown:,} more line(s) in {TRAINER_LOG}", style="grey42"))

@@ -89,14 +89,15 @@ def screen_text(page) -> str:
     return page.evaluate("window.__text")
 
 
-def wait_for_text(page, *texts: str, timeout: float = START_S) -> None:
-    """Until every one of ``texts`` has arrived on the page's screen."""
+def wait_for_text(page, *texts: str, timeout: float = START_S, detail=lambda: "") -> None:
+    """Until every one of ``texts`` has arrived on the page's screen; ``detail()`` says more
+    in the failure."""
     try:
         page.wait_for_function("texts => texts.every(t => window.__text.includes(t))", arg=list(texts),
                                timeout=timeout * 1000)
     except Exception as err:
         raise AssertionError(f"the page never showed {texts!r} within {timeout} s; it showed:\n"
-                             f"{screen_text(page)[-3000:]}") from err
+                             f"{screen_text(page)[-3000:]}\n{detail()}") from err
 
 
 def press(page, *keys: str) -> None:

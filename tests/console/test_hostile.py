@@ -6,10 +6,12 @@ output, and keep its problems in sight. Behaviour is asserted, never time."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import orjson
@@ -20,8 +22,9 @@ from console.messages import SnapshotReady
 from console.reader import PROMPT_CHARS, SAMPLE_CHARS, RunReader
 from console.report import ROWS_LISTED, render_text
 from console.model.findings import LISTED
-from console.model.snapshot import TrainerView
+from console.model.snapshot import Notice, TrainerView
 from console.widgets import ArmsPane, CheckpointsPane, EventLog, ProblemsBar, SamplesPane
+from console.widgets.events import LOG_LINES_PER_UPDATE
 from console.widgets import arms as arms_pane
 from console.widgets import checkpoints as checkpoints_pane
 from rundir.layout import CHECKPOINTS, LOG, STATE, TRAINER
@@ -407,18 +410,45 @@ async def test_problems_are_pinned_while_log_lines_scroll(tmp_path):
     async with app.run_test(size=(140, 45)) as pilot:
         await settled(pilot)
         bar = app.dashboard.query_one(ProblemsBar)
+        log = app.dashboard.query_one(EventLog)
+        log.clock = itertools.count(time.monotonic() + 60).__next__   # each update a second after the last
         for _ in range(30):                                    # a trainer that logs fast
             with open(run / "trainer.log", "a") as fh:
                 fh.write("".join(f"step {i} loss 2.0\n" for i in range(200)))
             snap, notices = app.reader.read({LOG})
             app.on_snapshot_ready(SnapshotReady(snap, notices))
             await pilot.pause()
-        log = app.dashboard.query_one(EventLog)
         assert log.scroll_y > 0                                # the first notices are scrolled out of view
         text = pane_text(bar)
         assert bar.display and "step_000300.bin: invalid: truncated" in text
         assert "zombie arm ghost: not in run.toml" in text
         assert bar.region.height == 2 and bar.region.y < log.region.y
+
+
+@pytest.mark.asyncio
+async def test_a_notice_outlives_a_second_of_fast_reads_of_a_fast_logging_trainer(tmp_path):
+    """A checkpoint landing makes reads come four times a second; each read brought up to five
+    trainer.log lines, so a trainer that logs every step scrolled "requested checkpoint landed"
+    out of a 24-row terminal's events pane within a second, before a loaded machine painted it.
+    The log's lines now come at most once a second, whatever the read rate."""
+    run = make_run(tmp_path / "run")
+    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settled(pilot)
+        log = app.dashboard.query_one(EventLog)
+        clock = itertools.count(time.monotonic() + 60, 0.25)  # after the updates so far
+        log.clock = lambda: next(clock)
+        app.on_snapshot_ready(SnapshotReady(app.reader.read({LOG})[0], [Notice(0.0, "the operator's notice")]))
+        for _ in range(8):                                     # two seconds of reads at 4 a second
+            with open(run / "trainer.log", "a") as fh:
+                fh.write("".join(f"step {i} loss 2.0\n" for i in range(200)))
+            snap, notices = app.reader.read({LOG})
+            app.on_snapshot_ready(SnapshotReady(snap, notices))
+            await pilot.pause()
+        texts = log.texts
+        after = texts[[i for i, t in enumerate(texts) if "the operator's notice" in t][0] + 1:]
+        assert sum("more line(s)" in t for t in after) == 2, after     # two seconds: two batches
+        assert len(after) == 2 * (1 + LOG_LINES_PER_UPDATE)
 
 
 @pytest.mark.asyncio

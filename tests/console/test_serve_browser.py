@@ -63,6 +63,15 @@ def test_browser_read_only_shows_the_run_refuses_c_and_ctrl_c_ends_the_tab(chrom
     assert not processes_naming(tmp_path)
 
 
+def checkpoint_story(page, run, served) -> str:
+    """What the page, trainer.log and the disk said of checkpoints (a failure's detail)."""
+    said = [line for line in browser.screen_text(page).splitlines() if "checkpoint" in line or "SIGUSR1" in line]
+    logged = [line for line in (run / "trainer.log").read_text(errors="replace").splitlines() if "checkpoint" in line]
+    return "\n".join(["the page's lines on checkpoints:", *said[-20:], "trainer.log on checkpoints:", *logged[-20:],
+                      f"on disk: {[(c.path.name, c.status) for c in list_checkpoints(run)]}",
+                      "the server's output:", served.output()[-2000:]])
+
+
 @pytest.mark.xdist_group("browser")
 def test_browser_with_the_token_c_lands_a_checkpoint_and_closing_the_tab_ends_its_console(chromium, tmp_path):
     run = tmp_path / "live"
@@ -76,7 +85,7 @@ def test_browser_with_the_token_c_lands_a_checkpoint_and_closing_the_tab_ends_it
         assert STEP.search(browser.screen_text(page))
         assert not list_checkpoints(run)
         browser.press(page, "c")
-        browser.wait_for_text(page, "requested checkpoint landed")
+        browser.wait_for_text(page, "requested checkpoint landed", detail=lambda: checkpoint_story(page, run, served))
         assert [c for c in list_checkpoints(run) if c.status == "complete"]
         assert REFUSED not in browser.screen_text(page)
         tab = served.tabs()[0]

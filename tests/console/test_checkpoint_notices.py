@@ -1,0 +1,75 @@
+"""What the event log says of a checkpoint as it lands: a live trainer writes the ``.bin``,
+then its ``.json`` (DESIGN.md section 3). A read between the two saw a "foreign" checkpoint
+land, and the completion then said "requested checkpoint complete", never "landed": an
+operator (and the tests waiting for "requested checkpoint landed") read the wrong thing
+whenever a read fell between the two writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from console.changes import UNFINISHED_S, describe_changes
+from console.reader import CheckpointRequest, RunReader
+from rundir.layout import CHECKPOINTS
+from tests.rundirs import EPOCH, make_run
+
+STEP_SECONDS = 0.5
+WRITTEN = EPOCH + 200 * STEP_SECONDS          # the mtime make_run gives step_000200.bin
+
+
+def landing_reads(tmp_path, after_s: float):
+    """Three real reads of one run, ``after_s`` seconds after step 200's .bin was written:
+    before it, with its .bin alone, and complete."""
+    run = make_run(tmp_path / "run", steps=300, checkpoints=(100, 200), step_seconds=STEP_SECONDS)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for name in ("step_000200.bin", "step_000200.json"):
+        os.rename(run / name, aside / name)
+    reader = RunReader(run, now=lambda: WRITTEN + after_s)
+    before, _ = reader.read()
+    os.rename(aside / "step_000200.bin", run / "step_000200.bin")
+    bin_only, _ = reader.read({CHECKPOINTS})
+    os.rename(aside / "step_000200.json", run / "step_000200.json")
+    complete, _ = reader.read({CHECKPOINTS})
+    assert [c.status for c in bin_only.checkpoints] == ["complete", "foreign"]
+    assert [c.status for c in complete.checkpoints] == ["complete", "complete"]
+    return before, bin_only, complete
+
+
+def with_trainer(snap, state: str):
+    return dataclasses.replace(snap, trainer=dataclasses.replace(snap.trainer, state=state))
+
+
+def texts(notices) -> list[str]:
+    return [n.text for n in notices]
+
+
+def test_a_live_trainers_bin_before_its_json_is_one_landing_said_complete(tmp_path):
+    before, bin_only, complete = (with_trainer(s, "running") for s in landing_reads(tmp_path, 1.0))
+    now = WRITTEN + 1.0
+    assert texts(describe_changes(before, bin_only, now)) == []        # not "foreign"
+    assert texts(describe_changes(bin_only, complete, now)) == [
+        "checkpoint landed: step_000200.bin (step 200, 11.7 KiB, complete)"]
+
+
+def test_a_requested_checkpoint_is_said_landed_whichever_read_saw_its_bin(tmp_path):
+    before, bin_only, complete = (with_trainer(s, "running") for s in landing_reads(tmp_path, 1.0))
+    request = CheckpointRequest(sent_at=WRITTEN - 0.5)
+    requested = {"step_000200.bin": request}
+    expected = ["requested checkpoint landed, 1.5 s after the signal: step_000200.bin (step 200, 11.7 KiB, complete)"]
+    assert texts(describe_changes(bin_only, complete, WRITTEN + 1.0, requested)) == expected
+    assert texts(describe_changes(before, complete, WRITTEN + 1.0, requested)) == expected
+
+
+@pytest.mark.parametrize("state, after_s", [("stopped", 1.0), ("running", UNFINISHED_S + 1)])
+def test_a_bin_without_json_is_foreign_when_no_trainer_writes_it_or_it_stays_so(tmp_path, state, after_s):
+    """Copied in beside a stopped run, or left without its .json by the live trainer past
+    the grace: a foreign checkpoint, said as such, and its .json later says it completed."""
+    before, bin_only, complete = (with_trainer(s, state) for s in landing_reads(tmp_path, after_s))
+    now = WRITTEN + after_s
+    assert texts(describe_changes(before, bin_only, now)) == [
+        "checkpoint landed: step_000200.bin (step 200, 11.7 KiB, foreign: weights, m and v only)"]
+    assert texts(describe_changes(bin_only, complete, now)) == ["step_000200.bin: resume .json written, now complete"]
