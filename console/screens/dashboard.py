@@ -71,11 +71,13 @@ class DashboardScreen(Screen):
             with Horizontal(id="row-top", classes="row"):
                 # The plot comes first: under it, in the compact layout, the status pane
                 # (key 6); in the full one the status is docked to the plot's left.
-                yield LossPlot(self.window_steps, self.smoothing, id="plot", classes="pane")
+                # The plots are bound to the snapshot: each plots a new one itself.
+                yield LossPlot(self.window_steps, self.smoothing, id="plot",
+                               classes="pane").data_bind(DashboardScreen.snapshot)
                 with Grid(id="plot-grid"):
                     for i, name in enumerate(self.grid_series):
                         yield LossPlot(self.window_steps, self.smoothing, series=name, small=True, id=f"grid-{i}",
-                                       classes="pane small-plot")
+                                       classes="pane small-plot").data_bind(DashboardScreen.snapshot)
                 yield StatusPane(id="status", classes="pane")
             with Horizontal(id="row-middle", classes="row"):
                 yield CheckpointsPane(id="checkpoints", classes="pane")
@@ -273,9 +275,7 @@ class DashboardScreen(Screen):
         if self.compact:                    # hidden in the full layout: drawn when it is shown
             self.query_one(StatusLine).show(snap, now)
         self.query_one(ProblemsBar).show(snap.problems)
-        self._configure_grid(snap)
-        for plot in self.query(LossPlot):
-            plot.show(snap)
+        self._configure_grid(snap)          # before the plots (bound) plot it: they may change series
         self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now, snap.retention)
         self.query_one(ArmsPane).show(snap.arms)
         self.query_one(SamplesPane).show(snap.samples, snap.samples_error)

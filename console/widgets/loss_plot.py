@@ -15,7 +15,7 @@ import numpy as np
 from rich.segment import Segment
 from textual import events
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import reactive, var
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -89,6 +89,14 @@ class LossPlot(Widget):
         self._drawn_axis: tuple[str, str] | None = None     # (the x axis asked for, the one drawn)
 
     # -- data ------------------------------------------------------------------
+    # The dashboard's snapshot, bound to it (``data_bind``): each new one is plotted straight
+    # from the app's handler of the read, with no pass through the dashboard.
+    snapshot: var[RunSnapshot | None] = var(None, always_update=True, init=False)
+
+    def watch_snapshot(self, snap: RunSnapshot | None) -> None:
+        if snap is not None:
+            self.show(snap)
+
     def show(self, snap: RunSnapshot) -> None:
         """Plot the snapshot's history with its markers; a no-op when neither part changed."""
         version = (snap.versions.get("history"), snap.versions.get("markers"))
