@@ -16,8 +16,8 @@ is counted in ``bad_lines`` while the lines around it are kept.
 The modules, each a step on a line's way from the file to a column:
 
 - :mod:`.writer`     the trainer's appender
-- :mod:`.reader`     :class:`LossHistory`: opening, format, resets, the hand-over to another process
-- :mod:`.jsonl`      JSON Lines, from the remembered offset, in blocks
+- :mod:`.reader`     :class:`LossHistory`: opening, format, resets, JSON Lines from the remembered offset in
+                     blocks, the hand-over to another process
 - :mod:`.array`      a JSON array, rewritten whole (:mod:`.array_scan`: its structure and resync)
 - :mod:`.ingest`     elements into columns, events and counted bad lines (:mod:`.columns`)
 - :mod:`.records`    what a line is: step line, event line or unreadable, and its values (the one place)
