@@ -134,10 +134,47 @@ def column_of(steps: np.ndarray, x0: float, x1: float, columns: int) -> np.ndarr
     return np.clip(col, 0, columns - 1)
 
 
+# Integer steps are searched for with integer needles: a float needle makes numpy convert the
+# whole array to float first (an O(n) copy for every search).
+_INT_SAFE = float(2 ** 62)
+
+
+def search(steps: np.ndarray, x: np.ndarray | float, side: str = "left") -> np.ndarray:
+    """``np.searchsorted(steps, x, side)`` for float ``x`` without converting ``steps``."""
+    x = np.asarray(x, dtype=np.float64)
+    if steps.dtype.kind in "iu" and x.size and bool(np.all(np.abs(x) < _INT_SAFE)):
+        # A step is >= x where it is >= ceil(x), and > x where it is > floor(x).
+        x = (np.ceil(x) if side == "left" else np.floor(x)).astype(np.int64)
+    return np.searchsorted(steps, x, side=side)
+
+
+def column_starts(steps: np.ndarray, x0: float, x1: float, columns: int) -> np.ndarray:
+    """For each pixel column, the first index of ``steps`` (ascending, within ``[x0, x1]``)
+    that :func:`column_of` puts in it or after it: the same columns, found by searching the
+    columns' left edges in ``steps`` (O(columns log n)) instead of placing every step (O(n)).
+    An edge and the per-step formula can round apart for a step on the edge: each start is
+    moved until :func:`column_of` agrees (the formula is monotonic, so this ends at once)."""
+    span = max(x1 - x0, 1e-12)
+    wanted = np.arange(columns)
+    starts = search(steps, x0 + wanted * (span / columns))
+    n = len(steps)
+    if n == 0:
+        return starts
+    for _ in range(n + 1):
+        inside = np.minimum(starts, n - 1)
+        late = (starts > 0) & (column_of(steps[np.maximum(starts - 1, 0)], x0, x1, columns) >= wanted)
+        early = (starts < n) & (column_of(steps[inside], x0, x1, columns) < wanted)
+        if not (late.any() or early.any()):
+            return starts
+        starts = starts - late + early
+    raise AssertionError("column starts did not settle")     # unreachable: the formula is monotonic
+
+
 def envelope(steps: np.ndarray, values: np.ndarray, x0: float, x1: float, columns: int) -> Envelope:
     """Min/max of ``values`` per pixel column; ``steps`` ascending. Non-finite values are
-    left out (the status pane counts them). Vectorised: one ``searchsorted`` and two
-    ``reduceat``, so the cost is O(n) numpy work regardless of ``columns``."""
+    left out (the status pane counts them). Vectorised: the columns' starts searched for
+    (:func:`column_starts`) and two ``reduceat``, so the cost is one O(n) pass of numpy
+    work whatever ``columns``."""
     lo = np.full(columns, np.nan)
     hi = np.full(columns, np.nan)
     steps = np.asarray(steps)
@@ -149,13 +186,12 @@ def envelope(steps: np.ndarray, values: np.ndarray, x0: float, x1: float, column
         return Envelope(lo, hi)
     # Only the steps inside [x0, x1]; then each one's column, by the same formula as the
     # markers use, and the first index of each column (columns are ascending with steps).
-    first, stop = np.searchsorted(steps, [x0, x1], side="left")[0], np.searchsorted(steps, x1, side="right")
+    first, stop = int(search(steps, x0)), int(search(steps, x1, side="right"))
     steps, values = steps[first:stop], values[first:stop]
     if len(steps) == 0:
         return Envelope(lo, hi)
-    col = column_of(steps, x0, x1, columns)
-    starts = np.searchsorted(col, np.arange(columns), side="left")
-    ends = np.append(starts[1:], len(col))
+    starts = column_starts(steps, x0, x1, columns)
+    ends = np.append(starts[1:], len(steps))
     nonempty = ends > starts
     if not nonempty.any():
         return Envelope(lo, hi)

@@ -13,7 +13,6 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from rundir.abandoned import abandoned_mask
 from rundir.layout import EVENT_ROLLBACK
 
 from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_counter, format_float, format_pct,
@@ -197,7 +196,7 @@ def _plot_lines(snap: RunSnapshot, width: int, plot_height: int, options: PlotOp
     opts = options or PlotOptions()
     steps, values = (h.step, h.loss) if metric == "loss" else series_values(h, metric)
     tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
-    abandoned = on_rows(h, steps, abandoned_mask(h.step, h.time_column, h.events, h.last_step))
+    abandoned = on_rows(h, steps, h.abandoned_rows)
     rows = step_range.rows(steps)
     x, axis = plot_x(opts.x_axis, steps[rows], tokens[rows] if tokens is not None else None,
                      times[rows] if times is not None else None)

@@ -141,6 +141,14 @@ class HistoryView:
                                          self.time_column)
         return steps, values
 
+    @cached_property
+    def abandoned_rows(self) -> np.ndarray | None:
+        """Which step lines (rows of ``step``) a rollback abandoned or lie after the head
+        (:func:`rundir.abandoned.abandoned_mask`); None: none. Once per view: every plot asks."""
+        from rundir.abandoned import abandoned_mask
+
+        return abandoned_mask(self.step, self.time_column, self.events, self.last_step)
+
     def abandoned(self, name: str) -> np.ndarray | None:
         """Which points of ``column(name)`` a rollback abandoned or lie after the head (by
         their lines' or events' times: :func:`rundir.abandoned.abandoned_mask`); None: none."""
@@ -271,7 +279,7 @@ class RunSnapshot:
         """The invalid ones, newest first."""
         return tuple(c for c in reversed(self.checkpoints) if c.status == "invalid")
 
-    @property
+    @cached_property      # the events walked once per snapshot
     def failed_checkpoint(self) -> HistoryEvent | None:
         """The newest ``checkpoint_failed`` event not yet followed by a checkpoint on disk."""
         for ev in reversed(self.history.events):
@@ -283,7 +291,7 @@ class RunSnapshot:
                 return None
         return None
 
-    @property
+    @cached_property      # asked by the problems, the alerts and the status
     def safety_stop(self) -> HistoryEvent | None:
         """The trainer's last ``stop`` event, when a safety policy (divergence) made it."""
         for ev in reversed(self.history.events):

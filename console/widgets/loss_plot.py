@@ -23,8 +23,6 @@ import time
 
 from rich.style import Style
 
-from rundir.abandoned import abandoned_mask
-
 from ..format import AXIS_NEEDS, X_AXES
 from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
@@ -146,8 +144,7 @@ class LossPlot(Widget):
         """The abandoned-steps mask at ``steps``, computed once per history version."""
         key = (self._version, self.series)
         if self._abandoned is None or self._abandoned[0] != key:
-            mask = abandoned_mask(h.step, h.time_column, h.events, h.last_step)
-            self._abandoned = (key, on_rows(h, steps, mask))
+            self._abandoned = (key, on_rows(h, steps, h.abandoned_rows))
         return self._abandoned[1]
 
     # -- reactive options --------------------------------------------------------
@@ -323,6 +320,12 @@ class LossPlot(Widget):
             style = self._styles[name] = Style.parse(name) if name else Style()
         return style
 
+    def _x_columns(self, h: HistoryView, steps: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The tokens and times at ``steps``, for the tokens or time axis (none on the step axis)."""
+        if self.x_axis == "step":
+            return None, None
+        return on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
+
     def plot_runs(self, width: int, height: int) -> list[list[tuple[str, str | None]]]:
         """The pane's lines as ``(text, style)`` runs: a legend (not in a small plot), then the plot."""
         h = self._history
@@ -339,11 +342,10 @@ class LossPlot(Widget):
             # line (not dots), not smoothed, and not dimmed (a rollback's steps are the step lines').
             shown_steps, shown_values = joined(steps[rows], values[rows], 2 * cells)
             smooth, abandoned = None, None
-            tokens, times = on_rows(h, shown_steps, h.tokens_column), on_rows(h, shown_steps, h.time_column)
+            tokens, times = self._x_columns(h, shown_steps)
         else:
             shown_steps, shown_values = steps[rows], values[rows]
-            tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
-            tokens, times = (c[rows] if c is not None else None for c in (tokens, times))
+            tokens, times = (c[rows] if c is not None else None for c in self._x_columns(h, steps))
             smooth = self._smooth(h, values)
             smooth = smooth[rows] if smooth is not None else None
             abandoned = self._abandoned_rows(h, steps)

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from console.model.markers import Marker
-from console.plot import (PlotOptions, build_canvas, ema_debiased, envelope, plot_text,
-                          render)
+from console.plot import (PlotOptions, build_canvas, column_of, column_starts, ema_debiased, envelope,
+                          plot_text, render)
 
 N = 200_000
 
@@ -66,6 +66,28 @@ def test_envelope_equals_the_min_and_max_of_each_column(n, columns, seed):
             assert np.isnan(env.lo[c]) and np.isnan(env.hi[c])
     # Every point lies inside the envelope of some column: nothing is dropped.
     assert np.nanmax(env.hi) == values.max() and np.nanmin(env.lo) == values.min()
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=st.lists(st.floats(-1e15, 1e15, allow_nan=False), min_size=1, max_size=400, unique=True),
+       cut=st.tuples(st.floats(0, 1), st.floats(0, 1)), columns=st.integers(1, 700), seed=st.integers(0, 2**16))
+def test_column_starts_agree_with_the_column_of_each_point(x, cut, columns, seed):
+    """The columns' starts are searched for (their left edges), not computed per point: on
+    any x axis (floats: tokens, times) and any zoomed range, each point still lands in the
+    column that column_of gives it, edges that round apart included."""
+    xs = np.sort(np.asarray(x))
+    lo, hi = sorted(cut)
+    x0 = float(xs[0] + lo * (xs[-1] - xs[0]))
+    x1 = max(float(xs[0] + hi * (xs[-1] - xs[0])), x0 + 1.0)
+    inside = xs[(xs >= x0) & (xs <= x1)]
+    starts = column_starts(inside, x0, x1, columns)
+    assert np.array_equal(starts, np.searchsorted(column_of(inside, x0, x1, columns), np.arange(columns)))
+    values = np.random.default_rng(seed).normal(size=len(xs))
+    env = envelope(xs, values, x0, x1, columns)
+    col = column_of(xs, x0, x1, columns)
+    for c in np.unique(col[(xs >= x0) & (xs <= x1)]):
+        mine = values[(col == c) & (xs >= x0) & (xs <= x1)]
+        assert env.lo[c] == mine.min() and env.hi[c] == mine.max()
 
 
 def test_nonfinite_values_are_left_out_not_plotted():
