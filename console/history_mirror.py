@@ -15,10 +15,11 @@ The policy, :class:`HistoryMirror`:
 - **A cache that cannot be written** (read-only, full): the history is read as without a
   mirror, a note (:data:`~console.model.snapshot.MIRROR_NOT_SAVED`) says so once, and the
   write is tried again only after another ``REWRITE_AFTER_BYTES``.
-- **The spike detector** (:mod:`rundir.spikes`, a scan of every step: about half a second
-  for 5M) is kept beside the mirror (``.spikes.json``: the flags and non-finite steps found)
-  for exactly the rows the mirror holds, and carried on at the next open that uses that mirror
-  with the same window and k, so that only the rows appended since are scanned.
+- **The spike detectors** of the loss and the grad-norm (:mod:`rundir.spikes`, a scan of
+  every step: about half a second each for 5M) are kept beside the mirror (``.spikes.json``:
+  the flags and non-finite steps found) for exactly the rows the mirror holds, and carried on
+  at the next open that uses that mirror with the same window and k, so that only the rows
+  appended since are scanned.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ MIN_BYTES = MIN_MIRROR_BYTES
 # A spike detector that found more flags and non-finite steps than this is not kept.
 MAX_DETECTOR_ITEMS = 100_000
 DETECTOR_SUFFIX = ".spikes.json"
+# The history's columns whose spike detectors are kept beside the mirror.
+DETECTED_COLUMNS = ("loss", "grad_norm")
 
 
 class HistoryMirror:
@@ -61,6 +64,7 @@ class HistoryMirror:
         self.mirrored_offset: int | None = None
         self.opened_source: dict | None = None
         self.just_saved = False                  # the last keep_up wrote the mirror
+        self._kept: set[str] = set()             # the columns whose detectors are kept for this mirror
 
     def open(self) -> tuple[LossHistory, HistoryUpdate, MirrorNote | None]:
         """The history read to its end, from its mirror when that is valid; the update of the
@@ -121,42 +125,63 @@ class HistoryMirror:
         self.just_saved = self.mirrored_offset == history._offset and note is None
         return note
 
-    # -- the spike detector kept beside the mirror --------------------------------------
+    # -- the spike detectors kept beside the mirror -------------------------------------
     def _detector_path(self) -> Path:
         mirror = mirror_path(self.path)
         return mirror.with_name(mirror.name + DETECTOR_SUFFIX)
 
-    def load_detector(self, history: LossHistory, window: int, k: float) -> "SpikeDetector | None":
-        """The spike detector kept with the mirror this open used, carried on from the rows
-        the mirror holds; None when there is none for this mirror, window and k."""
+    def load_detectors(self, history: LossHistory, window: int, k: float) -> "dict[str, SpikeDetector]":
+        """The spike detectors kept with the mirror this open used (``loss``, ``grad_norm``),
+        each carried on from the rows the mirror holds; those there are for this mirror,
+        window and k."""
+        self._kept = set()
         if self.mirrored_rows is None or self.opened_source is None:
-            return None
+            return {}
         from rundir.spikes import SpikeDetector
 
         try:
             kept = json.loads(self._detector_path().read_bytes())
-            state = kept["state"]
-            if kept["source"] != self.opened_source or state["rows"] != self.mirrored_rows or \
-                    (state["window"], state["k"]) != (window, float(k)):
-                return None
-            return SpikeDetector.from_state_dict(state, history.step, history.loss)
+            if kept["source"] != self.opened_source:
+                return {}
+            states = kept["states"]
         except (OSError, ValueError, KeyError, TypeError):
-            return None
+            return {}
+        found = {}
+        for column in DETECTED_COLUMNS:
+            state = states.get(column) if isinstance(states, dict) else None
+            try:
+                if state is None or state["rows"] != self.mirrored_rows or \
+                        (state["window"], state["k"]) != (window, float(k)):
+                    continue
+                detector = SpikeDetector.from_state_dict(state, history.step, getattr(history, column))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if detector is not None:
+                found[column] = detector
+                self._kept.add(column)
+        return found
 
-    def save_detector(self, history: LossHistory, detector: "SpikeDetector") -> None:
-        """Keep ``detector`` beside the mirror when it read exactly what the mirror holds (no
-        byte of the history past it). Nothing is said when it cannot be written: the mirror's
-        own note says what is wrong with the cache."""
-        state = detector.state_dict()
-        if self.mirrored_rows is None or history._offset != self.mirrored_offset or \
-                state["rows"] != self.mirrored_rows or len(history) != self.mirrored_rows or \
-                sum(len(state[name]) for name in detector._STATE_COLUMNS) > MAX_DETECTOR_ITEMS:
+    def keep_detectors(self, history: LossHistory, detectors: "dict[str, SpikeDetector | None]") -> None:
+        """Keep the detectors beside the mirror when one that read exactly what the mirror holds
+        (no byte of the history past it) is not kept yet: at the open that scanned them, and
+        after the mirror was written again. Nothing is said when they cannot be written: the
+        mirror's own note says what is wrong with the cache."""
+        if self.just_saved:
+            self._kept = set()
+        if self.mirrored_rows is None or history._offset != self.mirrored_offset or len(history) != self.mirrored_rows:
             return
-        source = mirror_source(self.path)
+        ready = {column: d for column, d in detectors.items() if d is not None and d.rows == self.mirrored_rows}
+        if not ready or set(ready) <= self._kept:
+            return
+        self._kept |= set(ready)                 # tried once per mirror, written or not
+        states = {column: d.state_dict() for column, d in ready.items()}
+        states = {column: state for column, state in states.items()
+                  if sum(len(v) for v in state.values() if isinstance(v, list)) <= MAX_DETECTOR_ITEMS}
+        source = mirror_source(self.path) if states else None
         if source is None:
             return
         try:
-            atomic_write_bytes(self._detector_path(), json.dumps({"source": source, "state": state}).encode(),
+            atomic_write_bytes(self._detector_path(), json.dumps({"source": source, "states": states}).encode(),
                                durable=False)         # a torn one fails to parse, and is not used
         except (OSError, ValueError):
             pass

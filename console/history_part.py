@@ -125,14 +125,12 @@ class HistoryPart:
         if update.changed or first or prev is None:
             self._version += 1
         self._say(update, now, notices, first)
-        restored = None
-        if opened_now:                          # the spike scan of the rows the mirror holds, kept beside it
-            restored = self.mirror.load_detector(h, *self.findings.params(config))
-            if restored is not None:
-                self.findings.detector = restored
+        if opened_now:                          # the spike scans of the rows the mirror holds, kept beside it
+            restored = self.mirror.load_detectors(h, *self.findings.params(config))
+            self.findings.detector = restored.get("loss", self.findings.detector)
+            self.findings.grad_detector = restored.get("grad_norm", self.findings.grad_detector)
         found = self.findings.update(h, update, config, now, notices, first)
-        if (opened_now and restored is None or self.mirror.just_saved) and self.findings.detector is not None:
-            self.mirror.save_detector(h, self.findings.detector)
+        self.mirror.keep_detectors(h, {"loss": self.findings.detector, "grad_norm": self.findings.grad_detector})
         if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
                 and not found:
             return prev

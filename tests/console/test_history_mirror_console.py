@@ -179,13 +179,34 @@ def test_the_spike_scan_is_kept_with_the_mirror_and_carried_on(tmp_path, monkeyp
         fh.write(b"".join(step_line(s, 9.0 if s == 3005 else 2.0) for s in range(3000, 3010)))
     scanned = []
     real_read = SpikeDetector._read
-    # The loss's scans only: the grad-norm detector (every grad_norm here is 1.0) is not kept
-    # beside the mirror, and scans the whole column at each open.
-    monkeypatch.setattr(SpikeDetector, "_read", lambda self, steps, losses: (
-        (losses == 1.0).all() or scanned.append(len(steps)), real_read(self, steps, losses)))
+    # The loss's scan and the grad-norm's: both are kept beside the mirror.
+    monkeypatch.setattr(SpikeDetector, "_read", lambda self, steps, values: (
+        scanned.append(("grad_norm" if (values == 1.0).all() else "loss", len(steps))),
+        real_read(self, steps, values)))
     again = read(run).read()[0].history.spikes
-    assert scanned == [10]                      # only the lines appended since the mirror
+    assert scanned == [("loss", 10), ("grad_norm", 10)]     # only the lines appended since the mirror
     assert again == spikes_of(path) and len(again) == len(first) + 1
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "another-cache"))        # no mirror: a whole scan
     scanned.clear()
-    assert read(run).read()[0].history.spikes == again and scanned == [3010]
+    assert read(run).read()[0].history.spikes == again and scanned == [("loss", 3010), ("grad_norm", 3010)]
+
+
+def test_the_dashboards_late_grad_norm_scan_is_kept_too(tmp_path, monkeypatch):
+    """The dashboard scans the grad-norm after its first frame (its second read): that scan is
+    kept beside the mirror then, and the next console to open the run scans neither column."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOSS_JSON).write_bytes(b"".join(step_line(s) for s in range(3000)))
+    read(run).read()                                        # the mirror made
+    dashboard = read(run)
+    dashboard.findings.grad_after_first = True
+    dashboard.read()
+    dashboard.read()
+    scanned = []
+    real_read = SpikeDetector._read
+    monkeypatch.setattr(SpikeDetector, "_read", lambda self, steps, values: (
+        scanned.append(len(steps)), real_read(self, steps, values)))
+    again = read(run)
+    again.read()
+    assert scanned == [], scanned                           # nothing past the mirror: no scan
+    assert again.findings.grad_detector.rows == again.findings.detector.rows == 3000
