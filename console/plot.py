@@ -42,6 +42,16 @@ def beyond_limit(values: np.ndarray) -> np.ndarray:
         return np.isfinite(values) & (np.abs(values) > PLOT_LIMIT)
 
 
+def within_limit(values: np.ndarray) -> bool:
+    """Whether every value that is not NaN lies within ±PLOT_LIMIT (no infinity): two
+    reductions, no temporary array (a 5M-step column's would be 40 MB)."""
+    if not len(values):
+        return True
+    with np.errstate(invalid="ignore"):
+        return bool(np.fmin.reduce(values) >= -PLOT_LIMIT) and bool(np.fmax.reduce(values) <= PLOT_LIMIT) or \
+            bool(np.isnan(np.fmax.reduce(values)))          # all NaN
+
+
 def beyond_note(count: int) -> str:
     return f"{count:,} value(s) beyond ±{PLOT_LIMIT:.0e} not plotted" if count else ""
 
@@ -72,6 +82,8 @@ def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (
         for start in range(0, n, EMA_CHUNK):
             out[start:start + EMA_CHUNK], carry = ema_debiased(x[start:start + EMA_CHUNK], beta, carry)
         return out, carry
+    if 0.0 < beta < 1.0 and -1e100 <= x.min() <= x.max() <= 1e100:     # NaN fails it too
+        return _ema_all_valid(x, beta, carry)
     valid = np.isfinite(x) & ~beyond_limit(x)     # what the plot leaves out, the line skips too
     if not valid.all():
         x = np.where(valid, x, np.nan)
@@ -103,6 +115,32 @@ def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (
         num, den = float(num_out[stop - 1]), float(den_out[stop - 1])
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(den_out > 0, num_out / np.where(den_out > 0, den_out, 1.0), np.nan)
+    return out, (num, den)
+
+
+def _ema_all_valid(x: np.ndarray, beta: float, carry: tuple[float, float]) -> tuple[np.ndarray, tuple[float, float]]:
+    """:func:`ema_debiased` of values that are all finite and of plausible size (the usual
+    history): nothing to skip or scale, and the debiasing denominator in closed form
+    (``1 - beta**i * (1 - den)``), so one buffer is worked on in place, block by block."""
+    n = len(x)
+    block = max(1, min(n, int(200.0 / -math.log(beta))))
+    k = np.arange(1, block + 1, dtype=np.float64)
+    up_all, down_all = beta ** -k, beta ** k             # up grows at most to e^200
+    out = np.empty(n)
+    num, den = carry
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        up, down = up_all[: stop - start], down_all[: stop - start]
+        run = out[start:stop]
+        np.multiply(x[start:stop], up, out=run)
+        np.cumsum(run, out=run)
+        run *= 1.0 - beta
+        run += num
+        run *= down                                      # the EMA of the values, not yet debiased
+        num = float(run[-1])
+        dens = 1.0 - down * (1.0 - den)
+        den = float(dens[-1])
+        run /= dens
     return out, (num, den)
 
 
@@ -140,11 +178,19 @@ _INT_SAFE = float(2 ** 62)
 
 
 def search(steps: np.ndarray, x: np.ndarray | float, side: str = "left") -> np.ndarray:
-    """``np.searchsorted(steps, x, side)`` for float ``x`` without converting ``steps``."""
+    """``np.searchsorted(steps, x, side)`` for float ``x`` without converting ``steps``
+    (ascending; integer steps are unique, as a history's are)."""
     x = np.asarray(x, dtype=np.float64)
-    if steps.dtype.kind in "iu" and x.size and bool(np.all(np.abs(x) < _INT_SAFE)):
+    n = len(steps)
+    if steps.dtype.kind in "iu" and n and x.size and bool(np.all(np.abs(x) < _INT_SAFE)):
         # A step is >= x where it is >= ceil(x), and > x where it is > floor(x).
-        x = (np.ceil(x) if side == "left" else np.floor(x)).astype(np.int64)
+        x = (np.ceil(x) if side == "left" else np.floor(x) + 1).astype(np.int64)
+        first = int(steps[0])
+        if int(steps[-1]) - first == n - 1:
+            # Every step from the first to the last (ascending and unique, as a history's are):
+            # where a step lies is arithmetic, and no page of a long column is read to find it.
+            return np.clip(x - first, 0, n)
+        return np.searchsorted(steps, x, side="left")
     return np.searchsorted(steps, x, side=side)
 
 
@@ -261,9 +307,9 @@ class Canvas:
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
     """The y of each value: the value (or its log10), NaN where it cannot be plotted."""
     values = np.asarray(values, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        big = np.abs(values) > PLOT_LIMIT       # infinities too: left out like NaN either way
-    if big.any():
+    if not within_limit(values):
+        with np.errstate(invalid="ignore"):
+            big = np.abs(values) > PLOT_LIMIT       # infinities too: left out like NaN either way
         values = np.where(big, np.nan, values)
     if not log_y:
         return values
@@ -321,7 +367,7 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     x0, x1 = float(s[0]), float(s[-1])
     if x1 <= x0:
         x1 = x0 + 1.0
-    canvas.note = beyond_note(int(beyond_limit(loss[first:]).sum()))
+    canvas.note = "" if within_limit(loss[first:]) else beyond_note(int(beyond_limit(loss[first:]).sum()))
     y_raw = _to_y(loss[first:], options.log_y)
     y_smooth = _to_y(smooth[first:], options.log_y) if smooth is not None else None
     env_dim = None
