@@ -28,6 +28,7 @@ or a control character in its name (no struct field can be named so) makes the k
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any, Callable
@@ -79,7 +80,6 @@ class SeriesKeys:
         self.dropped_names: list[str] = []      # the first DROPPED_NAMES of them
         self._dropped_seen: set[str] = set()    # each counted once (the first MAX_DROPPED_TRACKED)
         self._index: dict[str, int] = {}
-        self._decoders: dict[tuple[str, ...], Callable[[Any], list[Any]]] = {}
         self.version = 0
 
     def __contains__(self, name: str) -> bool:
@@ -143,24 +143,7 @@ class SeriesKeys:
         """A decoder of a JSON array of step lines into structs with ``base``'s fields, a
         ``float | None`` field per series and a non-number field per other key, refusing any
         key not among them (until a limit is reached: then skipping it)."""
-        cache_key = (base.__name__, str(self.version), str(self.full))     # version: bumped at each key learnt
-        decode = self._decoders.get(cache_key)
-        if decode is None:
-            fields = [(f.name, f.type, f.default) for f in msgspec.structs.fields(base)]
-            rename = {}
-            for i, name in enumerate(self.series):
-                fields.append((f"s{i}", float | None, math.nan))     # absent: NaN; null: None
-                rename[f"s{i}"] = name
-            for i, name in enumerate(sorted(self.other)):
-                fields.append((f"o{i}", _OTHER, None))
-                rename[f"o{i}"] = name
-            for f in fields[:len(msgspec.structs.fields(base))]:
-                rename[f[0]] = f[0]
-            struct = msgspec.defstruct(f"{base.__name__}_keys", fields, rename=rename,
-                                       forbid_unknown_fields=not self.full, gc=False)
-            self._decoders.clear()               # only the newest is used again
-            decode = self._decoders[cache_key] = msgspec.json.Decoder(list[struct]).decode
-        return decode
+        return _decoder(base, tuple(self.series), tuple(sorted(self.other)), self.full)
 
     def field_names(self) -> list[str]:
         """The struct's attribute of each series, in the order of :attr:`series`."""
@@ -179,3 +162,21 @@ class SeriesKeys:
         self.dropped = int(state.get("dropped", 0))
         self.dropped_names = [str(name) for name in state.get("dropped_names", ())]
         self.version += 1
+
+
+@functools.lru_cache(maxsize=16)
+def _decoder(base: type, series: tuple[str, ...], other: tuple[str, ...], full: bool) -> Callable[[Any], list[Any]]:
+    """:meth:`SeriesKeys.decoder`'s decoder for these keys, made once per process: each
+    history opened (a mirror 100 lines behind, the overview's compare) would otherwise
+    define its struct anew (about half a millisecond)."""
+    fields = [(f.name, f.type, f.default) for f in msgspec.structs.fields(base)]
+    rename = {f[0]: f[0] for f in fields}
+    for i, name in enumerate(series):
+        fields.append((f"s{i}", float | None, math.nan))     # absent: NaN; null: None
+        rename[f"s{i}"] = name
+    for i, name in enumerate(other):
+        fields.append((f"o{i}", _OTHER, None))
+        rename[f"o{i}"] = name
+    struct = msgspec.defstruct(f"{base.__name__}_keys", fields, rename=rename, forbid_unknown_fields=not full,
+                               gc=False)
+    return msgspec.json.Decoder(list[struct]).decode
