@@ -90,6 +90,21 @@ def test_column_starts_agree_with_the_column_of_each_point(x, cut, columns, seed
         assert env.lo[c] == mine.min() and env.hi[c] == mine.max()
 
 
+@settings(max_examples=200, deadline=None)
+@given(first=st.integers(-10**9, 10**9), n=st.integers(1, 3000), cut=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+       columns=st.integers(1, 700))
+def test_column_starts_of_gapless_steps_are_computed_alike(first, n, cut, columns):
+    """Steps with no gap: their columns' starts are computed from the first step (no read of
+    the column), and agree with column_of on every zoomed range."""
+    steps = np.arange(first, first + n)
+    lo, hi = sorted(cut)
+    x0 = float(first + int(lo * (n - 1)))
+    x1 = max(float(first + int(hi * (n - 1))), x0 + 1.0)
+    inside = steps[(steps >= x0) & (steps <= x1)]
+    starts = column_starts(inside, x0, x1, columns)
+    assert np.array_equal(starts, np.searchsorted(column_of(inside, x0, x1, columns), np.arange(columns)))
+
+
 @settings(max_examples=300, deadline=None)
 @given(first=st.integers(-10**12, 10**12), n=st.integers(1, 300), gaps=st.booleans(),
        needles=st.lists(st.floats(-1e13, 1e13, allow_nan=False), min_size=1, max_size=20),
