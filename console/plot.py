@@ -47,9 +47,8 @@ def within_limit(values: np.ndarray) -> bool:
     reductions, no temporary array (a 5M-step column's would be 40 MB)."""
     if not len(values):
         return True
-    with np.errstate(invalid="ignore"):
-        return bool(np.fmin.reduce(values) >= -PLOT_LIMIT) and bool(np.fmax.reduce(values) <= PLOT_LIMIT) or \
-            bool(np.isnan(np.fmax.reduce(values)))          # all NaN
+    lo, hi = float(np.fmin.reduce(values)), float(np.fmax.reduce(values))     # (a float32 line's too)
+    return (-PLOT_LIMIT <= lo and hi <= PLOT_LIMIT) or math.isnan(hi)          # NaN: all NaN
 
 
 def beyond_note(count: int) -> str:
@@ -60,8 +59,8 @@ def beyond_note(count: int) -> str:
 EMA_CHUNK = 1 << 18
 
 
-def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (0.0, 0.0)
-                 ) -> tuple[np.ndarray, tuple[float, float]]:
+def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (0.0, 0.0),
+                 dtype: type = np.float64) -> tuple[np.ndarray, tuple[float, float]]:
     """Debiased EMA of ``values`` (``beta`` = weight of the past, 0 = no smoothing).
 
     Non-finite values, and values beyond :data:`PLOT_LIMIT`, are skipped: the result is
@@ -70,15 +69,17 @@ def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (
     bias correction and NaN-skipping at once. ``carry`` is ``(num, den)`` after the values
     that came before, so the line can be extended without recomputing it; the new carry
     is returned. Vectorised in blocks short enough that ``beta ** -block`` cannot overflow.
+    ``dtype``: the result's (worked out in float64 either way; float32 halves a drawn line's
+    memory: :func:`line_dtype`).
     """
     x = np.asarray(values, dtype=np.float64)
     n = len(x)
     if n == 0:
-        return np.empty(0), carry
-    if n > EMA_CHUNK:
+        return np.empty(0, dtype), carry
+    if n > EMA_CHUNK or dtype is not np.float64:
         # A long history in chunks, each carried into the next: the temporaries of one
         # chunk, not of the whole column (seven of them at 5M steps were 280 MB).
-        out = np.empty(n)
+        out = np.empty(n, dtype)
         for start in range(0, n, EMA_CHUNK):
             out[start:start + EMA_CHUNK], carry = ema_debiased(x[start:start + EMA_CHUNK], beta, carry)
         return out, carry
@@ -116,6 +117,19 @@ def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(den_out > 0, num_out / np.where(den_out > 0, den_out, 1.0), np.nan)
     return out, (num, den)
+
+
+# Lines whose values all lie within this are kept in float32 (a 5M-step EMA: 20 MB, not 40).
+FLOAT32_RANGE = 1e30
+
+
+def line_dtype(values: np.ndarray) -> type:
+    """float32 for a drawn line of values within ±:data:`FLOAT32_RANGE` (NaN aside): seven
+    digits, far finer than a pixel; float64 otherwise."""
+    if not len(values):
+        return np.float64
+    lo, hi = float(np.fmin.reduce(values)), float(np.fmax.reduce(values))
+    return np.float32 if (math.isnan(hi) or (-FLOAT32_RANGE <= lo and hi <= FLOAT32_RANGE)) else np.float64
 
 
 def _ema_all_valid(x: np.ndarray, beta: float, carry: tuple[float, float]) -> tuple[np.ndarray, tuple[float, float]]:
@@ -163,6 +177,12 @@ class Envelope:
     @property
     def filled(self) -> np.ndarray:
         return np.isfinite(self.lo)
+
+
+def _floats(values: np.ndarray) -> np.ndarray:
+    """``values`` as floats: a float32 line stays one (no copy), anything else is float64."""
+    values = np.asarray(values)
+    return values if values.dtype == np.float32 else values.astype(np.float64, copy=False)
 
 
 def column_of(steps: np.ndarray, x0: float, x1: float, columns: int) -> np.ndarray:
@@ -235,7 +255,7 @@ def envelope(steps: np.ndarray, values: np.ndarray, x0: float, x1: float, column
     lo = np.full(columns, np.nan)
     hi = np.full(columns, np.nan)
     steps = np.asarray(steps)
-    values = np.asarray(values, dtype=np.float64)
+    values = _floats(values)
     keep = np.isfinite(values)
     if not keep.all():
         steps, values = steps[keep], values[keep]
@@ -317,7 +337,7 @@ class Canvas:
 
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
     """The y of each value: the value (or its log10), NaN where it cannot be plotted."""
-    values = np.asarray(values, dtype=np.float64)
+    values = _floats(values)
     if not within_limit(values):
         with np.errstate(invalid="ignore"):
             big = np.abs(values) > PLOT_LIMIT       # infinities too: left out like NaN either way

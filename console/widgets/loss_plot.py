@@ -27,7 +27,7 @@ from ..format import AXIS_NEEDS, X_AXES
 from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.series import UnknownSeries, series_values, spec_of, value_at
-from ..plot import ABANDONED_STYLE, PlotOptions, build_canvas, ema_debiased, plot_x, render_runs
+from ..plot import ABANDONED_STYLE, PlotOptions, build_canvas, ema_debiased, line_dtype, plot_x, render_runs
 from ..plot_view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
 from ..model.snapshot import HistoryView, RunSnapshot
 from ..series_report import on_rows
@@ -132,11 +132,15 @@ class LossPlot(Widget):
         n = len(values)
         if self._ema is not None and self._ema_key == key and len(self._ema) <= n:
             k = len(self._ema)
+            dtype = self._ema.dtype.type
+            if k < n and line_dtype(values[k:]) is np.float64 and dtype is np.float32:
+                self._ema_key = None                # values past float32's range: the line in float64
+                return self._smooth(h, values)
             if k < n:
-                tail, self._ema_carry = ema_debiased(values[k:], beta, self._ema_carry)
+                tail, self._ema_carry = ema_debiased(values[k:], beta, self._ema_carry, dtype)
                 self._ema = np.concatenate([self._ema, tail])
         else:
-            self._ema, self._ema_carry = ema_debiased(values, beta)
+            self._ema, self._ema_carry = ema_debiased(values, beta, dtype=line_dtype(values))
             self._ema_key = key
         return self._ema
 
