@@ -27,7 +27,8 @@ from ..format import AXIS_NEEDS, X_AXES
 from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.series import UnknownSeries, series_values, spec_of, value_at
-from ..plot import ABANDONED_STYLE, PlotOptions, build_canvas, ema_debiased, line_dtype, plot_x, render_runs
+from ..ema import ema_debiased, line_dtype
+from ..plot import ABANDONED_STYLE, PlotOptions, build_canvas, plot_x, render_runs
 from ..plot_view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
 from ..model.snapshot import HistoryView, RunSnapshot
 from ..series_report import on_rows

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from console.model.markers import Marker
-from console.plot import (PlotOptions, build_canvas, column_of, column_starts, ema_debiased, envelope,
+from console.ema import ema_debiased
+from console.plot import (PlotOptions, build_canvas, column_of, column_starts, envelope,
                           plot_text, render, search)
 
 N = 200_000
@@ -197,14 +198,32 @@ def test_the_y_labels_sit_on_the_rows_of_their_values():
 
 
 def test_the_ema_in_chunks_equals_the_ema_in_one(monkeypatch):
-    import console.plot as plot
+    import console.ema as ema
 
     rng = np.random.default_rng(3)
     x = rng.normal(2.0, 0.1, 10_000)
     x[::97] = np.nan
     x[4_321] = 1e250                            # a chunk scaled, its neighbours not
-    whole, carry = plot.ema_debiased(x, 0.98)
-    monkeypatch.setattr(plot, "EMA_CHUNK", 1_000)
-    chunked, chunk_carry = plot.ema_debiased(x, 0.98)
+    whole, carry = ema.ema_debiased(x, 0.98)
+    monkeypatch.setattr(ema, "EMA_CHUNK", 1_000)
+    chunked, chunk_carry = ema.ema_debiased(x, 0.98)
     assert np.allclose(whole, chunked, rtol=1e-12, equal_nan=True)
     assert np.allclose(carry, chunk_carry, rtol=1e-12)
+
+
+def test_a_line_within_float32s_range_is_kept_in_float32_and_draws_the_same():
+    from console.ema import line_dtype
+
+    steps = np.arange(1, 50_001)
+    x = 2.0 + np.sin(steps / 500.0) + np.random.default_rng(4).normal(0, 0.05, len(steps))
+    x[[10, 20_000]] = [np.nan, np.inf]
+    assert line_dtype(x) is np.float64                      # an infinity: not within the range
+    finite = np.where(np.isfinite(x), x, np.nan)
+    assert line_dtype(finite) is np.float32 and line_dtype(np.array([1e31])) is np.float64
+    wide, _ = ema_debiased(finite, 0.98)
+    narrow, carry = ema_debiased(finite, 0.98, dtype=np.float32)
+    assert narrow.dtype == np.float32 and np.allclose(narrow, wide, rtol=1e-6, equal_nan=True)
+    assert carry == ema_debiased(finite, 0.98)[1]           # the carry stays float64
+    a = build_canvas(steps, finite, wide, 80, 12, PlotOptions())
+    b = build_canvas(steps, finite, narrow, 80, 12, PlotOptions())
+    assert np.array_equal(a.smooth, b.smooth) and np.array_equal(a.raw, b.raw)
