@@ -27,6 +27,7 @@ from .model.markers import MARKER_KINDS, Marker
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
 ABANDONED_STYLE = "grey30"      # the steps a rollback abandoned, dimmed
+LABEL_WIDTH = 8                 # the y axis's labels, left of the plot
 # The largest magnitude the plot draws. Spans and means of values up to it stay finite in
 # float64 (1e308 - -1e308 overflows), so no tick, label or column can overflow; a value
 # beyond it (no trainer writes one, a file can hold one) is left out like a non-finite one,
@@ -505,7 +506,7 @@ def render(canvas: Canvas, label_width: int = 8, **styles: str) -> Text:
 
 
 def plot_text(steps: np.ndarray, loss: np.ndarray, width: int, height: int, options: PlotOptions,
-              markers: list[Marker] = (), smooth: np.ndarray | None = None, label_width: int = 8,
+              markers: list[Marker] = (), smooth: np.ndarray | None = None, label_width: int = LABEL_WIDTH,
               abandoned: np.ndarray | None = None, x: np.ndarray | None = None, x_axis: str = "step") -> Text:
     """One call: EMA (unless given), canvas and Rich Text, for ``--once`` and tests
     (``x`` and ``x_axis``: another axis than the steps, from :func:`plot_x`)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from rundir.layout import EVENT_ROLLBACK
@@ -19,7 +20,7 @@ from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_coun
                      format_rate, format_size, format_uptime, printable, printable_block, slurm_text, stall_text,
                      storage_text)
 from .findings import findings_json, findings_lines
-from .model.series import series_values, spec_of
+from .model.series import is_sparse, series_values, spec_of
 from .model.snapshot import RunSnapshot
 from .series_report import StepRange, on_rows, series_list
 
@@ -189,21 +190,31 @@ def _plot_lines(snap: RunSnapshot, width: int, plot_height: int, options: PlotOp
     """The plot of series ``metric`` over ``step_range``, with its legend line, as text."""
     from rich.console import Console
 
-    from .plot import PlotOptions, plot_text, plot_x
+    from .plot import LABEL_WIDTH, PlotOptions, plot_text, plot_x
+    from .plot_view import joined
 
     h = snap.history
     lines: list[str] = []
     opts = options or PlotOptions()
     steps, values = (h.step, h.loss) if metric == "loss" else series_values(h, metric)
-    tokens, times = on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column)
-    abandoned = on_rows(h, steps, h.abandoned_rows)
     rows = step_range.rows(steps)
-    x, axis = plot_x(opts.x_axis, steps[rows], tokens[rows] if tokens is not None else None,
-                     times[rows] if times is not None else None)
+    sparse = is_sparse(h, metric, steps)
+    if sparse:          # as the dashboard draws it: the points in range joined into a line, not smoothed
+        opts = replace(opts, smoothing=0.0)
+        shown_steps, shown_values = joined(steps[rows], values[rows], 2 * max(1, width - LABEL_WIDTH))
+        abandoned = None
+        x_columns = (on_rows(h, shown_steps, h.tokens_column), on_rows(h, shown_steps, h.time_column))
+    else:
+        shown_steps, shown_values = steps[rows], values[rows]
+        abandoned = on_rows(h, steps, h.abandoned_rows)
+        abandoned = abandoned[rows] if abandoned is not None else None
+        x_columns = (on_rows(h, steps, h.tokens_column), on_rows(h, steps, h.time_column))
+        x_columns = tuple(c[rows] if c is not None else None for c in x_columns)
+    x, axis = plot_x(opts.x_axis, shown_steps, *x_columns)
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
-        plot_text(steps[rows], values[rows], width, plot_height, opts, snap.markers,
-                  abandoned=abandoned[rows] if abandoned is not None else None, x=x, x_axis=axis))
+        plot_text(shown_steps, shown_values, width, plot_height, opts, snap.markers, label_width=LABEL_WIDTH,
+                  abandoned=abandoned, x=x, x_axis=axis))
     rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
         e.event == EVENT_ROLLBACK for e in h.events) else ""
     rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
@@ -212,7 +223,8 @@ def _plot_lines(snap: RunSnapshot, width: int, plot_height: int, options: PlotOp
         lines.append(f"x axis: step, not {opts.x_axis}: not every step of the history has "
                      f"{AXIS_NEEDS[opts.x_axis]}")
     scale = ", log scale" if opts.log_y else ""
-    lines.append(f"{spec_of(metric).label}{by} (raw + EMA {opts.smoothing}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
+    drawn = "its points joined" if sparse else f"raw + EMA {opts.smoothing}"
+    lines.append(f"{spec_of(metric).label}{by} ({drawn}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
                  f"{', ∇ grad-norm spike' if h.grad_spikes else ''}{rolled_back}{rewound})")
     lines.extend(buf.getvalue().rstrip("\n").splitlines())
     lines.append("")

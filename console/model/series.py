@@ -229,6 +229,12 @@ def series_values(h: "HistoryView", name: str) -> Values:
     return values
 
 
+def is_sparse(h: "HistoryView", name: str, steps: np.ndarray) -> bool:
+    """Whether series ``name`` (at ``steps``) has a value at some steps only, fewer than half
+    the step lines (the eval lines): drawn joined into a line, not smoothed, not as dots."""
+    return name != "loss" and 0 < len(steps) < len(h.step) // 2
+
+
 def value_at(h: "HistoryView", name: str, step: int) -> float:
     """The series' last finite value at or before ``step`` (a sparse one, such as the eval
     loss, has one every so many steps); NaN when there is none."""

@@ -12,9 +12,8 @@ from textual.widget import Widget
 from ..format import printable
 from ..model.series import UnknownSeries, available, series_values, spec_of
 from ..series_report import on_rows
+from ..plot import LABEL_WIDTH
 from ..plot_overlay import SERIES_STYLES, build_overlay, render_overlay_runs
-
-LABEL_WIDTH = 8
 
 
 class ComparePlot(Widget):

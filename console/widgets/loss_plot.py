@@ -26,15 +26,14 @@ from rich.style import Style
 from ..format import AXIS_NEEDS, X_AXES
 from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
-from ..model.series import UnknownSeries, series_values, spec_of, value_at
+from ..model.series import UnknownSeries, is_sparse, series_values, spec_of, value_at
 from ..ema import ema_debiased, line_dtype
-from ..plot import ABANDONED_STYLE, PlotOptions, build_canvas, plot_x, render_runs
+from ..plot import ABANDONED_STYLE, LABEL_WIDTH, PlotOptions, build_canvas, plot_x, render_runs
 from ..plot_view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
 from ..model.snapshot import HistoryView, RunSnapshot
 from ..series_report import on_rows
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
-LABEL_WIDTH = 8
 # New steps redraw the plot at most this often (a key, a resize or a rewind: at once).
 DATA_REPAINT_S = 1.0
 
@@ -342,7 +341,7 @@ class LossPlot(Widget):
         window = None if self.zoom is not None else self.window
         options = PlotOptions(log_y=self.log_y, window=window, smoothing=self.smoothing)
         plot_h = max(1, height - (2 if self.small else 3))
-        if self.series != "loss" and 0 < len(steps) < len(h.step) // 2:
+        if is_sparse(h, self.series, steps):
             # A series of some steps only (the eval lines): the steps in view joined into a
             # line (not dots), not smoothed, and not dimmed (a rollback's steps are the step lines').
             shown_steps, shown_values = joined(steps[rows], values[rows], 2 * cells)

@@ -141,3 +141,16 @@ def test_the_eval_lines_are_the_eval_loss_series_overall_and_per_arm(make_run_di
     steps, values = series_values(h, "eval_loss")
     assert steps.tolist() == [100, 200, 300, 400, 500, 600] and values[2] == pytest.approx(2.7)
     assert value_at(h, "eval_loss/stdlib-code", 350) == pytest.approx(2.8)    # the last eval before the step
+
+
+def test_once_joins_a_sparse_series_into_a_line_as_the_dashboard_does(make_run_dir):
+    """The eval loss (an eval every 100 steps) in --once: drawn as the dashboard's cell draws
+    it, its points joined into a line across the plot, not smoothed and not a few dots."""
+    run = make_run_dir(steps=3000, series=True)
+    r = console(run, "--once", "--metric", "eval_loss", "--width", "100")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    title = next(i for i, line in enumerate(lines) if "(its points joined;" in line)
+    plot = [line[8:] for line in lines[title + 1:title + 9]]
+    lit = {col for line in plot for col, ch in enumerate(line) if 0x2800 < ord(ch) <= 0x28FF}
+    assert len(lit) >= 85, (len(lit), "\n".join(plot))          # a line across the 92 cells
