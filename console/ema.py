@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .plot import PLOT_LIMIT, beyond_limit
+from .plot import PLOT_LIMIT, beyond_limit, within_limit
 
 # The EMA's chunk: long enough to amortise its blocks, short enough that its temporaries are small.
 EMA_CHUNK = 1 << 18
@@ -56,13 +56,10 @@ def ema_debiased(values: np.ndarray, beta: float, carry: tuple[float, float] = (
     valid = np.isfinite(x)
     xv = np.where(valid, x, 0.0) * (1.0 - beta)
     vv = valid * (1.0 - beta)
-    block = max(1, min(n, int(200.0 / -math.log(beta))))
+    block, up_all, down_all = _block_powers(beta, n)
     num_out = np.empty(n)
     den_out = np.empty(n)
     num, den = carry
-    k = np.arange(1, block + 1, dtype=np.float64)
-    up_all = beta ** -k                       # grows at most to e^200
-    down_all = beta ** k
     for start in range(0, n, block):
         stop = min(n, start + block)
         up, down = up_all[: stop - start], down_all[: stop - start]
@@ -81,10 +78,7 @@ FLOAT32_RANGE = 1e30
 def line_dtype(values: np.ndarray) -> type:
     """float32 for a drawn line of values within ±:data:`FLOAT32_RANGE` (NaN aside): seven
     digits, far finer than a pixel; float64 otherwise."""
-    if not len(values):
-        return np.float64
-    lo, hi = float(np.fmin.reduce(values)), float(np.fmax.reduce(values))
-    return np.float32 if (math.isnan(hi) or (-FLOAT32_RANGE <= lo and hi <= FLOAT32_RANGE)) else np.float64
+    return np.float32 if len(values) and within_limit(values, FLOAT32_RANGE) else np.float64
 
 
 def _ema_all_valid(x: np.ndarray, beta: float, carry: tuple[float, float]) -> tuple[np.ndarray, tuple[float, float]]:
@@ -92,9 +86,7 @@ def _ema_all_valid(x: np.ndarray, beta: float, carry: tuple[float, float]) -> tu
     history): nothing to skip or scale, and the debiasing denominator in closed form
     (``1 - beta**i * (1 - den)``), so one buffer is worked on in place, block by block."""
     n = len(x)
-    block = max(1, min(n, int(200.0 / -math.log(beta))))
-    k = np.arange(1, block + 1, dtype=np.float64)
-    up_all, down_all = beta ** -k, beta ** k             # up grows at most to e^200
+    block, up_all, down_all = _block_powers(beta, n)
     out = np.empty(n)
     num, den = carry
     for start in range(0, n, block):
@@ -111,6 +103,14 @@ def _ema_all_valid(x: np.ndarray, beta: float, carry: tuple[float, float]) -> tu
         den = float(dens[-1])
         run /= dens
     return out, (num, den)
+
+
+def _block_powers(beta: float, n: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """The block length for ``n`` values and ``beta ** -k``, ``beta ** k`` for k = 1..block:
+    the block is short enough that ``beta ** -block`` stays below e^200 (no overflow)."""
+    block = max(1, min(n, int(200.0 / -math.log(beta))))
+    k = np.arange(1, block + 1, dtype=np.float64)
+    return block, beta ** -k, beta ** k
 
 
 def _ema_scale(x: np.ndarray, carry: tuple[float, float]) -> float:

@@ -43,13 +43,13 @@ def beyond_limit(values: np.ndarray) -> np.ndarray:
         return np.isfinite(values) & (np.abs(values) > PLOT_LIMIT)
 
 
-def within_limit(values: np.ndarray) -> bool:
-    """Whether every value that is not NaN lies within ±PLOT_LIMIT (no infinity): two
+def within_limit(values: np.ndarray, limit: float = PLOT_LIMIT) -> bool:
+    """Whether every value that is not NaN lies within ±``limit`` (no infinity): two
     reductions, no temporary array (a 5M-step column's would be 40 MB)."""
     if not len(values):
         return True
     lo, hi = float(np.fmin.reduce(values)), float(np.fmax.reduce(values))     # (a float32 line's too)
-    return (-PLOT_LIMIT <= lo and hi <= PLOT_LIMIT) or math.isnan(hi)          # NaN: all NaN
+    return (-limit <= lo and hi <= limit) or math.isnan(hi)                    # NaN: all NaN
 
 
 def beyond_note(count: int) -> str:
