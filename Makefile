@@ -8,7 +8,7 @@ DEMO_DIR ?= runs/demo
 
 .PHONY: install demo test bench soak screenshots clean
 
-$(BIN)/.installed: pyproject.toml setup.py rundir/_tensor_sums.c Makefile
+$(BIN)/.installed: pyproject.toml setup.py rundir/_tensor_sums.c rundir/_line_scan.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)

@@ -9,4 +9,7 @@ setup(ext_modules=[
     # numpy instead, about twice as slowly.
     Extension("rundir._tensor_sums", ["rundir/_tensor_sums.c"],
               extra_compile_args=["-O3", "-fopenmp-simd", "-fno-math-errno"], optional=True),
+    # The history reader's fast path for step lines (see the file's comment). Optional too:
+    # without it, every batch is decoded by msgspec, as when it gives up on one.
+    Extension("rundir._line_scan", ["rundir/_line_scan.c"], extra_compile_args=["-O2"], optional=True),
 ])

@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
-from rundir.config import MIN_WINDOW
 from rundir.runs import is_runs_dir
 from rundir.text import printable, strict_json_value
 
@@ -188,6 +187,12 @@ def _metric_usage(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _min_spike_window() -> int:
+    from rundir.config import MIN_WINDOW      # imported when asked: run.toml's schema is not start-up's
+
+    return MIN_WINDOW
+
+
 def _fail(message: str, code: int) -> int:
     # Messages quote run directories and what their files hold: one printable line each.
     print(f"andrea-console: {printable(message, None)}", file=sys.stderr)
@@ -215,7 +220,7 @@ def _main(argv: list[str] | None) -> int:
     if args.stall_after is not None:
         if not args.stall_after > 0:           # also refuses nan
             return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
-    if args.spike_window is not None and args.spike_window < MIN_WINDOW:
+    if args.spike_window is not None and args.spike_window < (MIN_WINDOW := _min_spike_window()):
         return _fail(f"--spike-window {args.spike_window}: expected an integer >= {MIN_WINDOW}", EXIT_USAGE)
     if args.spike_k is not None and not (math.isfinite(args.spike_k) and args.spike_k > 0):
         return _fail(f"--spike-k {args.spike_k}: expected a finite number > 0", EXIT_USAGE)
@@ -260,7 +265,7 @@ def _main(argv: list[str] | None) -> int:
         from .inspect_cli import run_inspect
         return run_inspect(run_dir, args)
     if args.once or args.json or args.check:
-        return _report(run_dir, args)
+        return _report(run_dir, args, process_exits=argv is None)
     if args.checkpoint or args.stop:
         return _signal(run_dir, args)
     if args.rollback:
@@ -348,7 +353,7 @@ def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, stall_after: float
     allocates much and frees little, so collecting would only cost time). ``customize``
     wraps the app class (benchmarks); ``run_options`` go to ``App.run``."""
     with _collector_off():
-        prefetch = start_history_prefetch(run_dir)
+        prefetch = start_history_prefetch(run_dir, spikes)
         try:
             from .app import ConsoleApp          # Textual only for the dashboard
             from .plot import PlotOptions
@@ -377,18 +382,32 @@ def _collector_off() -> Iterator[None]:
             gc.enable()
 
 
-def _report(run_dir: Path, args: argparse.Namespace) -> int:
-    with _collector_off():                           # as for the dashboard
-        prefetch = start_history_prefetch(run_dir)   # parses while the rest is imported
-        try:
-            from .reader import RunReader
+def _report(run_dir: Path, args: argparse.Namespace, process_exits: bool = False) -> int:
+    """``--once``, ``--json``, ``--check``. The collector is off for the read, as for the
+    dashboard; in a process that exits after the report (the command itself, not a caller
+    of :func:`main`) it stays off: a collection then, or at the exit, would walk everything
+    the read made (about 20 ms) and free nothing the exit does not."""
+    if process_exits:
+        gc.disable()
+        return _write_report(run_dir, args)
+    with _collector_off():
+        return _write_report(run_dir, args)
 
-            now = time.time()
-            snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch, stall_after=args.stall_after,
-                                spike_window=args.spike_window, spike_k=args.spike_k).read()
-        finally:
-            if prefetch is not None:
-                prefetch.close()
+
+def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
+    # The history is parsed (and scanned for spikes) while the rest is imported.
+    prefetch = start_history_prefetch(run_dir, (args.spike_window, args.spike_k))
+    try:
+        from .reader import RunReader
+
+        if prefetch is not None:
+            _import_output(args)                # while the child reads, not after
+        now = time.time()
+        snap, _ = RunReader(run_dir, now=lambda: now, prefetch=prefetch, stall_after=args.stall_after,
+                            spike_window=args.spike_window, spike_k=args.spike_k).read()
+    finally:
+        if prefetch is not None:
+            prefetch.close()
     if args.check:
         from .alerts import check_report
 
@@ -422,6 +441,16 @@ def _report(run_dir: Path, args: argparse.Namespace) -> int:
     if snap.dir_unusable:
         return _fail(f"{run_dir}: {snap.dir_text}", EXIT_USAGE)
     return EXIT_OK
+
+
+def _import_output(args: argparse.Namespace) -> None:
+    """Import what :func:`_report` writes its output with (about 10 ms)."""
+    if args.check:
+        from . import alerts  # noqa: F401
+    elif args.json:
+        from . import report, series_report  # noqa: F401
+    else:
+        from . import plot, report, series_report  # noqa: F401
 
 
 def _signal(run_dir: Path, args: argparse.Namespace) -> int:

@@ -82,6 +82,13 @@ def _finite_values(difference: dict[str, Any] | None) -> dict[str, Any] | None:
             for k, v in difference.items()}
 
 
+def spike_params(window: int | None, k: float | None, config: RunConfig | None) -> tuple[int, float]:
+    """The spike window and k in force: the flags' (``window``, ``k``), else run.toml's
+    ``[alerts]``, else the defaults."""
+    alerts = config.alerts if config is not None else None
+    return window or (alerts.window if alerts else DEFAULT_WINDOW), k or (alerts.k if alerts else DEFAULT_K)
+
+
 class HistoryFindings:
     """Spikes (``window``/``k`` from flags, else run.toml's ``[alerts]``), non-finite steps,
     resume checks and the ETA of one growing history."""
@@ -106,10 +113,7 @@ class HistoryFindings:
         return self._params(config)
 
     def _params(self, config: RunConfig | None) -> tuple[int, float]:
-        alerts = config.alerts if config is not None else None
-        window = self.window_override or (alerts.window if alerts else DEFAULT_WINDOW)
-        k = self.k_override or (alerts.k if alerts else DEFAULT_K)
-        return window, k
+        return spike_params(self.window_override, self.k_override, config)
 
     def update(self, history: LossHistory, update: HistoryUpdate, config: RunConfig | None, now: float,
                notices: list[Notice], first: bool) -> bool:

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from rundir.cache_dir import mirror_source
+from rundir.cache_dir import loads_header, mirror_source
 from rundir.layout import LOSS_JSON  # the vocabulary only: no numpy before the fork
 
 if TYPE_CHECKING:                      # numpy and the reader are imported by whoever reads
@@ -94,8 +94,10 @@ class HistoryPrefetch:
             self._reaped = True
 
 
-def start_history_prefetch(run_dir: str | os.PathLike[str]) -> HistoryPrefetch | None:
-    """Fork a child that reads the run's history; None when it is small, missing, its
+def start_history_prefetch(run_dir: str | os.PathLike[str], spikes: tuple[int | None, float | None] = (None, None)
+                           ) -> HistoryPrefetch | None:
+    """Fork a child that reads the run's history (and scans it for spikes with the window
+    and k flags ``spikes``, as the console will); None when it is small, missing, its
     mirror holds nearly all of it, or this process cannot fork safely (it already runs
     other threads, whose locks a child could inherit held)."""
     history_path = Path(run_dir) / LOSS_JSON
@@ -116,7 +118,7 @@ def start_history_prefetch(run_dir: str | os.PathLike[str]) -> HistoryPrefetch |
             os.close(fd)
         return None
     if pid == 0:                                         # the child: never returns
-        _child(history_path, data_fd)
+        _child(history_path, data_fd, spikes)
     os.close(done_w)
     return HistoryPrefetch(pid, data_fd, done_r)
 
@@ -135,7 +137,7 @@ def _mirror_is_near(path: Path, st: os.stat_result) -> bool:
         return False
 
 
-def _child(path: Path, data_fd: int) -> None:
+def _child(path: Path, data_fd: int, spikes: tuple[int | None, float | None]) -> None:
     code = 1
     try:
         # Quiet and short-lived: Ctrl-C ends it without a traceback, and it writes
@@ -148,7 +150,15 @@ def _child(path: Path, data_fd: int) -> None:
 
         mirror = HistoryMirror(path)
         history, update, note = mirror.open()
+        # The spike scans of the console's first read, made while the mirror is written (the
+        # write and numpy's sorts release the GIL) and kept beside it: the console carries
+        # them on from the mirror instead of scanning every row before its first frame.
+        found: dict = {}
+        scans = threading.Thread(target=_scan_spikes, args=(history, path.parent, spikes, found))
+        scans.start()
         saved = mirror.keep_up(history, update)
+        scans.join()
+        mirror.keep_detectors(history, found)
         notes = [n for n in (note, saved) if n is not None]
         with open(data_fd, "wb", closefd=False) as out:
             # The mirror holds nearly all of the read: the parent maps it instead of receiving a copy.
@@ -157,6 +167,29 @@ def _child(path: Path, data_fd: int) -> None:
         code = 0
     finally:
         os._exit(code)            # no atexit handlers, no inherited buffers flushed; closes the done pipe
+
+
+def _scan_spikes(history: "LossHistory", run_dir: Path, spikes: tuple[int | None, float | None], found: dict) -> None:
+    """Fill ``found`` with the spike detectors of the history's detected columns, with the
+    window and k the console will use (the flags, else run.toml's); nothing when anything fails."""
+    try:
+        from rundir import ConfigError, load_run_config
+        from rundir.spikes import SpikeDetector
+
+        from .findings import spike_params
+        from .history_mirror import DETECTED_COLUMNS
+
+        try:
+            config = load_run_config(run_dir)
+        except ConfigError:
+            config = None
+        window, k = spike_params(*spikes, config)
+        for column in DETECTED_COLUMNS:
+            detector = SpikeDetector(window, k)
+            detector.update(history.step, getattr(history, column))
+            found[column] = detector
+    except Exception:           # a last guard: the console scans them itself
+        found.clear()
 
 
 def _send(out, history: "LossHistory | None", update: "HistoryUpdate", notes: "list[MirrorNote]") -> None:
@@ -196,7 +229,7 @@ def _receive(data: bytes) -> Handover:
 
     (length,) = _LENGTH.unpack_from(data)
     offset = _LENGTH.size + length
-    header = json.loads(data[_LENGTH.size:offset])
+    header = loads_header(data[_LENGTH.size:offset])
     notes = [MirrorNote(kind, reason) for kind, reason in header["notes"]]
     if header["meta"] is None:
         return Handover(None, None, notes)

@@ -22,6 +22,19 @@ MIRROR_HEADER_LENGTH = struct.Struct("<Q")
 MAX_HEADER_BYTES = 64 << 20
 
 
+def loads_header(data: bytes | memoryview) -> Any:
+    """A mirror's (or a hand-over's) JSON header: orjson's parse, several times faster than
+    the standard library's on a header of thousands of events, and the standard library's
+    for one that holds NaN or an infinity (``json.dumps`` writes them; orjson refuses them).
+    orjson is imported at first use: the start-up forks before it is needed."""
+    import orjson
+
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(data))
+
+
 def cache_dir() -> Path:
     """Where mirrors are kept: ``$ANDREA_CACHE_DIR``, else ``$XDG_CACHE_HOME/andrea-console``,
     else ``~/.cache/andrea-console``."""
@@ -52,7 +65,7 @@ def mirror_source(history_path: Path) -> dict[str, Any] | None:
             (length,) = MIRROR_HEADER_LENGTH.unpack_from(head, len(MIRROR_MAGIC))
             if length > MAX_HEADER_BYTES:
                 return None
-            source = json.loads(fh.read(length))["source"]
+            source = loads_header(fh.read(length))["source"]
         return source if isinstance(source, dict) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -175,12 +175,18 @@ class Ingest:
         self._add_block(batch.columns, update)
 
     def _add_block(self, block: dict[str, Any], update: HistoryUpdate) -> None:
-        arms = block.pop("arm_names")
+        # The arms: a name per row, or (from the C scanner) a table of names and an index into it.
+        table = block.pop("arm_table", None)
+        arms = block.pop("arm_names") if table is None else table
         codes = self._arm_codes
         for name in sorted(set(arms).difference(codes)):
             codes[name] = len(self.arm_names)
             self.arm_names.append(name)
-        block["arm"] = np.array(list(map(codes.__getitem__, arms)), np.int32)
+        if table is None:
+            block["arm"] = np.array(list(map(codes.__getitem__, arms)), np.int32)
+        else:
+            block["arm"] = np.array([codes[name] for name in table], np.int32)[block.pop("arm_index")] \
+                if table else np.empty(0, np.int32)
         steps = block["step"]
         if not len(steps):
             return

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_write_chunks
-from ..cache_dir import CACHE_ENV, MIRROR_HEADER_LENGTH as _LENGTH, MIRROR_MAGIC as MAGIC, cache_dir, mirror_path
+from ..cache_dir import (CACHE_ENV, MIRROR_HEADER_LENGTH as _LENGTH, MIRROR_MAGIC as MAGIC, cache_dir, loads_header,
+                         mirror_path)
 from ..safe_read import open_regular
 from .ingest import HistoryUpdate
 from .reader import LossHistory
@@ -49,10 +50,15 @@ SAMPLE_BYTES = 16 << 10
 SAMPLES = 16
 # A mirror is written again once this many more bytes have been read past its offset.
 REWRITE_AFTER_BYTES = 4 << 20
-# Each step column is written with room for this many more rows (zeros): the reader appends
-# the steps written after the mirror into its private, copy-on-write mapping of them, where
-# only the pages it writes become its own memory, instead of copying every column first.
+# Each step column is written with room for this many more rows: the reader appends the
+# steps written after the mirror into its private, copy-on-write mapping of them, where only
+# the pages it writes become its own memory, instead of copying every column first. The
+# first SPARE_WRITTEN bytes of that room are written zeros; the rest is a hole in the file
+# (read as zeros, never written: a quarter of a 200k-step mirror's bytes). A reader's first
+# write into a hole costs the file system a page as well, so the rows a reopened run
+# appends first land on written ones (python -m bench mirror: 100 lines behind).
 SPARE_ROWS = 1 << 16
+SPARE_WRITTEN = 16 << 10
 __all__ = ["CACHE_ENV", "NotSaved", "cache_dir", "forget_mirror", "mirror_path", "open_history", "open_mirror",
            "save_mirror"]
 
@@ -123,12 +129,13 @@ def save_mirror(history: LossHistory) -> NotSaved | None:
 
     def chunks():
         yield MAGIC + _LENGTH.pack(len(header)) + header
-        yield bytes(start - len(MAGIC) - _LENGTH.size - len(header))
+        yield start - len(MAGIC) - _LENGTH.size - len(header)      # zeros, as a hole
         for name, arr in columns.items():
             little = np.ascontiguousarray(arr, arr.dtype.newbyteorder("<"))
             yield memoryview(little).cast("B")
-            room = spare[name] * arr.itemsize
-            yield bytes(room + -(little.nbytes + room) % ALIGN)
+            room = spare[name] * arr.itemsize + -(little.nbytes + spare[name] * arr.itemsize) % ALIGN
+            yield bytes(min(room, SPARE_WRITTEN))
+            yield max(0, room - SPARE_WRITTEN)                        # the rest: a hole
 
     try:
         target = mirror_path(history.path)
@@ -169,7 +176,7 @@ def _from_mapping(path: Path, fd: int, st: os.stat_result, mapped: mmap.mmap
         return None, "the history's mirror is not one: parsed again"
     (length,) = _LENGTH.unpack_from(mapped, len(MAGIC))
     head = len(MAGIC) + _LENGTH.size
-    header = json.loads(mapped[head:head + length])
+    header = loads_header(mapped[head:head + length])
     source = header["source"]
     if header["version"] != MIRROR_VERSION:
         return None, f"the history's mirror is of version {header['version']!r}: parsed again"

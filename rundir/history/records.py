@@ -30,6 +30,7 @@ import orjson
 
 from . import limits
 from .keys import SeriesKeys
+from .line_scan import scanned_columns
 
 FLOAT_COLUMNS = ("loss", "lr", "grad_norm", "time")
 
@@ -333,6 +334,10 @@ def typed_series_batch(buf: bytearray, start: int, end: int, first: int, keys: S
     records = [parse_line(text) for text in texts]
     if any(line_kind(record)[0] != EVENT for record in records):
         return None                             # "event" somewhere else: the careful path says what it is
+    scanned = scanned_columns(buf, start, end, n, keys, spans) if n is not None else None
+    if scanned is not None:                     # the C scanner read it (else the typed decode does)
+        block, at = scanned
+        return Batch(block, [(record, first + i, i - k) for k, (record, i) in enumerate(zip(records, at))], [])
     decoded, refused = _decode_around(buf, start, end, keys, spans, texts)
     if refused:
         return _read_whole(buf, start, end, first, keys, n, event_at) if retry else None

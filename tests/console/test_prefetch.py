@@ -42,6 +42,10 @@ from console.reader import RunReader
 now = 2.0e9
 fed = RunReader(run_dir, now=lambda: now, prefetch=prefetch, free_space=lambda _: 1 << 40)   # not the live disk
 handed_over = fed._history._prefetch.result() if mode == "peek" else None
+from pathlib import Path
+from rundir.cache_dir import mirror_path
+mirror_file = mirror_path(Path(run_dir) / ".loss.json")
+spikes_kept = mirror_file.with_name(mirror_file.name + ".spikes.json").exists()   # by the child, before any read here
 fed_snap, fed_notices = fed.read()
 os.environ["ANDREA_CACHE_DIR"] = os.path.join(os.path.dirname(run_dir), "another-cache")   # a parse, no mirror
 direct_snap, direct_notices = RunReader(run_dir, now=lambda: now, free_space=lambda _: 1 << 40).read()
@@ -63,6 +67,7 @@ print(json.dumps({
     "arm_names": fed.history.arm_names,
     "bad_lines": fed.history.bad_lines,
     "reaped": reaped,
+    "spikes_kept": spikes_kept,
 }))
 """
 
@@ -87,6 +92,7 @@ def test_the_child_writes_the_mirror_and_the_console_maps_it(tmp_path):
     out = run_script(run, "peek")
     assert out["handed_over"] == "mapped" and out["steps"] == steps and out["notes"] == []
     assert out["same_report"] and out["same_notices"] and out["reaped"]
+    assert out["spikes_kept"]                        # the child's spike scans, beside the mirror
     assert start_history_prefetch(run) is None       # the mirror holds it all now: no child next time
 
 

@@ -180,3 +180,31 @@ def test_columns_are_little_endian_on_disk(tmp_path, monkeypatch):
     open_history(path, min_bytes=0)
     history, _ = open_mirror(path)
     assert history.step.dtype.str == "<i8" and np.array_equal(history.step, np.arange(10))
+
+
+def test_the_spare_rows_are_mostly_a_hole(tmp_path, monkeypatch):
+    """The room left for appended rows reads as zeros, and past its first written bytes
+    takes no disk: a mirror costs its rows, not its room."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    path = tmp_path / ".loss.json"
+    path.write_bytes(b"".join(step_line(s) + b"\n" for s in range(10)))
+    open_history(path, min_bytes=0)
+    [found] = (tmp_path / "cache" / "history").iterdir()
+    st = found.stat()
+    room = 6 * mirror.SPARE_ROWS * 8               # at least: step, tokens, loss, lr, grad_norm, time
+    assert st.st_size > room and st.st_blocks * 512 < st.st_size - room // 2
+    history, _ = open_mirror(path)
+    assert not history._cols.step[10:].any()         # the room: zeros
+
+
+def test_a_header_json_alone_can_say_is_read(tmp_path, monkeypatch):
+    """A NaN in the reader's state (a rewind to a line without a time) is written by json
+    and refused by orjson: the header is still read, and the mirror used."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    path = tmp_path / ".loss.json"
+    lines = [step_line(s) for s in range(20)] + [b'{"step": 3, "loss": 1.0}']
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    first, _, _ = open_history(path, min_bytes=0)
+    assert first.rewinds and first.rewinds[-1][1] != first.rewinds[-1][1]      # NaN
+    history, why = open_mirror(path)
+    assert why is None and history is not None and summary(history) == summary(fresh(path))
