@@ -2,9 +2,22 @@
 
 import os
 
-# numpy asks the kernel for transparent huge pages for each large array; on a VM the first
-# touch of one may then wait for 2 MiB pages to be zeroed or compacted: a 5M-step history's
-# first frame waited 0.1-0.4 s on it (python -m bench mirror). The console makes its large
-# arrays once and keeps them, so it asks for ordinary pages. Set before numpy is imported;
-# NUMPY_MADVISE_HUGEPAGE=1 in the environment keeps numpy's default.
-os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+# How the console's own numpy is tuned, set before numpy is imported and only where the
+# environment says nothing (then it wins). The processes the console launches (the trainer,
+# an sbatch job) get the environment as it was, without these (console/supervise.py).
+# - NUMPY_MADVISE_HUGEPAGE: numpy asks the kernel for transparent huge pages for each large
+#   array; on a VM the first touch of one may then wait for 2 MiB pages to be zeroed or
+#   compacted: a 5M-step history's first frame waited 0.1-0.4 s on it (python -m bench
+#   mirror). The console makes its large arrays once and keeps them: ordinary pages.
+# - OPENBLAS_NUM_THREADS: numpy's OpenBLAS starts a thread per CPU at import, and they spin
+#   for a while: on a 2-CPU login node, 40 ms of CPU taken from the start-up's two processes
+#   (the UI's imports, the history's parse; a first open took 1.15x as long with two). The
+#   console's numpy work is no BLAS work.
+CONSOLE_ONLY_ENV = {name: value for name, value in (("NUMPY_MADVISE_HUGEPAGE", "0"), ("OPENBLAS_NUM_THREADS", "1"))
+                    if name not in os.environ}
+os.environ.update(CONSOLE_ONLY_ENV)
+
+
+def launch_environment() -> dict[str, str]:
+    """The environment for a process the console launches: its own, less the console's tuning."""
+    return {name: value for name, value in os.environ.items() if name not in CONSOLE_ONLY_ENV}

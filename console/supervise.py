@@ -30,6 +30,7 @@ from rundir.history import read_history_tail
 from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
 from rundir.text import printable
 
+from . import launch_environment
 from .model.checkpoint_wait import CheckpointWait, WaitEnd
 
 POLL_S = 0.1
@@ -163,13 +164,14 @@ def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None, ex
         log.flush()
         if not is_sbatch(cmd):
             child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, close_fds=True)
+                                     start_new_session=True, close_fds=True, env=launch_environment())
             with _children_lock:
                 _children.append(child)
             return Launch(cmd, child=child)
     if "--parsable" not in cmd:
         cmd = [cmd[0], "--parsable", *cmd[1:]]
-    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                       env=launch_environment())       # sbatch hands the job its environment
     if r.returncode != 0:
         raise OSError(f"sbatch refused: {(r.stderr or r.stdout).strip()}")
     return Launch(cmd, job_id=r.stdout.strip().split(";")[0])
