@@ -8,7 +8,8 @@ the sources byte-compiled as an installed console's are; ``--first-frame`` is th
   <= 1.5x that of a 5k-step run; its peak RSS <= 150 MB;
 - the first frame of a 200k-step run (100 checkpoints) with its mirror: <= 1.0x a bare
   ``python`` that imports orjson and parses the history; without one (a fresh cache: a
-  foreign run's first open, which also writes the mirror): <= 2x.
+  foreign run's first open, which also writes the mirror): <= 2x. Beside them, the floor of
+  any dashboard: a ``python`` that only imports textual.app and numpy, against the same baseline.
 
 The reader:
 - opening a 200k-step history with a valid mirror (mapped, then refreshed to the end):
@@ -139,6 +140,14 @@ def _console(tmp: Path) -> list[Result]:
     ours, base, ratio = paired_ratio(lambda: spawn(big, cache)[0], baseline, repeat=5)
     results.append(Result("mirror", f"console first frame, {ENTRIES:,} steps, valid mirror", ours, "s", base,
                           "python + orjson parse", ratio, "<= 1.00x", ratio <= 1.0))
+
+    def floor() -> None:        # what any Textual dashboard over numpy columns imports before its first frame
+        subprocess.run([sys.executable, "-c", "import gc; gc.disable(); import textual.app, numpy"], check=True,
+                       env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+
+    ours, base, ratio = paired_ratio(floor, baseline, repeat=5)
+    results.append(Result("mirror", "(floor) python importing textual.app and numpy, no frame", ours, "s", base,
+                          "python + orjson parse", ratio))
     fresh = iter(range(1000))
     ours, base, ratio = paired_ratio(lambda: spawn(big, tmp / f"fresh-cache-{next(fresh)}")[0], baseline, repeat=5)
     results.append(Result("mirror", f"console first frame, {ENTRIES:,} steps, no mirror (first open)", ours, "s",

@@ -6,7 +6,9 @@ far behind) opening costs two things of about the same size: importing Textual a
 and parsing the history. They do not depend on each other, so :func:`start_history_prefetch`
 forks before the imports, unless the mirror's header (read without numpy) says it holds all
 but the last :data:`PREFETCH_MIN_BYTES` of the history. The child opens the history through
-the mirror (parsing what it must) and writes the mirror; then it leaves, in an anonymous
+the mirror (parsing what it must) and writes the mirror, and while it writes it scans the
+loss and the grad-norm for spikes and keeps the scans beside the mirror (the console's
+first read carries them on instead of scanning every row); then it leaves, in an anonymous
 in-memory file (``memfd``), either a word that the mirror is written (the parent maps it
 itself: no copy of the columns) or, when it could not be written, the finished reader as
 a JSON header plus the raw numpy columns (nothing is pickled). The parent picks it up with
