@@ -408,9 +408,13 @@ static PyObject *scan(PyObject *self, PyObject *args)
     Scan *sc = NULL;
     Key keyv[MAX_KEYS];
     Py_ssize_t n_keys = PyTuple_GET_SIZE(keys);
-    if (start < 0 || end >= buf.len || start >= end || n < 0 || n_keys > MAX_KEYS ||
-        PyTuple_GET_SIZE(codes) != n_keys || PyTuple_GET_SIZE(outputs) != 8) {
+    if (start < 0 || end >= buf.len || start >= end || n < 0 || PyTuple_GET_SIZE(codes) != n_keys ||
+        PyTuple_GET_SIZE(outputs) != 8) {
         PyErr_SetString(PyExc_ValueError, "scan: bad arguments");
+        goto done;
+    }
+    if (n_keys > MAX_KEYS) {                   /* more keys than the reader keeps: not ours to read */
+        result = Py_NewRef(Py_None);
         goto done;
     }
     for (Py_ssize_t i = 0; i < n_keys; i++) {
@@ -423,11 +427,14 @@ static PyObject *scan(PyObject *self, PyObject *args)
     }
     if (PyErr_Occurred())
         goto done;
-    sc = PyMem_Calloc(1, sizeof(Scan));
+    sc = PyMem_Malloc(sizeof(Scan));          /* the arms are written before they are read */
     if (!sc) {
         PyErr_NoMemory();
         goto done;
     }
+    sc->n_arms = 0;
+    sc->seen_series = NULL;
+    memset(sc->order, 0, sizeof(sc->order));
     sc->keys = keyv;
     sc->n_keys = n_keys;
     sc->full = full;
