@@ -185,8 +185,8 @@ class Ingest:
         if table is None:
             block["arm"] = np.array(list(map(codes.__getitem__, arms)), np.int32)
         else:
-            block["arm"] = np.array([codes[name] for name in table], np.int32)[block.pop("arm_index")] \
-                if table else np.empty(0, np.int32)
+            index = block.pop("arm_index")         # no rows: no names either
+            block["arm"] = np.array([codes[name] for name in table], np.int32)[index] if table else index
         steps = block["step"]
         if not len(steps):
             return
