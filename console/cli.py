@@ -187,12 +187,6 @@ def _metric_usage(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _min_spike_window() -> int:
-    from rundir.config import MIN_WINDOW      # imported when asked: run.toml's schema is not start-up's
-
-    return MIN_WINDOW
-
-
 def _fail(message: str, code: int) -> int:
     # Messages quote run directories and what their files hold: one printable line each.
     print(f"andrea-console: {printable(message, None)}", file=sys.stderr)
@@ -220,8 +214,11 @@ def _main(argv: list[str] | None) -> int:
     if args.stall_after is not None:
         if not args.stall_after > 0:           # also refuses nan
             return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
-    if args.spike_window is not None and args.spike_window < (MIN_WINDOW := _min_spike_window()):
-        return _fail(f"--spike-window {args.spike_window}: expected an integer >= {MIN_WINDOW}", EXIT_USAGE)
+    if args.spike_window is not None:
+        from rundir.config import MIN_WINDOW   # only when asked: run.toml's schema is not start-up's
+
+        if args.spike_window < MIN_WINDOW:
+            return _fail(f"--spike-window {args.spike_window}: expected an integer >= {MIN_WINDOW}", EXIT_USAGE)
     if args.spike_k is not None and not (math.isfinite(args.spike_k) and args.spike_k > 0):
         return _fail(f"--spike-k {args.spike_k}: expected a finite number > 0", EXIT_USAGE)
     if args.notify_timeout is not None and not args.notify_timeout > 0:
@@ -444,7 +441,7 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def _import_output(args: argparse.Namespace) -> None:
-    """Import what :func:`_report` writes its output with (about 10 ms)."""
+    """Import what :func:`_write_report` writes its output with (about 10 ms)."""
     if args.check:
         from . import alerts  # noqa: F401
     elif args.json:
