@@ -59,10 +59,11 @@ class HistoryMirror:
         self.mirrored_to: int | None = None      # the history's size the mirror holds (None: no good mirror)
         self.failed_at: int | None = None        # the history's size when the cache could not be written
         # The rows and byte offset the mirror holds (None: no good mirror), and its header's
-        # source when this open used it: what a kept spike detector must have been made with.
+        # source (as this open found it or the last save wrote it): what a kept spike
+        # detector must have been made with.
         self.mirrored_rows: int | None = None
         self.mirrored_offset: int | None = None
-        self.opened_source: dict | None = None
+        self.source: dict | None = None
         self.just_saved = False                  # the last keep_up wrote the mirror
         self._kept: set[str] = set()             # the columns whose detectors are kept for this mirror
 
@@ -70,7 +71,7 @@ class HistoryMirror:
         """The history read to its end, from its mirror when that is valid; the update of the
         whole read (as if parsed), and the note when a mirror was there and refused. The
         mirror is not written here (:meth:`keep_up` does). Never raises."""
-        history, why = open_mirror(self.path)
+        history, why, source = open_mirror(self.path)
         if history is None:
             history = LossHistory(self.path)
             if why is not None:
@@ -81,7 +82,7 @@ class HistoryMirror:
                     pass
             return history, history.refresh(), MirrorNote(MIRROR_REBUILT, why) if why is not None else None
         self.mirrored_to = self.mirrored_offset = history._offset     # what it holds; the rest is parsed now
-        self.mirrored_rows, self.opened_source = len(history), mirror_source(self.path)
+        self.mirrored_rows, self.source = len(history), source
         return history, as_read(history).then(history.refresh()), None
 
     def _position(self, history: LossHistory) -> int:
@@ -110,6 +111,7 @@ class HistoryMirror:
         if why is None:
             self.mirrored_to, self.failed_at = size, None
             self.mirrored_rows, self.mirrored_offset = len(history), history._offset
+            self.source = mirror_source(self.path)
             return None
         if why.cache_failed:
             self.failed_at = size
@@ -135,13 +137,13 @@ class HistoryMirror:
         each carried on from the rows the mirror holds; those there are for this mirror,
         window and k."""
         self._kept = set()
-        if self.mirrored_rows is None or self.opened_source is None:
+        if self.mirrored_rows is None or self.source is None:
             return {}
         from rundir.spikes import SpikeDetector
 
         try:
             kept = json.loads(self._detector_path().read_bytes())
-            if kept["source"] != self.opened_source:
+            if kept["source"] != self.source:
                 return {}
             states = kept["states"]
         except (OSError, ValueError, KeyError, TypeError):
@@ -177,11 +179,10 @@ class HistoryMirror:
         states = {column: d.state_dict() for column, d in ready.items()}
         states = {column: state for column, state in states.items()
                   if sum(len(v) for v in state.values() if isinstance(v, list)) <= MAX_DETECTOR_ITEMS}
-        source = mirror_source(self.path) if states else None
-        if source is None:
+        if not states or self.source is None:
             return
         try:
-            atomic_write_bytes(self._detector_path(), json.dumps({"source": source, "states": states}).encode(),
+            atomic_write_bytes(self._detector_path(), json.dumps({"source": self.source, "states": states}).encode(),
                                durable=False)         # a torn one fails to parse, and is not used
         except (OSError, ValueError):
             pass

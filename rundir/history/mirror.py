@@ -148,56 +148,58 @@ def save_mirror(history: LossHistory) -> NotSaved | None:
     return None
 
 
-def open_mirror(path: str | os.PathLike[str]) -> tuple[LossHistory | None, str | None]:
+def open_mirror(path: str | os.PathLike[str]) -> tuple[LossHistory | None, str | None, dict[str, Any] | None]:
     """The reader of the history at ``path`` as its valid mirror left it (``refresh`` it to
-    read what was appended since), or ``(None, why the mirror is not used)``; never raises."""
+    read what was appended since), no reason and the mirror's ``source`` (what the history
+    was when it was written: the spike scans kept beside it are keyed by it); or ``(None,
+    why the mirror is not used, None)``. Never raises."""
     path = Path(path)
     try:
         fd, st = open_regular(path)
     except (OSError, ValueError):
-        return None, None                         # no history to mirror: the reader says why
+        return None, None, None                   # no history to mirror: the reader says why
     try:
         try:
             with open(mirror_path(path), "rb") as fh:
                 mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)     # private: writes stay ours
         except (OSError, ValueError):
-            return None, None                     # no mirror yet (or an empty file)
+            return None, None, None               # no mirror yet (or an empty file)
         try:
             return _from_mapping(path, fd, st, mapped)
         except (ValueError, KeyError, TypeError, IndexError, OSError, struct.error) as err:
-            return None, f"the history's mirror is unreadable ({type(err).__name__}): parsed again"
+            return None, f"the history's mirror is unreadable ({type(err).__name__}): parsed again", None
     finally:
         os.close(fd)
 
 
 def _from_mapping(path: Path, fd: int, st: os.stat_result, mapped: mmap.mmap
-                  ) -> tuple[LossHistory | None, str | None]:
+                  ) -> tuple[LossHistory | None, str | None, dict[str, Any] | None]:
     if mapped[:len(MAGIC)] != MAGIC:
-        return None, "the history's mirror is not one: parsed again"
+        return None, "the history's mirror is not one: parsed again", None
     (length,) = _LENGTH.unpack_from(mapped, len(MAGIC))
     head = len(MAGIC) + _LENGTH.size
     header = loads_header(mapped[head:head + length])
     source = header["source"]
     if header["version"] != MIRROR_VERSION:
-        return None, f"the history's mirror is of version {header['version']!r}: parsed again"
+        return None, f"the history's mirror is of version {header['version']!r}: parsed again", None
     if (source["dev"], source["ino"]) != (st.st_dev, st.st_ino):
-        return None, f"{path.name} is another file than its mirror's: parsed again"
+        return None, f"{path.name} is another file than its mirror's: parsed again", None
     if source["array_stamp"] is not None and source["array_stamp"] != [st.st_mtime_ns, st.st_size]:
-        return None, f"{path.name} (a JSON array) was rewritten since its mirror: parsed again"
+        return None, f"{path.name} (a JSON array) was rewritten since its mirror: parsed again", None
     covered = int(source["covered"])
     if st.st_size < covered:
-        return None, f"{path.name} is shorter than its mirror covers: parsed again"
+        return None, f"{path.name} is shorter than its mirror covers: parsed again", None
     if _identity(fd, covered) != source["samples"]:
-        return None, f"{path.name} is not the history its mirror was made of: parsed again"
+        return None, f"{path.name} is not the history its mirror was made of: parsed again", None
     data_start = -(-(head + length) // ALIGN) * ALIGN
     columns: dict[str, Any] = {}
     for name, dtype, count, offset in header["columns"]:
         dtype = np.dtype(dtype)
         at = data_start + int(offset)
         if at + dtype.itemsize * int(count) > len(mapped):
-            return None, "the history's mirror is short: parsed again"
+            return None, "the history's mirror is short: parsed again", None
         columns[name] = np.frombuffer(mapped, dtype, int(count), at)
-    return LossHistory.from_state_dict(header["meta"], columns, adopt=True), None
+    return LossHistory.from_state_dict(header["meta"], columns, adopt=True), None, source
 
 
 def as_read(history: LossHistory) -> HistoryUpdate:
@@ -223,7 +225,7 @@ def open_history(path: str | os.PathLike[str], min_bytes: int = MIN_MIRROR_BYTES
     mirror there was not used (None: it was, or there was none))``. The mirror is written
     (again) when the history is at least ``min_bytes`` long and it had none, was replaced or
     cut short, or has grown by :data:`REWRITE_AFTER_BYTES` since. Never raises."""
-    history, why = open_mirror(path)
+    history, why, _ = open_mirror(path)
     mirrored_to = history._offset if history is not None else None
     if history is None:
         history = LossHistory(path)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from rundir.history import LossHistory
 from rundir.history import mirror
+from rundir.cache_dir import mirror_source
 from rundir.history.mirror import CACHE_ENV, open_history, open_mirror, save_mirror
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
@@ -118,8 +119,9 @@ def test_a_mirror_maps_its_columns_instead_of_parsing(tmp_path, monkeypatch):
     path.write_bytes(b"".join(step_line(s) + b"\n" for s in range(5000)))
     history, update, why = open_history(path, min_bytes=0)
     assert why is None and update.new_steps == 5000
-    mirrored, why = open_mirror(path)
+    mirrored, why, source = open_mirror(path)
     assert why is None and mapped(mirrored._cols.step)          # the mapped bytes, not a copy
+    assert source == mirror_source(path) and source["covered"] == path.stat().st_size   # its header's, as read
     [found] = (tmp_path / "cache" / "history").iterdir()
     on_disk = found.read_bytes()
     with open(path, "ab") as fh:
@@ -178,7 +180,7 @@ def test_columns_are_little_endian_on_disk(tmp_path, monkeypatch):
     path = tmp_path / ".loss.json"
     path.write_bytes(b"".join(step_line(s) + b"\n" for s in range(10)))
     open_history(path, min_bytes=0)
-    history, _ = open_mirror(path)
+    history, _, _ = open_mirror(path)
     assert history.step.dtype.str == "<i8" and np.array_equal(history.step, np.arange(10))
 
 
@@ -193,7 +195,7 @@ def test_the_spare_rows_are_mostly_a_hole(tmp_path, monkeypatch):
     st = found.stat()
     room = 6 * mirror.SPARE_ROWS * 8               # at least: step, tokens, loss, lr, grad_norm, time
     assert st.st_size > room and st.st_blocks * 512 < st.st_size - room // 2
-    history, _ = open_mirror(path)
+    history, _, _ = open_mirror(path)
     assert not history._cols.step[10:].any()         # the room: zeros
 
 
@@ -206,5 +208,5 @@ def test_a_header_json_alone_can_say_is_read(tmp_path, monkeypatch):
     path.write_bytes(b"".join(line + b"\n" for line in lines))
     first, _, _ = open_history(path, min_bytes=0)
     assert first.rewinds and first.rewinds[-1][1] != first.rewinds[-1][1]      # NaN
-    history, why = open_mirror(path)
+    history, why, _ = open_mirror(path)
     assert why is None and history is not None and summary(history) == summary(fresh(path))

@@ -158,7 +158,7 @@ def test_series_survive_the_mirror(tmp_path_factory, before, after):
         assert save_mirror(first) is None
         with open(path, "ab") as fh:
             fh.write(b"".join(line + b"\n" for line in after))
-        mirrored, why = open_mirror(path)
+        mirrored, why, _ = open_mirror(path)
         assert mirrored is not None, why
         mirrored.refresh()
         assert_matches(mirrored, before + after)
