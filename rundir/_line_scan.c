@@ -6,8 +6,8 @@
  * values are numbers, strings without escapes, true, false and null. Anything else, and
  * anything the typed decode it stands in for (rundir/history/records.py) would refuse or
  * read another way (a key never seen, a value of another type, a duplicate key, a step
- * below 0, an integer past 18 digits, a number past a double's range, an arm that is not
- * ASCII, an element count that is not the batch's), makes it give up on the whole batch
+ * below 0, an integer past 18 digits, a number past a double's range, a key or a string
+ * that is not ASCII, an element count that is not the batch's), makes it give up on the whole batch
  * (None): the caller then decodes it as before. So where it answers, it answers as the
  * typed decode does.
  *
@@ -202,8 +202,9 @@ static const char *string_end(const char *p, const char *end, int *ascii)
     return NULL;
 }
 
-/* Skips a scalar value that no column keeps: a string, true, false, null, or (number_ok) a
- * number. NULL for anything else. */
+/* Skips a scalar value that no column keeps: an ASCII string, true, false, null, or
+ * (number_ok) a number. NULL for anything else (a string with other bytes: whether they are
+ * valid UTF-8 is the typed decode's to say). */
 static const char *skip_scalar(const char *p, const char *end, int number_ok)
 {
     int flag;
@@ -211,7 +212,7 @@ static const char *skip_scalar(const char *p, const char *end, int number_ok)
         return NULL;
     if (*p == '"') {
         const char *q = string_end(p + 1, end, &flag);
-        return q ? q + 1 : NULL;
+        return q && flag ? q + 1 : NULL;
     }
     if (end - p >= 4 && (!memcmp(p, "true", 4) || !memcmp(p, "null", 4)))
         return p + 4;
@@ -289,8 +290,8 @@ static const char *scan_line(Scan *sc, const char *p, const char *end, Py_ssize_
         if (p >= end || *p != '"')
             return NULL;
         const char *key = p + 1, *key_end = string_end(key, end, &ascii);
-        if (!key_end)
-            return NULL;
+        if (!key_end || !ascii)
+            return NULL;                           /* no key of ours has other bytes */
         int code = lookup(sc, key, key_end - key, place++);
         p = skip_ws(key_end + 1, end);
         if (p >= end || *p != ':')

@@ -130,6 +130,23 @@ def test_anything_else_makes_it_give_up(line):
     assert scan([line]) is None
 
 
+@pytest.mark.parametrize("full", [False, True])
+@pytest.mark.parametrize("odd", [b'"phase":"\xff\xfe"', b'"phase":"\xc3\xa9"', b'"\xc3\xa9":1', b'"\xff":"x"'])
+def test_bytes_past_ascii_are_left_to_the_typed_decode(tmp_path, odd, full):
+    """Whether they are valid UTF-8 (and what a key of them is) is the typed decode's to
+    say: the scanner gives up, and the history reads as it does without it."""
+    keys = SeriesKeys()
+    keys.observe({"step": 0, "phase": "warmup"})
+    keys.full = full
+    line = b'{"step":1,"loss":2.0,%s}' % odd
+    assert scan([line], keys) is None
+    path = tmp_path / ".loss.json"
+    path.write_bytes(b'{"step":0,"loss":1.0,"phase":"warmup"}\n' + line + b"\n" + b'{"step":2,"loss":3.0}\n')
+    fast, plain = read(path, True).state_dict(), read(path, False).state_dict()
+    assert json.dumps(fast[0], sort_keys=True) == json.dumps(plain[0], sort_keys=True)
+    assert all(fast[1][name].tobytes() == plain[1][name].tobytes() for name in fast[1])
+
+
 def test_other_keys_and_a_full_key_set_skip_values():
     keys = SeriesKeys()
     keys.observe({"step": 0, "phase": "warmup"})
