@@ -35,10 +35,9 @@ typedef struct {
     int code;
 } Key;
 
-typedef struct {
+typedef struct {           /* an arm name, its index its place in the table */
     const char *name;      /* in the buffer: compared by bytes */
     Py_ssize_t len;
-    int index;
 } Arm;
 
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
@@ -263,7 +262,7 @@ static int arm_index(Scan *sc, const char *name, Py_ssize_t len, int *last)
             return *last = i;
     if (sc->n_arms >= MAX_ARMS)
         return -1;
-    sc->arms[sc->n_arms] = (Arm){name, len, sc->n_arms};
+    sc->arms[sc->n_arms] = (Arm){name, len};
     return *last = sc->n_arms++;
 }
 
