@@ -1,0 +1,123 @@
+"""Which filesystem holds a path, and what it promises a reader on this host.
+
+A run's real home is a cluster's shared filesystem: the trainer writes from a GPU node and
+the console reads from a login node. There, two promises of a local disk are broken:
+
+- **Change events.** inotify reports only writes made through this host's kernel. A
+  network filesystem (NFS, Lustre, GPFS, BeeGFS, CephFS, SMB, 9p) or a FUSE mount never
+  tells this host about another host's writes, so a reader that waits for events waits
+  for ever. There the run is polled: its files are reopened and looked at every second.
+- **Mappings.** A memory-mapped file that another host truncates or replaces can raise
+  SIGBUS (or ESTALE) in the process that maps it. On a shared filesystem a cache is read,
+  never mapped.
+
+The filesystem is told by ``statfs(2)``'s ``f_type`` magic (the kernel's own name for
+it), not by the mount table's spelling, so a bind mount or an automounted path is named
+for what it really is. An unknown magic is taken as a local disk: the console polls every
+run as a safety net anyway (more slowly where events are trusted).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+# statfs(2) f_type magics (linux/magic.h and each filesystem's own header).
+_NETWORK = {
+    0x6969: "nfs",
+    0x0BD00BD0: "lustre",
+    0x47504653: "gpfs",
+    0x19830326: "beegfs",
+    0x00C36400: "cephfs",
+    0x517B: "smb",
+    0xFF534D42: "smb",         # cifs
+    0xFE534D42: "smb",         # smb2/3
+    0x01021997: "9p",
+    0x5346414F: "afs",
+    0x65735546: "fuse",        # sshfs, bindfs, gcsfuse, WekaFS's client...: anything could be behind it
+}
+_LOCAL = {
+    0xEF53: "ext4",
+    0x58465342: "xfs",
+    0x9123683E: "btrfs",
+    0x01021994: "tmpfs",
+    0x2FC12FC1: "zfs",
+    0xF2F52010: "f2fs",
+    0x794C7630: "overlay",
+}
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    """What a path's filesystem promises: ``name`` as the status says it; ``events`` whether
+    inotify sees every change a reader needs (writes from other hosts cannot reach it
+    unseen); ``shared`` whether other hosts may write it, so nothing there is memory-mapped."""
+
+    name: str
+    events: bool
+    shared: bool
+
+    @property
+    def watched_by(self) -> str:
+        """How a run on it is followed, as the status line says it."""
+        return "events" if self.events else f"polling · {self.name}"
+
+
+LOCAL_DISK = Filesystem("local", events=True, shared=False)
+
+
+class _StatFs(ctypes.Structure):
+    # f_type is the first field of struct statfs on every Linux ABI (__fsword_t: a long);
+    # the rest is room enough for any architecture's layout.
+    _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 248)]
+
+
+@lru_cache(maxsize=1)
+def _statfs_call():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        call = libc.statfs
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_char_p, ctypes.POINTER(_StatFs)]
+    call.restype = ctypes.c_int
+    return call
+
+
+def filesystem_magic(path: str | os.PathLike[str]) -> int | None:
+    """``statfs(2)``'s ``f_type`` for ``path``, or None where it cannot be asked (no such
+    path, not Linux)."""
+    call = _statfs_call()
+    if call is None:
+        return None
+    buf = _StatFs()
+    if call(os.fsencode(path), ctypes.byref(buf)) != 0:
+        return None
+    return buf.f_type & 0xFFFFFFFF
+
+
+def filesystem_of(path: str | os.PathLike[str]) -> Filesystem:
+    """The filesystem holding ``path`` (a path that does not exist yet: its nearest parent
+    that does). Never raises; an unknown filesystem is taken as a local disk."""
+    probe = os.path.abspath(os.fspath(path))
+    while True:
+        magic = filesystem_magic(probe)
+        if magic is not None or probe == os.path.dirname(probe):
+            break
+        probe = os.path.dirname(probe)
+    if magic in _NETWORK:
+        return Filesystem(_NETWORK[magic], events=False, shared=True)
+    if magic == 0x794C7630:
+        # An overlay's lower layers change without an event through the overlay.
+        return Filesystem("overlay", events=False, shared=False)
+    if magic in _LOCAL:
+        return Filesystem(_LOCAL[magic], events=True, shared=False)
+    return LOCAL_DISK
+
+
+def forced_polling(fs: Filesystem) -> Filesystem:
+    """``fs`` followed by polling whatever it promises (``--poll``)."""
+    return fs if not fs.events else Filesystem(fs.name, events=False, shared=fs.shared)
