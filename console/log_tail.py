@@ -6,6 +6,7 @@ import os
 from collections import deque
 from pathlib import Path
 
+from rundir.late_bytes import LateBytes
 from rundir.safe_read import open_regular
 
 TAIL_LINES = 200
@@ -28,6 +29,12 @@ class LogTail:
         self._offset: int | None = None
         self._identity: tuple[int, int] | None = None
         self._partial = b""
+        self._late = LateBytes()         # NUL bytes at the end: not written yet (a network filesystem)
+
+    @property
+    def awaiting_late_bytes(self) -> bool:
+        """Whether the last read stopped before NUL bytes not written yet (rundir.late_bytes)."""
+        return self._late.awaited
 
     def read(self) -> tuple[str, ...]:
         """Read what was appended; the tail as it is now. Never raises, never blocks."""
@@ -52,6 +59,7 @@ class LogTail:
                 skip_first = self._offset > 0     # the first line read is most likely cut
             if st.st_size > self._offset:
                 data = os.pread(fd, min(st.st_size - self._offset, FIRST_READ_BYTES), self._offset)
+                data = data[:self._late.usable(data, self._offset, mtime=st.st_mtime)]
                 self._offset += len(data)
                 lines = (self._partial + data).split(b"\n")
                 self._partial = lines.pop()[-FIRST_READ_BYTES:]

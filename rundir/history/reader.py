@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..late_bytes import LateBytes
 from ..safe_read import open_regular
 from . import limits
 from .array import JsonArrayReading
@@ -52,6 +53,7 @@ class LossHistory(JsonArrayReading):
         self.format: str | None = None         # "jsonl" or "array" once known
         self.torn_tail = 0                      # bytes after the last newline, not yet a line
         self.error: str | None = None           # the file could not be read at all
+        self._late = LateBytes()                # NUL bytes at the end: not written yet (a network filesystem)
 
     # -- hand-over -------------------------------------------------------------
     def state_dict(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -147,6 +149,12 @@ class LossHistory(JsonArrayReading):
         return list(self._cols.series)
 
     @property
+    def awaiting_late_bytes(self) -> bool:
+        """Whether the last read stopped before NUL bytes not written yet (rundir.late_bytes):
+        read again though the file may not seem to change when they land."""
+        return self._late.awaited
+
+    @property
     def last_step(self) -> int | None:
         return int(self.step[-1]) if len(self) else None
 
@@ -195,8 +203,8 @@ class LossHistory(JsonArrayReading):
                 if self._array_mtime != array_stamp:
                     self._read_array(fd, size, update)
                     self._array_mtime = array_stamp
-            elif size > self._offset + self.torn_tail:
-                self._read_lines(fd, size, update)
+            elif size > self._offset + self.torn_tail or self._late.awaited:
+                self._read_lines(fd, size, update, st.st_mtime)
         except OSError as err:
             self.error = f"{name}: cannot read: {err.strerror or err}"
         finally:
@@ -209,7 +217,7 @@ class LossHistory(JsonArrayReading):
             update.reset = True
 
     # -- JSON Lines ------------------------------------------------------------
-    def _read_lines(self, fd: int, size: int, update: HistoryUpdate) -> None:
+    def _read_lines(self, fd: int, size: int, update: HistoryUpdate, mtime: float) -> None:
         """Lines from the remembered offset to the end, a block of at most BLOCK_BYTES at a time."""
         pos = self._offset
         if self.torn_tail > limits.MAX_LINE_BYTES:      # an over-long line: only its end is looked for
@@ -223,6 +231,10 @@ class LossHistory(JsonArrayReading):
                     buf = None
                     buf = bytearray(want + 1)       # byte 0: room for the "[" before the first line
                 got = read_into(fd, buf, 1, want, pos)
+                usable = self._late.usable(buf, pos, 1, got + 1, mtime)
+                if usable < got:            # NUL bytes not written yet: the lines before them, then stop
+                    got = want = usable
+                    size = pos + usable
                 last = buf.rfind(b"\n", 1, got + 1)
                 if last < 0:
                     if got <= limits.MAX_LINE_BYTES:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import late_bytes
 from ..safe_read import open_regular
 from . import limits
 from .blocks import detect_format
@@ -83,6 +85,8 @@ def _tail_window(fd: int, st: os.stat_result, max_bytes: int) -> HistoryTail:
     start = max(0, size - max_bytes)
     head = os.pread(fd, min(size, 64 << 10), 0) if start else b""
     data = os.pread(fd, size - start, start)
+    if time.time() - st.st_mtime < late_bytes.GRACE_S and (nul := data.find(0)) >= 0:
+        data = data[:nul]                          # not written yet (rundir.late_bytes): read again next time
     fmt = detect_format(head if start else data)
     bad = torn = 0
     if fmt == "array":

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from rundir import (ConfigError, LossHistory, inspect_checkpoint, load_run_config, read_samples,
                             read_sidecar, read_state, read_trainer_record, verify_trainer)
+from rundir import late_bytes
 from rundir.history import blocks, limits, read_history_tail
 from rundir.history import records as history_records
 from rundir.pivot_files import read_journal
@@ -51,6 +52,14 @@ REFUSED: Counter = Counter()
 def tally(reader: str, refused: bool) -> None:
     CASES[reader] += 1
     REFUSED[reader] += bool(refused)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nul_bytes_taken_at_once():
+    """These properties are about what a line is: NUL bytes are taken at once, as the bytes
+    they are (the wait for late NULs of a network filesystem: tests/rundir/test_late_bytes.py)."""
+    with mock.patch.object(late_bytes, "GRACE_S", 0.0):
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)

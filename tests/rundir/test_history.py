@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from tests.rundirs import make_run
-from rundir import LossHistory, LossHistoryWriter
+from rundir import LossHistory, LossHistoryWriter, late_bytes
 from rundir.history import limits
 from rundir.history.array_scan import event_separators
 
@@ -419,7 +419,14 @@ def test_a_very_long_line_is_skipped_and_counted(tmp_path):
     assert h.problems == [".loss.json line 3: longer than 1 MiB: skipped"]
 
 
-def test_a_huge_sparse_history_is_not_read_byte_by_byte(tmp_path):
+@pytest.fixture
+def nul_bytes_taken_at_once(monkeypatch):
+    """NUL bytes taken as the bytes they are at once: these tests are about what such a line
+    is (the wait for late NULs of a network filesystem: tests/rundir/test_late_bytes.py)."""
+    monkeypatch.setattr(late_bytes, "GRACE_S", 0.0)
+
+
+def test_a_huge_sparse_history_is_not_read_byte_by_byte(tmp_path, nul_bytes_taken_at_once):
     """A 64 GiB hole (zeros, no newline) between good lines: skipped as one over-long line."""
     path = tmp_path / ".loss.json"
     write_lines(path, [step_line(1), step_line(2)])
@@ -432,7 +439,7 @@ def test_a_huge_sparse_history_is_not_read_byte_by_byte(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "array"])
-def test_binary_junk_is_unreadable_lines_not_a_codec_error(tmp_path, fmt):
+def test_binary_junk_is_unreadable_lines_not_a_codec_error(tmp_path, nul_bytes_taken_at_once, fmt):
     path = tmp_path / ".loss.json"
     junk = [b"\x00\x00\x00\x01", b"\x00\x01\x00\x02\x00{", b"\xfe\xff\x00\x7b\x00\x22", b"\xff\xd8\xff\xe0\x00\x10JFIF",
             b"\x00" * 50, b"\x1b[2J\x1b]0;title\x07", b'\xfe"\x00ab']
