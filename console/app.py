@@ -28,7 +28,7 @@ from .alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
 from .format import printable
 from .keys import CONTROL_ACTIONS
 from .model.findings import Finding, child_exit_alert
-from .messages import ConsoleNotice, FilesChanged, SnapshotReady
+from .messages import ConsoleNotice, FilesChanged, SnapshotReady, WatchMode
 from .pivot_runner import pending_pivot
 from .plot import PlotOptions
 from .reader import RunReader
@@ -64,9 +64,10 @@ class ConsoleApp(App[None]):
                  child: subprocess.Popen | None = None, options: PlotOptions | None = None,
                  window: int = 2000, tick: float | None = TICK_S, reader: RunReader | None = None,
                  bell: bool = True, notify: list[str] | None = None, notify_timeout: float = NOTIFY_TIMEOUT_S,
-                 read_only: bool = False):
+                 read_only: bool = False, poll: bool = False):
         super().__init__()
         self.read_only = read_only
+        self.poll = poll                        # --poll: follow the run by polling whatever its filesystem
         self.alerts = AlertTracker()
         self.bell_on_alert, self.notify_argv, self.notify_timeout = bell, notify, notify_timeout
         self._alert_queue: queue.SimpleQueue[Finding] = queue.SimpleQueue()
@@ -117,7 +118,9 @@ class ConsoleApp(App[None]):
             self.request_read({HISTORY})
 
     def tick(self) -> None:
-        self.request_read({TRAINER})
+        # Files whose end read as NUL bytes not written yet are read again, though no change
+        # may be seen when their bytes land (rundir.late_bytes).
+        self.request_read({TRAINER} | self.reader.late_kinds())
         reap_children()             # a trainer this console started and someone stopped: no zombie
         if self.child is not None and not self._child_reported and self.child.poll() is not None:
             self._child_reported = True
@@ -131,7 +134,11 @@ class ConsoleApp(App[None]):
     # -- reading -----------------------------------------------------------------
     @work(thread=True, group="watch", exit_on_error=False)
     def watch_files(self) -> None:
-        watch_run(self.run_dir, lambda kinds: self.post_message(FilesChanged(kinds)), self._stop_watch)
+        watch_run(self.run_dir, lambda kinds: self.post_message(FilesChanged(kinds)), self._stop_watch,
+                  poll=self.poll, announce=lambda fs: self.post_message(WatchMode(fs.watched_by)))
+
+    def on_watch_mode(self, message: WatchMode) -> None:
+        self.dashboard.watched_by = message.watched_by
 
     def on_files_changed(self, message: FilesChanged) -> None:
         self.request_read(message.kinds)

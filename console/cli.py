@@ -146,6 +146,10 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stall-after", type=float, default=None, metavar="S",
                    help="show a verified trainer as stalled after S seconds without a new step "
                         "(default: the larger of 60 s and ten median step times)")
+    p.add_argument("--poll", action="store_true",
+                   help="follow the run by reopening its files every second whatever the filesystem (the "
+                        "default polls only where change events cannot be trusted: NFS, Lustre, GPFS, BeeGFS, "
+                        "CephFS, SMB, 9p, FUSE, overlay)")
 
 
 def _add_plot_options(p: argparse.ArgumentParser) -> None:
@@ -276,7 +280,7 @@ def _main(argv: list[str] | None) -> int:
             return code
     open_dashboard(run_dir, child=child, smoothing=args.smooth, window=args.window, stall_after=args.stall_after,
                    spikes=(args.spike_window, args.spike_k), bell=not args.no_bell, notify=args.notify_argv,
-                   read_only=args.read_only,
+                   read_only=args.read_only, poll=args.poll,
                    **({"notify_timeout": args.notify_timeout} if args.notify_timeout is not None else {}))
     if child is not None and child.poll() is None:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "

@@ -35,6 +35,14 @@ class FilesChanged(Message):
 
 
 @dataclass
+class WatchMode(Message):
+    """How the watcher follows the run: "events", or "polling · nfs" where the filesystem's
+    change events cannot be trusted (rundir.filesystems)."""
+
+    watched_by: str
+
+
+@dataclass
 class SnapshotReady(Message):
     """A read finished: the new snapshot and the notices of what changed."""
 

@@ -45,10 +45,10 @@ class OverviewApp(ConsoleApp):
                  probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
                  options: PlotOptions | None = None, window: int = 2000, tick: float | None = 2.0,
                  stall_after: float | None = None, free_space: Callable[[Path], int | None] = free_bytes,
-                 refresh: float | None = REFRESH_S, read_only: bool = False):
+                 refresh: float | None = REFRESH_S, read_only: bool = False, poll: bool = False):
         self.root = Path(root)
         super().__init__(self.root, now=now, probe=probe, watch=watch, options=options, window=window, tick=tick,
-                         read_only=read_only)
+                         read_only=read_only, poll=poll)
         self.summarizer = RunsSummarizer(self.root, verify, stall_after)
         self.probe = probe
         self.stall_after = stall_after

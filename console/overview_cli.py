@@ -38,7 +38,7 @@ def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int]
             sys.stdout.write(render_overview_text(root, summaries, listing, now, width=max(40, args.width)))
         return 1 if listing.error else 0
     open_overview(root, smoothing=args.smooth, window=args.window, stall_after=args.stall_after,
-                  read_only=args.read_only)
+                  read_only=args.read_only, poll=args.poll)
     return 0
 
 

@@ -196,6 +196,12 @@ class RunReader:
         (a shared filesystem)."""
         return bool(self._requests)
 
+    def late_kinds(self) -> frozenset[str]:
+        """The kinds of file whose last read stopped before NUL bytes not written yet: to be
+        read again, though no change may be seen when their bytes land (a network filesystem)."""
+        return frozenset(kind for kind, late in ((HISTORY, self.history.awaiting_late_bytes),
+                                                 (LOG, self.log.awaiting_late_bytes)) if late)
+
     # -- the read --------------------------------------------------------------
     def read(self, kinds: Iterable[str] = ALL_KINDS) -> tuple[RunSnapshot, list[Notice]]:
         """Re-read ``kinds`` (everything on the first call); never raises for bad input.

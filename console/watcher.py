@@ -1,20 +1,36 @@
-"""Watching a run directory with watchfiles, in a worker thread that only posts messages.
+"""Following a run directory, in a worker thread that only posts messages.
 
 :func:`watch_run` blocks until ``stop`` is set; the app runs it in a thread worker. It
-maps each batch of changed paths to the kinds of file they are (see
-:func:`rundir.layout.kind_of`) and hands them to ``post``; it never touches a widget.
-A run directory that does not exist yet (or disappears) is polled for until it does.
+hands ``post`` the kinds of file that changed (see :func:`rundir.layout.kind_of`) and
+never touches a widget. How it follows the run depends on the filesystem under it
+(:mod:`rundir.filesystems`):
+
+- **Where change events can be trusted** (a local disk), inotify through watchfiles, plus
+  a poll of the run's files every :data:`SAFETY_POLL_S`: a missed event (an exhausted
+  inotify, a write through a bind mount's other side) is never permanent.
+- **Where they cannot** (NFS, Lustre, GPFS, BeeGFS, CephFS, SMB, 9p, FUSE, overlay; or
+  ``--poll``): a poll every :data:`POLL_S`. inotify only reports writes made through this
+  host's kernel, and the trainer writes from a compute node.
+
+A poll (:class:`RunFingerprint`) reopens each file of the contract and looks at it with
+``fstat``: on NFS, close-to-open consistency revalidates a file's attributes when it is
+opened, not when a long-open descriptor is looked at. It also lists the directory, which
+is how a checkpoint renamed into place is seen. A run directory that does not exist yet
+(or disappears) is waited for until it does.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
 import watchfiles
 
-from rundir.layout import ALL_KINDS, kind_of
+from rundir.filesystems import Filesystem, filesystem_of, forced_polling
+from rundir.layout import ALL_KINDS, KNOWN_NAMES, is_temporary, kind_of
 
 # watchfiles batches changes: it yields once no change came for STEP_MS, or after
 # DEBOUNCE_MS at the latest. A trainer that writes every 100 ms therefore wakes the
@@ -22,6 +38,13 @@ from rundir.layout import ALL_KINDS, kind_of
 DEBOUNCE_MS = 500
 STEP_MS = 200
 MISSING_POLL_S = 1.0
+# A poll of the run's files where events cannot be trusted (the step shown lags the file by
+# at most this plus one read), and where they can, as a safety net.
+POLL_S = 1.0
+SAFETY_POLL_S = 5.0
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+Stamp = tuple[int, int, int, int] | None
 
 
 def kinds_of(changes: set[tuple[watchfiles.Change, str]]) -> frozenset[str]:
@@ -30,9 +53,69 @@ def kinds_of(changes: set[tuple[watchfiles.Change, str]]) -> frozenset[str]:
     return frozenset(kinds)   # type: ignore[arg-type]
 
 
-def watch_run(run_dir: Path, post: Callable[[frozenset[str]], None], stop: threading.Event) -> None:
-    """Post the kinds of every batch of changes in ``run_dir`` until ``stop`` is set."""
+def _stamp(path: str) -> Stamp:
+    """The file's (inode, size, mtime, ctime), read from a fresh open (a FIFO opens without
+    blocking); None when it is absent or cannot be opened."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class RunFingerprint:
+    """What a poll compares from one look to the next: each contract file's stamp (from a
+    fresh open) and the directory's names. :meth:`changed` says which kinds of file differ
+    since the last look. ``list_always``: list the directory at every look (where its own
+    mtime may be a cached one), else only when its stamp changed."""
+
+    def __init__(self, run_dir: Path, list_always: bool):
+        self.run_dir = run_dir
+        self.list_always = list_always
+        self._paths = {name: os.path.join(run_dir, name) for name in KNOWN_NAMES}
+        self._stamps: dict[str, Stamp] = {}
+        self._dir: Stamp = None
+        self._names: frozenset[str] = frozenset()
+        self.changed()                      # the baseline: the first read reads everything anyway
+
+    def changed(self) -> frozenset[str]:
+        kinds: set[str] = set()
+        for name, path in self._paths.items():
+            stamp = _stamp(path)
+            if stamp != self._stamps.get(name):
+                self._stamps[name] = stamp
+                kinds.add(KNOWN_NAMES[name])
+        dir_stamp = _stamp(str(self.run_dir))
+        if self.list_always or dir_stamp != self._dir:
+            self._dir = dir_stamp
+            names = self._list()
+            for name in names ^ self._names:
+                kind = kind_of(name)
+                if kind is not None:
+                    kinds.add(kind)
+            self._names = names
+        return frozenset(kinds)
+
+    def _list(self) -> frozenset[str]:
+        try:
+            return frozenset(name for name in os.listdir(self.run_dir) if not is_temporary(name))
+        except OSError:
+            return frozenset()
+
+
+def watch_run(run_dir: Path, post: Callable[[frozenset[str]], None], stop: threading.Event, *,
+              poll: bool = False, announce: Callable[[Filesystem], None] = lambda fs: None) -> None:
+    """Post the kinds of every batch of changes in ``run_dir`` until ``stop`` is set.
+    ``announce`` is told how the run is followed (the filesystem under it) when that is known
+    or changes; ``poll`` polls whatever the filesystem promises (``--poll``)."""
     existed = run_dir.is_dir()
+    said: Filesystem | None = None
     while not stop.is_set():
         if not run_dir.is_dir():
             if existed:
@@ -43,17 +126,48 @@ def watch_run(run_dir: Path, post: Callable[[frozenset[str]], None], stop: threa
         if not existed:
             post(ALL_KINDS)           # it appeared: read everything
             existed = True
-        try:
-            for changes in watchfiles.watch(run_dir, watch_filter=None, stop_event=stop, debounce=DEBOUNCE_MS,
-                                            step=STEP_MS, rust_timeout=2000, yield_on_timeout=True,
-                                            recursive=False, raise_interrupt=False, ignore_permission_denied=True):
-                if not changes:                   # a quiet timeout: is the directory still there?
-                    if not run_dir.is_dir():
-                        break
-                    continue
+        fs = filesystem_of(run_dir)
+        fs = forced_polling(fs) if poll else fs
+        if fs != said:
+            announce(fs)
+            said = fs
+        fingerprint = RunFingerprint(run_dir, list_always=not fs.events)
+        if fs.events:
+            _follow_events(run_dir, post, stop, fingerprint)
+        else:
+            _follow_polling(run_dir, post, stop, fingerprint)
+
+
+def _follow_polling(run_dir: Path, post: Callable[[frozenset[str]], None], stop: threading.Event,
+                    fingerprint: RunFingerprint) -> None:
+    """Poll until ``stop`` is set or the directory is gone."""
+    while not stop.wait(POLL_S):
+        if not run_dir.is_dir():
+            return
+        kinds = fingerprint.changed()
+        if kinds:
+            post(kinds)
+
+
+def _follow_events(run_dir: Path, post: Callable[[frozenset[str]], None], stop: threading.Event,
+                   fingerprint: RunFingerprint) -> None:
+    """inotify until ``stop`` is set or the directory is gone, with a poll now and then."""
+    polled = time.monotonic()
+    try:
+        for changes in watchfiles.watch(run_dir, watch_filter=None, stop_event=stop, debounce=DEBOUNCE_MS,
+                                        step=STEP_MS, rust_timeout=int(POLL_S * 1000), yield_on_timeout=True,
+                                        recursive=False, raise_interrupt=False, ignore_permission_denied=True):
+            if changes:
                 kinds = kinds_of(changes)
                 if kinds:
                     post(kinds)
-        except (OSError, RuntimeError):
-            # The directory went away under the watcher (or inotify is exhausted): poll.
-            stop.wait(MISSING_POLL_S)
+            elif not run_dir.is_dir():          # a quiet timeout: is the directory still there?
+                return
+            if time.monotonic() - polled >= SAFETY_POLL_S:
+                polled = time.monotonic()
+                kinds = fingerprint.changed()
+                if kinds:
+                    post(kinds)
+    except (OSError, RuntimeError):
+        # The directory went away under the watcher, or inotify is exhausted: poll instead.
+        _follow_polling(run_dir, post, stop, fingerprint)

@@ -48,6 +48,9 @@ class DashboardScreen(Screen):
     # A var, not a reactive: setting it must not repaint the whole screen, only the panes
     # whose part changed (they refresh themselves).
     snapshot: var[RunSnapshot | None] = var(None, always_update=True, init=False)
+    # How the watcher follows the run (console.watcher): shown by the status pane, and by the
+    # status line where it polls.
+    watched_by: var[str] = var("", init=False)
 
     def __init__(self, window_steps: int, smoothing: float, grid_series: tuple[str, ...] = DEFAULT_GRID) -> None:
         super().__init__(id="dashboard")
@@ -105,6 +108,8 @@ class DashboardScreen(Screen):
         for notice in getattr(self, "_early_notices", []):
             self.notice(notice)
         self._early_notices = []
+        if self.watched_by:
+            self.watch_watched_by(self.watched_by)
         if self.snapshot is not None:
             self.watch_snapshot(self.snapshot)
 
@@ -267,6 +272,13 @@ class DashboardScreen(Screen):
         self.app.push_screen(DetailScreen(message.title, message.body))
 
     # -- data --------------------------------------------------------------------------
+    def watch_watched_by(self, watched_by: str) -> None:
+        if not self._ready or self._closing_down():
+            return
+        self.query_one(StatusPane).watched_by = self.query_one(StatusLine).watched_by = watched_by
+        if self.snapshot is not None:
+            self.watch_snapshot(self.snapshot)
+
     def watch_snapshot(self, snap: RunSnapshot | None) -> None:
         if snap is None or not self._ready or self._closing_down():
             return

@@ -24,6 +24,7 @@ class StatusPane(LinesPane, can_focus=True):
     def __init__(self, **kwargs) -> None:
         super().__init__("reading…", **kwargs)
         self.border_title = "status"
+        self.watched_by = ""            # how the run is followed (the dashboard's watched_by)
         self._shown = ""
         self._last: tuple[RunSnapshot, float] | None = None
 
@@ -82,6 +83,8 @@ class StatusPane(LinesPane, can_focus=True):
             add("config", Text(printable(snap.config_error, LINE_LIMIT), style="yellow"))
         if snap.other_files:
             add("other files", Text(", ".join(printable(n) for n in snap.other_files[:4]), style="grey62"))
+        if self.watched_by:
+            add("watch", self.watched_by)
         # Plain Text, not a Rich Table: this pane repaints at every read, and a Table
         # measures and renders every cell each time.
         # A long value wraps under itself, not back under the labels.

@@ -29,6 +29,7 @@ class StatusLine(Static):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("reading…", **kwargs)
+        self.watched_by = ""            # how the run is followed (the dashboard's watched_by)
         self._shown = ""
 
     def show(self, snap: RunSnapshot, now: float) -> None:
@@ -76,6 +77,9 @@ class StatusLine(Static):
             if snap.storage is not None:
                 text.append(*SEP)
                 text.append(f"{format_size(snap.storage.free)} free", style="bold red" if snap.storage.too_full else "")
+        if self.watched_by.startswith("polling"):
+            text.append(*SEP)
+            text.append(self.watched_by, style="grey62")
         if text.plain != self._shown:
             self._shown = text.plain
             self.update(text, layout=False)
