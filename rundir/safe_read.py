@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import orjson
+
+from . import late_bytes
 
 T = TypeVar("T")
 
@@ -116,23 +119,44 @@ def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
 
 
 def read_bytes(path: str | os.PathLike[str], max_bytes: int, name: str | None = None) -> FileRead[bytes]:
-    """The whole file, if it is a regular file of at most ``max_bytes``; never raises."""
-    path = Path(path)
+    """The whole file, if it is a regular file of at most ``max_bytes``; never raises.
+
+    A file just written that ends in NUL bytes is read again (reopened) a few times: on a
+    network filesystem its size can arrive before its bytes (rundir.late_bytes). Our trainer
+    replaces its sidecars atomically, which a close-to-open filesystem never shows half
+    written; another engine may write them in place."""
+    waits = iter(LATE_RETRIES_S)
+    while True:
+        read, mtime = _read_whole(Path(path), max_bytes, name)
+        if not (read.ok and read.value.endswith(b"\0") and time.time() - mtime < late_bytes.GRACE_S):
+            return read
+        wait = next(waits, None)
+        if wait is None:
+            return FileRead(None, f"{name or Path(path).name}: ends in NUL bytes, not written yet (read again later)")
+        time.sleep(wait)
+
+
+# The waits between the reads of a file that ends in NUL bytes (0.35 s in all, at most).
+LATE_RETRIES_S = (0.05, 0.1, 0.2)
+
+
+def _read_whole(path: Path, max_bytes: int, name: str | None) -> tuple[FileRead[bytes], float]:
+    """:func:`read_bytes`'s one read, and the file's mtime (0 when it was not read)."""
     name = name or path.name
     try:
         fd, st = open_regular(path)
     except FileNotFoundError:
-        return FileRead(None, f"{name}: no such file", missing=True)
+        return FileRead(None, f"{name}: no such file", missing=True), 0.0
     except NotADirectoryError:
-        return FileRead(None, f"{name}: cannot read: its directory is not a directory", missing=True)
+        return FileRead(None, f"{name}: cannot read: its directory is not a directory", missing=True), 0.0
     except ValueError as err:
-        return FileRead(None, f"{name}: {err}")
+        return FileRead(None, f"{name}: {err}"), 0.0
     except OSError as err:
-        return FileRead(None, f"{name}: cannot read: {err.strerror or err}")
+        return FileRead(None, f"{name}: cannot read: {err.strerror or err}"), 0.0
     try:
         if st.st_size > max_bytes:
             return FileRead(None, f"{name}: {_size(st.st_size)}, larger than the {_size(max_bytes)} such a file may "
-                                  "be: not read")
+                                  "be: not read"), 0.0
         chunks, total = [], 0
         while total <= max_bytes:           # the size can change while we read: stay bounded
             chunk = os.read(fd, min(max_bytes + 1 - total, 16 * MiB))
@@ -141,10 +165,10 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int, name: str | None = 
             chunks.append(chunk)
             total += len(chunk)
         if total > max_bytes:
-            return FileRead(None, f"{name}: grew past the {_size(max_bytes)} such a file may be: not read")
-        return FileRead(b"".join(chunks))
+            return FileRead(None, f"{name}: grew past the {_size(max_bytes)} such a file may be: not read"), 0.0
+        return FileRead(b"".join(chunks)), st.st_mtime
     except OSError as err:
-        return FileRead(None, f"{name}: cannot read: {err.strerror or err}")
+        return FileRead(None, f"{name}: cannot read: {err.strerror or err}"), 0.0
     finally:
         os.close(fd)
 

@@ -155,3 +155,21 @@ def test_nuls_in_a_file_nothing_writes_to_are_taken_at_once(tmp_path):
     history = LossHistory(path)
     history.refresh()
     assert list(history.step) == [1, 3] and history.bad_lines == 1
+
+
+def test_a_sidecar_read_waits_briefly_for_late_bytes(tmp_path):
+    import threading
+
+    from rundir.safe_read import read_json
+
+    path = tmp_path / ".state.json"
+    body = b'{"version": 1, "step": 5}'
+    path.write_bytes(b"\0" * len(body))
+    lands = threading.Timer(0.02, land, (path, 0, body))
+    lands.start()
+    read = read_json(path, 1 << 20)
+    lands.join()
+    assert read.ok and read.value == {"version": 1, "step": 5}
+    path.write_bytes(b'{"version": 1}' + b"\0" * 8)          # NULs that stay: said, never parsed
+    read = read_json(path, 1 << 20)
+    assert not read.ok and "NUL" in read.error
