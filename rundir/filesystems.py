@@ -118,6 +118,30 @@ def filesystem_of(path: str | os.PathLike[str]) -> Filesystem:
     return LOCAL_DISK
 
 
+# Opened to be looked at, never read: a FIFO in a file's place must not block the open.
+_LOOK_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+Stamp = tuple[int, int, int, int]
+
+
+def fresh_stamp(path: str | os.PathLike[str]) -> Stamp | None:
+    """A file's (inode, size, mtime, ctime) as the server has them now: from a fresh open
+    and ``fstat``, since an NFS client revalidates attributes when a file is opened
+    (close-to-open consistency), while a ``stat`` by path may answer from its attribute
+    cache for up to a minute. None when it is absent or cannot be opened."""
+    try:
+        fd = os.open(path, _LOOK_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def forced_polling(fs: Filesystem) -> Filesystem:
     """``fs`` followed by polling whatever it promises (``--poll``)."""
     return fs if not fs.events else Filesystem(fs.name, events=False, shared=fs.shared)

@@ -20,6 +20,7 @@ import numpy as np
 
 from .checkpoint import CheckpointInfo, inspect_checkpoint
 from .config import ConfigError, RunConfig, load_run_config
+from .filesystems import fresh_stamp
 from .history import HistoryTail, read_history_tail
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
                      PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
@@ -167,11 +168,45 @@ def _tail_problems(tail: HistoryTail, newest: CheckpointInfo | None) -> list[str
     return out
 
 
+def _config(run: Path) -> tuple[RunConfig | None, str | None]:
+    """run.toml parsed, or the line that says why not (None, None: there is none)."""
+    if not (run / RUN_TOML).exists():
+        return None, None
+    try:
+        return load_run_config(run), None
+    except ConfigError as err:
+        return None, str(err)
+
+
+class SummaryMemo:
+    """The parts of a run's summary that stay while their files do, for a view that summarizes
+    the same runs again and again: run.toml's parse (keyed by its stamp) and the newest
+    checkpoints' inspection (keyed by the directory's stamp: a checkpoint lands by a rename).
+    Stamps come from a fresh open (:func:`~rundir.filesystems.fresh_stamp`)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, Path], tuple[object, object]] = {}
+
+    def get(self, what: str, path: Path, make: Callable[[], object]) -> object:
+        stamp = fresh_stamp(path)
+        kept = self._kept.get((what, path))
+        if stamp is not None and kept is not None and kept[0] == stamp:
+            return kept[1]
+        value = make()
+        self._kept[(what, path)] = (stamp, value)
+        return value
+
+    def keep_only(self, runs: set[Path]) -> None:
+        """Forget the runs no longer listed."""
+        self._kept = {key: kept for key, kept in self._kept.items() if key[1] in runs or key[1].parent in runs}
+
+
 def summarize_run(run: str | os.PathLike[str], now: float | None = None,
                   verify: Callable[[Path], Verification] = verify_trainer,
-                  stall_after: float | None = None) -> RunSummary:
+                  stall_after: float | None = None, memo: SummaryMemo | None = None) -> RunSummary:
     """The overview's row for ``run`` (see the module's docstring for what is read); never raises."""
     run = Path(run)
+    memo = memo or SummaryMemo()
     now = time.time() if now is None else now
     problems: list[str] = []
     try:
@@ -181,17 +216,14 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
                           False, None, None, None, None, None, None, None, 0, 0, False, _mtime(run), None,
                           (f"cannot read the run directory: {err.strerror or err}",))
     tail = read_history_tail(run / LOSS_JSON)
-    config: RunConfig | None = None
-    if (run / RUN_TOML).exists():
-        try:
-            config = load_run_config(run)
-        except ConfigError as err:
-            problems.append(str(err))
+    config, config_error = memo.get("config", run / RUN_TOML, lambda: _config(run))
+    if config_error:
+        problems.append(config_error)
     try:
         v = verify(run)
     except Exception as err:            # a verification bug must not hide the other runs
         v = Verification("unreadable", f"verification failed: {err}")
-    checkpoints, n_checkpoints = _checkpoints(run)
+    checkpoints, n_checkpoints = memo.get("checkpoints", run, lambda: _checkpoints(run))
     newest = next((c for c in reversed(checkpoints) if c.status != "invalid"), None)
     # What the run last did, as the run itself dates it (its newest step, its newest
     # checkpoint); a run that has neither is dated by its files.
@@ -254,15 +286,10 @@ KEPT_AT_MOST_S = 30.0
 
 
 def _stamp(run: Path) -> tuple:
-    """What changes when a run does: its directory's listing and its small files' stats."""
-    out = []
-    for path in (run, run / LOSS_JSON, run / RUN_TOML, run / TRAINER_JSON, run / STATE_JSON, run / PIVOT_JOURNAL):
-        try:
-            st = path.stat()
-            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
+    """What changes when a run does: its directory's listing and its small files' stamps, each
+    from a fresh open (a network filesystem's cached attributes would hide a change)."""
+    return tuple(fresh_stamp(path) for path in (run, run / LOSS_JSON, run / RUN_TOML, run / TRAINER_JSON,
+                                                 run / STATE_JSON, run / PIVOT_JOURNAL))
 
 
 class RunsSummarizer:
@@ -277,6 +304,7 @@ class RunsSummarizer:
         self.verify = verify
         self.stall_after = stall_after
         self._kept: dict[Path, tuple[tuple, float, RunSummary]] = {}
+        self._memo = SummaryMemo()
 
     def scan(self, now: float | None = None) -> tuple[list[RunSummary], RunsListing]:
         """Every run under the root summarized (again where needed), the most recently active first."""
@@ -291,8 +319,10 @@ class RunsSummarizer:
                     and time.monotonic() - old[1] < KEPT_AT_MOST_S:
                 kept[run] = old
             else:
-                kept[run] = (stamp, time.monotonic(), summarize_run(run, now, self.verify, self.stall_after))
+                kept[run] = (stamp, time.monotonic(),
+                             summarize_run(run, now, self.verify, self.stall_after, self._memo))
             summaries.append(kept[run][2])
         self._kept = kept
+        self._memo.keep_only(set(kept))
         summaries.sort(key=lambda s: (-s.last_activity, s.name))
         return summaries, listing

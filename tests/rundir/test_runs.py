@@ -107,3 +107,21 @@ def test_the_summarizer_keeps_what_did_not_change(tmp_path):
     assert changed[0] is not first[0] and changed[0].last_step == 200
     make_run(root / "appeared", steps=10, checkpoints=())
     assert {s.name for s in summarizer.scan(now=0.0)[0]} == {"done", "appeared"}
+
+
+def test_the_summary_memo_keeps_parts_only_while_their_files_stay(tmp_path):
+    from rundir.config import load_run_config, write_run_config
+    from rundir.run_summary import SummaryMemo
+
+    run = make_run(tmp_path / "run", steps=300, checkpoints=(100, 200))
+    memo = SummaryMemo()
+    first = summarize_run(run, now=0.0, memo=memo)
+    again = summarize_run(run, now=0.0, memo=memo)
+    assert again.newest_checkpoint is first.newest_checkpoint            # kept: nothing changed
+    config = load_run_config(run)
+    config.run.max_steps = 12_345
+    write_run_config(run, config)
+    (run / "step_000300.bin").write_bytes((run / "step_000200.bin").read_bytes())
+    changed = summarize_run(run, now=0.0, memo=memo)
+    assert changed.max_steps == 12_345                                     # run.toml read again
+    assert changed.checkpoints == first.checkpoints + 1                   # the directory listed again
