@@ -38,11 +38,12 @@ from .signal_jobs import request_checkpoint, stop_and_wait
 from .supervise import reap_children
 from .model.snapshot import Notice, RunSnapshot, TrainerView
 from .widgets import CheckpointsPane
-from .watcher import watch_run
+from .watcher import POLL_S, watch_run
 
 # Reads are coalesced: at most one every MIN_READ_INTERVAL_S when a checkpoint, the
 # trainer record, run.toml or the directory changed, and one every STEADY_READ_INTERVAL_S
-# when only the files a trainer rewrites at every step did (history, state, samples, log).
+# when only the files a trainer rewrites at every step did (history, state, samples, log);
+# where the run is polled (console.watcher), one every poll, which paces the changes already.
 MIN_READ_INTERVAL_S = 0.25
 STEADY_READ_INTERVAL_S = 1.0
 URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
@@ -84,6 +85,7 @@ class ConsoleApp(App[None]):
         self._pending: set[str] = set()
         self._reading = False
         self._last_read = 0.0
+        self.steady_read_s = STEADY_READ_INTERVAL_S
         self._lock = threading.Lock()
         self._stop_watch = threading.Event()
         self._child_reported = False
@@ -135,10 +137,12 @@ class ConsoleApp(App[None]):
     @work(thread=True, group="watch", exit_on_error=False)
     def watch_files(self) -> None:
         watch_run(self.run_dir, lambda kinds: self.post_message(FilesChanged(kinds)), self._stop_watch,
-                  poll=self.poll, announce=lambda fs: self.post_message(WatchMode(fs.watched_by)))
+                  poll=self.poll, announce=lambda fs: self.post_message(WatchMode(fs.watched_by, not fs.events)))
 
     def on_watch_mode(self, message: WatchMode) -> None:
         self.dashboard.watched_by = message.watched_by
+        # Polled, the poll paces the changes already: a read as soon as one is seen.
+        self.steady_read_s = POLL_S if message.polling else STEADY_READ_INTERVAL_S
 
     def on_files_changed(self, message: FilesChanged) -> None:
         self.request_read(message.kinds)
@@ -164,12 +168,12 @@ class ConsoleApp(App[None]):
                     return
                 urgent = bool(self._pending & URGENT_KINDS)
             last = self._last_read
-            wait = last + (MIN_READ_INTERVAL_S if urgent else STEADY_READ_INTERVAL_S) - time.monotonic()
+            wait = last + (MIN_READ_INTERVAL_S if urgent else self.steady_read_s) - time.monotonic()
             while wait > 0 and not worker.is_cancelled:
                 time.sleep(min(wait, 0.05))
                 with self._lock:
                     urgent = urgent or bool(self._pending & URGENT_KINDS)
-                wait = last + (MIN_READ_INTERVAL_S if urgent else STEADY_READ_INTERVAL_S) - time.monotonic()
+                wait = last + (MIN_READ_INTERVAL_S if urgent else self.steady_read_s) - time.monotonic()
             with self._lock:
                 kinds = frozenset(self._pending)
                 self._pending.clear()

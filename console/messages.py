@@ -40,6 +40,7 @@ class WatchMode(Message):
     change events cannot be trusted (rundir.filesystems)."""
 
     watched_by: str
+    polling: bool
 
 
 @dataclass

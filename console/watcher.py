@@ -29,7 +29,7 @@ from typing import Callable
 
 import watchfiles
 
-from rundir.filesystems import Filesystem, filesystem_of, forced_polling
+from rundir.filesystems import Filesystem, Stamp, filesystem_of, forced_polling, fresh_stamp
 from rundir.layout import ALL_KINDS, KNOWN_NAMES, is_temporary, kind_of
 
 # watchfiles batches changes: it yields once no change came for STEP_MS, or after
@@ -40,33 +40,14 @@ STEP_MS = 200
 MISSING_POLL_S = 1.0
 # A poll of the run's files where events cannot be trusted (the step shown lags the file by
 # at most this plus one read), and where they can, as a safety net.
-POLL_S = 1.0
+POLL_S = 0.5
 SAFETY_POLL_S = 5.0
-
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-Stamp = tuple[int, int, int, int] | None
 
 
 def kinds_of(changes: set[tuple[watchfiles.Change, str]]) -> frozenset[str]:
     kinds = {kind_of(Path(path).name) for _, path in changes}
     kinds.discard(None)
     return frozenset(kinds)   # type: ignore[arg-type]
-
-
-def _stamp(path: str) -> Stamp:
-    """The file's (inode, size, mtime, ctime), read from a fresh open (a FIFO opens without
-    blocking); None when it is absent or cannot be opened."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 class RunFingerprint:
@@ -79,19 +60,19 @@ class RunFingerprint:
         self.run_dir = run_dir
         self.list_always = list_always
         self._paths = {name: os.path.join(run_dir, name) for name in KNOWN_NAMES}
-        self._stamps: dict[str, Stamp] = {}
-        self._dir: Stamp = None
+        self._stamps: dict[str, Stamp | None] = {}
+        self._dir: Stamp | None = None
         self._names: frozenset[str] = frozenset()
         self.changed()                      # the baseline: the first read reads everything anyway
 
     def changed(self) -> frozenset[str]:
         kinds: set[str] = set()
         for name, path in self._paths.items():
-            stamp = _stamp(path)
+            stamp = fresh_stamp(path)
             if stamp != self._stamps.get(name):
                 self._stamps[name] = stamp
                 kinds.add(KNOWN_NAMES[name])
-        dir_stamp = _stamp(str(self.run_dir))
+        dir_stamp = fresh_stamp(self.run_dir)
         if self.list_always or dir_stamp != self._dir:
             self._dir = dir_stamp
             names = self._list()
