@@ -231,6 +231,7 @@ class RunLock:
         self.mode: Literal["flock", "file"] | None = None
         self.lost: str | None = None
         self._fd: int | None = None
+        self._dir_fd: int | None = None
         self._owner: LockOwner | None = None
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -276,7 +277,7 @@ class RunLock:
             return
         state, why = lock_owner_state(seen.owner, seen.mtime, self._bound())
         if state == "held":
-            raise self._locked(seen.owner.describe() if seen.owner else None, f"; {LOCK_OWNER_FILE}: {why}")
+            raise self._locked(None, f"{why}; it holds {LOCK_OWNER_FILE}")
 
     def _acquire_file(self) -> None:
         self._bound()                       # a bad run.lock_stale_after is refused before anything is written
@@ -290,8 +291,7 @@ class RunLock:
                     continue                   # released between the create and the read: try again
                 state, why = lock_owner_state(seen.owner, seen.mtime, self._bound())
                 if state == "held":
-                    raise self._locked(seen.owner.describe() if seen.owner else None,
-                                       f"; flock is refused here, {LOCK_OWNER_FILE}: {why}") from None
+                    raise self._locked(None, f"{why}; flock is refused here: the lock is {LOCK_OWNER_FILE}") from None
                 self._take_over(seen, owner, why)
                 break
             try:
@@ -303,6 +303,7 @@ class RunLock:
         else:
             raise self._locked(None, f"{LOCK_OWNER_FILE} keeps changing")
         self._owner, self.mode = owner, "file"
+        self._hold_directory()
         self._start_heartbeat()
 
     def _take_over(self, seen: _Seen, owner: LockOwner, why: str) -> None:
@@ -328,6 +329,19 @@ class RunLock:
             guard.unlink(missing_ok=True)
 
     # -- holding it ---------------------------------------------------------------
+    def _hold_directory(self) -> None:
+        """Reach the lock file through an open descriptor of the run directory from now on, so
+        that the heartbeat follows a run moved or renamed under its trainer (as the trainer's
+        own files do)."""
+        try:
+            self._dir_fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            through = Path(f"/proc/self/fd/{self._dir_fd}")
+            a, b = os.stat(through), os.fstat(self._dir_fd)
+            if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+                self.owner_path = through / LOCK_OWNER_FILE
+        except OSError:
+            pass
+
     def _start_heartbeat(self) -> None:
         interval = max(self._bound() / 4, _MIN_BEAT_S)
         self._stop.clear()
@@ -341,7 +355,7 @@ class RunLock:
             seen = _read(self.owner_path)
             if seen is None or seen.owner is None or seen.owner.token != self._owner.token:
                 holder = seen.owner.describe() if seen is not None and seen.owner is not None else "nobody"
-                self.lost = f"{self.owner_path} is no longer this trainer's lock (it names {holder})"
+                self.lost = f"{self.run_dir / LOCK_OWNER_FILE} is no longer this trainer's lock (it names {holder})"
                 if self.on_lost is not None:
                     self.on_lost(self.lost)
                 return
@@ -363,6 +377,10 @@ class RunLock:
             if seen is not None and seen.owner is not None and seen.owner.token == self._owner.token:
                 self.owner_path.unlink(missing_ok=True)
             self._owner = self._beat = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+        self.owner_path = self.run_dir / LOCK_OWNER_FILE
         self.mode = None
 
     def __enter__(self) -> "RunLock":

@@ -151,3 +151,34 @@ def test_the_stale_bound_comes_from_run_toml(netfs):
     _run_toml(mount, "30")
     with RunLock(mount) as lock:
         assert lock.mode == "file" and lock.stale_after == 30
+
+
+def test_an_empty_lock_file_is_held_while_new_and_stale_once_old(netfs):
+    """A starter that died between the create and the write leaves an empty file: no holder
+    named, so only its age speaks."""
+    _, mount = netfs
+    (mount / LOCK_OWNER_FILE).write_bytes(b"")
+    with pytest.raises(RunLockedError, match="naming no holder"):
+        RunLock(mount, stale_after=60.0).acquire()
+    old = time.time() - 3600
+    os.utime(mount / LOCK_OWNER_FILE, (old, old))
+    with RunLock(mount, stale_after=60.0) as lock:
+        assert lock.mode == "file" and read_lock_owner(mount)[0].pid == os.getpid()
+
+
+def test_the_heartbeat_follows_a_run_directory_moved_under_its_holder(netfs):
+    _, mount = netfs
+    (mount / "run").mkdir()
+    lock = RunLock(mount / "run", stale_after=1.0)
+    lock.acquire()
+    try:
+        os.rename(mount / "run", mount / "run-moved")
+        first = read_lock_owner(mount / "run-moved")[0].heartbeat
+        deadline = time.monotonic() + CEILING
+        while read_lock_owner(mount / "run-moved")[0].heartbeat == first:
+            assert time.monotonic() < deadline, "no heartbeat in the moved directory"
+            time.sleep(0.05)
+        assert lock.lost is None
+    finally:
+        lock.release()
+    assert not (mount / "run-moved" / LOCK_OWNER_FILE).exists()
