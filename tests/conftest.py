@@ -53,8 +53,10 @@ def make_run_dir(tmp_path):
 def mount_netfs(tmp_path):
     """Factory: ``mount_netfs(**options) -> (backing_dir, mount_dir)``, an NFS-like FUSE mount
     (tests/netfs.py: ``refuse_flock``, ``attr_timeout``, ``nul_window``) of a fresh backing
-    directory, unmounted after the test however it ends. Skips, naming what is missing,
-    where FUSE or mfusepy is not there."""
+    directory, unmounted after the test however it ends. ``mount_netfs(backing, **options)``
+    mounts an existing backing directory again: a second client, which sees the first one's
+    appends as NULs for ``nul_window`` (a mount's own writes read back as written). Skips,
+    naming what is missing, where FUSE or mfusepy is not there."""
     missing = missing_requirements()
     if missing:
         pytest.skip(f"the NFS-like test filesystem cannot mount here: {missing}")

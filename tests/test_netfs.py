@@ -134,3 +134,18 @@ def test_writes_behind_the_mount_raise_no_inotify_event(mount_netfs):
         assert names and set(names) == {"through-the-mount"}
     finally:
         watch.close()
+
+
+def test_a_second_mount_is_another_client(mount_netfs):
+    """The trainer on one mount, the console on another: the writer's appends are its own on
+    its mount and NULs for a while on the other's."""
+    backing, writer = mount_netfs(refuse_flock=True, attr_timeout=0.0, nul_window=1.0)
+    _, reader = mount_netfs(backing, attr_timeout=0.0, nul_window=1.0)
+    with open(writer / "history", "ab") as fh:
+        fh.write(b"one\n")
+    assert (reader / "history").read_bytes() == b"one\n"       # new to the reader: whole
+    with open(writer / "history", "ab") as fh:
+        fh.write(b"two\n")
+    assert (writer / "history").read_bytes() == b"one\ntwo\n"
+    assert (reader / "history").read_bytes() == b"one\n" + bytes(4)
+    _wait_for(lambda: (reader / "history").read_bytes() == b"one\ntwo\n", "the real bytes on the other client")
