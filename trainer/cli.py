@@ -87,10 +87,20 @@ def main(argv: list[str] | None = None) -> int:
         lock.release()
 
 
+EXIT_LOCK_LOST = 4
+
+
+def _lock_lost(why: str) -> None:
+    """The lock file was taken over (this trainer was frozen longer than run.lock_stale_after,
+    and another took the run): another trainer owns the directory now, so this one stops at
+    once and writes nothing more, as a crash would; no checkpoint, no record removed (the
+    record is the new holder's). Said on stderr, which a launched trainer's trainer.log holds."""
+    print(f"{PROG}: {why}: stopping now, writing nothing more", file=sys.stderr, flush=True)
+    os._exit(EXIT_LOCK_LOST)
+
+
 def _run_lock(run_dir: Path) -> RunLock:
-    # A lost lock file (taken over while this trainer was stopped for longer than the bound)
-    # is said on stderr, which a launched trainer's trainer.log holds.
-    return RunLock(run_dir, on_lost=lambda why: print(f"{PROG}: {why}", file=sys.stderr, flush=True))
+    return RunLock(run_dir, on_lost=_lock_lost)
 
 
 def _say_lock_mode(lock: RunLock) -> None:
