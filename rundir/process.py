@@ -44,7 +44,6 @@ __all__ = ["RunLock", "RunLockedError", "SlurmPlacement", "TrainerRecord", "Veri
            "remove_trainer_record", "signal_trainer", "trainer_alive", "verify_trainer", "write_trainer_record"]
 
 
-
 # "remote": recorded on another host (not a SLURM job to ask): shown, asked through the
 # request file, never signalled and never looked for among this host's processes.
 TrainerState = Literal["running", "stopped", "stale", "unverified", "unreadable", "remote"]
