@@ -12,6 +12,7 @@ import psutil
 
 from rundir import TrainerRecord, Verification, verify_trainer
 
+from .format import printable
 from .model.snapshot import TRAINER_LABELS, TrainerView
 
 
@@ -52,7 +53,10 @@ class TrainerProbe:
     def __call__(self, run_dir: Path) -> TrainerView:
         v = verify_trainer(run_dir)
         rec = v.record
-        view = TrainerView(state=v.state, label=TRAINER_LABELS.get(v.state, v.state), reason=v.reason,
+        label = TRAINER_LABELS.get(v.state, v.state)
+        if v.state == "remote" and rec is not None:
+            label = f"on {printable(rec.host, 40)}"
+        view = TrainerView(state=v.state, label=label, reason=v.reason,
                            pid=rec.pid if rec else None,
                            started=(rec.started or rec.create_time) if rec else None,
                            argv=tuple(rec.argv) if rec else (), slurm=_slurm(v))

@@ -25,9 +25,10 @@ from typing import Callable, Sequence
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, latest_resumable,
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
 from rundir.identity import run_lock_holder
+from rundir.run_lock import live_lock_owner
 from rundir.process import trainer_alive
 from rundir.history import read_history_tail
-from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
+from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
 from rundir.text import printable
 
 from . import launch_environment
@@ -153,6 +154,10 @@ def start_trainer(run_dir: str | os.PathLike[str], preset: str | None = None, ex
     holder = run_lock_holder(run_dir)
     if holder is not None:
         raise LaunchRefused(f"a trainer (pid {holder}) holds {run_dir / LOCK_FILE}: not starting a second one")
+    owner = live_lock_owner(run_dir)
+    if owner is not None:
+        raise LaunchRefused(f"a trainer ({owner.describe()}) holds {run_dir / LOCK_OWNER_FILE}: "
+                            "not starting a second one")
     cmd = sbatch_command(run_dir, preset, extra_args, sbatch_args) if sbatch_args is not None \
         else launch_command(run_dir, preset, extra_args)
     if sbatch_args is None and (why := untrusted_launch(run_dir)) is not None:
@@ -189,7 +194,8 @@ def send(run_dir: str | os.PathLike[str], sig: signal.Signals,
     if v.requested:
         assert v.record is not None
         how = "not verifiable from this host" if v.elsewhere else v.reason
-        return SignalResult(True, f"checkpoint requested from rank 0 of {v.record.world_size} (pid {v.record.pid} on "
+        whom = f"rank 0 of {v.record.world_size}" if v.record.distributed else "the trainer"
+        return SignalResult(True, f"checkpoint requested from {whom} (pid {v.record.pid} on "
                                   f"{printable(v.record.host, 60)}; {how}) through {CHECKPOINT_REQUEST}", v, sent_at,
                             baseline)
     if not v.ok:
@@ -204,6 +210,7 @@ def refusal(v: Verification) -> str:
     if v.state == "stopped":
         return "no trainer is running for this run directory (no .trainer.json)"
     return {"stale": "the .trainer.json record is stale: ", "unverified": "the recorded process failed verification: ",
+            "remote": "the trainer runs on another host and is no SLURM job to signal through (stop it there): ",
             "unreadable": "the .trainer.json record is unreadable: "}.get(v.state, "") + v.reason
 
 

@@ -238,6 +238,9 @@ class RunSection:
     # resume there exact. CPU is always strict.
     strict_determinism: bool = False
     launch: list[str] = field(default_factory=list)
+    # Where flock is refused, the seconds without a heartbeat after which a lock file left by a
+    # trainer on another host is stale and may be taken over (rundir/run_lock.py).
+    lock_stale_after: float = 120.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -267,6 +270,7 @@ class RunSection:
             _fail("run.strict_determinism", self.strict_determinism, "true or false")
         if not isinstance(self.launch, list) or not all(isinstance(a, str) for a in self.launch):
             _fail("run.launch", self.launch, "a list of strings (the command that starts the trainer)")
+        _check_float("run.lock_stale_after", self.lock_stale_after, low=1.0, high=86400.0)
 
     @property
     def eval_cadence(self) -> int:

@@ -12,9 +12,18 @@ claims. Before a signal, the process must also
 - **run a trainer entry point**: ``andrea-train`` (as the program, or the script a Python
   interpreter runs) or ``python -m trainer`` (as torchrun starts each worker).
 
-Which run directory a process trains is what its command line names, or the directory it
-holds open (:func:`holds_directory_open`): a trainer keeps its run directory open, so that a
-run moved or renamed under it trains on, and is still its trainer's, at its new name.
+Which run directory a process trains is the directory it holds open, never how a command
+line spells it (:func:`trainer_directory`): a trainer keeps its run directory open, so that a
+run moved or renamed under it trains on, and is still its trainer's, at its new name. The
+directory is the same when its ``(st_dev, st_ino)`` is: a symlink, a kernel bind mount or
+``/scratch`` against ``/lustre/scratch`` reach it under another spelling with the same
+identity. A FUSE view of it (bindfs) has another device: there a file created under a random
+name through this spelling that appears, the same inode, in the trainer's open directory
+proves them one directory.
+
+Where flock is refused (:mod:`rundir.run_lock`), the run's lock is its ``.lock-owner.json``,
+naming the holder's pid and start: on this host that record, the live process it names and
+the open directory are the proof.
 
 Linux only, like the rest of the console's process checks: where ``/proc`` cannot answer,
 the answer is "not proven", and nothing is signalled.
@@ -23,10 +32,13 @@ the answer is "not proven", and nothing is signalled.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
 
-from .layout import LOCK_FILE
+from .layout import LOCK_FILE, LOCK_OWNER_FILE, TMP_PREFIX
+from .run_lock import read_lock_owner
+from .trainer_record import read_start_ticks
 
 TRAINER_SCRIPTS = frozenset({"andrea-train"})
 TRAINER_MODULES = frozenset({"trainer", "trainer.cli", "trainer.entry", "trainer.__main__"})
@@ -64,7 +76,8 @@ def runs_trainer_entry_point(argv: list[str]) -> bool:
 
 
 def _lock_key(run_dir: Path) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of ``RUN_DIR/.lock``; None when there is none."""
+    """``(st_dev, st_ino)`` of ``RUN_DIR/.lock`` (``run_dir`` as the holder reaches it, where
+    that is known); None when there is none."""
     try:
         st = os.stat(run_dir / LOCK_FILE)
     except OSError:
@@ -161,13 +174,92 @@ def holds_directory_open(pid: int, run_dir: str | os.PathLike[str]) -> bool:
     return open_directory(pid, (st.st_dev, st.st_ino)) is not None
 
 
-def holds_run_lock(pid: int, run_dir: str | os.PathLike[str]) -> tuple[bool, str]:
-    """Whether ``pid`` holds the exclusive ``flock`` on ``RUN_DIR/.lock``; ``(False, why)``
-    when it does not or it cannot be shown. Never raises."""
-    key = _lock_key(Path(run_dir))
+def _directory_fds(pid: int) -> list[tuple[Path, tuple[int, int]]]:
+    """The directories process ``pid`` holds open: ``/proc/PID/fd/N`` and its ``(st_dev, st_ino)``."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return []
+    found = []
+    for fd in fds:
+        try:
+            st = os.stat(fd_dir / fd)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            found.append((fd_dir / fd, (st.st_dev, st.st_ino)))
+    return found
+
+
+# Proven across a FUSE view: (pid, start ticks, its directory's identity, this one's) -> proven.
+_PROVEN_SAME: dict[tuple[int, int | None, tuple[int, int], tuple[int, int]], bool] = {}
+
+
+def _same_through_probe(here: Path, there: Path) -> bool:
+    """Whether directory ``there`` (another process's open descriptor) is ``here`` seen through
+    another filesystem view: a file created in ``here`` under a random name is in ``there``,
+    the same inode. Needs write access to ``here``; never raises."""
+    name = f"{TMP_PREFIX}same-directory-{secrets.token_hex(8)}.{os.getpid()}"
+    try:
+        fd = os.open(here / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return False
+    try:
+        ino = os.fstat(fd).st_ino
+        os.close(fd)
+        try:
+            return os.stat(there / name).st_ino == ino
+        except OSError:
+            return False
+    finally:
+        try:
+            os.unlink(here / name)
+        except OSError:
+            pass
+
+
+def trainer_directory(pid: int, run_dir: str | os.PathLike[str]) -> tuple[Path | None, str]:
+    """``(/proc/PID/fd/N, "")`` when process ``pid`` holds ``run_dir`` itself open, however
+    either side spells it: the same ``(st_dev, st_ino)``, or (a FUSE view of the same
+    directory) the same directory by :func:`_same_through_probe`; else ``(None, why)``."""
+    try:
+        st = os.stat(run_dir)
+    except OSError as err:
+        return None, f"the run directory cannot be examined: {err.strerror or err}"
+    here = (st.st_dev, st.st_ino)
+    held = _directory_fds(pid)
+    for path, identity in held:
+        if identity == here:
+            return path, ""
+    ticks = read_start_ticks(pid)
+    for path, identity in held:
+        if identity[1] != st.st_ino:
+            continue       # a view of the same directory keeps its inode number (bindfs does)
+        key = (pid, ticks, identity, here)
+        if _PROVEN_SAME.get(key) or _same_through_probe(Path(run_dir), path):
+            if len(_PROVEN_SAME) > 256:
+                _PROVEN_SAME.clear()
+            _PROVEN_SAME[key] = True
+            return path, ""
+    return None, f"pid {pid} does not name this run directory (it does not hold it open)"
+
+
+def holds_run_lock(pid: int, run_dir: str | os.PathLike[str], view: Path | None = None) -> tuple[bool, str]:
+    """Whether ``pid`` holds the run's lock: the exclusive ``flock`` on ``RUN_DIR/.lock`` (as
+    ``view``, the holder's own open descriptor of the directory, reaches it, where given), or,
+    where flock is refused, the ``.lock-owner.json`` naming this very process on this host.
+    ``(False, why)`` when it does not or it cannot be shown. Never raises."""
+    owner, _ = read_lock_owner(run_dir)
+    if owner is not None and owner.pid == pid and owner.on_this_host() and \
+            owner.start_ticks is not None and owner.start_ticks == read_start_ticks(pid):
+        return True, ""
+    key = (_lock_key(view) if view is not None else None) or _lock_key(Path(run_dir))
     if key is None:
         return False, f"the run directory has no {LOCK_FILE}, so no trainer holds it"
     dev, ino = key
     if _from_lock_table(pid, dev, ino) or _from_open_files(pid, dev, ino):
         return True, ""
+    if owner is not None:
+        return False, f"pid {pid} holds neither the run directory's {LOCK_FILE} nor its {LOCK_OWNER_FILE}"
     return False, f"pid {pid} does not hold the run directory's {LOCK_FILE}"

@@ -18,6 +18,11 @@ STATE_JSON = ".state.json"
 SAMPLES_JSON = ".samples.json"
 TRAINER_JSON = ".trainer.json"
 LOCK_FILE = ".lock"
+# Where flock(2) is refused (Lustre noflock, NFS without a lock manager): the lock is this file,
+# created O_CREAT|O_EXCL, with its holder and a heartbeat; a takeover of a stale one is made
+# under the second (rundir/run_lock.py).
+LOCK_OWNER_FILE = ".lock-owner.json"
+LOCK_TAKEOVER_FILE = ".lock-takeover"
 TRAINER_LOG = "trainer.log"
 PIVOT_JOURNAL = ".pivot.json"          # an unfinished pivot's journal
 ARCHIVE_DIR = "archive"
@@ -87,7 +92,8 @@ HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY = (
 ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY})
 
 KNOWN_NAMES = {RUN_TOML: CONFIG, LOSS_JSON: HISTORY, STATE_JSON: STATE, SAMPLES_JSON: SAMPLES,
-               TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, TRAINER_LOG: LOG, ARCHIVE_DIR: DIRECTORY,
+               TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, LOCK_OWNER_FILE: TRAINER,
+               LOCK_TAKEOVER_FILE: TRAINER, TRAINER_LOG: LOG, ARCHIVE_DIR: DIRECTORY,
                PIVOT_JOURNAL: DIRECTORY, ROLLBACK_JOURNAL: DIRECTORY, CHECKPOINT_REQUEST: TRAINER}
 
 

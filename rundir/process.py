@@ -1,19 +1,25 @@
-"""``.trainer.json`` and ``.lock``: who trains a run directory, and whether it may be signalled.
+"""``.trainer.json`` and the run's lock: who trains a run directory, and whether it may be signalled.
 
-The trainer holds an exclusive ``flock`` on ``.lock`` for its lifetime (a second
+The trainer holds the run's lock for its lifetime (:mod:`rundir.run_lock`: a ``flock`` on
+``.lock``, or where flock is refused a ``.lock-owner.json`` with a heartbeat; a second
 trainer refuses to start) and writes ``.trainer.json`` naming itself. Before anyone
 signals that process, :func:`verify_trainer` checks that the record is whole (every key
-of DESIGN.md's pid record), that it names this host, that the pid is alive and started
-when the record says (:meth:`TrainerRecord.is_process`: a reused pid is refused), that it
-is this user's (root may operate any user's trainer, and says so), that its command line
-names this run directory and runs a trainer entry point, and that it holds the run's
-``.lock`` (:mod:`rundir.identity`): a forged record naming any other process is refused.
+of DESIGN.md's pid record), that it names this host (host name and boot id: a trainer on
+another host is never looked for among this kernel's pids), that the pid is alive and
+started when the record says (:meth:`TrainerRecord.is_process`: a reused pid is refused),
+that it is this user's (root may operate any user's trainer, and says so), that it runs a
+trainer entry point, that it holds this very directory open (by its identity, however
+either side spells the path) and that it holds the run's lock (:mod:`rundir.identity`): a
+forged record naming any other process is refused.
+
+A trainer recorded on another host is verified through SLURM when the record names a job;
+else it is ``remote``: shown from its record (and its lock file's heartbeat, where flock is
+refused), asked for a checkpoint through ``.checkpoint_request.json``, and never signalled.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import signal
 import socket
@@ -25,8 +31,10 @@ from typing import Literal
 import psutil
 
 from .checkpoint_request import write_request
-from .identity import holds_directory_open, holds_run_lock, runs_trainer_entry_point
-from .layout import LOCK_FILE
+from .identity import holds_run_lock, runs_trainer_entry_point, trainer_directory
+from .config import ConfigError
+from .run_lock import (RunLock, RunLockedError, configured_stale_after, heartbeat_age, lock_owner_state,
+                       read_lock_owner)
 from .slurm import JobInfo, check_job, query_job, scancel_command
 from .text import printable
 from .trainer_record import (SlurmPlacement, TrainerRecord, process_start, read_trainer_record,
@@ -36,43 +44,9 @@ __all__ = ["RunLock", "RunLockedError", "SlurmPlacement", "TrainerRecord", "Veri
            "remove_trainer_record", "signal_trainer", "trainer_alive", "verify_trainer", "write_trainer_record"]
 
 
-
-class RunLockedError(RuntimeError):
-    """Another trainer holds the run directory's lock."""
-
-
-class RunLock:
-    """The exclusive ``flock`` on ``RUN_DIR/.lock``, held for a trainer's lifetime."""
-
-    def __init__(self, run_dir: str | os.PathLike[str]):
-        self.path = Path(run_dir) / LOCK_FILE
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            record, _ = read_trainer_record(self.path.parent)
-            holder = f" (pid {record.pid} on {record.host})" if record else ""
-            raise RunLockedError(f"{self.path.parent}: another trainer is training this run directory{holder}") from None
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)     # closing drops the flock
-            self._fd = None
-
-    def __enter__(self) -> "RunLock":
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-TrainerState = Literal["running", "stopped", "stale", "unverified", "unreadable"]
+# "remote": recorded on another host (not a SLURM job to ask): shown, asked through the
+# request file, never signalled and never looked for among this host's processes.
+TrainerState = Literal["running", "stopped", "stale", "unverified", "unreadable", "remote"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +57,7 @@ class Verification:
     reason: str
     record: TrainerRecord | None = None
     job: JobInfo | None = None          # verified through the scheduler: the trainer's SLURM job
-    elsewhere: bool = False             # the record names another host, and no scheduler to ask
+    elsewhere: bool = False             # the record names another host (or boot), and no scheduler to ask
     requested: bool = False             # signal_trainer wrote .checkpoint_request.json instead of a SIGUSR1
 
     @property
@@ -100,30 +74,6 @@ def _shown(text: str, limit: int = 80) -> str:
     """Another process's command line, safe to print: one line, no control characters
     (a hostile argv must not forge log lines or send terminal escapes)."""
     return printable(text, limit)
-
-
-def _names_run_dir(proc: psutil.Process, argv: list[str], run_dir: Path) -> bool:
-    try:
-        cwd = Path(proc.cwd())
-    except (psutil.Error, OSError):
-        cwd = None
-    target = run_dir.resolve()
-    for arg in argv[1:]:
-        if arg.startswith("-"):
-            arg = arg.split("=", 1)[1] if "=" in arg else ""
-            if not arg:
-                continue
-        candidate = Path(arg)
-        if not candidate.is_absolute():
-            if cwd is None:
-                continue
-            candidate = cwd / candidate
-        try:
-            if candidate.resolve() == target:
-                return True
-        except (OSError, RuntimeError):
-            continue
-    return False
 
 
 def verify_trainer(run_dir: str | os.PathLike[str]) -> Verification:
@@ -149,11 +99,10 @@ def _verify_recorded(run_dir: Path) -> Verification:
         return Verification("unreadable", error)
     if record is None:
         return Verification("stopped", "no trainer is recorded: there is no .trainer.json")
-    if record.host != socket.gethostname():
+    if not record.on_this_host():
         if record.slurm is not None:
             return _verify_through_slurm(run_dir, record, record.slurm)
-        return Verification("unverified", f"the trainer runs on host {record.host!r}, not this one (and not in a "
-                                          "SLURM job this console could ask about)", record, elsewhere=True)
+        return _verify_remote(run_dir, record)
     if record.pid == 1:
         return Verification("unverified", "the record names pid 1 (init), which is never a trainer", record)
     if record.pid == os.getpid():
@@ -173,12 +122,13 @@ def _verify_recorded(run_dir: Path) -> Verification:
         return Verification("stale", f"pid {record.pid} was reused by another process (its start time differs)", record)
     if uid != os.getuid() and os.getuid() != 0:
         return Verification("unverified", f"pid {record.pid} belongs to {_user_name(uid)}, not to you", record)
-    if not (_names_run_dir(proc, cmdline, run_dir) or holds_directory_open(record.pid, run_dir)):
-        return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) does not name this run directory", record)
+    view, why = trainer_directory(record.pid, run_dir)
+    if view is None:
+        return Verification("unverified", f"{why}: {_shown(' '.join(cmdline))}", record)
     if not runs_trainer_entry_point(cmdline):
         return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) is not a trainer "
                                           "(not andrea-train or python -m trainer)", record)
-    holds, why = holds_run_lock(record.pid, run_dir)
+    holds, why = holds_run_lock(record.pid, run_dir, view)
     if not holds:
         return Verification("unverified", why, record)
     if uid != os.getuid():
@@ -194,6 +144,30 @@ def _user_name(uid: int) -> str:
         return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
     except (KeyError, ImportError):
         return f"uid {uid}"
+
+
+def _verify_remote(run_dir: Path, record: TrainerRecord) -> Verification:
+    """A trainer recorded on another host (or before a reboot), with no scheduler to ask: its
+    pid means nothing to this kernel. Where it holds a lock file, its heartbeat says whether it
+    still runs; else its record stands until it is removed."""
+    where = printable(record.host, 80)
+    if record.host == socket.gethostname():
+        where += " (another boot: this machine before a reboot, or another of the same name)"
+    owner, mtime = read_lock_owner(run_dir)
+    if owner is not None and mtime is not None and (owner.pid, owner.host, owner.boot_id) == \
+            (record.pid, record.host, record.boot_id):
+        try:
+            bound = configured_stale_after(run_dir)
+        except ConfigError as err:
+            return Verification("unverified", str(err), record, elsewhere=True)
+        state, why = lock_owner_state(owner, mtime, bound)
+        if state == "stale":
+            return Verification("stale", f"pid {record.pid} on {where}: {why}", record, elsewhere=True)
+        return Verification("remote", f"pid {record.pid} on {where}: its lock file's heartbeat "
+                                      f"{max(heartbeat_age(owner, mtime), 0.0):.0f} s ago; not examined from this host",
+                            record, elsewhere=True)
+    return Verification("remote", f"pid {record.pid} on {where}: not examined from this host (no SLURM job to ask)",
+                        record, elsewhere=True)
 
 
 def _verify_through_slurm(run_dir: Path, record: TrainerRecord, placement: SlurmPlacement) -> Verification:
@@ -246,8 +220,8 @@ def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Veri
     nothing; only the trainer the request names takes it)."""
     verification = verify_trainer(run_dir)
     record = verification.record
-    if sig == signal.SIGUSR1 and record is not None and record.distributed and \
-            (verification.ok or verification.elsewhere):
+    if sig == signal.SIGUSR1 and record is not None and \
+            ((record.distributed and (verification.ok or verification.elsewhere)) or verification.state == "remote"):
         # Several processes, maybe on several nodes, launched by whatever launcher: rank 0
         # takes the request from the shared directory (rundir/checkpoint_request.py).
         return _request_checkpoint(run_dir, verification)

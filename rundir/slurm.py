@@ -151,6 +151,14 @@ def batch_script(job_id: str) -> tuple[str | None, str]:
 
 
 def _same(path: Path, target: Path) -> bool:
+    """The same directory by its identity here (``(st_dev, st_ino)``), however the job and this
+    console spell it (``/scratch`` against ``/lustre/scratch``, a symlink, a bind mount); by
+    the resolved path where one side cannot be examined."""
+    try:
+        a, b = os.stat(path), os.stat(target)
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    except OSError:
+        pass
     try:
         return path.resolve() == target
     except (OSError, RuntimeError):

@@ -78,6 +78,33 @@ class SlurmPlacement:
 
 
 @dataclass(frozen=True)
+class RunDirId:
+    """The run directory's identity as the trainer's host sees it: ``(st_dev, st_ino)``. On
+    that host it names the directory however it is spelled; elsewhere the device number
+    means nothing (each host numbers its own mounts)."""
+
+    dev: int
+    ino: int
+
+    @classmethod
+    def of_fd(cls, fd: int) -> "RunDirId":
+        st = os.fstat(fd)
+        return cls(st.st_dev, st.st_ino)
+
+    @classmethod
+    def from_value(cls, value: Any) -> "RunDirId | None":
+        if not isinstance(value, dict):
+            return None
+        dev, ino = value.get("dev"), value.get("ino")
+        if _int_or_none(dev) is None or _int_or_none(ino) is None:
+            return None
+        return cls(dev, ino)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"dev": self.dev, "ino": self.ino}
+
+
+@dataclass(frozen=True)
 class ProcessStart:
     """When a live process started, in the stamps a record carries."""
 
@@ -132,6 +159,7 @@ class TrainerRecord:
     world_size: int | None = None
     launcher_pid: int | None = None
     slurm: SlurmPlacement | None = None
+    run_dir: RunDirId | None = None       # the directory it trains, as its host sees it
     extra: dict[str, Any] = field(default_factory=dict)     # another writer's keys, kept as they came
 
     @classmethod
@@ -140,6 +168,14 @@ class TrainerRecord:
         start = process_start(proc)
         return cls(pid=proc.pid, create_time=start.create_time, host=socket.gethostname(), argv=proc.cmdline(),
                    started=time.time(), start_ticks=start.start_ticks, boot_id=start.boot_id, **fields)
+
+    def on_this_host(self) -> bool:
+        """Recorded by a process of this host and this boot: its pid names a process of this
+        kernel. Another host name, or (where both are known) another boot id, is elsewhere."""
+        if self.host != socket.gethostname():
+            return False
+        here = read_boot_id()
+        return self.boot_id is None or here is None or self.boot_id == here
 
     @property
     def distributed(self) -> bool:
@@ -164,13 +200,14 @@ class TrainerRecord:
                     started=self.started)
         optional = {"start_ticks": self.start_ticks, "boot_id": self.boot_id, "rank": self.rank,
                     "world_size": self.world_size, "launcher_pid": self.launcher_pid,
-                    "slurm": self.slurm.to_dict() if self.slurm else None}
+                    "slurm": self.slurm.to_dict() if self.slurm else None,
+                    "run_dir": self.run_dir.to_dict() if self.run_dir else None}
         data.update({key: value for key, value in optional.items() if value is not None})
         return data
 
 
 _OPTIONAL_INTS = ("start_ticks", "rank", "world_size", "launcher_pid")
-_TYPED_KEYS = frozenset(RECORD_KEYS) | frozenset(_OPTIONAL_INTS) | {"boot_id", "slurm"}
+_TYPED_KEYS = frozenset(RECORD_KEYS) | frozenset(_OPTIONAL_INTS) | {"boot_id", "slurm", "run_dir"}
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -200,6 +237,7 @@ def parse_trainer_record(data: dict[str, Any]) -> tuple[TrainerRecord | None, st
     return TrainerRecord(pid=pid, create_time=float(ctime), host=host, argv=argv, started=float(started),
                          boot_id=boot_id if isinstance(boot_id, str) and boot_id else None,
                          slurm=SlurmPlacement.from_value(data.get("slurm")),
+                         run_dir=RunDirId.from_value(data.get("run_dir")),
                          extra={k: v for k, v in data.items() if k not in _TYPED_KEYS},
                          **{key: _int_or_none(data.get(key)) for key in _OPTIONAL_INTS}), None
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
 
 from rundir.cache_dir import CACHE_ENV
+from tests.netfs import missing_requirements, mounted
 from tests.processes import stop_processes_naming
 from tests.rundirs import RunSpec, make_run
 
@@ -45,6 +47,37 @@ def make_run_dir(tmp_path):
         return make_run(tmp_path / name, RunSpec(**overrides))
 
     return factory
+
+
+@pytest.fixture
+def mount_netfs(tmp_path):
+    """Factory: ``mount_netfs(**options) -> (backing_dir, mount_dir)``, an NFS-like FUSE mount
+    (tests/netfs.py: ``refuse_flock``, ``attr_timeout``, ``nul_window``) of a fresh backing
+    directory, unmounted after the test however it ends. ``mount_netfs(backing, **options)``
+    mounts an existing backing directory again: a second client, which sees the first one's
+    appends as NULs for ``nul_window`` (a mount's own writes read back as written). Skips,
+    naming what is missing, where FUSE or mfusepy is not there."""
+    missing = missing_requirements()
+    if missing:
+        pytest.skip(f"the NFS-like test filesystem cannot mount here: {missing}")
+    with contextlib.ExitStack() as stack:
+
+        def mount(backing=None, **options):
+            index = len(list(tmp_path.glob("netfs-mount-*")))
+            if backing is None:
+                backing = tmp_path / f"netfs-backing-{index}"
+                backing.mkdir()
+            mount_dir = stack.enter_context(mounted(backing, tmp_path / f"netfs-mount-{index}", **options))
+            return backing, mount_dir
+
+        yield mount
+
+
+@pytest.fixture
+def netfs(mount_netfs):
+    """``(backing_dir, mount_dir)``: a mount that behaves like an NFS client without a lock
+    manager: flock refused, attributes cached for 1 s, appended bytes NUL for 1 s."""
+    return mount_netfs(refuse_flock=True, attr_timeout=1.0, nul_window=1.0)
 
 
 # -- the reliability figures ---------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from rundir import LossHistory, RunLock, TrainerRecord, remove_trainer_record, write_run_config, write_trainer_record
-from rundir.trainer_record import SlurmPlacement
+from rundir.trainer_record import RunDirId, SlurmPlacement
 from rundir.atomic import remove_stale_temps
 from rundir.checkpoint import arrays_checksum
 from rundir.layout import LOSS_JSON
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if ranks.distributed:
         return _main_distributed(args, ranks)
     run_dir = Path(args.run_dir)
-    lock = RunLock(run_dir)
+    lock = _run_lock(run_dir)
     try:
         plan = plan_and_lock(args, lock)
         if plan.nothing_to_do:
@@ -80,10 +80,33 @@ def main(argv: list[str] | None = None) -> int:
     except BAD_INPUT as err:
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
+    _say_lock_mode(lock)
     try:
         return _run(plan, args)
     finally:
         lock.release()
+
+
+EXIT_LOCK_LOST = 4
+
+
+def _lock_lost(why: str) -> None:
+    """The lock file was taken over (this trainer was frozen longer than run.lock_stale_after,
+    and another took the run): another trainer owns the directory now, so this one stops at
+    once and writes nothing more, as a crash would; no checkpoint, no record removed (the
+    record is the new holder's). Said on stderr, which a launched trainer's trainer.log holds."""
+    print(f"{PROG}: {why}: stopping now, writing nothing more", file=sys.stderr, flush=True)
+    os._exit(EXIT_LOCK_LOST)
+
+
+def _run_lock(run_dir: Path) -> RunLock:
+    return RunLock(run_dir, on_lost=_lock_lost)
+
+
+def _say_lock_mode(lock: RunLock) -> None:
+    if lock.mode == "file":
+        print(f"{PROG}: flock is refused on this filesystem: the run is locked by {lock.owner_path.name}, "
+              f"with a heartbeat (stale after {lock.stale_after:g} s)", file=sys.stderr, flush=True)
 
 
 def _main_distributed(args: argparse.Namespace, ranks: Ranks) -> int:
@@ -94,7 +117,7 @@ def _main_distributed(args: argparse.Namespace, ranks: Ranks) -> int:
     on every rank, with the message on the rank that found it."""
     ranks.init()
     run_dir = Path(args.run_dir)
-    lock = RunLock(run_dir)
+    lock = _run_lock(run_dir)
     try:
         plan: Plan | None = None
         verdict: dict[str, Any] = {}
@@ -104,6 +127,7 @@ def _main_distributed(args: argparse.Namespace, ranks: Ranks) -> int:
                 if plan.nothing_to_do:
                     verdict = {"exit": 0, "message": plan.nothing_to_do}
                 else:
+                    _say_lock_mode(lock)
                     if plan.create_run_toml:
                         write_run_config(run_dir, plan.config)      # the other ranks read it
                     verdict = {"checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None}
@@ -156,7 +180,8 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         # SLURM job the record names the job too: a console on another node signals through it.
         placement: dict[str, Any] = {"rank": 0, "world_size": ranks.world_size,
                                      "launcher_pid": os.getppid()} if ranks.distributed else {}
-        record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), **placement)
+        record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), run_dir=RunDirId.of_fd(held.fd),
+                                                **placement)
         write_trainer_record(run_dir, record)
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
         configure(plan.threads, plan.device, plan.config.run.strict_determinism)

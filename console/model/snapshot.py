@@ -30,7 +30,7 @@ from .mirror_note import MIRROR_NOT_SAVED, MIRROR_NOTES, MIRROR_REBUILT, MirrorN
 
 # How a verification state reads on the dashboard.
 TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
-                  "unverified": "not supervised", "unreadable": "not supervised"}
+                  "unverified": "not supervised", "unreadable": "not supervised", "remote": "on another host"}
 
 @dataclass(frozen=True)
 class Notice:

@@ -18,7 +18,8 @@ PACKAGES = ("console", "rundir", "trainer")
 # and the checkpoint-name pattern or format. Prose that mentions a file in a message or a
 # docstring is not a spelling of its name.
 NAMES = (layout.LOSS_JSON, layout.STATE_JSON, layout.SAMPLES_JSON, layout.TRAINER_JSON, layout.RUN_TOML,
-         layout.TRAINER_LOG, layout.PIVOT_JOURNAL, layout.PIVOT_RECORD, layout.LOCK_FILE,
+         layout.TRAINER_LOG, layout.PIVOT_JOURNAL, layout.PIVOT_RECORD, layout.LOCK_FILE, layout.LOCK_OWNER_FILE,
+         layout.LOCK_TAKEOVER_FILE,
          layout.ROLLBACK_JOURNAL, layout.ROLLBACK_RECORD)
 FORBIDDEN = re.compile("|".join([r"(^|/)(" + "|".join(re.escape(n) for n in NAMES) + r")/?$",
                                  re.escape(layout.TMP_PREFIX), r"step_(\\d|\{|%|\(|\[)", r"^step_$",

@@ -21,7 +21,7 @@ from rundir.trainer_record import process_start, read_boot_id, read_start_ticks
 from tests.processes import NOBODY, run_as
 
 # A stand-in trainer that passes every check a real one does: run as a script named
-# andrea-train, it names the run directory, holds the run's .lock, reports every
+# andrea-train, it holds the run directory open, holds the run's .lock, reports every
 # SIGUSR1/SIGTERM it receives into a file, and exits on SIGTERM (not with "--stay"). With
 # "--no-lock" it holds no lock; run with "python -c" it is not a trainer entry point.
 CHILD = r"""
@@ -31,6 +31,7 @@ if "--no-lock" not in sys.argv:
     run.mkdir(parents=True, exist_ok=True)
     fd = os.open(run / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+held = os.open(run, os.O_RDONLY | os.O_DIRECTORY) if run.is_dir() else None   # as a trainer does
 def note(sig, frame):
     with out.open("a") as f:
         f.write(signal.Signals(sig).name + "\n")
@@ -175,8 +176,11 @@ def test_another_start_or_boot_is_a_reused_pid_whatever_create_time_says(tmp_pat
         rec = dataclasses.replace(rec, start_ticks=rec.start_ticks + 1) if change == "ticks" else \
             dataclasses.replace(rec, boot_id="00000000-0000-0000-0000-000000000000")
         write_trainer_record(tmp_path, rec)
-        v = signal_trainer(tmp_path, signal.SIGUSR1)
-        assert v.state == "stale" and "reused" in v.reason, v
+        v = signal_trainer(tmp_path, signal.SIGUSR1 if change == "ticks" else signal.SIGTERM)
+        if change == "ticks":
+            assert v.state == "stale" and "reused" in v.reason, v
+        else:       # another boot is another machine's (or this one's before a reboot): never probed here
+            assert v.state == "remote" and v.elsewhere and "another boot" in v.reason, v
         time.sleep(0.3)
         assert log.read_text().splitlines() == ["ready"]
     finally:
@@ -215,7 +219,7 @@ def test_spoofed_records_are_refused_and_nothing_is_signalled(tmp_path, case):
             del data[case[3:]]
             (tmp_path / ".trainer.json").write_text(json.dumps(data))
         v = signal_trainer(tmp_path, signal.SIGTERM)
-        assert not v.ok and v.state in ("unverified", "stale", "unreadable"), v
+        assert not v.ok and v.state in (("remote",) if case == "other-host" else ("unverified", "stale", "unreadable")), v
         if case.startswith("no-"):
             assert f"no '{case[3:]}'" in v.reason
         time.sleep(0.3)
