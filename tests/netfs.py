@@ -41,6 +41,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FUSERMOUNT = "fusermount3"
+EDGE = 32          # bytes compared to tell an append from another file under a reused inode number
+
+
+def _pread_path(path: str, offset: int, n: int) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        return os.pread(fd, n, offset)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 MOUNT_TIMEOUT = 20.0
 
 
@@ -51,6 +65,7 @@ class _Growth:
 
     known: int
     ranges: list[tuple[int, int, float]] = field(default_factory=list)
+    edge: bytes = b""          # the bytes just before ``known``: an append leaves them as they were
 
 
 def missing_requirements() -> str | None:
@@ -83,36 +98,45 @@ def _operations_class():
         def _path(self, path: str) -> str:
             return os.path.join(self.backing, path.lstrip("/"))
 
-        def _observe(self, st: os.stat_result) -> None:
+        def _observe(self, st: os.stat_result, read_at) -> None:
             """Note a regular file's size as this mount sees it: growth behind the mount
-            starts a NUL window."""
+            starts a NUL window. A file replaced behind the mount whose new inode reuses a
+            freed number is another file (an NFS client sees another file handle): its bytes
+            before the size known are not the ones seen, and it is taken whole."""
             if self.nul_window <= 0 or not (st.st_mode & 0o100000):
                 return
             key = (st.st_dev, st.st_ino)
             with self._lock:
                 growth = self._growth.get(key)
+                if growth is not None and st.st_size > growth.known and \
+                        read_at(max(0, growth.known - EDGE), min(EDGE, growth.known)) != growth.edge:
+                    growth = None                      # another file under a reused inode number
                 if growth is None:
-                    self._growth[key] = _Growth(st.st_size)
+                    self._growth[key] = _Growth(st.st_size, edge=read_at(max(0, st.st_size - EDGE),
+                                                                         min(EDGE, st.st_size)))
                 elif st.st_size > growth.known:
                     growth.ranges.append((growth.known, st.st_size, time.monotonic()))
                     growth.known = st.st_size
+                    growth.edge = read_at(max(0, st.st_size - EDGE), min(EDGE, st.st_size))
                 elif st.st_size < growth.known:        # truncated: forget what lay past the end
                     growth.known = st.st_size
                     growth.ranges = [(a, min(b, st.st_size), t) for a, b, t in growth.ranges if a < st.st_size]
 
-        def _own_write(self, fh: int, end: int) -> None:
+        def _own_write(self, fh: int, end: int, path: str) -> None:
             if self.nul_window <= 0:
                 return
             st = os.fstat(fh)
             with self._lock:
                 growth = self._growth.setdefault((st.st_dev, st.st_ino), _Growth(0))
-                growth.known = max(growth.known, end)
+                if end >= growth.known:
+                    growth.known = end
+                    growth.edge = _pread_path(self._path(path), max(0, end - EDGE), min(EDGE, end))
 
-        def _blank(self, fh: int, data: bytes, offset: int) -> bytes:
+        def _blank(self, fh: int, data: bytes, offset: int, path: str) -> bytes:
             if self.nul_window <= 0 or not data:
                 return data
             st = os.fstat(fh)
-            self._observe(st)
+            self._observe(st, lambda at, n: _pread_path(self._path(path), at, n))
             now = time.monotonic()
             with self._lock:
                 growth = self._growth.get((st.st_dev, st.st_ino))
@@ -130,7 +154,7 @@ def _operations_class():
         # -- metadata ---------------------------------------------------------------
         def getattr(self, path, fh=None):
             st = os.fstat(fh.fh) if fh is not None else os.lstat(self._path(path))
-            self._observe(st)
+            self._observe(st, lambda offset, n: _pread_path(self._path(path), offset, n))
             keys = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
                     "st_ctime_ns", "st_ino", "st_blocks", "st_blksize")
             attrs = {key: getattr(st, key) for key in keys}
@@ -138,7 +162,17 @@ def _operations_class():
             return attrs
 
         def readdir(self, path, fh):
-            return [".", "..", *os.listdir(self._path(path))]
+            # With use_ino each entry carries its backing inode number: an entry without one has
+            # d_ino 0, which readdir(3) skips.
+            here = self._path(path)
+            entries = [(".", os.lstat(here)), ("..", os.lstat(os.path.dirname(here.rstrip("/")) or "/"))]
+            with os.scandir(here) as listing:
+                for entry in listing:
+                    try:
+                        entries.append((entry.name, entry.stat(follow_symlinks=False)))
+                    except FileNotFoundError:
+                        pass                # renamed or removed since the listing: not there
+            return [(name, {"st_ino": st.st_ino, "st_mode": st.st_mode}, 0) for name, st in entries]
 
         def statfs(self, path):
             sv = os.statvfs(self._path(path))
@@ -192,11 +226,11 @@ def _operations_class():
             return 0
 
         def read(self, path, size, offset, fi):
-            return self._blank(fi.fh, os.pread(fi.fh, size, offset), offset)
+            return self._blank(fi.fh, os.pread(fi.fh, size, offset), offset, path)
 
         def write(self, path, data, offset, fi):
             written = os.pwrite(fi.fh, data, offset)
-            self._own_write(fi.fh, offset + written)
+            self._own_write(fi.fh, offset + written, path)
             return written
 
         def truncate(self, path, length, fi=None):
@@ -238,7 +272,8 @@ def serve(backing: str, mountpoint: str, refuse_flock: bool, attr_timeout: float
         cls = type("NetFSLocking", (cls,), {"flock": None, "lock": None})
     mfusepy.FUSE(cls(backing, refuse_flock, nul_window), mountpoint, raw_fi=True, foreground=True,
                  nothreads=False, attr_timeout=attr_timeout, entry_timeout=attr_timeout,
-                 negative_timeout=attr_timeout, fsname="netfs", default_permissions=True)
+                 negative_timeout=attr_timeout, fsname="netfs", default_permissions=True,
+                 use_ino=True)     # the backing inode numbers, as every NFS client shows the server's fileid
 
 
 def _is_mounted(mountpoint: Path) -> bool:

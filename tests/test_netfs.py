@@ -149,3 +149,28 @@ def test_a_second_mount_is_another_client(mount_netfs):
     assert (writer / "history").read_bytes() == b"one\ntwo\n"
     assert (reader / "history").read_bytes() == b"one\n" + bytes(4)
     _wait_for(lambda: (reader / "history").read_bytes() == b"one\ntwo\n", "the real bytes on the other client")
+
+
+def test_listings_show_names_added_behind_the_mount_with_their_inode_numbers(mount_netfs):
+    """An NFS client lists what the server holds, each name with the server's fileid."""
+    backing, mount = mount_netfs(attr_timeout=0.2)
+    (backing / "run").mkdir()
+    assert os.listdir(mount / "run") == []
+    (backing / "run" / "step_000100.bin").write_bytes(b"x")
+    deadline = time.monotonic() + 20
+    while os.listdir(mount / "run") != ["step_000100.bin"]:
+        assert time.monotonic() < deadline, os.listdir(mount / "run")
+        time.sleep(0.05)
+    with os.scandir(mount / "run") as listing:
+        assert [entry.inode() for entry in listing] == [(backing / "run" / "step_000100.bin").stat().st_ino]
+
+
+def test_a_replaced_file_that_reuses_an_inode_number_is_read_whole(mount_netfs):
+    """A rename over a file another client reads gives it a new file: never NULs, even when the
+    new inode reuses a number this mount has seen grow."""
+    backing, mount = mount_netfs(nul_window=30.0)
+    for version in range(20):                   # freed inode numbers come back on a local disk
+        tmp = backing / f".tmp-state.{version}"
+        tmp.write_text('{"version": %d, "step": %d}' % (version, version * 1000))
+        os.replace(tmp, backing / "state.json")
+        assert (mount / "state.json").read_bytes() == (backing / "state.json").read_bytes()
