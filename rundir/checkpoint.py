@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping
 import numpy as np
 
 from .atomic import atomic_write_chunks, atomic_write_json
+from .filesystems import filesystem_of
 from .safe_read import RESUME_JSON_MAX, open_regular, read_json_object
 from .layout import CHECKPOINT_NAME, checkpoint_name, is_checkpoint_bin, is_checkpoint_file, sidecar_name
 from .resume_record import FORMAT_VERSION, ResumeRecord, ResumeState, parse_resume_record  # noqa: F401
@@ -207,7 +208,8 @@ def read_sidecar(path: str | os.PathLike[str]) -> tuple[ResumeRecord | None, str
 
 @dataclass(frozen=True)
 class CheckpointArrays:
-    """The three arrays of a checkpoint, memory-mapped read-only (float32, length n_params)."""
+    """The three arrays of a checkpoint (float32, length n_params): memory-mapped read-only, or
+    read into memory where mapping is unsafe or refused (:func:`open_checkpoint`)."""
 
     step: int
     n_params: int
@@ -217,14 +219,41 @@ class CheckpointArrays:
 
 
 def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointArrays:
-    """Validate quickly, then memory-map weights, m and v; raises :class:`CheckpointError`."""
+    """Validate quickly, then memory-map weights, m and v; raises :class:`CheckpointError`.
+
+    On a shared filesystem (rundir.filesystems) they are read into memory instead: a mapping
+    of a file another host removes or truncates can raise SIGBUS, and a FUSE file opened for
+    direct I/O cannot be mapped at all (ENODEV), which is tried too."""
     info = inspect_checkpoint(path)
     if info.status == "invalid":
         raise CheckpointError(f"{Path(path).name}: {info.reason}")
     assert info.n_params is not None
     n = info.n_params
-    arrays = np.memmap(path, dtype="<f4", mode="r", offset=HEADER_SIZE, shape=(3, n))
+    arrays = None
+    if not filesystem_of(path).shared:
+        try:
+            arrays = np.memmap(path, dtype="<f4", mode="r", offset=HEADER_SIZE, shape=(3, n))
+        except OSError:
+            arrays = None
+    if arrays is None:
+        arrays = _read_arrays(Path(path), n)
     return CheckpointArrays(info.step, n, arrays[0], arrays[1], arrays[2])
+
+
+def _read_arrays(path: Path, n: int) -> np.ndarray:
+    """The three arrays read into memory, a chunk at a time; a file cut short since its quick
+    look raises :class:`CheckpointError`."""
+    arrays = np.empty((3, n), dtype="<f4")
+    view = memoryview(arrays.reshape(-1).view(np.uint8))
+    with open(path, "rb", buffering=0) as fh:
+        fh.seek(HEADER_SIZE)
+        got = 0
+        while got < len(view):
+            read = fh.readinto(view[got:got + WRITE_CHUNK_BYTES])
+            if not read:
+                raise CheckpointError(f"{path.name}: cut short while being read ({HEADER_SIZE + got} bytes)")
+            got += read
+    return arrays
 
 
 def file_checksum(path: str | os.PathLike[str]) -> str:

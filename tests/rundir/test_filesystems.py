@@ -39,3 +39,24 @@ def test_unknown_magic_is_a_local_disk():
 def test_forced_polling_keeps_the_name():
     fs = forced_polling(filesystem_of("/dev/shm"))
     assert (fs.events, fs.watched_by) == (False, "polling · tmpfs")
+
+
+def test_a_checkpoint_on_a_shared_filesystem_is_read_not_mapped(tmp_path):
+    """The same arrays, read into memory through a FUSE view (another host could remove the
+    file under a mapping), and mapped on the local disk."""
+    import numpy as np
+
+    from rundir.checkpoint import open_checkpoint, write_checkpoint
+    from tests.mounts import bindfs
+
+    rng = np.random.default_rng(0)
+    w, m, v = (rng.standard_normal(1000).astype(np.float32) for _ in range(3))
+    (tmp_path / "node").mkdir()
+    write_checkpoint(tmp_path / "node", 7, w, m, v)
+    local = open_checkpoint(tmp_path / "node" / "step_000007.bin")
+    assert isinstance(local.weights.base, np.memmap) or isinstance(local.weights, np.memmap)
+    with bindfs(tmp_path / "node", tmp_path / "login") as login:
+        shared = open_checkpoint(login / "step_000007.bin")
+        assert not isinstance(shared.weights, np.memmap) and not isinstance(shared.weights.base, np.memmap)
+        for ours, theirs in ((shared.weights, w), (shared.m, m), (shared.v, v)):
+            assert np.array_equal(ours, theirs)
