@@ -96,13 +96,22 @@ def create_temp(path: Path) -> tuple[int, Path]:
     raise AssertionError("unreachable")
 
 
-def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | memoryview | int],
+def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
+    while view:
+        written = os.pwrite(fd, view, at)
+        view, at = view[written:], at + written
+
+
+def atomic_write_chunks(path: str | os.PathLike[str],
+                        chunks: Iterator[bytes | memoryview | int | tuple[int, bytes | memoryview]],
                         on_chunk: Callable[[bytes | memoryview], None] | None = None,
                         durable: bool = True) -> int:
     """Write ``chunks`` to ``path`` atomically and return the number of bytes written.
 
     A chunk that is an ``int`` is that many zero bytes, left as a hole (skipped, not
-    written: they cost neither the copy nor the disk) and not shown to ``on_chunk``.
+    written: they cost neither the copy nor the disk) and not shown to ``on_chunk``. A chunk
+    that is a tuple ``(offset, data)`` is written at that offset, over what was written or
+    skipped there (a header known only at the end), and is not shown to ``on_chunk`` either.
 
     ``on_chunk`` sees every chunk as it is written (used to checksum while writing,
     never by a second read). On any error the temporary file is removed and the
@@ -119,6 +128,9 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | m
         for chunk in chunks:
             if isinstance(chunk, int):
                 total = os.lseek(fd, chunk, os.SEEK_CUR)
+                continue
+            if isinstance(chunk, tuple):                # (offset, bytes): a header known last
+                _pwrite_all(fd, memoryview(chunk[1]).cast("B"), chunk[0])
                 continue
             view = memoryview(chunk).cast("B")
             if on_chunk is not None:

@@ -36,6 +36,7 @@ import json
 import mmap
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -72,6 +73,9 @@ REWRITE_AFTER_BYTES = 4 << 20
 SPARE_ROWS = 1 << 16
 SPARE_WRITTEN = 16 << 10
 CRC_CHUNK = 1 << 20                 # the whole CRC reads the history a chunk at a time
+CRC_PLACEHOLDER = (1 << 32) - 1     # the widest CRC-32, in the header until the CRC is known
+_CRC_AT = b'{"source": {"crc": '
+
 __all__ = ["CACHE_ENV", "NotSaved", "cache_dir", "forget_mirror", "mirror_path", "open_history", "open_mirror",
            "save_mirror", "verify_covered"]
 
@@ -130,6 +134,45 @@ def crc_of(fd: int, start: int, end: int, crc: int = 0, should_stop: Callable[[]
     return crc
 
 
+class _CrcOf:
+    """The CRC-32 of the covered bytes, read in a thread of its own while the columns are
+    written (both wait on the kernel with the GIL released: on two CPUs the CRC costs the
+    write almost nothing); it keeps the history's fd open until it is done."""
+
+    def __init__(self, fd: int, start: int, end: int, crc: int):
+        self.fd, self.crc = fd, None
+        self._thread = threading.Thread(target=self._run, args=(start, end, crc), daemon=True)
+        self._thread.start()
+
+    def _run(self, start: int, end: int, crc: int) -> None:
+        try:
+            self.crc = crc_of(self.fd, start, end, crc)
+        except OSError:
+            self.crc = None
+
+    def result(self) -> int | None:
+        self._thread.join()
+        return self.crc
+
+    def close(self) -> None:
+        self._thread.join()
+        os.close(self.fd)
+
+
+class _CutShort(Exception):
+    """The history was cut short while its mirror was written."""
+
+
+def _layout(columns: dict[str, np.ndarray]) -> tuple[list[list[Any]], dict[str, int]]:
+    """Each column's ``[name, dtype, count with its room, offset]``, and its spare rows."""
+    spare = {name: SPARE_ROWS if not name.startswith("superseded.") else 0 for name in columns}
+    layout, position = [], 0
+    for name, arr in columns.items():
+        layout.append([name, arr.dtype.newbyteorder("<").str, len(arr) + spare[name], position])
+        position += -(-(len(arr) + spare[name]) * arr.itemsize // ALIGN) * ALIGN
+    return layout, spare
+
+
 def save_mirror(history: LossHistory, base: tuple[int, int] | None = None,
                 written: dict[str, Any] | None = None) -> NotSaved | None:
     """Write ``history``'s mirror (atomically, replacing an older one); None, or why not.
@@ -145,42 +188,49 @@ def save_mirror(history: LossHistory, base: tuple[int, int] | None = None,
         fd, st = open_regular(history.path)
     except (OSError, ValueError) as err:
         return NotSaved(f"{history.path.name}: {err}")
-    try:
-        if (st.st_dev, st.st_ino) != tuple(history._identity):
-            return NotSaved(f"{history.path.name} was replaced while it was read")
-        covered = meta["offset"] if history.format == "jsonl" else st.st_size
-        samples = _identity(fd, covered)
-        if history.format != "jsonl" or base is None or not 0 <= base[0] <= covered:
-            base = (0, 0)
-        crc = crc_of(fd, base[0], covered, base[1]) if samples is not None else None
-    finally:
+    covered = meta["offset"] if history.format == "jsonl" else st.st_size
+    samples = _identity(fd, covered) if (st.st_dev, st.st_ino) == tuple(history._identity) else None
+    if samples is None:
         os.close(fd)
-    if samples is None or crc is None:
-        return NotSaved(f"{history.path.name} was cut short while it was read")
-    rows = len(columns["step"])
-    spare = {name: SPARE_ROWS if not name.startswith("superseded.") else 0 for name in columns}
-    layout, position = [], 0
-    for name, arr in columns.items():
-        layout.append([name, arr.dtype.newbyteorder("<").str, len(arr) + spare[name], position])
-        position += -(-(len(arr) + spare[name]) * arr.itemsize // ALIGN) * ALIGN
-    source = {"dev": st.st_dev, "ino": st.st_ino, "covered": covered, "samples": samples, "crc": crc,
+        return NotSaved(f"{history.path.name} was replaced or cut short while it was read")
+    if history.format != "jsonl" or base is None or not 0 <= base[0] <= covered:
+        base = (0, 0)
+    crc = _CrcOf(fd, base[0], covered, base[1])
+    try:
+        return _write(history, meta, columns, st, covered, samples, crc, written)
+    finally:
+        crc.close()
+
+
+def _write(history: LossHistory, meta: dict[str, Any], columns: dict[str, np.ndarray], st: os.stat_result,
+           covered: int, samples: list[list[int]], crc: _CrcOf, written: dict[str, Any] | None) -> NotSaved | None:
+    layout, spare = _layout(columns)
+    # "crc" first in "source", first in the header: its place is known, and the header is
+    # written last, once the CRC is (its digits padded with spaces to the width of the largest).
+    source = {"crc": CRC_PLACEHOLDER, "dev": st.st_dev, "ino": st.st_ino, "covered": covered, "samples": samples,
               "array_stamp": [st.st_mtime_ns, st.st_size] if history.format == "array" else None}
     # The path as the file system resolves it: another spelling of it (relative, through a
     # symlink) is the same history; a path naming another file is refused at the open.
-    header = json.dumps({"version": MIRROR_VERSION, "source": source,
-                         "meta": {**meta, "path": os.path.realpath(history.path), "rows": rows},
+    header = json.dumps({"source": source, "version": MIRROR_VERSION,
+                         "meta": {**meta, "path": os.path.realpath(history.path), "rows": len(columns["step"])},
                          "columns": layout}).encode()
+    assert header.startswith(_CRC_AT)
     start = -(-(len(MAGIC) + _LENGTH.size + len(header)) // ALIGN) * ALIGN
 
     def chunks():
-        yield frame_header(header)
-        yield start - len(MAGIC) - _LENGTH.size - len(header)      # zeros, as a hole
+        yield start                                                   # the header's place, written last
         for name, arr in columns.items():
             little = np.ascontiguousarray(arr, arr.dtype.newbyteorder("<"))
             yield memoryview(little).cast("B")
             room = spare[name] * arr.itemsize + -(little.nbytes + spare[name] * arr.itemsize) % ALIGN
             yield bytes(min(room, SPARE_WRITTEN))
             yield max(0, room - SPARE_WRITTEN)                        # the rest: a hole
+        value = crc.result()
+        if value is None:
+            raise _CutShort
+        source["crc"] = value
+        digits = str(value).encode().ljust(len(str(CRC_PLACEHOLDER)))
+        yield 0, frame_header(_CRC_AT + digits + header[len(_CRC_AT) + len(digits):])
 
     try:
         target = mirror_path(history.path)
@@ -188,6 +238,8 @@ def save_mirror(history: LossHistory, base: tuple[int, int] | None = None,
         # Durable: a mirror renamed into place before its columns reached the disk would,
         # after a crash, pass every check (they read the history, not the columns).
         atomic_write_chunks(target, chunks())
+    except _CutShort:
+        return NotSaved(f"{history.path.name} was cut short while it was read")
     except OSError as err:
         return _cache_failed(f"cannot write the history's mirror in {cache_dir()}: {err.strerror or err}")
     if written is not None:
