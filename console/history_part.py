@@ -263,6 +263,7 @@ class HistoryPart:
         notes = list(handed.notes) if handed is not None else []
         if handed is not None and handed.history is not None and handed.history.path == self.history.path:
             self.history = handed.history           # what the child read counts as this read's
+            self.mirror.opened_from = handed.opened_from        # checked whole after the first frame
             if any(n.kind == MIRROR_NOT_SAVED for n in notes):
                 self.mirror.failed_at = self.history._offset       # the child tried: not again at once
             return handed.update.then(self.history.refresh()), notes

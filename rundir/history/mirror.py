@@ -37,6 +37,7 @@ import mmap
 import os
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,6 +47,7 @@ from ..atomic import atomic_write_chunks
 from ..cache_dir import (CACHE_ENV, MIRROR_HEADER_LENGTH as _LENGTH, MIRROR_MAGIC as MAGIC, cache_dir, frame_header,
                          header_bytes, loads_header, mirror_path, open_cache_file)
 from ..filesystems import filesystem_of
+from ..layout import TMP_PREFIX
 from ..safe_read import open_regular
 from .ingest import HistoryUpdate
 from .mirror_header import checked_header
@@ -73,6 +75,10 @@ REWRITE_AFTER_BYTES = 4 << 20
 SPARE_ROWS = 1 << 16
 SPARE_WRITTEN = 16 << 10
 CRC_CHUNK = 1 << 20                 # the whole CRC reads the history a chunk at a time
+# A temporary in the cache this old is a dead writer's (a console killed while it wrote a
+# mirror): removed. By age, not by pid: on a cache other hosts share a pid names a process
+# of another host, and a mirror is written in seconds.
+STALE_TEMP_S = 3600.0
 CRC_PLACEHOLDER = (1 << 32) - 1     # the widest CRC-32, in the header until the CRC is known
 _CRC_AT = b'{"source": {"crc": '
 
@@ -173,6 +179,21 @@ def _layout(columns: dict[str, np.ndarray]) -> tuple[list[list[Any]], dict[str, 
     return layout, spare
 
 
+def _remove_stale_temps(directory: Path) -> None:
+    cutoff = time.time() - STALE_TEMP_S
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith(TMP_PREFIX):
+            try:
+                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+
+
 def save_mirror(history: LossHistory, base: tuple[int, int] | None = None,
                 written: dict[str, Any] | None = None) -> NotSaved | None:
     """Write ``history``'s mirror (atomically, replacing an older one); None, or why not.
@@ -238,6 +259,7 @@ def _write(history: LossHistory, meta: dict[str, Any], columns: dict[str, np.nda
         # Durable: a mirror renamed into place before its columns reached the disk would,
         # after a crash, pass every check (they read the history, not the columns).
         atomic_write_chunks(target, chunks())
+        _remove_stale_temps(target.parent)
     except _CutShort:
         return NotSaved(f"{history.path.name} was cut short while it was read")
     except OSError as err:

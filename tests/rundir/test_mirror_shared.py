@@ -121,6 +121,22 @@ def test_on_a_real_fuse_mount_the_mirror_is_read_not_mapped(tmp_path, monkeypatc
         subprocess.run(["fusermount3", "-u", str(mount)], check=True, timeout=30)
 
 
+def test_a_dead_writers_temporary_in_the_cache_is_removed_once_an_hour_old(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    path = tmp_path / ".loss.json"
+    long_history(path, 100)
+    open_history(path, min_bytes=0)
+    where = mirror_path(path).parent
+    old, young = where / ".tmp-x.mirror.0123456789ab.1", where / ".tmp-y.mirror.0123456789ab.1"
+    old.write_bytes(b"half a mirror")
+    young.write_bytes(b"another host writing now")
+    os.utime(old, (time.time() - mirror.STALE_TEMP_S - 60,) * 2)
+    with open(path, "ab") as fh:
+        fh.write(step_line(100) + b"\n")
+    assert open_history(path, min_bytes=0)[2] is None and mirror.save_mirror(fresh(path)) is None
+    assert not old.exists() and young.exists()
+
+
 # -- two consoles, one cache --------------------------------------------------------------
 WORKER = r"""
 import json, os, sys, time
