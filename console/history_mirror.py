@@ -36,8 +36,8 @@ import orjson
 from rundir.atomic import atomic_write_bytes
 from rundir.cache_dir import mirror_path, read_cache_file
 from rundir.history import HistoryUpdate, LossHistory
-from rundir.history.mirror import (MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, as_read, forget_mirror, open_mirror,
-                                   save_mirror, verify_covered)
+from rundir.history.mirror import (MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, CrcAhead, as_read, forget_mirror,
+                                   open_mirror, save_mirror, verify_covered)
 
 from .model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT, MirrorNote
 
@@ -73,6 +73,7 @@ class HistoryMirror:
         self.source: dict | None = None
         # The source of the mirror this open used (None: parsed), to verify whole (verify).
         self.opened_from: dict | None = None
+        self._ahead: CrcAhead | None = None      # the CRC-32 of a history parsed whole, beside the parse
         self.just_saved = False                  # the last keep_up wrote the mirror
         self._kept: set[str] = set()             # the columns whose detectors are kept for this mirror
 
@@ -83,6 +84,8 @@ class HistoryMirror:
         history, why, source = open_mirror(self.path, self.shared)
         if history is None:
             history = LossHistory(self.path)
+            if self._position(history) >= self.min_bytes:
+                self._ahead = CrcAhead(self.path)   # for the save that follows the parse
             if why is not None:
                 forget_mirror(history.path)        # refused once: not checked (and said) again
                 try:
@@ -114,12 +117,14 @@ class HistoryMirror:
         self.source = self.opened_from = None
         self._kept = set()
 
-    def _base(self) -> tuple[int, int] | None:
-        """``(covered, crc)`` of the bytes the reader's first rows came from: the mirror's."""
+    def _base(self, history: LossHistory) -> tuple[int, int] | None:
+        """``(covered, crc)`` of bytes the reader's first rows came from: the mirror's, or
+        those of the CRC computed beside the parse."""
         source = self.source
-        if source is None or self.mirrored_offset is None:
-            return None
-        return int(source["covered"]), int(source["crc"])
+        if source is not None and self.mirrored_offset is not None:
+            return int(source["covered"]), int(source["crc"])
+        ahead, self._ahead = self._ahead, None
+        return ahead.base(history._offset, history._identity) if ahead is not None else None
 
     def _position(self, history: LossHistory) -> int:
         try:
@@ -131,7 +136,7 @@ class HistoryMirror:
         """Whether the mirror should be written after this read (see the module's policy)."""
         if update.reset:                           # the history was replaced or shrank: its mirror is not it
             self.mirrored_to = self.mirrored_rows = self.mirrored_offset = None
-            self.source = None
+            self.source = self._ahead = None
         if history.error is not None or history.format is None:
             return False
         size = self._position(history)
@@ -145,7 +150,7 @@ class HistoryMirror:
         """Write the mirror now; the note when the cache could not be written."""
         size = self._position(history)
         written: dict[str, Any] = {}
-        why = save_mirror(history, self._base(), written)
+        why = save_mirror(history, self._base(history), written)
         if why is None:
             self.mirrored_to, self.failed_at = size, None
             self.mirrored_rows, self.mirrored_offset = len(history), history._offset

@@ -75,6 +75,10 @@ REWRITE_AFTER_BYTES = 4 << 20
 SPARE_ROWS = 1 << 16
 SPARE_WRITTEN = 16 << 10
 CRC_CHUNK = 1 << 20                 # the whole CRC reads the history a chunk at a time
+# In a thread beside other work (the parse of a first open, the dashboard after its first
+# frame), larger chunks: each takes the GIL back once, which makes the other thread let go of
+# it and wait for this one (a chunk of 1 MiB cost a parse up to a sixth more).
+THREAD_CHUNK = 8 << 20
 # A temporary in the cache this old is a dead writer's (a console killed while it wrote a
 # mirror): removed. By age, not by pid: on a cache other hosts share a pid names a process
 # of another host, and a mirror is written in seconds.
@@ -82,7 +86,7 @@ STALE_TEMP_S = 3600.0
 CRC_PLACEHOLDER = (1 << 32) - 1     # the widest CRC-32, in the header until the CRC is known
 _CRC_AT = b'{"source": {"crc": '
 
-__all__ = ["CACHE_ENV", "NotSaved", "cache_dir", "forget_mirror", "mirror_path", "open_history", "open_mirror",
+__all__ = ["CACHE_ENV", "CrcAhead", "NotSaved", "cache_dir", "forget_mirror", "mirror_path", "open_history", "open_mirror",
            "save_mirror", "verify_covered"]
 
 
@@ -120,12 +124,13 @@ def _identity(fd: int, covered: int) -> list[list[int]] | None:
     return spans
 
 
-def crc_of(fd: int, start: int, end: int, crc: int = 0, should_stop: Callable[[], bool] | None = None
-           ) -> int | None:
+def crc_of(fd: int, start: int, end: int, crc: int = 0, should_stop: Callable[[], bool] | None = None,
+           marks: list[tuple[int, int]] | None = None, chunk: int | None = None) -> int | None:
     """The CRC-32 of bytes ``[start, end)`` of ``fd`` carried on from ``crc`` (that of the
     bytes before ``start``), read a chunk at a time; None when the file is shorter, or when
-    ``should_stop`` says so between chunks."""
-    buf = bytearray(min(CRC_CHUNK, max(end - start, 0)))
+    ``should_stop`` says so between chunks. ``marks`` gets ``(offset, CRC-32 of the bytes
+    before it)`` after each chunk."""
+    buf = bytearray(min(chunk or CRC_CHUNK, max(end - start, 0)))
     view = memoryview(buf)
     pos = start
     while pos < end:
@@ -137,7 +142,43 @@ def crc_of(fd: int, start: int, end: int, crc: int = 0, should_stop: Callable[[]
             return None
         crc = binascii.crc32(view[:got], crc)
         pos += got
+        if marks is not None:
+            marks.append((pos, crc))
     return crc
+
+
+class CrcAhead:
+    """The CRC-32 of a history about to be parsed whole, computed beside the parse in a thread
+    (reading and the CRC release the GIL: it takes the other CPU, and the mirror's save then
+    carries it on from the nearest mark before the bytes the parse reached, instead of reading
+    the whole history once more while the first frame waits)."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self._marks: list[tuple[int, int]] = [(0, 0)]
+        self._identity: tuple[int, int] | None = None
+        self._thread = threading.Thread(target=self._run, args=(Path(path),), name="history-crc", daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path) -> None:
+        try:
+            fd, st = open_regular(path)
+        except (OSError, ValueError):
+            return
+        try:
+            self._identity = (st.st_dev, st.st_ino)
+            crc_of(fd, 0, st.st_size, 0, marks=self._marks, chunk=THREAD_CHUNK)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def base(self, covered: int, identity: tuple[int, int] | None) -> tuple[int, int] | None:
+        """``(offset, crc)`` of the history's first bytes up to at most ``covered`` of the file
+        ``identity`` (device, inode), once the thread is done; None when it read another file."""
+        self._thread.join()
+        if identity is None or tuple(identity) != self._identity:
+            return None
+        return max((mark for mark in self._marks if mark[0] <= covered), default=None)
 
 
 class _CrcOf:
@@ -370,7 +411,7 @@ def verify_covered(path: str | os.PathLike[str], source: dict[str, Any],
     try:
         if (st.st_dev, st.st_ino) != (source["dev"], source["ino"]) or st.st_size < covered:
             return None
-        crc = crc_of(fd, 0, covered, 0, should_stop)
+        crc = crc_of(fd, 0, covered, 0, should_stop, chunk=THREAD_CHUNK)
         return None if crc is None else crc == expected
     except OSError:
         return None

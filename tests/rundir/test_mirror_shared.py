@@ -5,6 +5,7 @@ mirror. ``FUZZ_EXAMPLES`` sets the cases of the edit property."""
 
 from __future__ import annotations
 
+import binascii
 import json
 import os
 import shutil
@@ -20,6 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from console import history_mirror
+from console.history_mirror import HistoryMirror
 from rundir.cache_dir import CACHE_ENV, mirror_path
 from rundir.filesystems import filesystem_of
 from rundir.history import mirror
@@ -83,6 +86,30 @@ def test_the_full_check_passes_an_unchanged_or_grown_history_and_cannot_tell_a_r
     assert verify_covered(path, source) is None         # another file: the reader sees it replaced
 
 
+@pytest.mark.parametrize("torn", [b"", b'{"step": 3000, "lo'])
+def test_the_crc_kept_is_that_of_every_byte_covered_however_it_was_carried(tmp_path, monkeypatch, torn):
+    """The whole CRC in the header: computed beside a first parse (up to a mark, then carried
+    on), then carried on from the mirror over the bytes appended: always the CRC-32 of exactly
+    the bytes the mirror covers (a torn last line is not covered)."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(mirror, "THREAD_CHUNK", 4096)           # many marks in a small history
+    monkeypatch.setattr(history_mirror, "REWRITE_AFTER_BYTES", 1)          # written again at each open
+    path = tmp_path / ".loss.json"
+    long_history(path)
+    with open(path, "ab") as fh:
+        fh.write(torn)
+    for appended in (0, 40):
+        with open(path, "ab") as fh:
+            fh.write(b"".join(step_line(4000 + appended + s) + b"\n" for s in range(appended)))
+        keeper = HistoryMirror(path, min_bytes=0)
+        history, update, _ = keeper.open()
+        keeper.keep_up(history, update)
+        source = keeper.source
+        assert source is not None and source["covered"] == history._offset
+        assert source["crc"] == binascii.crc32(path.read_bytes()[:source["covered"]])
+        assert verify_covered(path, source) is True
+
+
 def test_a_mirror_on_a_shared_filesystem_is_read_not_mapped(tmp_path, monkeypatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     path = tmp_path / ".loss.json"
@@ -143,6 +170,7 @@ import json, os, sys, time
 from pathlib import Path
 from rundir.history import LossHistory
 from rundir.history.mirror import open_mirror, save_mirror
+from console import history_mirror
 from console.history_mirror import HistoryMirror
 
 path, me, other, rounds, shared = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
