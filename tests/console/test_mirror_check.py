@@ -6,6 +6,9 @@ file: fast first, correct within seconds."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +20,7 @@ from console.app import ConsoleApp
 from console.model.mirror_note import MIRROR_STALE
 from console.reader import RunReader
 from console.widgets import EventLog
+from rundir.cache_dir import mirror_path
 from rundir.history import mirror
 from rundir.history.mirror import open_mirror, verify_covered
 from rundir.layout import HISTORY, LOSS_JSON
@@ -25,6 +29,8 @@ from tests.rundirs import make_run
 
 STEPS = 3000
 CEILING_S = 30.0
+HANG_S = 60                    # a --once that has not answered by then hangs
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -107,3 +113,28 @@ async def test_the_dashboard_says_it_once_and_shows_the_file(edited_run):
         await pilot.pause()
         log = "\n".join(app.dashboard.query_one(EventLog).texts)
         assert log.count("history mirror stale") == 1
+
+
+# -- crafted cache files through --once and --json (issue 35) --------------------------------
+def once(run: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "console", str(run), *flags], cwd=ROOT, capture_output=True,
+                          text=True, timeout=HANG_S)
+
+
+def test_once_and_json_answer_with_a_fifo_for_the_mirror_or_its_spike_scans(tmp_path):
+    """A FIFO at the mirror's path or at its .spikes.json hung --once and --json (no output
+    after 20 s): each now answers, from the history itself, and rebuilds the mirror."""
+    run = make_run(tmp_path / "run", steps=32_000, checkpoints=(), n_params=4)    # past the 4 MiB of a mirror
+    assert (run / LOSS_JSON).stat().st_size >= history_mirror.MIN_BYTES
+    assert once(run, "--json").returncode == 0
+    where = mirror_path(run / LOSS_JSON)
+    spikes = where.with_name(where.name + history_mirror.DETECTOR_SUFFIX)
+    assert where.is_file() and spikes.is_file()
+    where.unlink()
+    os.mkfifo(where)
+    out = once(run, "--once")
+    assert out.returncode == 0 and "32,000" in out.stdout and where.is_file()
+    spikes.unlink()
+    os.mkfifo(spikes)
+    out = once(run, "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["history"]["steps"] == 32_000
