@@ -50,7 +50,7 @@ from ..filesystems import filesystem_of
 from ..layout import TMP_PREFIX
 from ..safe_read import open_regular
 from .ingest import HistoryUpdate
-from .mirror_header import checked_header
+from .mirror_header import checked_header, columns_end
 from .reader import LossHistory
 
 # 2: the series columns (rundir/history/keys.py); 3: the header's own CRC-32, and the CRC-32
@@ -376,7 +376,7 @@ def _from_file(path: Path, fd: int, st: os.stat_result, mfd: int, mst: os.stat_r
     except ValueError as err:
         return None, f"the history's mirror is {err}: parsed again", None
     data_start = -(-(len(MAGIC) + _LENGTH.size + len(header_raw)) // ALIGN) * ALIGN
-    header, why = checked_header(raw, MIRROR_VERSION, path, st, data_start, mst.st_size)
+    header, why = checked_header(raw, MIRROR_VERSION, path, st, data_start, mst.st_size, SPARE_ROWS)
     if header is None:
         return None, f"{why}: parsed again", None
     source = header.source
@@ -387,8 +387,9 @@ def _from_file(path: Path, fd: int, st: os.stat_result, mfd: int, mst: os.stat_r
     if _identity(fd, source.covered) != [list(s) for s in source.samples]:
         return None, f"{path.name} is not the history its mirror was made of: parsed again", None
     # Mapped copy-on-write (private: the rows appended later stay ours), or on a shared
-    # filesystem read whole into memory.
-    data = _read_whole(mfd, mst.st_size) if shared else mmap.mmap(mfd, 0, access=mmap.ACCESS_COPY)
+    # filesystem read into memory, up to the end of its last column.
+    data = _read_whole(mfd, data_start + columns_end(header)) if shared else \
+        mmap.mmap(mfd, 0, access=mmap.ACCESS_COPY)
     columns: dict[str, Any] = {}
     for name, dtype, count, offset in header.columns:
         columns[name] = np.frombuffer(data, np.dtype(dtype), count, data_start + offset)

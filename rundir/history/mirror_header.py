@@ -28,6 +28,9 @@ Count = Annotated[int, Meta(ge=0, le=(1 << 63) - 1)]
 AnyInt = Annotated[int, Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 Crc = Annotated[int, Meta(ge=0, le=(1 << 32) - 1)]
 SUPERSEDED = "superseded."
+# The shortest step line there is, {"step":0} and its newline or comma: a history of N bytes
+# holds fewer than N / MIN_LINE_BYTES rows.
+MIN_LINE_BYTES = 11
 
 
 class Source(Struct, forbid_unknown_fields=True):
@@ -86,6 +89,12 @@ class Header(Struct, forbid_unknown_fields=True):
     columns: list[tuple[str, str, Count, Count]]          # name, dtype, count, offset past the header
 
 
+def columns_end(header: Header) -> int:
+    """Where the last column ends, past the header (the bytes of the mirror worth reading)."""
+    itemsize = {name: dtype.itemsize for name, dtype in _expected_dtypes(header.meta.keys.series).items()}
+    return max((offset + count * itemsize[name] for name, _, count, offset in header.columns), default=0)
+
+
 def _expected_dtypes(series: list[str]) -> dict[str, np.dtype]:
     """Every column a reader with these series has, and its dtype on disk (little-endian)."""
     fresh = LossHistory("/")
@@ -125,14 +134,14 @@ def _check_state(header: Header, path: Path, st: os.stat_result) -> str | None:
         return "its mirror names too many series"
     if len(meta.problems) > limits.MAX_PROBLEMS or len(meta.rewinds) > limits.MAX_REWINDS:
         return "its mirror keeps more than the reader does"
-    if meta.rows > meta.rows_read or meta.nonfinite > meta.rows_read:
+    if meta.rows > meta.rows_read or meta.nonfinite > meta.rows_read or meta.rows * MIN_LINE_BYTES > source.covered:
         return "its mirror counts more rows than it read"
     if not all(nesting(event[4], limits.MAX_EVENT_NESTING + 1) for event in meta.events):
         return "its mirror holds an event nested too deep"
     return None
 
 
-def _check_columns(header: Header, data_start: int, size: int) -> str | None:
+def _check_columns(header: Header, data_start: int, size: int, spare_rows: int) -> str | None:
     expected = _expected_dtypes(header.meta.keys.series)
     names = [column[0] for column in header.columns]
     if len(set(names)) != len(names) or not set(names) <= set(expected):
@@ -144,9 +153,11 @@ def _check_columns(header: Header, data_start: int, size: int) -> str | None:
         if dtype != expected[name].str:           # compared as written: no dtype is built from it
             return f"its mirror's column {name!r} is not of its type"
         if name.startswith(SUPERSEDED):
+            if count > limits.MAX_SUPERSEDED:
+                return f"its mirror's column {name!r} is longer than the reader keeps"
             superseded.add(count)
-        elif count < header.meta.rows:
-            return f"its mirror's column {name!r} is short"
+        elif not header.meta.rows <= count <= header.meta.rows + spare_rows:
+            return f"its mirror's column {name!r} is not as long as its rows"
         spans.append((offset, offset + count * expected[name].itemsize))
     if len(superseded) > 1 or len([n for n in names if n.startswith(SUPERSEDED)]) not in (0, len(Superseded.NAMES)):
         return "its mirror's superseded columns are not the reader's"
@@ -159,9 +170,10 @@ def _check_columns(header: Header, data_start: int, size: int) -> str | None:
 
 
 def checked_header(raw: Any, version: int, path: Path, st: os.stat_result, data_start: int,
-                   size: int) -> tuple[Header | None, str | None]:
+                   size: int, spare_rows: int) -> tuple[Header | None, str | None]:
     """The header of the mirror of the history at ``path`` (``st``: its stat) of ``size``
-    bytes whose columns start at ``data_start``, or None and why it is refused."""
+    bytes whose columns start at ``data_start``, each with room for at most ``spare_rows``
+    more rows, or None and why it is refused."""
     if not isinstance(raw, dict) or raw.get("version") != version:
         got = raw.get("version") if isinstance(raw, dict) else None
         return None, f"the history's mirror is of version {got!r}"
@@ -169,5 +181,5 @@ def checked_header(raw: Any, version: int, path: Path, st: os.stat_result, data_
         header = msgspec.convert(raw, Header)
     except msgspec.ValidationError as err:
         return None, f"the history's mirror has a bad header ({err})"
-    why = _check_state(header, path, st) or _check_columns(header, data_start, size)
+    why = _check_state(header, path, st) or _check_columns(header, data_start, size, spare_rows)
     return (None, why) if why is not None else (header, None)

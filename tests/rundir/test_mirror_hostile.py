@@ -122,7 +122,7 @@ def lie_events(header, other):
     header["meta"]["events"] = [["eval", 5, 1.0, 3, 7, 0]]
 
 
-def lie_rows(header, other):
+def lie_negative_rows(header, other):
     header["meta"]["rows"] = -5
 
 
@@ -142,9 +142,19 @@ def lie_overlap(header, other):
     header["columns"][1][3] = header["columns"][0][3]
 
 
+def lie_count(header, other):
+    header["columns"][0][2] = 2**40                   # a read of terabytes, on a shared filesystem
+
+
+def lie_rows(header, other):
+    header["meta"]["rows"] = header["meta"]["rows_read"] = 2**40
+
+
 @pytest.mark.parametrize("forged", [True, False], ids=["crc-recomputed", "crc-kept"])
-@pytest.mark.parametrize("lie", [lie_keys, lie_events, lie_rows, lie_path, lie_offset, lie_dtype, lie_overlap])
-def test_a_header_that_lies_is_refused(mirrored, tmp_path, lie, forged):
+@pytest.mark.parametrize("shared", [False, True], ids=["mapped", "read"])
+@pytest.mark.parametrize("lie", [lie_keys, lie_events, lie_negative_rows, lie_path, lie_offset, lie_dtype, lie_overlap,
+                                 lie_count, lie_rows])
+def test_a_header_that_lies_is_refused(mirrored, tmp_path, lie, forged, shared):
     """The issue's crafted headers (and a few more): each is refused whether or not its CRC
     was made to match, and what is shown is this history, not another run's."""
     path, mirror = mirrored
@@ -152,6 +162,7 @@ def test_a_header_that_lies_is_refused(mirrored, tmp_path, lie, forged):
     header, rest, raw = split(mirror)
     lie(header, other)
     write_header(mirror, json.dumps(header).encode(), rest, None if forged else binascii.crc32(raw))
+    assert open_mirror(path, shared=shared)[0] is None
     history_, _, why = open_history(path, min_bytes=0)
     assert why is not None and why.endswith("parsed again")
     assert summary(history_) == summary(fresh(path)) and history_.last_step == 59
@@ -210,6 +221,8 @@ def test_any_crafted_header_gives_a_fresh_parse_or_a_rebuilt_mirror(data, value,
         changed = json.dumps(put(copy.deepcopy(header), where, value)).encode() if where or nested != 3 else \
             b"[" * 100_000 + b"]" * 100_000
         write_header(mirror, changed, rest, None if forged else binascii.crc32(raw))
+        read, why_read, _ = bounded(lambda: open_mirror(path, shared=True))     # as on a shared home: read
+        assert (read is None) == (why_read is not None)
         history_, update, why = bounded(lambda: open_history(path, min_bytes=0))
         assert history_.path == path and history_.error is None
         event("refused" if why is not None else "used")
