@@ -43,7 +43,8 @@ SOAK_TMP ?= /tmp/andrea-soak
 soak: install
 	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:xdist -q \
 		--basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py \
-		tests/console/test_plot_any_float.py
+		tests/console/test_plot_any_float.py tests/rundir/test_mirror_hostile.py \
+		tests/rundir/test_mirror_shared.py
 
 screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots

@@ -118,6 +118,9 @@ class ConsoleApp(App[None]):
             gc.enable()
         if self.reader.findings.grad_pending:
             self.request_read({HISTORY})
+        # The mirror the first frame came from, checked whole in the background; a stale one
+        # makes the history read again (a message: this thread alone touches the widgets).
+        self.reader.verify_history_mirror(lambda: self.post_message(FilesChanged(frozenset({HISTORY}))))
 
     def tick(self) -> None:
         # Files whose end read as NUL bytes not written yet are read again, though no change

@@ -13,7 +13,10 @@ show: where the run is (its head), its speed over the current segment, its colum
 from __future__ import annotations
 
 import math
+import os
+import threading
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -28,7 +31,7 @@ from .history_mirror import HistoryMirror
 from .model.findings import LISTED
 from .model.history_series import series_data
 from .model.levels import Level
-from .model.mirror_note import MIRROR_NOT_SAVED, MirrorNote
+from .model.mirror_note import MIRROR_NOT_SAVED, MIRROR_STALE, MirrorNote
 from .model.snapshot import HistoryView, Notice
 from .prefetch import HistoryPrefetch
 
@@ -88,6 +91,15 @@ def silent_rewinds(h: LossHistory) -> list[int]:
 
 
 
+def _lower_priority() -> None:
+    """This thread at the lowest CPU priority (and so, with the default I/O scheduling, the
+    lowest I/O priority of its class): Linux takes a thread id for PRIO_PROCESS."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):
+        pass
+
+
 class HistoryPart:
     """Reads ``.loss.json`` for one run's snapshots (one thread at a time)."""
 
@@ -104,15 +116,47 @@ class HistoryPart:
         self._rewinds = 0
         self._torn_seen = 0
         self._torn_reported = 0
+        self._verifier: threading.Thread | None = None  # the mirror's full check (verify_mirror)
+        self._stale = False                     # it found the mirror stale: the next read re-reads
+        self.verified: bool | None = None       # its answer (None: none yet, or it could not tell)
+
+    def verify_mirror(self, on_stale: Callable[[], None]) -> bool:
+        """Once the first frame is shown: check the mirror the first read used against every
+        byte of the history it covers, in a thread of the lowest priority; when they differ,
+        ``on_stale()`` is called (from that thread: it should only ask for a read of the
+        history), and that read says so, once, and reads the history anew from the file.
+        Whether a check was started (not before the first read, nor twice, nor without a mirror)."""
+        if not self._opened or self._verifier is not None or self.mirror.opened_from is None:
+            return False
+
+        def check() -> None:
+            _lower_priority()
+            self.verified = self.mirror.verify()
+            if self.verified is False:
+                self._stale = True
+                on_stale()
+
+        self._verifier = threading.Thread(target=check, name="history-mirror-check", daemon=True)
+        self._verifier.start()
+        return True
+
+    def wait_verified(self, timeout: float) -> bool | None:
+        """The full check's answer, once it is done (for the ones that must know: tests, benches)."""
+        if self._verifier is not None:
+            self._verifier.join(timeout)
+        return self.verified
 
     def read(self, now: float, notices: list[Notice], first: bool, config: RunConfig | None,
              prev: HistoryView | None) -> HistoryView:
         """The history's view after reading what was appended; its notices go to ``notices``.
         ``prev`` (the last view) is returned again when nothing it shows changed."""
         opened_now = not self._opened
+        reread = self._stale and not opened_now
         if opened_now:
             update, notes = self._open()
             self._opened = True
+        elif reread:
+            update, notes = self._reread()
         else:
             update, notes = self.history.refresh(), []
         h = self.history
@@ -124,7 +168,7 @@ class HistoryPart:
                 notices.append(Notice(now, note.text(), note.level))
         if update.changed or first or prev is None:
             self._version += 1
-        self._say(update, now, notices, first)
+        self._say(update, now, notices, first or reread)     # a re-read's past is no news either
         if opened_now:                          # the spike scans of the rows the mirror holds, kept beside it
             restored = self.mirror.load_detectors(h, *self.findings.params(config))
             self.findings.detector = restored.get("loss", self.findings.detector)
@@ -197,6 +241,17 @@ class HistoryPart:
             self._torn_reported = 0
         self._torn_seen = h.torn_tail
 
+    def _reread(self) -> tuple[HistoryUpdate, list[MirrorNote]]:
+        """The history read anew from the file, its stale mirror forgotten (written again by
+        this read's keep_up); an update that resets what was derived from the old rows."""
+        self._stale = False
+        self.mirror.forget()
+        self.history = LossHistory(self.history.path)
+        whole = self.history.refresh()
+        note = MirrorNote(MIRROR_STALE, f"a full check found {self.history.path.name} changed in place under it: "
+                                        "read again from the file")
+        return HistoryUpdate(whole.new_steps, reset=True), [note]
+
     def _open(self) -> tuple[HistoryUpdate, list[MirrorNote]]:
         """The first read: the prefetch's hand-over when there is one, else the history opened
         through its mirror (:class:`HistoryMirror`); the update of the whole read and what was
@@ -208,6 +263,7 @@ class HistoryPart:
         notes = list(handed.notes) if handed is not None else []
         if handed is not None and handed.history is not None and handed.history.path == self.history.path:
             self.history = handed.history           # what the child read counts as this read's
+            self.mirror.opened_from = handed.opened_from        # checked whole after the first frame
             if any(n.kind == MIRROR_NOT_SAVED for n in notes):
                 self.mirror.failed_at = self.history._offset       # the child tried: not again at once
             return handed.update.then(self.history.refresh()), notes

@@ -50,6 +50,9 @@ class Handover(NamedTuple):
     history: "LossHistory | None"
     update: "HistoryUpdate | None"
     notes: "list[MirrorNote]"
+    # The source of the mirror the child's read began from (None: it parsed it all), to be
+    # checked whole by the console after its first frame like a mirror it opened itself.
+    opened_from: "dict | None" = None
 
 
 class HistoryPrefetch:
@@ -165,7 +168,7 @@ def _child(path: Path, data_fd: int, spikes: tuple[int | None, float | None]) ->
         with open(data_fd, "wb", closefd=False) as out:
             # The mirror holds nearly all of the read: the parent maps it instead of receiving a copy.
             mapped = mirror.mirrored_to is not None and history._offset - mirror.mirrored_to < PREFETCH_MIN_BYTES
-            _send(out, None if mapped else history, update, notes)
+            _send(out, None if mapped else history, update, notes, mirror.opened_from)
         code = 0
     finally:
         os._exit(code)            # no atexit handlers, no inherited buffers flushed; closes the done pipe
@@ -194,10 +197,11 @@ def _scan_spikes(history: "LossHistory", run_dir: Path, spikes: tuple[int | None
         found.clear()
 
 
-def _send(out, history: "LossHistory | None", update: "HistoryUpdate", notes: "list[MirrorNote]") -> None:
+def _send(out, history: "LossHistory | None", update: "HistoryUpdate", notes: "list[MirrorNote]",
+          opened_from: dict | None = None) -> None:
     meta, columns = history.state_dict() if history is not None else (None, {})
     header = json.dumps({
-        "meta": meta, "notes": [[n.kind, n.reason] for n in notes],
+        "meta": meta, "notes": [[n.kind, n.reason] for n in notes], "opened_from": opened_from,
         "update": {"new_steps": update.new_steps, "new_events": len(update.new_events),
                    "new_problems": update.new_problems, "new_nonfinite": update.new_nonfinite,
                    "rewound": update.rewound, "reset": update.reset, "new_bad_lines": update.new_bad_lines},
@@ -248,4 +252,5 @@ def _receive(data: bytes) -> Handover:
     new_events = history.events[len(history.events) - int(u["new_events"]):] if u["new_events"] else []
     update = HistoryUpdate(int(u["new_steps"]), new_events, list(u["new_problems"]), int(u["new_nonfinite"]),
                            bool(u["rewound"]), bool(u["reset"]), int(u.get("new_bad_lines", 0)))
-    return Handover(history, update, notes)
+    opened_from = header.get("opened_from")
+    return Handover(history, update, notes, opened_from if isinstance(opened_from, dict) else None)

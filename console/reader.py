@@ -173,6 +173,11 @@ class RunReader:
     def snapshot(self) -> RunSnapshot | None:
         return self._snapshot
 
+    def verify_history_mirror(self, on_stale: Callable[[], None]) -> bool:
+        """After the first frame: check the history's mirror whole in the background
+        (:meth:`HistoryPart.verify_mirror`); ``on_stale`` asks for a read of the history."""
+        return self._history.verify_mirror(on_stale)
+
     def expect_checkpoint(self, request: CheckpointRequest) -> None:
         """A checkpoint was requested (SIGUSR1 sent): the read that sees it land says so, once,
         in its notice. Safe to call from any thread."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -68,18 +69,49 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+# A temporary is created, never reused: O_EXCL fails on any name already there (a symlink
+# planted at it included, which is not followed), and the name holds a random part that no
+# one can guess ahead of the write (nor a writer of the same pid on another host sharing the
+# directory pick as well). The pid stays last: remove_stale_temps reads it.
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_CREATE_TRIES = 16
+
+
 def temp_path_for(path: Path) -> Path:
-    """The temporary name used while ``path`` is being written (same directory)."""
-    return path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}")
+    """A fresh temporary name for writing ``path`` (same directory):
+    ``.tmp-NAME.RANDOM.PID``, a new random part at each call."""
+    return path.with_name(f"{TMP_PREFIX}{path.name}.{secrets.token_hex(6)}.{os.getpid()}")
 
 
-def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | memoryview | int],
+def create_temp(path: Path) -> tuple[int, Path]:
+    """Create a new temporary file for writing ``path``; its fd and name. Never opens a file
+    that was already there, and never follows a symlink."""
+    for attempt in range(_CREATE_TRIES):
+        tmp = temp_path_for(path)
+        try:
+            return os.open(tmp, _CREATE_FLAGS, 0o644), tmp
+        except FileExistsError:
+            if attempt == _CREATE_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
+    while view:
+        written = os.pwrite(fd, view, at)
+        view, at = view[written:], at + written
+
+
+def atomic_write_chunks(path: str | os.PathLike[str],
+                        chunks: Iterator[bytes | memoryview | int | tuple[int, bytes | memoryview]],
                         on_chunk: Callable[[bytes | memoryview], None] | None = None,
                         durable: bool = True) -> int:
     """Write ``chunks`` to ``path`` atomically and return the number of bytes written.
 
     A chunk that is an ``int`` is that many zero bytes, left as a hole (skipped, not
-    written: they cost neither the copy nor the disk) and not shown to ``on_chunk``.
+    written: they cost neither the copy nor the disk) and not shown to ``on_chunk``. A chunk
+    that is a tuple ``(offset, data)`` is written at that offset, over what was written or
+    skipped there (a header known only at the end), and is not shown to ``on_chunk`` either.
 
     ``on_chunk`` sees every chunk as it is written (used to checksum while writing,
     never by a second read). On any error the temporary file is removed and the
@@ -89,14 +121,16 @@ def atomic_write_chunks(path: str | os.PathLike[str], chunks: Iterator[bytes | m
     rewritten every step and snapshotted durably elsewhere (``.state.json``).
     """
     path = Path(path)
-    tmp = temp_path_for(path)
     total = 0
     limit = _enospc_limit()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd, tmp = create_temp(path)
     try:
         for chunk in chunks:
             if isinstance(chunk, int):
                 total = os.lseek(fd, chunk, os.SEEK_CUR)
+                continue
+            if isinstance(chunk, tuple):                # (offset, bytes): a header known last
+                _pwrite_all(fd, memoryview(chunk[1]).cast("B"), chunk[0])
                 continue
             view = memoryview(chunk).cast("B")
             if on_chunk is not None:

@@ -4,22 +4,85 @@ The history's columnar mirror (:mod:`rundir.history.mirror`) lives here; the con
 start-up reads a mirror's header before it forks (:mod:`console.prefetch`), when nothing
 but the standard library has been imported yet, so the paths and the header's framing are
 spelled here, once, for both.
+
+A cache file is data from elsewhere, like a run's files: the cache may sit on a home
+directory that other hosts share, and anything may have been put there. Every cache file is
+opened without following a symlink and without blocking, regular files only
+(:func:`open_cache_file`), read bounded, and a mirror's header carries its own CRC-32: a
+header torn, half-written or changed by hand is refused before a field of it is looked at.
 """
 
 from __future__ import annotations
 
+import binascii
 import json
 import os
+import stat
 import struct
 from pathlib import Path
 from typing import Any
 
 CACHE_ENV = "ANDREA_CACHE_DIR"
-MIRROR_MAGIC = b"andrea-history-mirror\n"
-MIRROR_HEADER_LENGTH = struct.Struct("<Q")
+# Version 3 of the framing: the header's length and its CRC-32 after the magic.
+MIRROR_MAGIC = b"andrea-history-mirror 3\n"
+OLDER_MIRROR_MAGIC = b"andrea-history-mirror\n"
+MIRROR_HEADER_LENGTH = struct.Struct("<QI")
 # A header longer than this is no header of ours (it holds the reader's state: events and
 # a few problems, bounded by the reader's limits).
 MAX_HEADER_BYTES = 64 << 20
+_OPEN_FLAGS = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+
+
+def open_cache_file(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """Open a cache file read-only: never through a symlink (ELOOP), never blocking on a FIFO,
+    and only a regular file (``ValueError`` otherwise). The fd and its stat; the caller closes it."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{Path(path).name} in the cache is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_cache_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The whole of a cache file of at most ``max_bytes`` (:func:`open_cache_file`'s checks);
+    ``ValueError`` when it is larger, ``OSError`` when it cannot be read."""
+    fd, st = open_cache_file(path)
+    try:
+        if st.st_size > max_bytes:
+            raise ValueError(f"{Path(path).name} in the cache is larger than {max_bytes} bytes")
+        data = os.pread(fd, max_bytes + 1, 0)
+        if len(data) > max_bytes:
+            raise ValueError(f"{Path(path).name} in the cache grew past {max_bytes} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
+def frame_header(header: bytes) -> bytes:
+    """A mirror's first bytes: the magic, the header's length and CRC-32, the header."""
+    return MIRROR_MAGIC + MIRROR_HEADER_LENGTH.pack(len(header), binascii.crc32(header)) + header
+
+
+def header_bytes(read_at) -> bytes:
+    """The header of a mirror whose bytes ``read_at(offset, length)`` reads, its CRC checked;
+    ``ValueError`` naming what is wrong."""
+    head = read_at(0, len(MIRROR_MAGIC) + MIRROR_HEADER_LENGTH.size)
+    if not head.startswith(MIRROR_MAGIC):
+        raise ValueError("of an older version" if head.startswith(OLDER_MIRROR_MAGIC) else "not a mirror")
+    if len(head) != len(MIRROR_MAGIC) + MIRROR_HEADER_LENGTH.size:
+        raise ValueError("torn")
+    length, crc = MIRROR_HEADER_LENGTH.unpack_from(head, len(MIRROR_MAGIC))
+    if length > MAX_HEADER_BYTES:
+        raise ValueError("a header too long")
+    header = read_at(len(head), length)
+    if len(header) != length or binascii.crc32(header) != crc:
+        raise ValueError("a header torn or changed")
+    return header
 
 
 def loads_header(data: bytes | memoryview) -> Any:
@@ -32,7 +95,11 @@ def loads_header(data: bytes | memoryview) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
+        pass
+    try:
         return json.loads(bytes(data))
+    except RecursionError:                 # nested past the interpreter's limit (orjson stops at 1,024)
+        raise ValueError("JSON nested too deep") from None
 
 
 def cache_dir() -> Path:
@@ -58,14 +125,11 @@ def mirror_source(history_path: Path) -> dict[str, Any] | None:
     ``covered``: the history's bytes it holds, ...), or None when there is none or it cannot
     be read. Not a check: :func:`rundir.history.mirror.open_mirror` checks the bytes."""
     try:
-        with open(mirror_path(history_path), "rb") as fh:
-            head = fh.read(len(MIRROR_MAGIC) + MIRROR_HEADER_LENGTH.size)
-            if len(head) != len(MIRROR_MAGIC) + MIRROR_HEADER_LENGTH.size or not head.startswith(MIRROR_MAGIC):
-                return None
-            (length,) = MIRROR_HEADER_LENGTH.unpack_from(head, len(MIRROR_MAGIC))
-            if length > MAX_HEADER_BYTES:
-                return None
-            source = loads_header(fh.read(length))["source"]
+        fd, _ = open_cache_file(mirror_path(history_path))
+        try:
+            source = loads_header(header_bytes(lambda at, n: os.pread(fd, n, at)))["source"]
+        finally:
+            os.close(fd)
         return source if isinstance(source, dict) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -9,10 +9,12 @@ from ..format import LINE_LIMIT, printable
 from .levels import Level
 
 # What a read did with the history's mirror (rundir.history.mirror) that is worth saying:
-# the mirror did not match the history and was made again, or the cache could not be written
-# (the next start parses again). A mirror used, or made for the first time, is not news.
-MIRROR_REBUILT, MIRROR_NOT_SAVED = "rebuilt", "not saved"
-MIRROR_NOTES = (MIRROR_REBUILT, MIRROR_NOT_SAVED)
+# the mirror did not match the history and was made again, the cache could not be written
+# (the next start parses again), or a mirror used was found stale by its full check after
+# the first frame (the history was re-read from the file). A mirror used, or made for the
+# first time, is not news.
+MIRROR_REBUILT, MIRROR_NOT_SAVED, MIRROR_STALE = "rebuilt", "not saved", "stale"
+MIRROR_NOTES = (MIRROR_REBUILT, MIRROR_NOT_SAVED, MIRROR_STALE)
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,12 @@ class MirrorNote:
 
     @property
     def level(self) -> Level:
-        return Level.WARNING if self.kind == MIRROR_NOT_SAVED else Level.INFO
+        return Level.WARNING if self.kind in (MIRROR_NOT_SAVED, MIRROR_STALE) else Level.INFO
 
     def text(self) -> str:
         """One line: what happened, why, and what it costs."""
         if self.kind == MIRROR_REBUILT:
             return f"history mirror rebuilt: {self.reason}"
+        if self.kind == MIRROR_STALE:
+            return f"history mirror stale: {self.reason} (what was shown until now came from it)"
         return f"history mirror not saved: {self.reason} (the next start parses the history again)"
