@@ -36,6 +36,7 @@ import textual_serve
 from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
+from yarl import URL
 
 from rundir.text import printable
 
@@ -84,6 +85,19 @@ def is_loopback_name(name: str | None) -> bool:
         return False
 
 
+def same_origin(origin: str, request: web.Request) -> bool:
+    """Whether an Origin header names this server: an origin is a scheme, a host and a port (a
+    default port written or left out alike), so ``https://HOST:PORT`` is not this plain-HTTP
+    server's, whatever its host and port."""
+    try:
+        url = URL(origin)
+    except ValueError:
+        return False
+    if not url.absolute:
+        return False
+    return (url.scheme, url.host, url.port) == (request.scheme, request.url.host, request.url.port)
+
+
 def cookie_name(port: int) -> str:
     # Cookies are per host, not per port: two servers on one host keep theirs apart.
     return f"andrea-console-token-{port}"
@@ -102,7 +116,7 @@ class Gate:
         if self.loopback and not is_loopback_name(request.url.host):
             return "this server answers to localhost only"
         origin = request.headers.get("Origin")
-        if request.path == "/ws" and origin is not None and origin.split("://", 1)[-1] != request.host:
+        if request.path == "/ws" and origin is not None and not same_origin(origin, request):
             return f"a websocket from another origin ({printable(origin, 80)})"
         if self.token is None:
             return None

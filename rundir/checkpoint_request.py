@@ -11,21 +11,25 @@ and host the console could reach, and however the job was launched.
 A request names the trainer it is for (the pid record's identity: pid, host, start
 stamps). Rank 0 takes only a request addressed to itself; one addressed to another
 trainer (left by a console whose trainer stopped before it answered) or one it cannot
-read is removed and said, never answered. Writing a request signals nothing: it only
-asks a trainer that looks for it.
+read is removed and said, never answered. Something at the request's path that is not a
+regular file (a directory, a FIFO, a symlink: a console only ever writes a regular one) is
+never opened nor removed: it is said once and left alone until it changes, and so is a
+request that cannot be removed (:attr:`TakenRequest.left`). Writing a request signals
+nothing: it only asks a trainer that looks for it.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import atomic_write_json
 from .layout import CHECKPOINT_REQUEST
-from .safe_read import read_json_object
+from .safe_read import file_kind, read_json_object
 from .text import printable
 from .trainer_record import TrainerRecord
 
@@ -56,6 +60,9 @@ class TakenRequest:
     answer: bool
     request: CheckpointRequest | None = None
     note: str = ""
+    # What was left in place, not taken (type, device, inode, mtime): the same again next
+    # time is the same thing, said already; None when nothing was left.
+    left: tuple[int, int, int, int] | None = None
 
 
 def request_path(run_dir: str | os.PathLike[str]) -> Path:
@@ -87,6 +94,17 @@ def take_request(run_dir: str | os.PathLike[str], record: TrainerRecord) -> Take
     """Rank 0, at a step boundary: the request in ``run_dir``, removed (taken once). None when
     there is none. Never raises."""
     path = request_path(run_dir)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:                # the directory cannot be searched: said once while the error lasts
+        return TakenRequest(False, note=f"{CHECKPOINT_REQUEST} cannot be looked at ({err}): not answered",
+                            left=(0, err.errno or 0, 0, 0))
+    left = (stat.S_IFMT(st.st_mode), st.st_dev, st.st_ino, st.st_mtime_ns)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
+        return TakenRequest(False, note=f"{CHECKPOINT_REQUEST} is {kind}, not a request: left alone", left=left)
     read = read_json_object(path, REQUEST_MAX)
     if read.missing:
         return None
@@ -95,7 +113,8 @@ def take_request(run_dir: str | os.PathLike[str], record: TrainerRecord) -> Take
     except FileNotFoundError:
         return None                       # taken by another reader: not ours to answer
     except OSError as err:
-        return TakenRequest(False, note=f"{CHECKPOINT_REQUEST} could not be removed ({err}): not answered")
+        return TakenRequest(False, note=f"{CHECKPOINT_REQUEST} could not be removed ({err}): not answered",
+                            left=left)
     if not read.ok:
         return TakenRequest(False, note=f"removed an unreadable {CHECKPOINT_REQUEST}: {read.error}")
     request, why = _parse(read.value)

@@ -108,12 +108,14 @@ class SignalFlags:
 class RequestWatch:
     """Looks for ``.checkpoint_request.json`` (at most every ``every`` seconds, when asked at a
     step boundary) and notes a request addressed to ``record`` in the flags; a stale or
-    unreadable one is removed and said through ``say``."""
+    unreadable one is removed and said through ``say``; one left in place (not a regular
+    file, or not removable) is said once, and again only once it has changed."""
 
     def __init__(self, run_dir: str | os.PathLike[str], record: TrainerRecord, say: Callable[[str], None],
                  every: float = POLL_S):
         self.run_dir, self.record, self.say, self.every = run_dir, record, say, every
         self._looked = float("-inf")
+        self._said_left: tuple[int, int, int, int] | None = None
 
     def poll(self, flags: SignalFlags) -> None:
         now = time.monotonic()
@@ -121,7 +123,8 @@ class RequestWatch:
             return
         self._looked = now
         taken = take_request(self.run_dir, self.record)
-        if taken is None:
+        left, self._said_left = self._said_left, taken.left if taken is not None else None
+        if taken is None or (taken.left is not None and taken.left == left):
             return
         if taken.answer:
             assert taken.request is not None

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from rundir.layout import EVENT_RESUME, EVENT_START
+from rundir.text import printable
 
 if TYPE_CHECKING:
     from .snapshot import HistoryView
@@ -173,16 +174,18 @@ FAMILIES: dict[str, SeriesSpec] = {spec.name: spec for spec in (
 
 
 def spec_of(name: str) -> SeriesSpec:
-    """The spec of any series name (a column no table names gets its name as its label)."""
+    """The spec of any series name (a column no table names gets its name as its label).
+    The label is what every view shows, so the part of it that comes from the history (an
+    arm's name, a key's) is made printable here, once."""
     if name in SERIES:
         return SERIES[name]
     family, _, arm = name.partition(FAMILY_SEP)
     if arm and family == "eval_loss":
-        return SeriesSpec(name, f"eval loss · {arm}", derive=_eval_loss)
+        return SeriesSpec(name, f"eval loss · {printable(arm)}", derive=_eval_loss)
     if arm and family in FAMILIES:
         base = FAMILIES[family]
-        return SeriesSpec(name, f"{base.label} · {arm}", base.unit, base.derive, base.needs, base.percent)
-    return SeriesSpec(name, name)
+        return SeriesSpec(name, f"{base.label} · {printable(arm)}", base.unit, base.derive, base.needs, base.percent)
+    return SeriesSpec(name, printable(name))
 
 
 def _memo(h: "HistoryView") -> dict:

@@ -58,10 +58,11 @@ def differences_table(names: list[str], rows: list[DiffRow]) -> Table | Text:
         return Text("run.toml and start events: the same in every run compared", style="grey50")
     table = Table(box=None, expand=True, padding=(0, 1), header_style="bold")
     table.add_column("differs", style="cyan", no_wrap=True, overflow="ellipsis", ratio=3)
+    # Text, not str: a Table parses a str as markup, and a key or value from a file may look like it.
     for name in names:
-        table.add_column(printable(name, 30), no_wrap=True, overflow="ellipsis", ratio=2)
+        table.add_column(Text(printable(name, 30)), no_wrap=True, overflow="ellipsis", ratio=2)
     for row in rows:
-        table.add_row(printable(row.key, LINE_LIMIT), *(printable(v, LINE_LIMIT) for v in row.values))
+        table.add_row(Text(printable(row.key, LINE_LIMIT)), *(Text(printable(v, LINE_LIMIT)) for v in row.values))
     return table
 
 

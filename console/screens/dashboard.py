@@ -19,7 +19,7 @@ from textual.widget import Widget
 
 from ..keys import RUN_KEYS, VIEW_KEYS, bindings, hints, pane_keys
 from ..messages import DetailRequested
-from ..model.series import DEFAULT_GRID, available
+from ..model.series import DEFAULT_GRID, available, spec_of
 from ..model.snapshot import Notice, RunSnapshot
 from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
                        StatusPane)
@@ -182,7 +182,8 @@ class DashboardScreen(Screen):
         def picked(name: str | None) -> None:
             if name is not None:
                 plot.series = name
-        self.app.push_screen(SeriesPicker(names, plot.series, f"series of the {plot.border_title} plot"), picked)
+        self.app.push_screen(SeriesPicker(names, plot.series, f"series of the {spec_of(plot.series).label} plot"),
+                             picked)
 
     def action_zoom(self, factor: float) -> None:
         self.active_plot.zoom_by(factor)

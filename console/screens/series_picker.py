@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from ..format import printable
 from ..model.series import spec_of
 
 
@@ -27,9 +28,11 @@ class SeriesPicker(ModalScreen[str | None]):
         self.title_text = title
 
     def compose(self) -> ComposeResult:
-        width = max(len(n) for n in self.names)
-        options = OptionList(*(Option(Text.assemble((name.ljust(width), "bold"), "  ", (spec_of(name).label, "grey62")),
-                                      id=str(i)) for i, name in enumerate(self.names)), id="series-list")
+        shown = [printable(name) for name in self.names]          # a name from the history
+        width = max(len(n) for n in shown)
+        options = OptionList(*(Option(Text.assemble((text.ljust(width), "bold"), "  ", (spec_of(name).label, "grey62")),
+                                      id=str(i)) for i, (name, text) in enumerate(zip(self.names, shown))),
+                             id="series-list")
         options.border_title = Text(self.title_text)
         options.border_subtitle = "↑↓ move · Enter pick · Esc close"
         yield options

@@ -39,7 +39,7 @@ class ComparePlot(Widget):
         return out or ["loss"]
 
     def watch_metric(self, name: str) -> None:
-        self.border_title = f"{spec_of(name).label}, compared"
+        self.border_title = Text(f"{spec_of(name).label}, compared")      # no markup: a name from a history
         self.refresh()
 
     def run_values(self, run: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

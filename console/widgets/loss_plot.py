@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 from rich.segment import Segment
+from rich.text import Text
 from textual import events
 from textual.message import Message
 from textual.reactive import reactive, var
@@ -66,7 +67,7 @@ class LossPlot(Widget):
         self.window_steps = window_steps
         self.set_reactive(LossPlot.smoothing, smoothing)
         self.set_reactive(LossPlot.series, series)
-        self.border_title = spec_of(series).label
+        self.border_title = Text(spec_of(series).label)      # no markup: a name from the history
         self._history: HistoryView | None = None
         self._markers: tuple[Marker, ...] = ()
         # The versions of the snapshot's history and markers drawn: the render cache's key.
@@ -172,7 +173,7 @@ class LossPlot(Widget):
         self._options_changed()
 
     def watch_series(self, name: str) -> None:
-        self.border_title = spec_of(name).label
+        self.border_title = Text(spec_of(name).label)
         self._options_changed()
 
     def watch_zoom(self) -> None:

@@ -182,7 +182,8 @@ def detail_table(fields: list[tuple[str, str | Text]]) -> Table:
     table.add_column(style="grey62", no_wrap=True)
     table.add_column(overflow="fold")
     for label, value in fields:
-        table.add_row(label, value)
+        # A value from the run directory may look like markup: shown as it is, never parsed.
+        table.add_row(label, Text(value) if isinstance(value, str) else value)
     return table
 
 

@@ -124,6 +124,11 @@ def test_read_only_still_refuses_another_sites_websocket(tmp_path):
         ws = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "https://elsewhere.example"}
         assert status_of(served.base + "ws?width=80&height=24", ws) == 403
+        # An origin is scheme, host and port: this server's host and port over https are
+        # another origin (issue 35: the scheme was not compared); so is an opaque one.
+        host = served.base.split("://", 1)[1].rstrip("/")
+        for origin in (f"https://{host}", f"ws://{host}", "null"):
+            assert status_of(served.base + "ws?width=80&height=24", {**ws, "Origin": origin}) == 403, origin
         assert status_of(served.base) == 200 and not served.tabs()
 
 
