@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -180,9 +181,14 @@ def anchors(path: Path) -> frozenset[str]:
 
 def relative_links(path: Path) -> list[str]:
     """The targets of the links of a markdown file that point inside the repository."""
-    prose, _ = split_fences(path.read_text(encoding="utf-8"))
+    return relative_links_of(path.read_text(encoding="utf-8"))
+
+
+def relative_links_of(markdown: str) -> list[str]:
+    prose, _ = split_fences(markdown)
     text = CODE_SPAN.sub("", "\n".join(prose))
-    return [t for t in LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:", t, re.I)]
+    targets = LINK.findall(text) + re.findall(r"^\s{0,3}\[[^\]]+\]:\s*<?([^\s>]+)", text, re.M)
+    return [t for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:", t, re.I)]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -190,7 +196,7 @@ def test_every_relative_link_resolves(doc):
     broken = []
     for target in relative_links(doc):
         file_part, _, anchor = target.partition("#")
-        dest = (doc.parent / file_part).resolve() if file_part else doc
+        dest = (doc.parent / unquote(file_part)).resolve() if file_part else doc
         if not dest.exists():
             broken.append(f"{target}: no such file")
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
@@ -200,6 +206,11 @@ def test_every_relative_link_resolves(doc):
 
 def test_the_contract_is_linked_from_the_readme():
     assert "docs/contract.md" in relative_links(ROOT / "README.md")
+
+
+def test_the_link_scan_finds_every_kind_of_link():
+    assert relative_links_of("[a](x.md) ![b](img/y.png \"t\") [c](https://e.org) `[d](z.md)` [e](#h)\n\n[f]: refs/f.md\n") \
+        == ["x.md", "img/y.png", "#h", "refs/f.md"]
 
 
 def test_slugs_are_githubs():
