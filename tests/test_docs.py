@@ -80,7 +80,7 @@ def table_rows(text: str) -> list[tuple[str, list[list[str]]]]:
     return tables
 
 
-def first_code_spans(cell: str) -> list[str]:
+def code_spans(cell: str) -> list[str]:
     """The code spans of a table cell (``a``, ``b``: several names in one cell)."""
     return [m.group(2).strip() for m in CODE_SPAN.finditer(cell)]
 
@@ -126,7 +126,7 @@ def contract_table(header: str) -> set[str]:
     """The names in the first column of docs/contract.md's table whose first header is ``header``."""
     found = [rows for first, rows in table_rows(CONTRACT.read_text(encoding="utf-8")) if first == header]
     assert len(found) == 1, f"docs/contract.md should have one table headed {header!r}, has {len(found)}"
-    names = {span.rstrip("/") for cells in found[0] for span in first_code_spans(cells[0])}
+    names = {span.rstrip("/") for cells in found[0] for span in code_spans(cells[0])}
     assert names, f"the {header!r} table names nothing in code spans"
     return names
 
@@ -148,7 +148,7 @@ def test_the_table_reader_finds_names_in_a_table():
     text = "| name | what |\n|---|---|\n| `a.json`, `b/` | x |\n| `c` | `not-a-name` |\n\nafter\n"
     [(first, rows)] = table_rows(text)
     assert first == "name"
-    assert [first_code_spans(cells[0]) for cells in rows] == [["a.json", "b/"], ["c"]]
+    assert [code_spans(cells[0]) for cells in rows] == [["a.json", "b/"], ["c"]]
 
 
 # -- (b) links ----------------------------------------------------------------------------
