@@ -11,6 +11,7 @@
     andrea-console RUN_DIR --json --metric NAME [--range A:B] [--points N]
                                            one series' min/max envelope, N buckets of steps
     andrea-console RUN_DIR --check         print the problems; exit 0 healthy, 1 warnings, 2 errors
+    andrea-console RUNS_DIR --check        the same for every run: one line per run with a problem
     andrea-console RUN_DIR --checkpoint    SIGUSR1 (or a checkpoint request), wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
     andrea-console RUN_DIR --pivot [--cap ARM=X]... [--floor ARM=Y]... [--drop ARM]... [--yes]
@@ -94,7 +95,8 @@ def _add_modes(p: argparse.ArgumentParser) -> None:
                       help="serve the dashboard (the overview for a runs directory) to web browsers, each tab its "
                            "own console, read-only unless --allow-control; prints the URL; Ctrl-C stops")
     mode.add_argument("--check", action="store_true",
-                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring)")
+                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring); "
+                           "on a runs directory, one line per run with a problem and the worst run's status")
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
