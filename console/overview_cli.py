@@ -20,7 +20,7 @@ def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int]
     one_run = [flag for flag, on in (("--checkpoint", args.checkpoint), ("--stop", args.stop),
                                      ("--pivot", args.pivot), ("--pivot-rollback", args.pivot_rollback),
                                      ("--rollback", args.rollback),
-                                     ("--start", args.start),
+                                     ("--start", args.start), ("--csv", args.csv),
                                      ("--inspect", args.inspect is not None or args.against)) if on]
     if one_run:
         return fail(f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})", 2)
