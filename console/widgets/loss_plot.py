@@ -27,6 +27,7 @@ from ..format import AXIS_NEEDS, X_AXES
 from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.series import UnknownSeries, is_sparse, series_values, spec_of, value_at
+from ..model.units import unit_of
 from ..ema import ema_debiased, line_dtype
 from ..plot import ABANDONED_STYLE, LABEL_WIDTH, PlotOptions, build_canvas, plot_x, render_runs
 from ..plot_view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
@@ -206,7 +207,8 @@ class LossPlot(Widget):
         if self.x_axis != "step" and self._drawn_axis == (self.x_axis, "step"):
             # The history cannot give that axis for every step: the plot is by step, and says so.
             axis = f" · x: step (not every step has {AXIS_NEEDS[self.x_axis]})"
-        return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y{axis}"
+        symbol = unit_of(self.series).symbol
+        return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y{f' in {symbol}' if symbol else ''}{axis}"
 
     def _cursor_value(self) -> str:
         h = self._history
@@ -360,6 +362,7 @@ class LossPlot(Widget):
             self.call_later(self._options_changed)          # the subtitle says which axis was drawn
         canvas = build_canvas(shown_steps, shown_values, smooth, cells, plot_h, options, self._markers, x=x,
                               x_axis=axis, abandoned=abandoned)
+        canvas.unit = unit_of(self.series)
         if canvas.empty_reason and not len(steps) and self.series != "loss":
             canvas.empty_reason = f"no {spec_of(self.series).label} in this history"
         first = int(np.searchsorted(shown_steps, shown_steps[-1] - window + 1)) if window and len(shown_steps) else 0
