@@ -98,10 +98,15 @@ VIEW_KEYS = (
     Key("full_stop", "pan(1)", "pan right", "", shown=False),
     Key("g", "grid", "grid", "plot: in the full layout, a grid of small plots in the main plot's place (loss, eval "
         "loss, grad-norm, throughput, or run.toml's console.plots); m on a focused cell changes it", shown=False),
+    Key("t", "series_table", "series table", "plot: every series in a table, one a row, in its unit: its value at "
+        "the cursor, last, min, max and mean over the steps in view with their steps, and its best (the min of a "
+        "loss, the max of a throughput) and where; ←/→ move the cursor there too, Escape or t closes it",
+        shown=False),
     Key("0", "unzoom", "all steps", "plot: the whole history again, the cursor off", shown=False),
     Key("", "", "cursor", "the plot's cursor one column left or right (the focused plot's, else the main plot's, "
         "while no pane that scrolls sideways is focused); it reads every series, the time, the tokens and the "
-        "markers at its step (a click on a plot puts it there)", display="←→"),
+        "markers at its step, as many as its line holds (t shows them all; a click on a plot puts it there)",
+        display="←→"),
     Key("left", "cursor(-1)", "cursor left", "", shown=False),
     Key("right", "cursor(1)", "cursor right", "", shown=False),
 )

@@ -23,7 +23,7 @@ from .findings import findings_json, findings_lines
 from .model.series import is_sparse, series_values, spec_of
 from .model.units import unit_of
 from .model.snapshot import RunSnapshot
-from .series_report import StepRange, on_rows, series_list
+from .series_report import StepRange, on_rows, series_list, series_table_lines
 
 if TYPE_CHECKING:           # the plot and rich are imported by the text alone: --json and --check draw nothing
     from .plot import PlotOptions
@@ -140,6 +140,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append("")
     if h.n_steps:
         lines.extend(_plot_lines(snap, width, plot_height, options, metric, step_range))
+        lines.extend(series_table_lines(h))
     lines.append(f"checkpoints ({len(snap.checkpoints)})"
                  + (f" · retention: {snap.retention.policy}" if snap.retention is not None else ""))
     if snap.storage is not None:

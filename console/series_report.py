@@ -55,16 +55,41 @@ class StepRange:
 
 
 def series_list(h: HistoryView) -> list[dict[str, Any]]:
-    """``--json``'s ``series``: each series with its number of points (finite values) and
-    its first and last step that has one."""
+    """``--json``'s ``series``: each series with its number of points (finite values), its
+    first and last step that has one, and its summary over the whole history
+    (:mod:`console.model.series_summary`: last, min, max, mean, best, with their steps)."""
+    from .model.series_summary import series_rows
+
     out = []
-    for name in available(h):
-        steps, values = series_values(h, name)
+    for row in series_rows(h):
+        steps, values = series_values(h, row.name)
         ok = np.flatnonzero(np.isfinite(values))
-        out.append({"name": name, "label": spec_of(name).label, "points": int(len(ok)),
+        out.append({"name": row.name, "label": row.label, "points": int(len(ok)),
                     "first_step": int(steps[ok[0]]) if len(ok) else None,
-                    "last_step": int(steps[ok[-1]]) if len(ok) else None})
+                    "last_step": int(steps[ok[-1]]) if len(ok) else None,
+                    "unit": spec_of(row.name).unit, "last": _num(row.last), "min": _num(row.min),
+                    "min_step": row.min_step, "max": _num(row.max), "max_step": row.max_step, "mean": _num(row.mean),
+                    "best": _num(row.best), "best_step": row.best_step})
     return out
+
+
+def _num(value: float) -> float | None:
+    """A figure for strict JSON: None where there is none (NaN)."""
+    return value if np.isfinite(value) else None
+
+
+def series_table_lines(h: HistoryView) -> list[str]:
+    """``--once``'s table of every series, one a row, in its unit (the dashboard's ``t``)."""
+    from .model.series_summary import row_cells, series_rows
+
+    rows = [row_cells(row, cursor=False) for row in series_rows(h)]
+    if not rows:
+        return []
+    head = ("series", "last", "min", "min at", "max", "max at", "mean", "best", "best at")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = lambda r: "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)       # noqa: E731
+                                     for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return [f"series ({len(rows)}; over every step)", fmt(head), *map(fmt, rows), ""]
 
 
 def metric_values(h: HistoryView, name: str, step_range: StepRange) -> tuple[np.ndarray, np.ndarray]:

@@ -179,6 +179,12 @@ class DashboardScreen(Screen):
                 plot.series = name
         self.app.push_screen(SeriesPicker(names, plot.series, f"series of the {plot.border_title} plot"), picked)
 
+    def action_series_table(self) -> None:
+        """t: every series in a table (its value at the cursor, last, min, max, mean, best)."""
+        from .series_table import SeriesTable
+
+        self.app.push_screen(SeriesTable(self))
+
     def action_zoom(self, factor: float) -> None:
         self.active_plot.zoom_by(factor)
 

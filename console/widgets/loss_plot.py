@@ -318,7 +318,8 @@ class LossPlot(Widget):
             with_cursor(runs, col, LABEL_WIDTH, range(top, len(runs) - 2))
         if not self.small and self._history is not None and runs:
             near = int((x1 - x0) / max(cells, 1) / 2) if x is None else 0
-            runs[0] = [(readout(self._history, self.cursor, self._markers, near=near)[:width], "bold")]
+            runs[0] = [(readout(self._history, self.cursor, self._markers, near=near, width=width, first=self.series),
+                        "bold")]
 
     def _style(self, name: str | None) -> Style:
         style = self._styles.get(name)

@@ -92,7 +92,14 @@ def test_zoom_and_pan_stay_inside_the_history():
 def test_headless_json_lists_the_series_and_gives_one_as_its_envelope(make_run_dir):
     run = make_run_dir(steps=600, spikes={450: 30.0})
     listed = json.loads(console(run, "--json").stdout)["series"]
-    assert listed[0] == {"name": "loss", "label": "loss", "points": 600, "first_step": 1, "last_step": 600}
+    assert {k: listed[0][k] for k in ("name", "label", "points", "first_step", "last_step")} == \
+        {"name": "loss", "label": "loss", "points": 600, "first_step": 1, "last_step": 600}
+    # The summary of each series: the loss's best is its min, the spike its max.
+    assert (listed[0]["max"], listed[0]["max_step"]) == (30.0, 450)
+    assert (listed[0]["best"], listed[0]["best_step"]) == (listed[0]["min"], listed[0]["min_step"])
+    assert listed[0]["last"] == json.loads(console(run, "--json").stdout)["history"]["last_loss"]
+    lr = next(s for s in listed if s["name"] == "lr")
+    assert lr["best"] is None and lr["best_step"] is None          # neither way is better
     assert {s["name"] for s in listed} >= {"grad_norm", "lr", "tokens_per_s", "steps_per_s"}
     r = console(run, "--json", "--metric", "loss", "--range", "400:500", "--points", "4")
     assert r.returncode == 0, r.stderr
