@@ -267,11 +267,15 @@ def _draw(grid: np.ndarray, env: Envelope, y0: float, y1: float) -> None:
 
 def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None, width: int, height: int,
                  options: PlotOptions, markers: list[Marker] = (), x: np.ndarray | None = None,
-                 x_axis: str = "step", abandoned: np.ndarray | None = None) -> Canvas:
+                 x_axis: str = "step", abandoned: np.ndarray | None = None,
+                 span: tuple[tuple[float, float], tuple[float, float] | None] | None = None) -> Canvas:
     """Decimate and draw. ``smooth`` is the EMA of the whole history (same length as ``loss``).
     ``x`` (non-decreasing, one per step) puts the steps on another axis (``x_axis``: tokens or
     time); markers, placed by step, land where their step is on it. ``abandoned`` (a mask, one
-    per step: :func:`rundir.abandoned.abandoned_mask`) takes those steps out of the lines and draws them dimmed."""
+    per step: :func:`rundir.abandoned.abandoned_mask`) takes those steps out of the lines and draws them dimmed.
+    ``span``: the steps the x axis spans and their x on ``x_axis`` (None: that of ``x``), so that
+    plots of series with fewer steps (the eval loss) line up with the others; default: the
+    steps drawn."""
     width, height = max(width, 1), max(height, 1)
     px_cols, px_rows = 2 * width, 4 * height
     raw_grid = np.zeros((px_rows, px_cols), dtype=bool)
@@ -287,6 +291,9 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     steps_shown = steps[first:]
     s = x[first:] if x is not None else steps_shown
     x0, x1 = float(s[0]), float(s[-1])
+    lo_step, hi_step = float(steps_shown[0]), float(steps_shown[-1])
+    if span is not None and (x is None or span[1] is not None):
+        (lo_step, hi_step), (x0, x1) = span[0], span[1] if x is not None else span[0]
     if x1 <= x0:
         x1 = x0 + 1.0
     canvas.note = "" if within_limit(loss[first:]) else beyond_note(int(beyond_limit(loss[first:]).sum()))
@@ -324,7 +331,6 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
         _draw(canvas.dim, env_dim, y0, y1)
     canvas.y0, canvas.y1, canvas.x0, canvas.x1 = y0, y1, x0, x1
     placed: dict[int, str] = {}
-    lo_step, hi_step = float(steps_shown[0]), float(steps_shown[-1])
     shown = [m for m in markers if lo_step <= m.step <= max(hi_step, lo_step + 1.0)]
     where = np.array([m.step for m in shown], dtype=np.float64)
     if x is not None and len(where):

@@ -321,6 +321,28 @@ class LossPlot(Widget):
             runs[0] = [(readout(self._history, self.cursor, self._markers, near=near, width=width, first=self.series),
                         "bold")]
 
+    def view_span(self, h: HistoryView) -> tuple[int, int] | None:
+        """The steps every plot spans, from the history's step lines whatever the series: the
+        zoom, else the last N steps (the window), else all (None: the history has no step)."""
+        if not len(h.step):
+            return None
+        if self.zoom is not None:
+            return self.zoom
+        last = int(h.step[-1])
+        return (max(int(h.step[0]), last - self.window + 1) if self.window else int(h.step[0])), last
+
+    @staticmethod
+    def _x_span(h: HistoryView, view: tuple[int, int] | None, axis: str):
+        """``view`` in steps and on the drawn axis (None where a column lacks its ends), so
+        that the grid's cells and the main plot span the same x (:func:`build_canvas`)."""
+        if view is None:
+            return None
+        if axis == "step":
+            return view, view
+        ends = on_rows(h, np.asarray(view, np.int64), h.tokens_column if axis == "tokens" else h.time_column)
+        ok = ends is not None and len(ends) == 2 and bool(np.all(np.isfinite(ends.astype(np.float64))))
+        return view, (float(ends[0]), float(ends[1])) if ok else None
+
     def _style(self, name: str | None) -> Style:
         style = self._styles.get(name)
         if style is None:
@@ -340,9 +362,9 @@ class LossPlot(Widget):
             return [[("reading .loss.json…", "grey50")]]
         steps, values = self.values(h)
         cells = max(1, width - LABEL_WIDTH)
-        rows = visible_rows(steps, self.zoom)
-        window = None if self.zoom is not None else self.window
-        options = PlotOptions(log_y=self.log_y, window=window, smoothing=self.smoothing)
+        view = self.view_span(h)
+        rows = visible_rows(steps, view)
+        options = PlotOptions(log_y=self.log_y, window=None, smoothing=self.smoothing)
         plot_h = max(1, height - (2 if self.small else 3))
         if is_sparse(h, self.series, steps):
             # A series of some steps only (the eval lines): the steps in view joined into a
@@ -362,12 +384,11 @@ class LossPlot(Widget):
             self._drawn_axis = (self.x_axis, axis)
             self.call_later(self._options_changed)          # the subtitle says which axis was drawn
         canvas = build_canvas(shown_steps, shown_values, smooth, cells, plot_h, options, self._markers, x=x,
-                              x_axis=axis, abandoned=abandoned)
+                              x_axis=axis, abandoned=abandoned, span=self._x_span(h, view, axis))
         canvas.unit = unit_of(self.series)
         if canvas.empty_reason and not len(steps) and self.series != "loss":
             canvas.empty_reason = f"no {spec_of(self.series).label} in this history"
-        first = int(np.searchsorted(shown_steps, shown_steps[-1] - window + 1)) if window and len(shown_steps) else 0
-        self._frame = (canvas.x0, canvas.x1, cells, shown_steps[first:], x[first:] if x is not None else None)
+        self._frame = (canvas.x0, canvas.x1, cells, shown_steps, x)
         lines = render_runs(canvas, label_width=LABEL_WIDTH)
         if self.small:
             return lines

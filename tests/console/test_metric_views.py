@@ -101,3 +101,26 @@ def test_once_has_the_table_of_every_series_in_its_units(tmp_path, capsys):
     rows = {line.split()[0]: line for line in out[at + 2:at + 21]}
     assert rows["gpu_mem_used"].split()[1:3] == ["27.94", "GiB"] and "3.00e-03" in rows["lr"]
     assert rows["loss"].split()[-1] == rows["loss"].split()[3]     # the loss's best is its min, at its step
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("axis", ["step", "tokens"])
+async def test_the_grid_s_x_axes_line_up_whatever_steps_each_series_has(tmp_path, axis):
+    app = app_for(series_run(tmp_path))
+    async with app.run_test(size=BIG) as pilot:
+        await settled(pilot)
+        await pilot.press("g")
+        await pilot.pause()
+        cells = [app.dashboard.query_one(f"#grid-{i}", LossPlot) for i in range(4)]
+        assert [c.series for c in cells][:2] == ["loss", "eval_loss"]      # the eval loss: every 100 steps
+        for cell in cells:
+            cell.x_axis = axis
+        await pilot.pause()
+        frames = [(c._frame[0], c._frame[1]) for c in cells]
+        assert len(set(frames)) == 1, frames
+        assert frames[0][0] == (1 if axis == "step" else 512)
+        x_labels = {lines_of(c)[-1].strip() for c in cells}
+        assert len(x_labels) == 1, x_labels
+        await pilot.press("z")                                     # zoomed: still the same steps
+        await pilot.pause()
+        assert len({(c._frame[0], c._frame[1]) for c in cells}) == 1
