@@ -45,7 +45,10 @@ def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
         view = plain_view(history)
         series.append((name, view.step, view.tokens_column, view.loss, view))
         try:
-            config = load_run_config(path).to_dict()
+            loaded = load_run_config(path)
+            config = loaded.to_dict()
+            # Unset, the eval cadence follows the checkpoints': the value the run evaluated at.
+            config["run"]["eval_every"] = loaded.run.eval_cadence
         except (ConfigError, OSError):
             config = None                   # another engine's run, or one the dashboard says is broken
         settings.append((config, start_data(history.events)))
