@@ -109,6 +109,8 @@ VIEW_KEYS = (
         display="←→"),
     Key("left", "cursor(-1)", "cursor left", "", shown=False),
     Key("right", "cursor(1)", "cursor right", "", shown=False),
+    # The plot keys named in the key bar, after the run's keys, where they fit (the help says each).
+    Key("", "", "plot", "", display="m t z , . 0 ←→", shown=False, hint=True),
 )
 
 # Bound on the plots themselves: they act only while a plot is focused.

@@ -39,6 +39,9 @@ FIRST_PANE = "events"
 # The dashboard's keys: the run's, then those that move among the panes (README's key
 # table ends with the hints the key bar says after the keys).
 DASHBOARD_KEYS = (*RUN_KEYS, *pane_keys(PANES, f"{FULL_FROM.width}x{FULL_FROM.height}"), *VIEW_KEYS)
+# The key bar's hints in the order it keeps them as the width shrinks: Tab last (the number
+# keys do what it does), so that at 160 columns the plot's keys are named.
+BAR_HINTS = hints(tuple(sorted(DASHBOARD_KEYS, key=lambda k: k.key == "tab")))
 
 
 class DashboardScreen(Screen):
@@ -89,9 +92,9 @@ class DashboardScreen(Screen):
                     yield ProblemsBar(id="problems")
                     yield EventLog(id="events", classes="pane")
                 yield SamplesPane(id="samples", classes="pane")
-        # The panes' keys are said where there is room; in the compact layout the tab strip
-        # says them too.
-        yield KeyBar(hints=hints(DASHBOARD_KEYS))
+        # The panes' and the plot's keys are said where there is room (BAR_HINTS); in the
+        # compact layout the tab strip says the panes too.
+        yield KeyBar(hints=BAR_HINTS)
 
     _ready = False
     _early_notices: list[Notice]

@@ -86,6 +86,7 @@ class LossPlot(Widget):
         self._drag_from: int | None = None
         self._styles: dict[str | None, Style] = {}
         self._drawn_axis: tuple[str, str] | None = None     # (the x axis asked for, the one drawn)
+        self._sparse = False            # the series drawn has some steps only: its points joined, not smoothed
 
     # -- data ------------------------------------------------------------------
     # The dashboard's snapshot, bound to it (``data_bind``): each new one is plotted straight
@@ -203,6 +204,8 @@ class LossPlot(Widget):
         if self.zoom is not None:
             window = zoom_text(self.zoom)
         ema = f"EMA {self.smoothing:g}" if self.smoothing > 0 else "EMA off"
+        if self._sparse:
+            ema = "points joined, not smoothed"
         axis = "" if self.x_axis == "step" else f" · x: {'wall clock' if self.x_axis == 'time' else 'tokens'}"
         if self.x_axis != "step" and self._drawn_axis == (self.x_axis, "step"):
             # The history cannot give that axis for every step: the plot is by step, and says so.
@@ -366,7 +369,11 @@ class LossPlot(Widget):
         rows = visible_rows(steps, view)
         options = PlotOptions(log_y=self.log_y, window=None, smoothing=self.smoothing)
         plot_h = max(1, height - (2 if self.small else 3))
-        if is_sparse(h, self.series, steps):
+        sparse = is_sparse(h, self.series, steps)
+        if sparse != self._sparse:
+            self._sparse = sparse
+            self.call_later(self._options_changed)          # the subtitle says it is not smoothed
+        if sparse:
             # A series of some steps only (the eval lines): the steps in view joined into a
             # line (not dots), not smoothed, and not dimmed (a rollback's steps are the step lines').
             shown_steps, shown_values = joined(steps[rows], values[rows], 2 * cells)
@@ -392,23 +399,24 @@ class LossPlot(Widget):
         lines = render_runs(canvas, label_width=LABEL_WIDTH)
         if self.small:
             return lines
-        legend = legend_runs({m.kind for m in self._markers}, abandoned is not None and abandoned.any(), width)
+        legend = legend_runs({m.kind for m in self._markers}, abandoned is not None and abandoned.any(), width,
+                             sparse)
         return [legend, *lines]
 
 
-def legend_runs(shown: set[str], abandoned: bool, width: int) -> list[tuple[str, str | None]]:
+def legend_runs(shown: set[str], abandoned: bool, width: int, sparse: bool = False) -> list[tuple[str, str | None]]:
     """The legend line at ``width``: every entry whole or not at all (a cut "< rewind"
     would leave a "<" that says nothing). Where they do not all fit the entries move
     closer, then the common markers the plot does not show go, then "raw smoothed",
     then the common markers it shows; a rare marker (named only when the plot shows one)
-    stays."""
-    entries: list[tuple[list[tuple[str, str | None]], int]] = [     # (runs, how late it goes: higher first)
-        ([("raw", "grey62"), (" ", None), ("smoothed", "bold green")], 2)]
+    stays. A ``sparse`` series (the eval loss) is its points joined, not raw and smoothed."""
+    lines = [("points joined", "grey62")] if sparse else [("raw", "grey62"), (" ", None), ("smoothed", "bold green")]
+    entries: list[tuple[list[tuple[str, str | None]], int]] = [(lines, 2)]     # (runs, how late it goes: higher first)
     for kind, spec in MARKER_KINDS.items():
         if spec.rare and kind not in shown:
             continue
         drop = 0 if spec.rare else (1 if kind in shown else 3)
-        entries.append(([(spec.glyph, spec.style), (f" {kind}", "grey62")], drop))
+        entries.append(([(spec.glyph, spec.style), (f" {spec.legend}", "grey62")], drop))
     if abandoned:
         entries.append(([("abandoned", ABANDONED_STYLE)], 0))
 

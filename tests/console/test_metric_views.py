@@ -124,3 +124,121 @@ async def test_the_grid_s_x_axes_line_up_whatever_steps_each_series_has(tmp_path
         await pilot.press("z")                                     # zoomed: still the same steps
         await pilot.pause()
         assert len({(c._frame[0], c._frame[1]) for c in cells}) == 1
+
+
+@pytest.mark.asyncio
+async def test_the_checkpoints_pane_s_age_reads_as_the_status_pane_s(tmp_path):
+    from console.app import ConsoleApp
+    from console.reader import RunReader
+    from console.widgets import CheckpointsPane, StatusPane
+    from tests.rundirs import EPOCH
+
+    run = make_run(tmp_path / "run", RunSpec(steps=100, checkpoints=(100,)))
+    clock = [EPOCH + 50 + 13]                       # the checkpoint at step 100 was written at EPOCH + 50
+    reader = RunReader(run, now=lambda: clock[0], free_space=lambda _: 500 << 30)
+    app = ConsoleApp(run, now=lambda: clock[0], watch=False, tick=None, reader=reader)
+    async with app.run_test(size=BIG) as pilot:
+        await settled(pilot)
+        for seconds in (16, 19):
+            clock[0] = EPOCH + 50 + seconds
+            app.dashboard.watch_snapshot(app.dashboard.snapshot)
+            await pilot.pause()
+            status = app.dashboard.query_one(StatusPane).content.plain
+            table = app.dashboard.query_one(CheckpointsPane).content.plain
+            assert f"step 100 · {seconds}s ago" in status
+            assert table.splitlines()[1].split()[:2] == ["100", f"{seconds}s"], table
+
+
+def grad_spiked_series_run(tmp_path):
+    """The series run with one grad-norm spike at step 1,250 (a ∇ marker)."""
+    import json
+
+    run = series_run(tmp_path)
+    lines = (run / ".loss.json").read_text().splitlines()
+    edited = [json.dumps({**rec, "grad_norm": 50.0}) if (rec := json.loads(line)).get("step") == 1250
+              and "loss" in rec else line for line in lines]
+    (run / ".loss.json").write_text("\n".join(edited) + "\n")
+    return run
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [NARROW, BIG])
+async def test_the_legend_names_what_the_plot_draws(tmp_path, size):
+    app = app_for(grad_spiked_series_run(tmp_path))
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot)
+        plot = app.dashboard.plot
+        legend = lines_of(plot)[0]
+        assert "∇ grad-norm spike" in legend and "grad_spike" not in legend
+        assert legend.split()[:2] == ["raw", "smoothed"] and "EMA 0.98" in str(plot.border_subtitle)
+        plot.series = "eval_loss"                       # every 100 steps: its points joined, not smoothed
+        await pilot.pause()
+        legend = lines_of(plot)[0]
+        await pilot.pause()
+        assert legend.split()[:2] == ["points", "joined"] and "smoothed" not in legend
+        assert "points joined, not smoothed" in str(plot.border_subtitle)
+        assert "EMA" not in str(plot.border_subtitle)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [NARROW, BIG])
+async def test_a_read_only_key_bar_offers_no_key_that_it_refuses(tmp_path, size):
+    from console.widgets import KeyBar
+
+    app = app_for(series_run(tmp_path), read_only=True)
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot)
+        bar = str(app.dashboard.query_one(KeyBar).render())
+        assert bar.startswith("read-only") and "? help" in bar
+        for word in ("checkpoint", "stop", "pivot", "rollback"):
+            assert word not in bar, bar
+
+
+@pytest.mark.asyncio
+async def test_the_key_bar_names_the_plot_keys_where_they_fit(tmp_path):
+    from console.widgets import KeyBar
+
+    app = app_for(series_run(tmp_path))
+    async with app.run_test(size=BIG) as pilot:
+        await settled(pilot)
+        bar = str(app.dashboard.query_one(KeyBar).render())
+        assert "m t z , . 0 ←→ plot" in bar and "1-6 panes" in bar and "⏎ detail" in bar
+
+
+@pytest.mark.asyncio
+async def test_the_series_picker_s_rows_are_one_line_each_at_160_columns(tmp_path):
+    from textual.widgets import OptionList
+
+    app = app_for(series_run(tmp_path))
+    async with app.run_test(size=BIG) as pilot:
+        await settled(pilot)
+        await pilot.press("m")
+        await pilot.pause()
+        options = app.screen.query_one(OptionList)
+        assert options.option_count == 19
+        assert options.virtual_size.height == options.option_count         # no row wraps
+        assert options.size.width >= len("eval_loss/stdlib-docstrings  eval loss · stdlib-docstrings")
+
+
+def test_checkpoints_moved_to_an_archive_are_said_moved_and_a_stop_says_how_to_resume(tmp_path):
+    from console.reader import RunReader
+    from console.model.snapshot import TrainerView
+    from tests.console.test_snapshots import live_probe
+
+    run = make_run(tmp_path / "run", RunSpec(steps=300, checkpoints=(100, 200, 300)))
+    views = [live_probe(run)]
+    reader = RunReader(run, probe=lambda _: views[0])
+    reader.read()
+    archive = run / "archive" / "rollback_000200_20251129T090000Z"
+    archive.mkdir(parents=True)
+    for suffix in (".bin", ".json"):
+        (run / f"step_000300{suffix}").rename(archive / f"step_000300{suffix}")
+    (run / "step_000100.json").unlink()
+    (run / "step_000100.bin").unlink()
+    views[0] = TrainerView(state="stopped", label="stopped", reason="no trainer record")
+    _, notices = reader.read()
+    texts = [n.text for n in notices]
+    assert "1 checkpoint file moved to archive/rollback_000200_20251129T090000Z/, not deleted: step_000300.bin" \
+        in texts, texts
+    assert "checkpoint removed: step_000100.bin" in texts and "checkpoint removed: step_000300.bin" not in texts
+    assert f"to resume: andrea-console {run} --start (it goes on from step_000200.bin)" in texts, texts
