@@ -95,3 +95,18 @@ def test_browser_with_the_token_c_lands_a_checkpoint_and_closing_the_tab_ends_it
         assert trainer.proc.poll() is None                          # and training goes on
         assert served.interrupt() == 0
     assert "tab closed" in served.output()
+
+
+@pytest.mark.xdist_group("browser")
+def test_browser_keys_work_without_a_click_first(chromium, tmp_path):
+    """The page focuses its terminal itself: ? opens the help with no click on the page."""
+    run = make_run(tmp_path / "runs" / "focus-run", steps=1234)
+    with browser.Served(run) as served:
+        page, status = browser.open_page(chromium, served.url)
+        assert status == 200
+        browser.wait_for_text(page, "history    1,234 steps")
+        focused = page.evaluate("document.activeElement && document.activeElement.className")
+        assert "xterm-helper-textarea" in focused, focused
+        page.keyboard.press("?")                            # no click, no focus() by the test
+        browser.wait_for_text(page, "andrea-console help")
+        page.context.close()
