@@ -160,9 +160,19 @@ OVERVIEW_KEYS = (
 
 # The comparison of runs (the overview's v).
 COMPARE_KEYS = (
-    Key("x", "x_axis", "step/tokens", "x axis: step or tokens"),
+    Key("x", "x_axis", "x-axis", "x axis: step, tokens, or time since each run's first step"),
     Key("m", "series", "series", "the series compared (loss, grad-norm, throughput...)"),
     Key("l", "log_y", "log-y", "log / linear y"),
+    Key("e", "smoothing", "smooth", "smoothing, as the dashboard's: each run's EMA line over its raw envelope "
+        "(EMA off, 0.9, 0.98, 0.995, 0.999)"),
+    Key("z", "zoom(2.0)", "zoom", "zoom in around the cursor (else the middle); a drag zooms to what it covers"),
+    Key("Z", "zoom(0.5)", "zoom out", "zoom out", shown=False),
+    Key("comma", "pan(-1)", "pan", "pan the zoomed view left (,) or right (.)", display=", .", shown=False),
+    Key("full_stop", "pan(1)", "pan right", "", shown=False),
+    Key("0", "unzoom", "all", "all of every run again, the cursor off", shown=False),
+    Key("left", "cursor(-1)", "cursor", "the cursor one column left or right: the legend reads every run's value "
+        "there (a click puts it there)", display="←→", priority=True),       # before the table's scrolling
+    Key("right", "cursor(1)", "cursor right", "", shown=False, priority=True),
     Key("escape", "back", "overview", "back to the overview", essential=True),
     QUIT,
     HELP,

@@ -486,7 +486,11 @@ def format_step(step: float) -> str:
 
 
 def format_x(value: float, axis: str, span: float) -> str:
-    """An x-axis label: a step, a token count, or a wall-clock time (local)."""
+    """An x-axis label: a step, a token count, a wall-clock time (local), or a time since
+    a run's start (``elapsed``: the comparison's)."""
+    if axis == "elapsed" and math.isfinite(value):
+        s = int(value)
+        return f"{s // 3600}h{s % 3600 // 60:02d}m" if abs(s) >= 3600 else f"{s // 60}m{s % 60:02d}s"
     if axis == "time":
         try:
             return time.strftime("%m-%d %H:%M" if span > 86400 else "%H:%M:%S" if span < 600 else "%H:%M",

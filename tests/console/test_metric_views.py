@@ -242,3 +242,80 @@ def test_checkpoints_moved_to_an_archive_are_said_moved_and_a_stop_says_how_to_r
         in texts, texts
     assert "checkpoint removed: step_000100.bin" in texts and "checkpoint removed: step_000300.bin" not in texts
     assert f"to resume: andrea-console {run} --start (it goes on from step_000200.bin)" in texts, texts
+
+
+# -- the comparison, as the dashboard ---------------------------------------------------------
+
+def compare_runs(tmp_path):
+    """A 3,000-step run and a 600-step one, both with an eval every 100 steps."""
+    root = tmp_path / "runs"
+    make_run(root / "long", RunSpec(steps=3000, checkpoints=(1000, 2000, 3000), series=True, seed=1))
+    make_run(root / "short", RunSpec(steps=600, checkpoints=(300, 600), series=True, seed=2))
+    return root
+
+
+async def comparing(pilot):
+    from console.widgets.compare_plot import ComparePlot
+
+    app = pilot.app
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    for name in ("long", "short"):
+        app.overview.table.move_cursor(row=next(i for i, s in enumerate(app.summaries) if s.name == name),
+                                       animate=False)
+        await pilot.press("space")
+    await pilot.press("v")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    plot = app.screen.query_one(ComparePlot)
+    assert plot.series is not None
+    return plot
+
+
+def drawn_columns(plot) -> list[int]:
+    """The cell columns of the plot area that hold a dot of any run."""
+    rows = [line for line in plot.render().plain.splitlines()[1:] if "┤" in line]
+    cols = set()
+    for line in rows:
+        area = line.split("┤", 1)[1]
+        cols |= {i for i, ch in enumerate(area) if "\u2800" < ch <= "\u28ff"}
+    return sorted(cols)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [NARROW, BIG])
+async def test_the_comparison_zooms_pans_and_reads_every_run_at_its_cursor(tmp_path, size):
+    from console.overview_app import OverviewApp
+    from tests.console.conftest import fixed_now
+
+    app = OverviewApp(compare_runs(tmp_path), now=fixed_now, watch=False, tick=None,
+                      free_space=lambda _: 500 << 30)
+    async with app.run_test(size=size) as pilot:
+        plot = await comparing(pilot)
+        assert "EMA 0.98" in str(plot.border_subtitle)             # the dashboard's smoothing
+        await pilot.press("m", "down", "enter")                     # eval_loss: every 100 steps
+        await pilot.pause()
+        assert plot.metric == "eval_loss"
+        cols = drawn_columns(plot)
+        assert cols == list(range(cols[0], cols[-1] + 1)), cols     # joined into a line, not dots
+        # z zooms to half the evals' 100..3,000 and , pans it left: the short run is no more a fifth.
+        await pilot.press("Z", "z", "comma", "comma")
+        await pilot.pause()
+        assert plot.zoom == (101, 1551) and "101..1,551" in str(plot.border_subtitle)
+        await pilot.press("left")
+        await pilot.pause()
+        legend = plot.render().plain.splitlines()[0]
+        assert legend.strip().startswith("step 1,551") and "■ long" in legend and "■ short -" in legend
+        plot.cursor = 400.0                                         # as a click there would
+        await pilot.pause()
+        legend = plot.render().plain.splitlines()[0].split()
+        # Inside both runs: a value for each.
+        assert legend[legend.index("long") + 1] != "-" and legend[legend.index("short") + 1] != "-", legend
+        await pilot.press("e")
+        await pilot.pause()
+        assert "EMA 0.995" in str(plot.border_subtitle)
+        await pilot.press("x", "x")
+        await pilot.pause()
+        assert "x: time since start" in str(plot.border_subtitle) and plot.zoom is None
+        await pilot.press("0")
+        assert plot.cursor is None
