@@ -100,7 +100,8 @@ VIEW_KEYS = (
         "loss, grad-norm, throughput, or run.toml's console.plots); m on a focused cell changes it", shown=False),
     Key("t", "series_table", "series table", "plot: every series in a table, one a row, in its unit: its value at "
         "the cursor, last, min, max and mean over the steps in view with their steps, and its best (the min of a "
-        "loss, the max of a throughput) and where; ←/→ move the cursor there too, Escape or t closes it",
+        "loss, the max of a throughput) and where; ←/→ move the cursor there too, Shift+←/→ scroll its columns, "
+        "Escape or t closes it",
         shown=False),
     Key("0", "unzoom", "all steps", "plot: the whole history again, the cursor off", shown=False),
     Key("", "", "cursor", "the plot's cursor one column left or right (the focused plot's, else the main plot's, "
@@ -149,7 +150,8 @@ OVERVIEW_KEYS = (
     Key("space", "mark", "mark", "mark or unmark the selected run", display="space"),
     Key("v", "compare", "compare marked", "compare the marked runs (or the selected one): loss curves (m: any "
         "series) overlaid, min/max envelope per run, and a table of what differs in their run.toml and start "
-        "events (it scrolls); x step / tokens, l log / linear y, Escape returns"),
+        "events (it scrolls); the plot works as the dashboard's: x step / tokens / time since start, l log / "
+        "linear y, e smoothing, z Z zoom, , . pan, 0 all, ←→ a cursor reading every run; Escape returns"),
     Key("c", "app.checkpoint", "checkpoint", "checkpoint the selected run's trainer (verified, as on the dashboard)",
         control=True, essential=True),
     Key("s", "app.stop", "stop", "stop the selected run's trainer (verified; asks first, as on the dashboard)",

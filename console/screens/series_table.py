@@ -3,8 +3,8 @@ its value at the cursor, its last value, its min, max and mean over the steps in
 zoom, else the whole history) with the steps of the min and max, and its best value with its
 step. It never cuts a value, whatever the width: the table scrolls.
 
-←/→ move the main plot's cursor and the table follows; it follows new steps too. Escape, ``t``
-or ``q`` closes it."""
+←/→ move the main plot's cursor and the table follows (it follows new steps too); where the
+columns do not all fit, Shift+←/→ scroll them. Escape, ``t`` or ``q`` closes it."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ HEADERS = ("series", "at cursor", "last", "min", "min at", "max", "max at", "mea
 class SeriesTable(ModalScreen[None]):
     BINDINGS = [Binding(key, "close", "close", priority=True) for key in ("escape", "q", "t")] + [
         Binding("left", "cursor(-1)", "cursor left", priority=True),
-        Binding("right", "cursor(1)", "cursor right", priority=True)]
+        Binding("right", "cursor(1)", "cursor right", priority=True),
+        # The table's own sideways scroll, where its columns do not all fit (80 columns).
+        Binding("shift+left", "columns(-1)", "columns left", priority=True),
+        Binding("shift+right", "columns(1)", "columns right", priority=True)]
 
     def __init__(self, dashboard: "DashboardScreen") -> None:
         super().__init__()
@@ -41,7 +44,7 @@ class SeriesTable(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         table = DataTable(id="series-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*HEADERS)
-        table.border_subtitle = "←→ cursor · ↑↓ rows · Esc close"
+        table.border_subtitle = "←→ cursor · shift+←→ columns · ↑↓ rows · Esc close"
         yield table
 
     def on_mount(self) -> None:
@@ -65,13 +68,18 @@ class SeriesTable(ModalScreen[None]):
         row = table.cursor_row
         table.clear()
         for series in series_rows(h, plot.zoom, plot.cursor):
-            table.add_row(*row_cells(series))
+            name, *figures = row_cells(series)
+            table.add_row(name, *(Text(figure, justify="right") for figure in figures))
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
 
     def action_cursor(self, cells: int) -> None:
         self.dashboard.active_plot.move_cursor(cells)
         self.call_after_refresh(self.fill)
+
+    def action_columns(self, direction: int) -> None:
+        table = self.query_one(DataTable)
+        table.scroll_to(x=table.scroll_x + direction * max(10, table.size.width // 2), animate=False)
 
     def action_close(self) -> None:
         self.dismiss(None)

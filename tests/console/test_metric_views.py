@@ -79,13 +79,16 @@ async def test_the_cursor_readout_fits_the_width_and_t_shows_every_series(tmp_pa
         table = app.screen.query_one(DataTable)
         names = [table.get_row_at(i)[0] for i in range(table.row_count)]
         assert names == available(app.dashboard.snapshot.history)
-        row = {table.get_row_at(i)[0]: table.get_row_at(i) for i in range(table.row_count)}
+        row = {table.get_row_at(i)[0]: [str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)}
         assert row["gpu_mem_used"][2].endswith(" GiB") and row["lr"][2] == "3.00e-03"
         assert row["eval_loss"][8] == row["eval_loss"][3] and row["eval_loss"][9] == row["eval_loss"][4]
         assert "cursor at step 1,500" in str(table.border_title)
         await pilot.press("left")
         await pilot.pause()
         assert "cursor at step 1,500" not in str(table.border_title)
+        await pilot.press("shift+right")                # the columns past the width, in view
+        await pilot.pause()
+        assert table.scroll_x > 0 or table.virtual_size.width <= table.size.width
         await pilot.press("escape")
         assert not isinstance(app.screen, SeriesTable)
 
