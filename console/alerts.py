@@ -85,28 +85,37 @@ def _recent(alert: Finding, last_step: int | None, window: int) -> bool:
     return alert.step > last_step - window
 
 
-def check_report(snap: RunSnapshot) -> tuple[int, list[str]]:
-    """``--check``: its exit status (0 healthy, 1 warnings, 2 errors) and its lines. Each
-    alert at its level (a fact of the history older than the spike window as ``past:``,
-    not counted); each problem that no alert says, as a warning; a run directory that is
-    missing or cannot be read is an error."""
+def check_items(snap: RunSnapshot) -> list[tuple[Level | None, str]]:
+    """``--check``'s findings in order, each with the level it counts at (None: a fact of
+    the history older than the spike window, said as ``past:`` and not counted). Each
+    alert at its level; each problem that no alert says, as a warning (a run directory
+    that is missing or cannot be read counts as an error, said as a warning line)."""
     window = snap.config.alerts.window if snap.config is not None else DEFAULT_WINDOW
     last = snap.history.last_step
     recent = [alert for alert in snap.alerts if _recent(alert, last, window)]
     past = [alert for alert in snap.alerts if not _recent(alert, last, window)]
-    lines, levels = [], set()
-    for alert in gathered_by_kind(recent):
-        levels.add(alert.level)
-        lines.append(f"{alert.level}: {alert.text}")
-    lines.extend(f"past: {alert.text}" for alert in gathered_by_kind(past))
+    items: list[tuple[Level | None, str]] = [(alert.level, f"{alert.level}: {alert.text}")
+                                             for alert in gathered_by_kind(recent)]
+    items.extend((None, f"past: {alert.text}") for alert in gathered_by_kind(past))
     for problem in snap.problems:
         if problem.spec.alert:
             continue                    # an alert says it, in its own words and at its level
         directory_error = problem.kind == "directory" and problem.level is Level.ERROR
-        levels.add(Level.ERROR if directory_error else Level.WARNING)
-        lines.append(f"{Level.WARNING}: {problem.text}")
-    code = EXIT_ERRORS if Level.ERROR in levels else EXIT_WARNINGS if levels else EXIT_HEALTHY
-    return code, [printable(line, LINE_LIMIT) for line in lines] or ["healthy: no problems"]
+        items.append((Level.ERROR if directory_error else Level.WARNING, f"{Level.WARNING}: {problem.text}"))
+    return items
+
+
+def exit_code(levels: set[Level | None]) -> int:
+    """``--check``'s exit status for the levels found: 0 healthy, 1 warnings, 2 errors."""
+    return EXIT_ERRORS if Level.ERROR in levels else EXIT_WARNINGS if levels - {None} else EXIT_HEALTHY
+
+
+def check_report(snap: RunSnapshot) -> tuple[int, list[str]]:
+    """``--check``: its exit status (0 healthy, 1 warnings, 2 errors) and its lines
+    (:func:`check_items`)."""
+    items = check_items(snap)
+    code = exit_code({level for level, _ in items})
+    return code, [printable(line, LINE_LIMIT) for _, line in items] or ["healthy: no problems"]
 
 
 def run_notify(argv: list[str], payload: dict, timeout: float = NOTIFY_TIMEOUT_S) -> str | None:

@@ -7,10 +7,12 @@ new history event means.
 
 from __future__ import annotations
 
+import os
+import shlex
 from typing import Any, Mapping, Sequence
 
 from rundir import CheckpointInfo, HistoryEvent
-from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
+from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
 from .format import format_counter, format_size, printable, stall_text
 from .model.checkpoint_wait import CheckpointWait
@@ -104,12 +106,36 @@ def _checkpoint_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
                                f"{names_and_more([n for n, _ in newest[:LISTED]], len(invalid))}; "
                                f"{printable(newest[0][0])}: {newest[0][1]}", "error"))
     removed = sorted(before.keys() - after.keys())
+    archived = _archived(snap, removed)
+    moved = [name for name in removed if name in archived]
+    removed = [name for name in removed if name not in archived]
+    if moved:
+        where = ", ".join(sorted({f"{ARCHIVE_DIR}/{archived[name]}/" for name in moved}))
+        out.append(Notice(now, f"{many(len(moved), 'checkpoint file')} moved to {printable(where)}, not deleted: "
+                               f"{names_and_more(moved[:LISTED], len(moved))}", "info"))
     if len(removed) <= LISTED:
         out.extend(Notice(now, f"checkpoint removed: {printable(name)}", "warning") for name in removed)
     else:
         out.append(Notice(now, f"{many(len(removed), 'checkpoint file')} removed: "
                                f"{names_and_more(removed[:LISTED], len(removed))}", "warning"))
     return out
+
+
+def _archived(snap: RunSnapshot, names: list[str]) -> dict[str, str]:
+    """Of the checkpoint files ``names`` gone from the run directory, those now in one of its
+    archives (a rollback sets them aside there), with that archive's name."""
+    if not names:
+        return {}
+    try:
+        archives = [entry for entry in os.scandir(snap.run_dir / ARCHIVE_DIR) if entry.is_dir()]
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for entry in archives:
+        for name in names:
+            if name not in found and os.path.exists(os.path.join(entry.path, name)):
+                found[name] = entry.name
+    return found
 
 
 def _unfinished(c: CheckpointInfo, snap: RunSnapshot, now: float) -> bool:
@@ -132,6 +158,8 @@ def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[N
             final = snap.newest_checkpoint
             out.append(Notice(now, f"trainer exited cleanly (pid {t0.pid} removed its record)"
                               + (f"; final checkpoint {printable(final.path.name)}" if final else ""), "good"))
+            out.append(Notice(now, f"to resume: andrea-console {printable(shlex.quote(str(snap.run_dir)))} --start"
+                                   + (f" (it goes on from {printable(final.path.name)})" if final else ""), "info"))
         elif t0.state == "running" and t1.state == "stale":
             out.append(Notice(now, f"trainer pid {t0.pid} is gone without a clean exit: {t1.reason}", "error"))
         elif t1.state != "stopped":

@@ -10,7 +10,10 @@
                                            the plot of one series (grad_norm, tokens_per_s, ...)
     andrea-console RUN_DIR --json --metric NAME [--range A:B] [--points N]
                                            one series' min/max envelope, N buckets of steps
+    andrea-console RUN_DIR --csv [--metric NAME] [--range A:B] [--points N]
+                                           one series as CSV, every step (or N buckets)
     andrea-console RUN_DIR --check         print the problems; exit 0 healthy, 1 warnings, 2 errors
+    andrea-console RUNS_DIR --check        the same for every run: one line per run with a problem
     andrea-console RUN_DIR --checkpoint    SIGUSR1 (or a checkpoint request), wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
     andrea-console RUN_DIR --pivot [--cap ARM=X]... [--floor ARM=Y]... [--drop ARM]... [--yes]
@@ -77,6 +80,9 @@ def _add_modes(p: argparse.ArgumentParser) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="print the dashboard as plain text and exit")
     mode.add_argument("--json", action="store_true", help="print the dashboard as JSON and exit")
+    mode.add_argument("--csv", action="store_true",
+                      help="print one series (--metric, default loss) as CSV: every step with a value, or with "
+                           "--points N its buckets (first, last, mean, min, max, n and their steps)")
     mode.add_argument("--checkpoint", action="store_true",
                       help="SIGUSR1 the verified trainer (one of several processes: write the request its "
                            "rank 0 takes), wait for the new checkpoint, print its path")
@@ -94,7 +100,8 @@ def _add_modes(p: argparse.ArgumentParser) -> None:
                       help="serve the dashboard (the overview for a runs directory) to web browsers, each tab its "
                            "own console, read-only unless --allow-control; prints the URL; Ctrl-C stops")
     mode.add_argument("--check", action="store_true",
-                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring)")
+                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring); "
+                           "on a runs directory, one line per run with a problem and the worst run's status")
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
@@ -168,18 +175,20 @@ def _add_plot_options(p: argparse.ArgumentParser) -> None:
                         "(`--json` lists the series there are)")
     p.add_argument("--range", metavar="A:B", help="--metric: only the steps from A to B (either may be left out)")
     p.add_argument("--points", type=int, metavar="N",
-                   help=f"--json --metric: buckets of steps, each its min and max (default {METRIC_POINTS[0]}, "
-                        f"at most {METRIC_POINTS[1]:,})")
+                   help=f"--json --metric, --csv: buckets of steps, each its first, last, mean, min and max "
+                        f"(default for --json {METRIC_POINTS[0]}, at most {METRIC_POINTS[1]:,})")
 
 
 def _metric_usage(args: argparse.Namespace) -> str | None:
     """Why --metric, --range and --points do not go together as given (None: they do)."""
+    if args.csv and args.metric is None:
+        args.metric = "loss"
     if (args.range is not None or args.points is not None) and args.metric is None:
         return "--range and --points go with --metric"
-    if args.metric is not None and not (args.once or args.json):
-        return "--metric goes with --once (a plot of it) or --json (its min/max envelope)"
-    if args.points is not None and not args.json:
-        return "--points goes with --json --metric"
+    if args.metric is not None and not (args.once or args.json or args.csv):
+        return "--metric goes with --once (a plot of it), --json (its min/max envelope) or --csv"
+    if args.points is not None and not (args.json or args.csv):
+        return "--points goes with --json --metric or --csv"
     if args.points is not None and not 1 <= args.points <= METRIC_POINTS[1]:
         return f"--points {args.points}: expected 1 to {METRIC_POINTS[1]:,}"
     if args.range is not None:
@@ -233,7 +242,7 @@ def _main(argv: list[str] | None) -> int:
         return _fail(f"--notify {args.notify!r}: {err}", EXIT_USAGE)
     if args.notify is not None and not args.notify_argv:
         return _fail("--notify: an empty command", EXIT_USAGE)
-    if args.start and (args.once or args.json or args.checkpoint or args.stop or args.check):
+    if args.start and (args.once or args.json or args.csv or args.checkpoint or args.stop or args.check):
         return _fail("--start opens the dashboard; it does not combine with --once/--json/--checkpoint/--stop",
                      EXIT_USAGE)
     if (args.cap or args.floor or args.drop) and not args.pivot or \
@@ -249,7 +258,7 @@ def _main(argv: list[str] | None) -> int:
     if bad_path:
         return _fail(bad_path, EXIT_USAGE)
     inspect = args.inspect is not None or args.against
-    dashboard = not (args.once or args.json or args.check or inspect or args.checkpoint or args.stop
+    dashboard = not (args.once or args.json or args.csv or args.check or inspect or args.checkpoint or args.stop
                      or args.pivot or args.pivot_rollback or args.rollback)
     if args.serve:
         return _serve(run_dir, args)
@@ -265,7 +274,7 @@ def _main(argv: list[str] | None) -> int:
     if inspect:
         from .inspect_cli import run_inspect
         return run_inspect(run_dir, args)
-    if args.once or args.json or args.check:
+    if args.once or args.json or args.csv or args.check:
         return _report(run_dir, args, process_exits=argv is None)
     if args.checkpoint or args.stop:
         return _signal(run_dir, args)
@@ -422,7 +431,11 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
         unknown = check_metric(snap.history, args.metric)
         if unknown:
             return _fail(unknown, EXIT_USAGE)
-    if args.json and args.metric is not None:
+    if args.csv:
+        from .series_report import metric_csv
+
+        metric_csv(snap.history, args.metric, step_range, args.points, sys.stdout)
+    elif args.json and args.metric is not None:
         from .series_report import metric_json
 
         data = metric_json(snap.history, args.metric, step_range, args.points or METRIC_POINTS[0])
@@ -448,7 +461,7 @@ def _import_output(args: argparse.Namespace) -> None:
     """Import what :func:`_write_report` writes its output with (about 10 ms)."""
     if args.check:
         from . import alerts  # noqa: F401
-    elif args.json:
+    elif args.json or args.csv:
         from . import report, series_report  # noqa: F401
     else:
         from . import plot, report, series_report  # noqa: F401

@@ -98,12 +98,20 @@ VIEW_KEYS = (
     Key("full_stop", "pan(1)", "pan right", "", shown=False),
     Key("g", "grid", "grid", "plot: in the full layout, a grid of small plots in the main plot's place (loss, eval "
         "loss, grad-norm, throughput, or run.toml's console.plots); m on a focused cell changes it", shown=False),
+    Key("t", "series_table", "series table", "plot: every series in a table, one a row, in its unit: its value at "
+        "the cursor, last, min, max and mean over the steps in view with their steps, and its best (the min of a "
+        "loss, the max of a throughput) and where; ←/→ move the cursor there too, Shift+←/→ scroll its columns, "
+        "Escape or t closes it",
+        shown=False),
     Key("0", "unzoom", "all steps", "plot: the whole history again, the cursor off", shown=False),
     Key("", "", "cursor", "the plot's cursor one column left or right (the focused plot's, else the main plot's, "
         "while no pane that scrolls sideways is focused); it reads every series, the time, the tokens and the "
-        "markers at its step (a click on a plot puts it there)", display="←→"),
+        "markers at its step, as many as its line holds (t shows them all; a click on a plot puts it there)",
+        display="←→"),
     Key("left", "cursor(-1)", "cursor left", "", shown=False),
     Key("right", "cursor(1)", "cursor right", "", shown=False),
+    # The plot keys named in the key bar, after the run's keys, where they fit (the help says each).
+    Key("", "", "plot", "", display="m t z , . 0 ←→", shown=False, hint=True),
 )
 
 # Bound on the plots themselves: they act only while a plot is focused.
@@ -142,7 +150,8 @@ OVERVIEW_KEYS = (
     Key("space", "mark", "mark", "mark or unmark the selected run", display="space"),
     Key("v", "compare", "compare marked", "compare the marked runs (or the selected one): loss curves (m: any "
         "series) overlaid, min/max envelope per run, and a table of what differs in their run.toml and start "
-        "events (it scrolls); x step / tokens, l log / linear y, Escape returns"),
+        "events (it scrolls); the plot works as the dashboard's: x step / tokens / time since start, l log / "
+        "linear y, e smoothing, z Z zoom, , . pan, 0 all, ←→ a cursor reading every run; Escape returns"),
     Key("c", "app.checkpoint", "checkpoint", "checkpoint the selected run's trainer (verified, as on the dashboard)",
         control=True, essential=True),
     Key("s", "app.stop", "stop", "stop the selected run's trainer (verified; asks first, as on the dashboard)",
@@ -153,9 +162,19 @@ OVERVIEW_KEYS = (
 
 # The comparison of runs (the overview's v).
 COMPARE_KEYS = (
-    Key("x", "x_axis", "step/tokens", "x axis: step or tokens"),
+    Key("x", "x_axis", "x-axis", "x axis: step, tokens, or time since each run's first step"),
     Key("m", "series", "series", "the series compared (loss, grad-norm, throughput...)"),
     Key("l", "log_y", "log-y", "log / linear y"),
+    Key("e", "smoothing", "smooth", "smoothing, as the dashboard's: each run's EMA line over its raw envelope "
+        "(EMA off, 0.9, 0.98, 0.995, 0.999)"),
+    Key("z", "zoom(2.0)", "zoom", "zoom in around the cursor (else the middle); a drag zooms to what it covers"),
+    Key("Z", "zoom(0.5)", "zoom out", "zoom out", shown=False),
+    Key("comma", "pan(-1)", "pan", "pan the zoomed view left (,) or right (.)", display=", .", shown=False),
+    Key("full_stop", "pan(1)", "pan right", "", shown=False),
+    Key("0", "unzoom", "all", "all of every run again, the cursor off", shown=False),
+    Key("left", "cursor(-1)", "cursor", "the cursor one column left or right: the legend reads every run's value "
+        "there (a click puts it there)", display="←→", priority=True),       # before the table's scrolling
+    Key("right", "cursor(1)", "cursor right", "", shown=False, priority=True),
     Key("escape", "back", "overview", "back to the overview", essential=True),
     QUIT,
     HELP,

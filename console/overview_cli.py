@@ -1,7 +1,8 @@
 """``andrea-console runs/``: a directory of run directories opens the overview.
 
 ``--once`` and ``--json`` print it; the keys that act on one run (``--checkpoint``,
-``--stop``, ``--pivot``, ``--rollback``, ``--start``, ``--check``, ``--inspect``) ask for that run's directory instead.
+``--stop``, ``--pivot``, ``--rollback``, ``--start``, ``--inspect``) ask for that run's directory instead;
+``--check`` checks every run (:mod:`console.runs_check`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,16 @@ def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int]
     one_run = [flag for flag, on in (("--checkpoint", args.checkpoint), ("--stop", args.stop),
                                      ("--pivot", args.pivot), ("--pivot-rollback", args.pivot_rollback),
                                      ("--rollback", args.rollback),
-                                     ("--start", args.start), ("--check", args.check),
+                                     ("--start", args.start), ("--csv", args.csv),
                                      ("--inspect", args.inspect is not None or args.against)) if on]
     if one_run:
         return fail(f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})", 2)
+    if args.check:
+        from .runs_check import check_runs
+
+        code, lines = check_runs(root, args)
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        return code
     if args.once or args.json:
         from rundir.run_summary import summarize_runs
         from rundir.text import strict_json_value

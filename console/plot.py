@@ -23,6 +23,7 @@ import numpy as np
 from rich.text import Text
 
 from .model.markers import MARKER_KINDS, Marker
+from .model.units import PLAIN, Unit
 
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
@@ -223,6 +224,7 @@ class Canvas:
     x_axis: str = "step"
     dim: np.ndarray | None = None       # the abandoned steps' dots (a rollback), drawn dimmed
     note: str = ""                      # said under the plot: what it could not draw
+    unit: Unit = PLAIN                  # how the y axis's labels read (the series')
 
 def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
     """The y of each value: the value (or its log10), NaN where it cannot be plotted."""
@@ -265,11 +267,15 @@ def _draw(grid: np.ndarray, env: Envelope, y0: float, y1: float) -> None:
 
 def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None, width: int, height: int,
                  options: PlotOptions, markers: list[Marker] = (), x: np.ndarray | None = None,
-                 x_axis: str = "step", abandoned: np.ndarray | None = None) -> Canvas:
+                 x_axis: str = "step", abandoned: np.ndarray | None = None,
+                 span: tuple[tuple[float, float], tuple[float, float] | None] | None = None) -> Canvas:
     """Decimate and draw. ``smooth`` is the EMA of the whole history (same length as ``loss``).
     ``x`` (non-decreasing, one per step) puts the steps on another axis (``x_axis``: tokens or
     time); markers, placed by step, land where their step is on it. ``abandoned`` (a mask, one
-    per step: :func:`rundir.abandoned.abandoned_mask`) takes those steps out of the lines and draws them dimmed."""
+    per step: :func:`rundir.abandoned.abandoned_mask`) takes those steps out of the lines and draws them dimmed.
+    ``span``: the steps the x axis spans and their x on ``x_axis`` (None: that of ``x``), so that
+    plots of series with fewer steps (the eval loss) line up with the others; default: the
+    steps drawn."""
     width, height = max(width, 1), max(height, 1)
     px_cols, px_rows = 2 * width, 4 * height
     raw_grid = np.zeros((px_rows, px_cols), dtype=bool)
@@ -285,6 +291,9 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     steps_shown = steps[first:]
     s = x[first:] if x is not None else steps_shown
     x0, x1 = float(s[0]), float(s[-1])
+    lo_step, hi_step = float(steps_shown[0]), float(steps_shown[-1])
+    if span is not None and (x is None or span[1] is not None):
+        (lo_step, hi_step), (x0, x1) = span[0], span[1] if x is not None else span[0]
     if x1 <= x0:
         x1 = x0 + 1.0
     canvas.note = "" if within_limit(loss[first:]) else beyond_note(int(beyond_limit(loss[first:]).sum()))
@@ -322,7 +331,6 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
         _draw(canvas.dim, env_dim, y0, y1)
     canvas.y0, canvas.y1, canvas.x0, canvas.x1 = y0, y1, x0, x1
     placed: dict[int, str] = {}
-    lo_step, hi_step = float(steps_shown[0]), float(steps_shown[-1])
     shown = [m for m in markers if lo_step <= m.step <= max(hi_step, lo_step + 1.0)]
     where = np.array([m.step for m in shown], dtype=np.float64)
     if x is not None and len(where):
@@ -379,16 +387,18 @@ def nice_ticks(lo: float, hi: float, most: int) -> list[float]:
     return []
 
 
-def y_labels(y0: float, y1: float, rows: int, log_y: bool = False) -> dict[int, str]:
-    """The y axis's labels: round values (1, 2 or 5 x 10^n apart; in log-y, round losses),
-    each on the text row nearest to it. Row 0 is the top (``y1``)."""
+def y_labels(y0: float, y1: float, rows: int, log_y: bool = False, unit: Unit = PLAIN,
+             room: int = LABEL_WIDTH - 2) -> dict[int, str]:
+    """The y axis's labels: round values of the series' ``unit`` (1, 2 or 5 x 10^n apart;
+    in log-y, round values), each on the text row nearest to it, each told apart from the
+    others within ``room`` characters (:func:`tick_texts`). Row 0 is the top (``y1``)."""
     if not (math.isfinite(y0) and math.isfinite(y1)):
         return {}
     if rows < 2 or y1 <= y0:
         return {0: format_value(y1, log_y)} if rows >= 1 else {}
     most = max(2, min(5, (rows + 1) // 2))
     if log_y:
-        # Powers of ten when two fit, else round losses (those crowd at the top of a log axis,
+        # Powers of ten when two fit, else round values (those crowd at the top of a log axis,
         # and the crowded ones are left out). Exponents past float64's (a padded axis around
         # 1e300) name no value.
         lo, hi = max(y0, -323.0), min(y1, 308.0)
@@ -397,14 +407,67 @@ def y_labels(y0: float, y1: float, rows: int, log_y: bool = False) -> dict[int, 
             positions = [(e, 10.0 ** e) for e in nice_ticks(lo, hi, most) if e == int(e) and e < 308]
         if len(positions) < 2 and hi > lo:
             positions = [(math.log10(v), v) for v in nice_ticks(10.0 ** lo, _pow10(hi), most) if v > 0]
+        positions = [(y, unit.figure(v)) for y, v in positions]
     else:
-        positions = [(v, v) for v in nice_ticks(y0, y1, most)]
-    labels: dict[int, str] = {}
+        scale = unit.scale
+        positions = [(v / scale, v) for v in nice_ticks(y0 * scale, y1 * scale, most)]
+    labels: dict[int, float] = {}
     for y, value in positions:
         row = int(round((y1 - y) / (y1 - y0) * (4 * rows - 1))) // 4     # the cell of the value's dot row
         if 0 <= row < rows and not labels.keys() & {row - 1, row, row + 1}:
-            labels[row] = f"{value:.6g}" if abs(value) < 1e4 and (value == 0 or abs(value) >= 1e-3) else f"{value:.0e}"
-    return labels
+            labels[row] = value
+    if log_y:       # powers of ten and round values, told apart by their own digits
+        return {row: f"{v:.6g}" if abs(v) < 1e4 and (v == 0 or abs(v) >= 1e-3) else f"{v:.0e}"
+                for row, v in labels.items()}
+    return dict(zip(labels, tick_texts(list(labels.values()), room)))
+
+
+_SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def tick_texts(values: list[float], room: int = LABEL_WIDTH - 2) -> list[str]:
+    """Round tick values as labels that tell them apart: as many decimals as the gap between
+    them needs, thousands as k, M, G, T, tiny values as 2.5e-4. Where that is wider than
+    ``room``, fewer decimals, and a label equal to the one before it is left empty (never
+    the same label twice on an axis)."""
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    if not finite:
+        return [str(v) for v in values]
+    gaps = [abs(b - a) for a, b in zip(values, values[1:]) if math.isfinite(b - a) and b != a]
+    if not gaps:        # one label: its own digits
+        return [f"{v:.6g}" if abs(v) < 1e4 and (v == 0 or abs(v) >= 1e-3) else f"{v:.0e}" for v in values]
+    if all(v == 0 or 1e-3 <= v < 1e4 for v in finite):
+        plain = [f"{v:.6g}" for v in values]         # 2, 2.5, 3: their own digits, where they differ
+        if len(set(plain)) == len(plain) and max(map(len, plain)) <= room:
+            return plain
+    gap = min(gaps)
+    for drop in range(0, 16):
+        texts = [_tick_text(v, gap, max(finite), drop) for v in values]
+        if max(map(len, texts)) <= room:
+            break
+    out = []
+    for text in texts:
+        out.append("" if out and text in out else text)
+    return out
+
+
+def _decimals(gap: float, drop: int) -> int:
+    return max(0, -math.floor(math.log10(gap) + 1e-9) - drop) if gap > 0 and math.isfinite(gap) else 0
+
+
+def _tick_text(v: float, gap: float, mag: float, drop: int) -> str:
+    if not math.isfinite(v):
+        return str(v)
+    if v == 0:
+        return "0"
+    if 1e4 <= mag < 1e15:
+        div, suffix = next((d, x) for d, x in _SUFFIXES if mag >= d)
+        return f"{v / div:.{_decimals(gap / div, drop)}f}{suffix}"
+    if mag < 1e-3 or mag >= 1e15:
+        digits = max(0, math.floor(math.log10(mag)) - math.floor(math.log10(gap)) - drop) if gap > 0 else 0
+        mantissa, _, exp = f"{v:.{min(digits, 12)}e}".partition("e")
+        return f"{mantissa}e{int(exp)}"
+    return f"{v:.{_decimals(gap, drop)}f}"
 
 
 def format_step(step: float) -> str:
@@ -423,7 +486,11 @@ def format_step(step: float) -> str:
 
 
 def format_x(value: float, axis: str, span: float) -> str:
-    """An x-axis label: a step, a token count, or a wall-clock time (local)."""
+    """An x-axis label: a step, a token count, a wall-clock time (local), or a time since
+    a run's start (``elapsed``: the comparison's)."""
+    if axis == "elapsed" and math.isfinite(value):
+        s = int(value)
+        return f"{s // 3600}h{s % 3600 // 60:02d}m" if abs(s) >= 3600 else f"{s // 60}m{s % 60:02d}s"
     if axis == "time":
         try:
             return time.strftime("%m-%d %H:%M" if span > 86400 else "%H:%M:%S" if span < 600 else "%H:%M",
@@ -452,7 +519,7 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
     kinds = np.where(smooth > 0, 2, np.where(raw > 0, 1, np.where(dim > 0, 3, 0)))
     glyphs = np.where(both > 0, both + 0x2800, 0x20).astype(np.uint32)
     styles = (None, raw_style, smooth_style, ABANDONED_STYLE)
-    labels = y_labels(canvas.y0, canvas.y1, h, canvas.log_y)
+    labels = y_labels(canvas.y0, canvas.y1, h, canvas.log_y, canvas.unit, label_width - 2)
     for row in range(h):
         label = labels.get(row, "")
         runs: list[tuple[str, str | None]] = [(label.rjust(label_width - 2)[: label_width - 2] + " ┤", axis_style)]
@@ -507,7 +574,8 @@ def render(canvas: Canvas, label_width: int = 8, **styles: str) -> Text:
 
 def plot_text(steps: np.ndarray, loss: np.ndarray, width: int, height: int, options: PlotOptions,
               markers: list[Marker] = (), smooth: np.ndarray | None = None, label_width: int = LABEL_WIDTH,
-              abandoned: np.ndarray | None = None, x: np.ndarray | None = None, x_axis: str = "step") -> Text:
+              abandoned: np.ndarray | None = None, x: np.ndarray | None = None, x_axis: str = "step",
+              unit: Unit = PLAIN) -> Text:
     """One call: EMA (unless given), canvas and Rich Text, for ``--once`` and tests
     (``x`` and ``x_axis``: another axis than the steps, from :func:`plot_x`)."""
     if smooth is None and options.smoothing > 0:
@@ -516,4 +584,5 @@ def plot_text(steps: np.ndarray, loss: np.ndarray, width: int, height: int, opti
         smooth, _ = ema_debiased(loss, options.smoothing, dtype=line_dtype(loss))
     canvas = build_canvas(steps, loss, smooth, width - label_width, height, options, markers, x=x, x_axis=x_axis,
                           abandoned=abandoned)
+    canvas.unit = unit
     return render(canvas, label_width=label_width)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .model.units import PLAIN, Unit
 from .plot import _braille, _draw, _to_y, _x_labels, beyond_limit, beyond_note, envelope, y_labels
 
 # -- several runs in one plot (the comparison) ------------------------------------------
@@ -29,20 +30,25 @@ class Overlay:
     log_y: bool = False
     empty_reason: str = ""
     note: str = ""                      # what it could not draw
+    unit: Unit = PLAIN                  # how the y labels read
 
 
 def build_overlay(series: list[tuple[np.ndarray, np.ndarray]], width: int, height: int,
-                  log_y: bool = False) -> Overlay:
+                  log_y: bool = False, x_range: tuple[float, float] | None = None, unit: Unit = PLAIN) -> Overlay:
     """Each ``(x, y)`` series (x ascending) decimated by the same min/max :func:`envelope`
-    as the loss plot (so no spike of any run is hidden) over the x range of them all."""
+    as the loss plot (so no spike of any run is hidden) over ``x_range`` (default: the x
+    range of them all)."""
     width, height = max(width, 1), max(height, 1)
     px_cols, px_rows = 2 * width, 4 * height
-    overlay = Overlay(width, height, [np.zeros((px_rows, px_cols), dtype=bool) for _ in series], log_y=log_y)
+    overlay = Overlay(width, height, [np.zeros((px_rows, px_cols), dtype=bool) for _ in series], log_y=log_y,
+                      unit=unit)
     xs = [x for x, _ in series if len(x)]
     if not xs:
         overlay.empty_reason = "no steps to compare"
         return overlay
     x0, x1 = min(float(x[0]) for x in xs), max(float(x[-1]) for x in xs)
+    if x_range is not None:
+        x0, x1 = float(x_range[0]), float(x_range[1])
     if x1 <= x0:
         x1 = x0 + 1.0
     envs = [envelope(x, _to_y(y, log_y), x0, x1, px_cols) for x, y in series]
@@ -63,9 +69,10 @@ def build_overlay(series: list[tuple[np.ndarray, np.ndarray]], width: int, heigh
 
 
 def render_overlay_runs(overlay: Overlay, styles: tuple[str, ...] = SERIES_STYLES, axis_style: str = "grey50",
-                        label_width: int = 8) -> list[list[tuple[str, str | None]]]:
+                        label_width: int = 8, front: int = 0, x_axis: str = "step") -> list[list[tuple[str, str | None]]]:
     """The overlay as lines of ``(text, style)`` runs, as :func:`render_runs`: a cell with
-    dots of several series takes the colour of the one with the most dots in it."""
+    dots of several series takes the colour of the one with the most dots in it, a series
+    from ``front`` on before those under it (the raw envelopes under their smoothed lines)."""
     w, h = overlay.width, overlay.height
     if overlay.empty_reason or not overlay.grids:
         reason = overlay.empty_reason or "no runs to compare"
@@ -74,9 +81,12 @@ def render_overlay_runs(overlay: Overlay, styles: tuple[str, ...] = SERIES_STYLE
     cells = np.stack([_braille(grid, w, h) for grid in overlay.grids])      # series, row, col
     dots = np.unpackbits(cells.astype(np.uint8)[..., None], axis=-1).sum(axis=-1)
     owner = np.where(dots.max(axis=0) > 0, dots.argmax(axis=0) + 1, 0)     # 0: empty cell
+    if 0 < front < len(cells):
+        top = dots[front:]
+        owner = np.where(top.max(axis=0) > 0, top.argmax(axis=0) + 1 + front, owner)
     both = np.bitwise_or.reduce(cells, axis=0)
     glyphs = np.where(both > 0, both + 0x2800, 0x20).astype(np.uint32)
-    labels = y_labels(overlay.y0, overlay.y1, h, overlay.log_y)
+    labels = y_labels(overlay.y0, overlay.y1, h, overlay.log_y, overlay.unit, label_width - 2)
     lines: list[list[tuple[str, str | None]]] = []
     for row in range(h):
         label = labels.get(row, "")
@@ -91,6 +101,6 @@ def render_overlay_runs(overlay: Overlay, styles: tuple[str, ...] = SERIES_STYLE
             start = end
         lines.append(runs)
     lines.append([(" " * (label_width - 1) + "└" + "─" * w, axis_style)])
-    lines.append([(" " * label_width + _x_labels(overlay.x0, overlay.x1, w, note=overlay.note),
+    lines.append([(" " * label_width + _x_labels(overlay.x0, overlay.x1, w, x_axis, note=overlay.note),
                    "yellow" if overlay.note else axis_style)])
     return lines

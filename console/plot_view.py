@@ -111,28 +111,40 @@ def with_cursor(lines: list[list[tuple[str, str | None]]], column: int, label_wi
         lines[row] = [(t, s) for t, s in out if t]
 
 
+MORE_HINT = "t: every series"       # said where the readout leaves series out
+
+
 def readout(h: "HistoryView", step: int, markers: Iterable[Marker], names: list[str] | None = None,
-            near: int = 0) -> str:
-    """What the cursor reads at ``step``: the time and tokens there, every series' value
-    (``names``: default all the history has) and the markers within ``near`` steps of it
-    (the steps its cell column covers)."""
+            near: int = 0, width: int | None = None, first: str | None = None) -> str:
+    """What the cursor reads at ``step``, in at most ``width`` characters and never cut in
+    a part: the step, series ``first``'s value (the plotted one), the markers within ``near``
+    steps (the steps its cell column covers), the time and tokens there, then every other
+    series' value (``names``: default all the history has) in its unit, while they fit; where
+    some do not, :data:`MORE_HINT` says where they all are."""
     row = int(np.searchsorted(h.step, step))
-    parts = [f"step {step:,}"]
+    head, rest = [f"step {step:,}"], []
     if row < len(h.step) and int(h.step[row]) == step:
         if h.time_column is not None and math.isfinite(h.time_column[row]):
             try:
-                parts.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(h.time_column[row]))))
+                rest.append(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(h.time_column[row]))))
             except (OverflowError, ValueError, OSError):
                 pass
         if h.tokens_column is not None and h.tokens_column[row] >= 0:
-            parts.append(f"{int(h.tokens_column[row]):,} tok")
-    # The markers before the values: a narrow pane cuts the line's end.
+            rest.append(f"{int(h.tokens_column[row]):,} tok")
     here = sorted({m.kind for m in markers if abs(m.step - step) <= near}, key=lambda k: -MARKER_KINDS[k].priority)
-    parts += [f"{MARKER_KINDS[k].glyph} {k}" for k in here]
-    for name in names if names is not None else available(h):
-        spec = spec_of(name)
-        parts.append(f"{spec.label} {spec.format(value_at(h, name, step))}")
-    return " · ".join(parts)
+    names = list(names if names is not None else available(h))
+    if first is not None and first in names:
+        names.remove(first)
+        names.insert(0, first)
+    values = [f"{spec_of(name).label} {spec_of(name).format(value_at(h, name, step))}" for name in names]
+    parts = [*head, *values[:1], *(f"{MARKER_KINDS[k].glyph} {MARKER_KINDS[k].legend}" for k in here), *rest, *values[1:]]
+    if width is None or len(" · ".join(parts)) <= width:
+        return " · ".join(parts)
+    kept: list[str] = []
+    for part in parts:
+        if len(" · ".join([*kept, part, MORE_HINT])) <= width:
+            kept.append(part)
+    return " · ".join([*kept, MORE_HINT]) if len(" · ".join([*kept, MORE_HINT])) <= width else " · ".join(kept)
 
 
 def zoom_text(zoom: StepRange | None) -> str:

@@ -21,8 +21,9 @@ from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_coun
                      storage_text)
 from .findings import findings_json, findings_lines
 from .model.series import is_sparse, series_values, spec_of
+from .model.units import unit_of
 from .model.snapshot import RunSnapshot
-from .series_report import StepRange, on_rows, series_list
+from .series_report import StepRange, on_rows, series_list, series_table_lines
 
 if TYPE_CHECKING:           # the plot and rich are imported by the text alone: --json and --check draw nothing
     from .plot import PlotOptions
@@ -139,6 +140,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append("")
     if h.n_steps:
         lines.extend(_plot_lines(snap, width, plot_height, options, metric, step_range))
+        lines.extend(series_table_lines(h))
     lines.append(f"checkpoints ({len(snap.checkpoints)})"
                  + (f" · retention: {snap.retention.policy}" if snap.retention is not None else ""))
     if snap.storage is not None:
@@ -214,7 +216,7 @@ def _plot_lines(snap: RunSnapshot, width: int, plot_height: int, options: PlotOp
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None, force_terminal=False, legacy_windows=False).print(
         plot_text(shown_steps, shown_values, width, plot_height, opts, snap.markers, label_width=LABEL_WIDTH,
-                  abandoned=abandoned, x=x, x_axis=axis))
+                  abandoned=abandoned, x=x, x_axis=axis, unit=unit_of(metric)))
     rolled_back = ", B rollback (its abandoned steps dimmed)" if any(
         e.event == EVENT_ROLLBACK for e in h.events) else ""
     rewound = f", < steps went back at {', '.join(f'{s:,}' for s in h.silent_rewinds)}" if h.silent_rewinds else ""
@@ -224,7 +226,8 @@ def _plot_lines(snap: RunSnapshot, width: int, plot_height: int, options: PlotOp
                      f"{AXIS_NEEDS[opts.x_axis]}")
     scale = ", log scale" if opts.log_y else ""
     drawn = "its points joined" if sparse else f"raw + EMA {opts.smoothing}"
-    lines.append(f"{spec_of(metric).label}{by} ({drawn}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
+    symbol = unit_of(metric).symbol
+    lines.append(f"{spec_of(metric).label}{f' in {symbol}' if symbol else ''}{by} ({drawn}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
                  f"{', ∇ grad-norm spike' if h.grad_spikes else ''}{rolled_back}{rewound})")
     lines.extend(buf.getvalue().rstrip("\n").splitlines())
     lines.append("")

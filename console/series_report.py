@@ -1,5 +1,6 @@
-"""The headless series: ``--once --metric NAME [--range A:B]`` and ``--json --metric NAME
-[--range A:B] [--points N]``, and the ``series`` list of ``--json``.
+"""The headless series: ``--once --metric NAME [--range A:B]``, ``--json --metric NAME
+[--range A:B] [--points N]``, ``--csv`` (the same choices, as CSV) and the ``series`` list of
+``--json``.
 
 Every answer comes from :mod:`console.model.series` and the plot's min/max envelope
 (:func:`console.plot.envelope`), so a script sees every spike the dashboard would show:
@@ -8,8 +9,9 @@ each bucket of steps gives the smallest and the largest value in it, never a sam
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,16 +55,41 @@ class StepRange:
 
 
 def series_list(h: HistoryView) -> list[dict[str, Any]]:
-    """``--json``'s ``series``: each series with its number of points (finite values) and
-    its first and last step that has one."""
+    """``--json``'s ``series``: each series with its number of points (finite values), its
+    first and last step that has one, and its summary over the whole history
+    (:mod:`console.model.series_summary`: last, min, max, mean, best, with their steps)."""
+    from .model.series_summary import series_rows
+
     out = []
-    for name in available(h):
-        steps, values = series_values(h, name)
+    for row in series_rows(h):
+        steps, values = series_values(h, row.name)
         ok = np.flatnonzero(np.isfinite(values))
-        out.append({"name": name, "label": spec_of(name).label, "points": int(len(ok)),
+        out.append({"name": row.name, "label": row.label, "points": int(len(ok)),
                     "first_step": int(steps[ok[0]]) if len(ok) else None,
-                    "last_step": int(steps[ok[-1]]) if len(ok) else None})
+                    "last_step": int(steps[ok[-1]]) if len(ok) else None,
+                    "unit": spec_of(row.name).unit, "last": _num(row.last), "min": _num(row.min),
+                    "min_step": row.min_step, "max": _num(row.max), "max_step": row.max_step, "mean": _num(row.mean),
+                    "best": _num(row.best), "best_step": row.best_step})
     return out
+
+
+def _num(value: float) -> float | None:
+    """A figure for strict JSON: None where there is none (NaN)."""
+    return value if np.isfinite(value) else None
+
+
+def series_table_lines(h: HistoryView) -> list[str]:
+    """``--once``'s table of every series, one a row, in its unit (the dashboard's ``t``)."""
+    from .model.series_summary import row_cells, series_rows
+
+    rows = [row_cells(row, cursor=False) for row in series_rows(h)]
+    if not rows:
+        return []
+    head = ("series", "last", "min", "min at", "max", "max at", "mean", "best", "best at")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = lambda r: "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)       # noqa: E731
+                                     for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return [f"series ({len(rows)}; over every step)", fmt(head), *map(fmt, rows), ""]
 
 
 def metric_values(h: HistoryView, name: str, step_range: StepRange) -> tuple[np.ndarray, np.ndarray]:
@@ -74,30 +101,71 @@ def metric_values(h: HistoryView, name: str, step_range: StepRange) -> tuple[np.
 
 def metric_json(h: HistoryView, name: str, step_range: StepRange, points: int) -> dict[str, Any]:
     """The decimated envelope of one series: ``points`` equal spans of steps over the range,
-    each with data giving its first and last step and the min and max value in it."""
-    from .plot import column_of, envelope       # not for --json's list: it draws nothing
+    each with data giving its first and last step, its first, last and mean value, and its
+    min and max with the step of each (:func:`bucket_table`)."""
+    spec = spec_of(name)
+    table = bucket_table(h, name, step_range, points)
+    return {"metric": name, "label": spec.label, "unit": spec.unit, "range": [step_range.first, step_range.last],
+            "points": points, "buckets": [dict(zip(BUCKET_FIELDS, row)) for row in table]}
+
+
+# A bucket's fields, in --json's and --csv's order.
+BUCKET_FIELDS = ("first_step", "last_step", "n", "first", "last", "mean", "min", "min_step", "max", "max_step")
+
+
+def bucket_table(h: HistoryView, name: str, step_range: StepRange, points: int) -> list[tuple]:
+    """Each bucket of steps with data, as a row of :data:`BUCKET_FIELDS`: the range cut into
+    ``points`` equal spans of steps, as the plot's columns are (:func:`console.plot.column_of`),
+    so each bucket's min and max are its column's envelope (a one-step spike is in its max)."""
+    from .plot import column_of       # not for --json's list: it draws nothing
 
     steps, values = metric_values(h, name, step_range)
     ok = np.isfinite(values)
-    steps, values = steps[ok], values[ok]
-    spec = spec_of(name)
-    out: dict[str, Any] = {"metric": name, "label": spec.label, "unit": spec.unit,
-                           "range": [step_range.first, step_range.last], "points": points, "buckets": []}
+    steps, values = steps[ok], values[ok].astype(np.float64)
     if not len(steps):
-        return out
+        return []
     x0 = float(step_range.first if step_range.first is not None else steps[0])
     x1 = float(step_range.last if step_range.last is not None else steps[-1])
-    if x1 <= x0:
-        x1 = x0 + 1.0
-    env = envelope(steps, values, x0, x1, points)
-    col = column_of(steps, x0, x1, points)
-    filled = np.flatnonzero(env.filled)
-    firsts = np.searchsorted(col, filled, side="left")
-    lasts = np.searchsorted(col, filled, side="right") - 1
-    out["buckets"] = [{"first_step": int(steps[a]), "last_step": int(steps[b]), "min": float(env.lo[c]),
-                       "max": float(env.hi[c]), "n": int(b - a + 1)}
-                      for c, a, b in zip(filled.tolist(), firsts.tolist(), lasts.tolist())]
-    return out
+    col = column_of(steps, x0, x1 if x1 > x0 else x0 + 1.0, points)
+    starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
+    ends = np.r_[starts[1:], len(col)] - 1
+    n = ends - starts + 1
+    lo, hi = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)
+    mean = np.add.reduceat(values, starts) / n
+    # The first row of each bucket that holds its min (max): the first match at or after its start.
+    at_lo = np.flatnonzero(values == np.repeat(lo, n))
+    at_hi = np.flatnonzero(values == np.repeat(hi, n))
+    lo_rows, hi_rows = at_lo[np.searchsorted(at_lo, starts)], at_hi[np.searchsorted(at_hi, starts)]
+    return list(zip(steps[starts].tolist(), steps[ends].tolist(), n.tolist(), values[starts].tolist(),
+                    values[ends].tolist(), mean.tolist(), lo.tolist(), steps[lo_rows].tolist(), hi.tolist(),
+                    steps[hi_rows].tolist()))
+
+
+def metric_csv(h: HistoryView, name: str, step_range: StepRange, points: int | None, out: IO[str]) -> None:
+    """``--csv``: the series over the range as CSV, a header line first: every step that has
+    a value (``step,tokens,time,NAME``; tokens and time empty where the history has none), or
+    with ``points``, one row per bucket of :data:`BUCKET_FIELDS`."""
+    writer = csv.writer(out, lineterminator="\n")
+    if points is not None:
+        writer.writerow(BUCKET_FIELDS)
+        writer.writerows(bucket_table(h, name, step_range, points))
+        return
+    steps, values = metric_values(h, name, step_range)
+    ok = np.isfinite(values)
+    steps, values = steps[ok], values[ok]
+    tokens = on_rows(h, steps, h.tokens_column) if h.tokens_column is not None else None
+    times = on_rows(h, steps, h.time_column) if h.time_column is not None else None
+    writer.writerow(("step", "tokens", "time", name))
+    blank = [None] * len(steps)
+    writer.writerows(zip(steps.tolist(), _cells(tokens, blank, int), _cells(times, blank, float), values.tolist()))
+
+
+def _cells(column: np.ndarray | None, blank: list, kind: type) -> list:
+    """A column as CSV cells: empty where it holds no value (NaN, or a history without it)."""
+    if column is None or len(column) != len(blank):
+        return blank
+    ok = np.isfinite(column) if column.dtype.kind == "f" else np.ones(len(column), bool)
+    return [kind(v) if good else None for v, good in zip(column.tolist(), ok.tolist())]
 
 
 def check_metric(h: HistoryView, name: str) -> str | None:

@@ -28,6 +28,11 @@ class MarkerKind:
     style: str
     priority: int           # several in one column: the highest is drawn
     rare: bool              # named by the legend only when the plot shows one
+    words: str = ""         # how the legend and the readout name it (default: its name)
+
+    @property
+    def legend(self) -> str:
+        return self.words or self.name
 
 
 MARKER_KINDS: dict[str, MarkerKind] = {kind.name: kind for kind in (
@@ -35,7 +40,7 @@ MARKER_KINDS: dict[str, MarkerKind] = {kind.name: kind for kind in (
     MarkerKind("resume", "R", "yellow", 1, rare=False),
     MarkerKind("pivot", "P", "magenta", 3, rare=False),
     MarkerKind("spike", "!", "bold red", 5, rare=True),
-    MarkerKind("grad_spike", "∇", "bold yellow", 4, rare=True),   # a grad-norm spike (often before a loss spike)
+    MarkerKind("grad_spike", "∇", "bold yellow", 4, rare=True, words="grad-norm spike"),   # often before a loss spike
     MarkerKind("nonfinite", "×", "bold red", 6, rare=True),
     MarkerKind("rewind", "<", "bold red", 2, rare=True),        # steps went back with no resume event
     MarkerKind("rollback", "B", "bold orange1", 4, rare=True),

@@ -51,15 +51,15 @@ def start_data(events: Iterable[HistoryEvent]) -> dict[str, Any] | None:
 
 
 def flatten(value: dict[str, Any], prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A nested dict as ``{"a.b.c": leaf}``; lists (and empty dicts) are leaves, compared
-    and shown whole. At most :data:`MAX_ROWS` keys."""
+    """A nested dict as ``{"a.b.c": leaf}``; lists are leaves, compared and shown whole, and
+    an empty dict is no key. At most :data:`MAX_ROWS` keys."""
     out = {} if out is None else out
     for key, item in value.items():
         if len(out) >= MAX_ROWS:
             break
         name = f"{prefix}{key}"
-        if isinstance(item, dict) and item:
-            flatten(item, name + ".", out)
+        if isinstance(item, dict):
+            flatten(item, name + ".", out)      # an empty one sets nothing: no row of its own
         else:
             out[name] = item
     return out
@@ -93,6 +93,7 @@ def run_diff(runs: Sequence[tuple[dict[str, Any] | None, dict[str, Any] | None]]
     has its source (a ``run.toml``, a start event), a run that has the source and not the key
     included; a run without the source shows :data:`ABSENT` there, and that some runs lack a
     source altogether is a row of its own (``run.toml``, ``start event``)."""
+    runs = _as_runs(runs)
     rows: list[DiffRow] = []
     for source, part, prefix in ((RUN_TOML, 0, ""), ("start event", 1, START_PREFIX)):
         given = [run[part] is not None for run in runs]
@@ -107,6 +108,29 @@ def run_diff(runs: Sequence[tuple[dict[str, Any] | None, dict[str, Any] | None]]
                     for values in flat]
         rows.extend(_differing(flat))
     return rows[:MAX_ROWS]
+
+
+def _as_runs(runs: Sequence[tuple[dict[str, Any] | None, dict[str, Any] | None]]
+             ) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    """The runs' settings as they ran: a start event's command-line overrides (``overrides``)
+    applied to its run's ``run.toml`` ``[run]``; and a start event's key that ``[run]`` holds
+    too (``preset``, ``seed``, ``max_steps``...) left to ``run.toml``'s rows where every run with
+    a start event has a ``run.toml``, so that no setting is two rows. A run without a
+    ``run.toml`` keeps its start event whole."""
+    out = []
+    for config, start in runs:
+        overrides = start.get("overrides") if start is not None and config is not None else None
+        if isinstance(overrides, dict) and overrides:
+            config = {**config, "run": {**config.get("run", {}), **overrides}}
+        if start is not None and config is not None:
+            start = {k: v for k, v in start.items() if k != "overrides"}
+        out.append((config, start))
+    if all(config is not None for config, start in out if start is not None):
+        sections = [set(config.get("run", {})) for config, _ in out if config is not None]
+        held = set.intersection(*sections) if sections else set()
+        out = [(config, None if start is None else {k: v for k, v in start.items() if k not in held})
+               for config, start in out]
+    return out
 
 
 def _differing(flat: list[dict[str, Any] | None]) -> list[DiffRow]:

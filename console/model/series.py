@@ -30,6 +30,8 @@ import numpy as np
 from rundir.layout import EVENT_RESUME, EVENT_START
 from rundir.text import printable
 
+from .units import FAMILY_SEP, unit_of
+
 if TYPE_CHECKING:
     from .snapshot import HistoryView
 
@@ -39,7 +41,6 @@ SHARE_WINDOW = 100          # steps: an arm's share of pulls is that of this man
 NOT_SERIES = frozenset({"step", "time", "tokens", "arm", "p"})
 # The full layout's grid of small plots, unless run.toml's [console] plots says otherwise.
 DEFAULT_GRID = ("loss", "eval_loss", "grad_norm", "tokens_per_s")
-FAMILY_SEP = "/"
 
 Values = tuple[np.ndarray, np.ndarray]
 
@@ -53,23 +54,22 @@ class UnknownSeries(KeyError):
 
 @dataclass(frozen=True)
 class SeriesSpec:
-    """What a series is called, how its values read, and where they come from."""
+    """What a series is called and where its values come from (its unit is
+    :mod:`console.model.units`' table's)."""
 
     name: str
     label: str
-    unit: str = ""
     derive: Callable[["HistoryView", str], Values] | None = None    # None: the column of that name
     needs: tuple[str, ...] = ()         # the columns it is made from (all present: it exists)
-    percent: bool = False               # a fraction shown as a percentage
+
+    @property
+    def unit(self) -> str:
+        """The unit of the values as stored (--json's)."""
+        return unit_of(self.name).stored_symbol
 
     def format(self, value: float) -> str:
-        """One value as the cursor and the picker say it."""
-        if not math.isfinite(value):
-            return "-"
-        if self.percent:
-            return f"{100 * value:.1f}%"
-        text = f"{value:.2e}" if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3) else f"{value:.4g}"
-        return f"{text} {self.unit}".rstrip()
+        """One value with its unit, as the cursor, the picker and the table say it."""
+        return unit_of(self.name).format(value)
 
 
 def _column(h: "HistoryView", name: str) -> Values:
@@ -159,16 +159,16 @@ SERIES: dict[str, SeriesSpec] = {spec.name: spec for spec in (
     SeriesSpec("eval_loss", "eval loss", derive=_eval_loss),
     SeriesSpec("grad_norm", "grad-norm", needs=("grad_norm",)),
     SeriesSpec("lr", "learning rate", needs=("lr",)),
-    SeriesSpec("tokens_per_s", "throughput", "tok/s", derive=_tokens_per_s, needs=("tokens", "time")),
-    SeriesSpec("steps_per_s", "steps/s", "steps/s", derive=_steps_per_s, needs=("time",)),
-    SeriesSpec("gpu_util", "GPU utilisation", "%", needs=("gpu_util",)),
-    SeriesSpec("gpu_mem_used", "GPU memory used", "B", needs=("gpu_mem_used",)),
-    SeriesSpec("gpu_power_w", "GPU power", "W", needs=("gpu_power_w",)),
-    SeriesSpec("gpu_temp_c", "GPU temperature", "°C", needs=("gpu_temp_c",)),
+    SeriesSpec("tokens_per_s", "throughput", derive=_tokens_per_s, needs=("tokens", "time")),
+    SeriesSpec("steps_per_s", "steps/s", derive=_steps_per_s, needs=("time",)),
+    SeriesSpec("gpu_util", "GPU utilisation", needs=("gpu_util",)),
+    SeriesSpec("gpu_mem_used", "GPU memory used", needs=("gpu_mem_used",)),
+    SeriesSpec("gpu_power_w", "GPU power", needs=("gpu_power_w",)),
+    SeriesSpec("gpu_temp_c", "GPU temperature", needs=("gpu_temp_c",)),
 )}
 # Series made for each arm: ``share/<arm>``, ``p/<arm>``.
 FAMILIES: dict[str, SeriesSpec] = {spec.name: spec for spec in (
-    SeriesSpec("share", "share of pulls", derive=_share, percent=True),
+    SeriesSpec("share", "share of pulls", derive=_share),
     SeriesSpec("p", "probability", derive=_prob, needs=("p",)),
 )}
 
@@ -184,7 +184,7 @@ def spec_of(name: str) -> SeriesSpec:
         return SeriesSpec(name, f"eval loss · {printable(arm)}", derive=_eval_loss)
     if arm and family in FAMILIES:
         base = FAMILIES[family]
-        return SeriesSpec(name, f"{base.label} · {printable(arm)}", base.unit, base.derive, base.needs, base.percent)
+        return SeriesSpec(name, f"{base.label} · {printable(arm)}", base.derive, base.needs)
     return SeriesSpec(name, printable(name))
 
 

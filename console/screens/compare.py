@@ -1,8 +1,10 @@
 """The comparison: the marked runs' whole histories read (in a worker thread) through their
 mirrors (:mod:`console.history_mirror`: mapped when valid, else parsed and the mirror written),
 their loss curves (or any series: ``m``) overlaid, and under them the table of what differs
-between their ``run.toml`` and start events (:mod:`console.model.run_diff`; it scrolls). ``x``
-plots by step or by tokens, ``l`` switches log y, Escape returns."""
+between their ``run.toml`` and start events (:mod:`console.model.run_diff`; it scrolls). The plot
+works as the dashboard's (:class:`~console.widgets.compare_plot.ComparePlot`): ``x`` step, tokens
+or time since start, ``l`` log y, ``e`` smoothing, ``z``/``Z``/``,``/``.``/``0`` zoom and pan,
+``←``/``→`` a cursor reading every run; Escape returns."""
 
 from __future__ import annotations
 
@@ -45,7 +47,10 @@ def read_series(runs: list[tuple[str, Path]]) -> CompareReady:
         view = plain_view(history)
         series.append((name, view.step, view.tokens_column, view.loss, view))
         try:
-            config = load_run_config(path).to_dict()
+            loaded = load_run_config(path)
+            config = loaded.to_dict()
+            # Unset, the eval cadence follows the checkpoints': the value the run evaluated at.
+            config["run"]["eval_every"] = loaded.run.eval_cadence
         except (ConfigError, OSError):
             config = None                   # another engine's run, or one the dashboard says is broken
         settings.append((config, start_data(history.events)))
@@ -74,7 +79,8 @@ class CompareScreen(Screen):
         self.runs = runs
 
     def compose(self) -> ComposeResult:
-        yield ComparePlot(id="compare-plot", classes="pane")
+        options = getattr(self.app, "options", None)
+        yield ComparePlot(options.smoothing if options is not None else 0.98, id="compare-plot", classes="pane")
         with VerticalScroll(id="compare-differences", classes="pane"):
             yield Static("", id="compare-differences-table")
         yield Static("", id="compare-problems")
@@ -96,8 +102,22 @@ class CompareScreen(Screen):
             Text("; ".join(printable(p, LINE_LIMIT) for p in message.problems), style="red"))
 
     def action_x_axis(self) -> None:
-        plot = self.query_one(ComparePlot)
-        plot.by_tokens = not plot.by_tokens
+        self.query_one(ComparePlot).cycle_x_axis()
+
+    def action_smoothing(self) -> None:
+        self.query_one(ComparePlot).cycle_smoothing()
+
+    def action_zoom(self, factor: float) -> None:
+        self.query_one(ComparePlot).zoom_by(factor)
+
+    def action_pan(self, direction: int) -> None:
+        self.query_one(ComparePlot).pan(direction)
+
+    def action_unzoom(self) -> None:
+        self.query_one(ComparePlot).unzoom()
+
+    def action_cursor(self, cells: int) -> None:
+        self.query_one(ComparePlot).move_cursor(cells)
 
     def action_log_y(self) -> None:
         plot = self.query_one(ComparePlot)

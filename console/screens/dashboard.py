@@ -39,6 +39,9 @@ FIRST_PANE = "events"
 # The dashboard's keys: the run's, then those that move among the panes (README's key
 # table ends with the hints the key bar says after the keys).
 DASHBOARD_KEYS = (*RUN_KEYS, *pane_keys(PANES, f"{FULL_FROM.width}x{FULL_FROM.height}"), *VIEW_KEYS)
+# The key bar's hints in the order it keeps them as the width shrinks: Tab last (the number
+# keys do what it does), so that at 160 columns the plot's keys are named.
+BAR_HINTS = hints(tuple(sorted(DASHBOARD_KEYS, key=lambda k: k.key == "tab")))
 
 
 class DashboardScreen(Screen):
@@ -92,9 +95,9 @@ class DashboardScreen(Screen):
                     yield ProblemsBar(id="problems")
                     yield EventLog(id="events", classes="pane")
                 yield SamplesPane(id="samples", classes="pane")
-        # The panes' keys are said where there is room; in the compact layout the tab strip
-        # says them too.
-        yield KeyBar(hints=hints(DASHBOARD_KEYS))
+        # The panes' and the plot's keys are said where there is room (BAR_HINTS); in the
+        # compact layout the tab strip says the panes too.
+        yield KeyBar(hints=BAR_HINTS)
 
     _ready = False
     _early_notices: list[Notice]
@@ -184,6 +187,12 @@ class DashboardScreen(Screen):
                 plot.series = name
         self.app.push_screen(SeriesPicker(names, plot.series, f"series of the {spec_of(plot.series).label} plot"),
                              picked)
+
+    def action_series_table(self) -> None:
+        """t: every series in a table (its value at the cursor, last, min, max, mean, best)."""
+        from .series_table import SeriesTable
+
+        self.app.push_screen(SeriesTable(self))
 
     def action_zoom(self, factor: float) -> None:
         self.active_plot.zoom_by(factor)

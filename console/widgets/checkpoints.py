@@ -4,7 +4,7 @@ first; past :data:`ROWS` of them, the older ones are counted on one line).
 Each file is one line: an invalid or foreign checkpoint's reason is cut with … at the
 pane's width, and Enter on the selected row shows it whole. Drawn as aligned Text, not a DataTable: a DataTable
 measures every cell of every row whenever it is rebuilt (at start-up, on each resize and
-every ten seconds as the ages move), which cost more than the rest of the pane's work."""
+whenever an age as shown moves), which cost more than the rest of the pane's work."""
 
 from __future__ import annotations
 
@@ -62,9 +62,11 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         with_kept = retention is not None and room - KEPT_COLUMN[1] - GAP >= KEPT_FROM_STATUS_WIDTH
         columns = (*COLUMNS, KEPT_COLUMN) if with_kept else COLUMNS
         # Ages move with the clock: redraw when the checkpoints, the width, the selected
-        # row or the ten-second tick of the clock change.
+        # row or an age as shown changes (each second while one is under a minute), so that
+        # they read as the status pane's age of the newest does.
         selected = self.cursor_shown()
-        key = (checkpoints, pivots, int(now // 10), room, retention, selected)
+        ages = tuple(format_age(now - c.mtime) if c.mtime else "-" for c in checkpoints[:-ROWS - 1:-1])
+        key = (checkpoints, pivots, ages, room, retention, selected)
         if key == self._shown:
             return
         self._shown = key
@@ -74,8 +76,8 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
             text.append(" " * GAP)
         text.append("status", style="bold")
         by_step = {p.step: p for p in pivots}
-        # The newest ROWS are drawn and the rest counted: a redraw (every ten seconds, as
-        # the ages move) must not cost the whole directory.
+        # The newest ROWS are drawn and the rest counted: a redraw (as the ages move) must
+        # not cost the whole directory.
         self._rows = checkpoints[:-ROWS - 1:-1]
         for i, c in enumerate(self._rows):
             start = len(text)

@@ -6,6 +6,7 @@ brings its first full frame about 0.1 s sooner (bench console)."""
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -13,7 +14,7 @@ from textual.widgets import Static
 
 # ESSENTIAL_ACTIONS: kept in the bar at any width (console.keys says which): the keys that
 # act on the run, quitting, and the help that lists every other key.
-from ..keys import ESSENTIAL_ACTIONS
+from ..keys import CONTROL_ACTIONS, ESSENTIAL_ACTIONS
 
 
 class KeyBar(Static):
@@ -44,12 +45,17 @@ class KeyBar(Static):
     def draw(self) -> None:
         key_style = self.get_component_rich_style("key-bar--key")
         description_style = self.get_component_rich_style("key-bar--description")
+        # A read-only console refuses the keys that signal or change a run: not offered.
+        refused = CONTROL_ACTIONS if getattr(self.app, "read_only", False) else {}
         bindings = [(key, active.binding) for key, active in self.screen.active_bindings.items()
-                    if active.binding.show]
+                    if active.binding.show and active.binding.action.removeprefix("app.") not in refused]
         entries = self.fit(bindings, self.size.width)
         gap = entries[0][1] if entries else 2
         self.keys = []
         text = Text(no_wrap=True, overflow="ellipsis")
+        if refused:
+            text.append("read-only", style=description_style + Style(italic=True))
+            text.append(" " * gap)
         for members, _, description in entries:
             for i, (key, binding) in enumerate(members):
                 start = len(text)
@@ -57,9 +63,9 @@ class KeyBar(Static):
                 self.keys.append((start + (i > 0), len(text), key))
             text.append(f" {description}", style=description_style)
             text.append(" " * gap)
-        for keys, what in self.hints:
+        for keys, what in self.hints:          # each that fits, in order (a shorter one after one that does not)
             if len(text) + len(keys) + len(what) + 1 > self.size.width:
-                break
+                continue
             text.append(keys, style=key_style)
             text.append(f" {what}", style=description_style)
             text.append("  ")

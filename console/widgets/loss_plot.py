@@ -28,6 +28,7 @@ from ..format import AXIS_NEEDS, X_AXES
 from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.series import UnknownSeries, is_sparse, series_values, spec_of, value_at
+from ..model.units import unit_of
 from ..ema import ema_debiased, line_dtype
 from ..plot import ABANDONED_STYLE, LABEL_WIDTH, PlotOptions, build_canvas, plot_x, render_runs
 from ..plot_view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
@@ -86,6 +87,7 @@ class LossPlot(Widget):
         self._drag_from: int | None = None
         self._styles: dict[str | None, Style] = {}
         self._drawn_axis: tuple[str, str] | None = None     # (the x axis asked for, the one drawn)
+        self._sparse = False            # the series drawn has some steps only: its points joined, not smoothed
 
     # -- data ------------------------------------------------------------------
     # The dashboard's snapshot, bound to it (``data_bind``): each new one is plotted straight
@@ -203,11 +205,14 @@ class LossPlot(Widget):
         if self.zoom is not None:
             window = zoom_text(self.zoom)
         ema = f"EMA {self.smoothing:g}" if self.smoothing > 0 else "EMA off"
+        if self._sparse:
+            ema = "points joined, not smoothed"
         axis = "" if self.x_axis == "step" else f" · x: {'wall clock' if self.x_axis == 'time' else 'tokens'}"
         if self.x_axis != "step" and self._drawn_axis == (self.x_axis, "step"):
             # The history cannot give that axis for every step: the plot is by step, and says so.
             axis = f" · x: step (not every step has {AXIS_NEEDS[self.x_axis]})"
-        return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y{axis}"
+        symbol = unit_of(self.series).symbol
+        return f"{window} · {ema} · {'log' if self.log_y else 'linear'} y{f' in {symbol}' if symbol else ''}{axis}"
 
     def _cursor_value(self) -> str:
         h = self._history
@@ -317,7 +322,30 @@ class LossPlot(Widget):
             with_cursor(runs, col, LABEL_WIDTH, range(top, len(runs) - 2))
         if not self.small and self._history is not None and runs:
             near = int((x1 - x0) / max(cells, 1) / 2) if x is None else 0
-            runs[0] = [(readout(self._history, self.cursor, self._markers, near=near)[:width], "bold")]
+            runs[0] = [(readout(self._history, self.cursor, self._markers, near=near, width=width, first=self.series),
+                        "bold")]
+
+    def view_span(self, h: HistoryView) -> tuple[int, int] | None:
+        """The steps every plot spans, from the history's step lines whatever the series: the
+        zoom, else the last N steps (the window), else all (None: the history has no step)."""
+        if not len(h.step):
+            return None
+        if self.zoom is not None:
+            return self.zoom
+        last = int(h.step[-1])
+        return (max(int(h.step[0]), last - self.window + 1) if self.window else int(h.step[0])), last
+
+    @staticmethod
+    def _x_span(h: HistoryView, view: tuple[int, int] | None, axis: str):
+        """``view`` in steps and on the drawn axis (None where a column lacks its ends), so
+        that the grid's cells and the main plot span the same x (:func:`build_canvas`)."""
+        if view is None:
+            return None
+        if axis == "step":
+            return view, view
+        ends = on_rows(h, np.asarray(view, np.int64), h.tokens_column if axis == "tokens" else h.time_column)
+        ok = ends is not None and len(ends) == 2 and bool(np.all(np.isfinite(ends.astype(np.float64))))
+        return view, (float(ends[0]), float(ends[1])) if ok else None
 
     def _style(self, name: str | None) -> Style:
         style = self._styles.get(name)
@@ -338,11 +366,15 @@ class LossPlot(Widget):
             return [[("reading .loss.json…", "grey50")]]
         steps, values = self.values(h)
         cells = max(1, width - LABEL_WIDTH)
-        rows = visible_rows(steps, self.zoom)
-        window = None if self.zoom is not None else self.window
-        options = PlotOptions(log_y=self.log_y, window=window, smoothing=self.smoothing)
+        view = self.view_span(h)
+        rows = visible_rows(steps, view)
+        options = PlotOptions(log_y=self.log_y, window=None, smoothing=self.smoothing)
         plot_h = max(1, height - (2 if self.small else 3))
-        if is_sparse(h, self.series, steps):
+        sparse = is_sparse(h, self.series, steps)
+        if sparse != self._sparse:
+            self._sparse = sparse
+            self.call_later(self._options_changed)          # the subtitle says it is not smoothed
+        if sparse:
             # A series of some steps only (the eval lines): the steps in view joined into a
             # line (not dots), not smoothed, and not dimmed (a rollback's steps are the step lines').
             shown_steps, shown_values = joined(steps[rows], values[rows], 2 * cells)
@@ -360,31 +392,32 @@ class LossPlot(Widget):
             self._drawn_axis = (self.x_axis, axis)
             self.call_later(self._options_changed)          # the subtitle says which axis was drawn
         canvas = build_canvas(shown_steps, shown_values, smooth, cells, plot_h, options, self._markers, x=x,
-                              x_axis=axis, abandoned=abandoned)
+                              x_axis=axis, abandoned=abandoned, span=self._x_span(h, view, axis))
+        canvas.unit = unit_of(self.series)
         if canvas.empty_reason and not len(steps) and self.series != "loss":
             canvas.empty_reason = f"no {spec_of(self.series).label} in this history"
-        first = int(np.searchsorted(shown_steps, shown_steps[-1] - window + 1)) if window and len(shown_steps) else 0
-        self._frame = (canvas.x0, canvas.x1, cells, shown_steps[first:], x[first:] if x is not None else None)
+        self._frame = (canvas.x0, canvas.x1, cells, shown_steps, x)
         lines = render_runs(canvas, label_width=LABEL_WIDTH)
         if self.small:
             return lines
-        legend = legend_runs({m.kind for m in self._markers}, abandoned is not None and abandoned.any(), width)
+        legend = legend_runs({m.kind for m in self._markers}, abandoned is not None and abandoned.any(), width,
+                             sparse)
         return [legend, *lines]
 
 
-def legend_runs(shown: set[str], abandoned: bool, width: int) -> list[tuple[str, str | None]]:
+def legend_runs(shown: set[str], abandoned: bool, width: int, sparse: bool = False) -> list[tuple[str, str | None]]:
     """The legend line at ``width``: every entry whole or not at all (a cut "< rewind"
     would leave a "<" that says nothing). Where they do not all fit the entries move
     closer, then the common markers the plot does not show go, then "raw smoothed",
     then the common markers it shows; a rare marker (named only when the plot shows one)
-    stays."""
-    entries: list[tuple[list[tuple[str, str | None]], int]] = [     # (runs, how late it goes: higher first)
-        ([("raw", "grey62"), (" ", None), ("smoothed", "bold green")], 2)]
+    stays. A ``sparse`` series (the eval loss) is its points joined, not raw and smoothed."""
+    lines = [("points joined", "grey62")] if sparse else [("raw", "grey62"), (" ", None), ("smoothed", "bold green")]
+    entries: list[tuple[list[tuple[str, str | None]], int]] = [(lines, 2)]     # (runs, how late it goes: higher first)
     for kind, spec in MARKER_KINDS.items():
         if spec.rare and kind not in shown:
             continue
         drop = 0 if spec.rare else (1 if kind in shown else 3)
-        entries.append(([(spec.glyph, spec.style), (f" {kind}", "grey62")], drop))
+        entries.append(([(spec.glyph, spec.style), (f" {spec.legend}", "grey62")], drop))
     if abandoned:
         entries.append(([("abandoned", ABANDONED_STYLE)], 0))
 

@@ -8,6 +8,7 @@ from ..findings import eta_text
 from ..format import (LINE_LIMIT, format_ago, format_float, format_rate, format_size, format_uptime, printable,
                       slurm_text, stall_text, storage_text)
 from ..model.snapshot import RunSnapshot
+from ..model.units import gpu_text
 from .lines import LinesPane
 from .rows import hang_indent
 
@@ -62,7 +63,7 @@ class StatusPane(LinesPane, can_focus=True):
             else Text("none usable", style="yellow"))
         cpu = f"{t.cpu_percent:.0f}%" if t.cpu_percent is not None else "-"
         add("cpu · rss", f"{cpu} · {format_size(t.rss)}" if running else "-")
-        add("gpu mem", format_size(t.gpu_memory) if t.gpu_memory is not None else "n/a")
+        add("gpu mem", format_size(t.gpu_memory) if t.gpu_memory is not None else gpu_text(h) or "n/a")
         if snap.storage is not None:
             disk = storage_text(snap.storage)
             add("disk", Text(disk, style="bold red") if snap.storage.too_full else disk)

@@ -61,6 +61,8 @@ def states(tmp: Path):
     yield "zoom-and-cursor-80x24", app_for(healthy(tmp / "n2"), live_probe), NARROW, ("z", "z", "m", "down", "enter",
                                                                                   *["left"] * 20)
     yield "series-picker-80x24", app_for(healthy(tmp / "n3"), live_probe), NARROW, ("m",)
+    yield "series-table-80x24", app_for(make_run(tmp / "n4" / "run", steps=1500, checkpoints=(500, 1000, 1500),
+                                                 series=True), live_probe), NARROW, ("left", "t")
     yield "inspector-80x24", app_for(make_run(tmp / "l2" / "run", checkpoints=(100, 200, 300), model_sized=True),
                                      live_probe), NARROW, ("i",)
 

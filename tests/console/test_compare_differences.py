@@ -55,16 +55,34 @@ def test_a_run_without_a_source_shows_absent_and_does_not_make_every_key_differ(
 
 def test_a_key_only_some_runs_have_and_values_of_another_type_differ():
     rows = run_diff([(None, {"a": 1, "b": [1, 2], "c": True}), (None, {"a": 1.0, "b": [1, 2], "d": {}})])
-    assert rows == [DiffRow("start.a", ("1", "1")), DiffRow("start.c", ("true", ABSENT)),
-                    DiffRow("start.d", (ABSENT, "{}"))]
+    assert rows == [DiffRow("start.a", ("1", "1")), DiffRow("start.c", ("true", ABSENT))]    # {} sets nothing
 
 
 def test_flatten_and_the_start_event_taken():
-    assert flatten({"a": {"b": {"c": 1}, "d": []}, "e": {}}) == {"a.b.c": 1, "a.d": [], "e": {}}
+    assert flatten({"a": {"b": {"c": 1}, "d": []}, "e": {}}) == {"a.b.c": 1, "a.d": []}
     events = [HistoryEvent("resume", 5, None, 3, {"x": 1}), HistoryEvent("start", 0, None, 1, {"x": 0}),
               HistoryEvent("resume", 9, None, 9, {"x": 2})]
     assert start_data(events) == {"x": 0}
     assert start_data([events[0], events[2]]) == {"x": 2} and start_data([]) is None
+
+
+def test_overrides_are_the_run_s_settings_and_no_setting_is_two_rows():
+    plain = {**START, "overrides": {}, "max_steps": 0}
+    flagged = {**START, "overrides": {"max_steps": 600}, "max_steps": 600}
+    rows = run_diff([(config(), plain), (config(), flagged)])
+    assert rows == [DiffRow("run.max_steps", ("0", "600"))]
+
+
+def test_an_unset_eval_every_reads_as_the_checkpoint_cadence_it_follows(tmp_path):
+    root = tmp_path / "runs"
+    for name, every in (("default", None), ("every-50", 50)):
+        run = make_run(root / name, steps=100, checkpoints=())
+        c = load_run_config(run)
+        c.run.eval_every, c.run.name = every, "run"
+        write_run_config(run, c)
+    ready = read_series([(name, root / name) for name in ("default", "every-50")])
+    every = c.run.checkpoint_every
+    assert DiffRow("run.eval_every", (str(every), "50")) in ready.differences
 
 
 def test_a_hostile_start_event_is_bounded():
@@ -106,7 +124,12 @@ def test_read_series_gives_the_differences(tmp_path):
     ready = read_series([(name, root / name) for name in ("baseline", "lower-lr", "capped", "other-engine")])
     keys = [row.key for row in ready.differences]
     assert keys[:2] == ["run.toml", "run.preset"]
+    # Another engine's run (no run.toml) has a start event: the start events' seeds are kept.
     assert {"optimizer.lr", "run.seed", "arms.stdlib-code.cap", "start.torch_version", "start.seed"} <= set(keys)
+    ours = read_series([(name, root / name) for name in ("baseline", "lower-lr", "capped")])
+    keys = [row.key for row in ours.differences]
+    assert "start.seed" not in keys and "start.preset" not in keys          # run.toml's rows say them
+    assert {"run.seed", "run.preset", "start.torch_version"} <= set(keys)
     lr = next(row for row in ready.differences if row.key == "optimizer.lr")
     assert lr.values == ("0.003", "0.001", "0.003", ABSENT)
 

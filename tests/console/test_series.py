@@ -3,6 +3,8 @@ spikes, and the headless forms (``--once --metric``, ``--json`` and ``--json --m
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import numpy as np
@@ -90,7 +92,14 @@ def test_zoom_and_pan_stay_inside_the_history():
 def test_headless_json_lists_the_series_and_gives_one_as_its_envelope(make_run_dir):
     run = make_run_dir(steps=600, spikes={450: 30.0})
     listed = json.loads(console(run, "--json").stdout)["series"]
-    assert listed[0] == {"name": "loss", "label": "loss", "points": 600, "first_step": 1, "last_step": 600}
+    assert {k: listed[0][k] for k in ("name", "label", "points", "first_step", "last_step")} == \
+        {"name": "loss", "label": "loss", "points": 600, "first_step": 1, "last_step": 600}
+    # The summary of each series: the loss's best is its min, the spike its max.
+    assert (listed[0]["max"], listed[0]["max_step"]) == (30.0, 450)
+    assert (listed[0]["best"], listed[0]["best_step"]) == (listed[0]["min"], listed[0]["min_step"])
+    assert listed[0]["last"] == json.loads(console(run, "--json").stdout)["history"]["last_loss"]
+    lr = next(s for s in listed if s["name"] == "lr")
+    assert lr["best"] is None and lr["best_step"] is None          # neither way is better
     assert {s["name"] for s in listed} >= {"grad_norm", "lr", "tokens_per_s", "steps_per_s"}
     r = console(run, "--json", "--metric", "loss", "--range", "400:500", "--points", "4")
     assert r.returncode == 0, r.stderr
@@ -99,6 +108,42 @@ def test_headless_json_lists_the_series_and_gives_one_as_its_envelope(make_run_d
     assert data["buckets"][0]["first_step"] == 400 and data["buckets"][-1]["last_step"] == 500
     assert sum(b["n"] for b in data["buckets"]) == 101
     assert max(b["max"] for b in data["buckets"]) == 30.0       # the one-step spike is kept
+
+
+def test_buckets_give_first_last_mean_and_the_steps_of_min_and_max(make_run_dir, capsys):
+    from console.cli import main
+
+    run = make_run_dir(steps=600, spikes={450: 30.0})
+    losses = {s: v for s, v in zip(*read(run).history.column("loss"))}
+    assert main([str(run), "--json", "--metric", "loss", "--range", "401:500", "--points", "4"]) == 0
+    buckets = json.loads(capsys.readouterr().out)["buckets"]
+    assert [(b["first_step"], b["last_step"], b["n"]) for b in buckets] == [(401, 425, 25), (426, 450, 25),
+                                                                            (451, 475, 25), (476, 500, 25)]
+    for b in buckets:
+        mine = {s: v for s, v in losses.items() if b["first_step"] <= s <= b["last_step"]}
+        assert b["first"] == mine[b["first_step"]] and b["last"] == mine[b["last_step"]]
+        assert b["mean"] == pytest.approx(sum(mine.values()) / len(mine))
+        assert mine[b["min_step"]] == b["min"] == min(mine.values())
+        assert mine[b["max_step"]] == b["max"] == max(mine.values())
+    assert (buckets[1]["max"], buckets[1]["max_step"]) == (30.0, 450)
+    # --csv: the same buckets, the same fields, in a spreadsheet's form.
+    assert main([str(run), "--csv", "--range", "401:500", "--points", "4"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [{k: float(v) for k, v in row.items()} for row in rows] == buckets
+
+
+def test_csv_writes_every_step_of_a_series_with_its_tokens_and_time(make_run_dir, capsys):
+    from console.cli import main
+
+    run = make_run_dir(steps=600, series=True)
+    assert main([str(run), "--csv", "--metric", "eval_loss", "--range", ":400"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0] == ["step", "tokens", "time", "eval_loss"]
+    steps, values = read(run).history.column("eval_loss")
+    assert [(int(r[0]), float(r[3])) for r in rows[1:]] == list(zip(steps[:4].tolist(), values[:4].tolist()))
+    assert rows[1][:3] == ["100", str(100 * 512), str(EPOCH + 50.0)]
+    assert main([str(run), "--csv"]) == 0                       # the loss, every step
+    assert len(capsys.readouterr().out.splitlines()) == 601
 
 
 def test_headless_once_draws_the_series_over_the_range(run_dir):
@@ -114,7 +159,8 @@ def test_headless_once_draws_the_series_over_the_range(run_dir):
     (("--once", "--metric", "loss", "--range", "9:3"), "--range '9:3': B (3) is before A (9)"),
     (("--once", "--metric", "loss", "--range", "a:b"), "--range 'a:b': A and B must be whole step numbers"),
     (("--once", "--range", "1:2"), "--range and --points go with --metric"),
-    (("--once", "--metric", "loss", "--points", "5"), "--points goes with --json --metric"),
+    (("--once", "--metric", "loss", "--points", "5"), "--points goes with --json --metric or --csv"),
+    (("--csv", "--metric", "nope"), "unknown series 'nope'; this history has: loss"),
     (("--json", "--metric", "loss", "--points", "0"), "--points 0: expected 1 to 100,000"),
     (("--check", "--metric", "loss"), "--metric goes with --once"),
 ])

@@ -1,10 +1,10 @@
 """``--serve`` in a real browser: Debian's chromium driven by Playwright (tests/console/browser.py).
 
-The page shows the run; a read-only tab refuses ``c`` in its own console; with the token,
-``c`` lands a checkpoint on a live micro trainer; without it, 403; closing a tab ends its
+The page shows the run and takes keys with no click first; a read-only tab refuses ``c`` in
+its own console; with the token, ``c`` lands a checkpoint on a live micro trainer; without it, 403; closing a tab ends its
 console, and Ctrl-C at the server ends the open ones. The tests share one chromium on one
 xdist worker (group ``browser``), in a module of their own: Playwright's synchronous API
-runs an event loop that the asyncio tests must not find running. About 35 s together on a
+runs an event loop that the asyncio tests must not find running. About 40 s together on a
 loaded 2-CPU machine (a micro trainer's start included).
 """
 
@@ -95,3 +95,18 @@ def test_browser_with_the_token_c_lands_a_checkpoint_and_closing_the_tab_ends_it
         assert trainer.proc.poll() is None                          # and training goes on
         assert served.interrupt() == 0
     assert "tab closed" in served.output()
+
+
+@pytest.mark.xdist_group("browser")
+def test_browser_keys_work_without_a_click_first(chromium, tmp_path):
+    """The page focuses its terminal itself: ? opens the help with no click on the page."""
+    run = make_run(tmp_path / "runs" / "focus-run", steps=1234)
+    with browser.Served(run) as served:
+        page, status = browser.open_page(chromium, served.url)
+        assert status == 200
+        browser.wait_for_text(page, "history    1,234 steps")
+        focused = page.evaluate("document.activeElement && document.activeElement.className")
+        assert "xterm-helper-textarea" in focused, focused
+        page.keyboard.press("?")                            # no click, no focus() by the test
+        browser.wait_for_text(page, "andrea-console help")
+        page.context.close()

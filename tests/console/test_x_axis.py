@@ -69,7 +69,7 @@ def test_once_takes_the_axis_and_the_log_scale_from_flags(tmp_path, capsys):
     assert main([str(run), "--once", "--x-axis", "tokens", "--log-y"]) == 0
     out = capsys.readouterr().out
     assert "loss by tokens (raw + EMA 0.98, log scale;" in out
-    axis = out.split("loss by tokens")[1].split("checkpoints (")[0].strip().splitlines()[-1]
+    axis = out.split("loss by tokens")[1].split("series (")[0].strip().splitlines()[-1]
     assert "k" in axis and "600" not in axis                # token counts, not the steps
     assert main([str(run), "--once", "--x-axis", "time"]) == 0
     assert "loss by wall clock (" in capsys.readouterr().out

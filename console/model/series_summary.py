@@ -1,0 +1,88 @@
+"""The table of every series (LEET's and W&B's run summary): for each series of a history,
+its value at the cursor, its last value, its min, max and mean over the steps in view, and
+its best value with the step it was at (the min for a loss, the max for a throughput; none
+for a series where neither is better, such as the learning rate).
+
+Read by the series table screen (``t``), ``--once`` and ``--json``; every figure is the
+stored value, and :mod:`console.model.units` says it in its unit at the edge.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .series import available, series_values, spec_of, value_at
+from .units import unit_of
+
+if TYPE_CHECKING:
+    from .snapshot import HistoryView
+
+# Which way is better, by series name (a family by the part before the separator);
+# any other series named like a loss (``val_loss``, ``mlm_loss``) is better lower.
+BETTER = {"loss": "min", "eval_loss": "min", "tokens_per_s": "max", "steps_per_s": "max"}
+
+
+def better_of(name: str) -> str | None:
+    """``"min"``, ``"max"`` or None (neither way is better) for series ``name``."""
+    base = name.partition("/")[0]
+    return BETTER.get(name) or BETTER.get(base) or ("min" if base.endswith("loss") else None)
+
+
+@dataclass(frozen=True)
+class SeriesRow:
+    """One series' figures over a range of steps (NaN where it has no value)."""
+
+    name: str
+    label: str
+    points: int                 # finite values in the range
+    at_cursor: float            # the value at the cursor's step (a sparse series' last before it)
+    last: float
+    last_step: int | None
+    min: float
+    min_step: int | None
+    max: float
+    max_step: int | None
+    mean: float
+    best: float                 # min or max as :func:`better_of` says; NaN when neither
+    best_step: int | None
+
+
+def series_rows(h: "HistoryView", zoom: tuple[int, int] | None = None, cursor: int | None = None) -> list[SeriesRow]:
+    """A row for every series of ``h`` over the steps of ``zoom`` (all of them without one)."""
+    return [series_row(h, name, zoom, cursor) for name in available(h)]
+
+
+def series_row(h: "HistoryView", name: str, zoom: tuple[int, int] | None = None,
+               cursor: int | None = None) -> SeriesRow:
+    steps, values = series_values(h, name)
+    if zoom is not None:
+        lo, hi = np.searchsorted(steps, zoom[0], "left"), np.searchsorted(steps, zoom[1], "right")
+        steps, values = steps[lo:hi], values[lo:hi]
+    ok = np.flatnonzero(np.isfinite(values))
+    at = value_at(h, name, cursor) if cursor is not None else math.nan
+    if not len(ok):
+        return SeriesRow(name, spec_of(name).label, 0, at, *(math.nan, None) * 3, math.nan, math.nan, None)
+    vals, where = values[ok], steps[ok]
+    i_min, i_max = int(np.argmin(vals)), int(np.argmax(vals))
+    best = better_of(name)
+    i_best = i_min if best == "min" else i_max if best == "max" else None
+    return SeriesRow(name, spec_of(name).label, len(ok), at, float(vals[-1]), int(where[-1]),
+                     float(vals[i_min]), int(where[i_min]), float(vals[i_max]), int(where[i_max]),
+                     float(np.mean(vals, dtype=np.float64)),
+                     float(vals[i_best]) if i_best is not None else math.nan,
+                     int(where[i_best]) if i_best is not None else None)
+
+
+def row_cells(row: SeriesRow, cursor: bool = True) -> tuple[str, ...]:
+    """One series' figures as a table's cells, each in the series' unit: name, (at the
+    cursor,) last, min, its step, max, its step, mean, best, its step."""
+    fmt = unit_of(row.name).format
+
+    def at(step: int | None) -> str:
+        return f"{step:,}" if step is not None else "-"
+    return (row.name, *((fmt(row.at_cursor),) if cursor else ()), fmt(row.last), fmt(row.min), at(row.min_step),
+            fmt(row.max), at(row.max_step), fmt(row.mean), fmt(row.best), at(row.best_step))
