@@ -10,7 +10,9 @@ claims. Before a signal, the process must also
   inode; when it names no such pid (another pid namespace), the holder's own open files
   (``/proc/PID/fd`` and ``fdinfo``) are checked instead;
 - **run a trainer entry point**: ``andrea-train`` (as the program, or the script a Python
-  interpreter runs) or ``python -m trainer`` (as torchrun starts each worker).
+  interpreter runs) or ``python -m trainer`` (as torchrun starts each worker); or, for a
+  trainer of its own through the run API (:mod:`rundir.run`, any script), **hold the run
+  directory itself open**, as andrea-train does too: with the lock, two kernel facts.
 
 Which run directory a process trains is what its command line names, or the directory it
 holds open (:func:`holds_directory_open`): a trainer keeps its run directory open, so that a

@@ -173,11 +173,15 @@ def _verify_recorded(run_dir: Path) -> Verification:
         return Verification("stale", f"pid {record.pid} was reused by another process (its start time differs)", record)
     if uid != os.getuid() and os.getuid() != 0:
         return Verification("unverified", f"pid {record.pid} belongs to {_user_name(uid)}, not to you", record)
-    if not (_names_run_dir(proc, cmdline, run_dir) or holds_directory_open(record.pid, run_dir)):
+    held_open = holds_directory_open(record.pid, run_dir)
+    if not (held_open or _names_run_dir(proc, cmdline, run_dir)):
         return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) does not name this run directory", record)
-    if not runs_trainer_entry_point(cmdline):
+    # A trainer of any name through the run API (rundir.open_run) holds the directory open,
+    # as andrea-train does, and (below) its lock: neither is a record's word.
+    if not (held_open or runs_trainer_entry_point(cmdline)):
         return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) is not a trainer "
-                                          "(not andrea-train or python -m trainer)", record)
+                                          "(not andrea-train or python -m trainer, and it does not hold the run "
+                                          "directory open as a trainer of the run API does)", record)
     holds, why = holds_run_lock(record.pid, run_dir)
     if not holds:
         return Verification("unverified", why, record)
