@@ -460,9 +460,9 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     try:
         if args.checkpoint:
             wait = wait_for_checkpoint(run_dir, result, args.timeout)
-            if wait.info is None:
+            if wait.landed is None:
                 return _fail(wait.why, EXIT_TIMEOUT if wait.end is WaitEnd.TIMED_OUT else EXIT_REFUSED)
-            print(wait.info.path)
+            print(printable(wait.landed, None))
             return EXIT_OK
         exited, text = wait_for_exit(run_dir, result, args.timeout)
     except KeyboardInterrupt:

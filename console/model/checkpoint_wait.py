@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass
 
 from rundir import CheckpointInfo
+from rundir.external import ExternalCheckpoint
 
 
 class WaitEnd(enum.Enum):
@@ -27,6 +28,14 @@ class CheckpointWait:
     info: CheckpointInfo | None = None
     timeout: float = 0.0
     pid: int | None = None
+    external: ExternalCheckpoint | None = None      # landed in the trainer's own format (the run API)
+
+    @property
+    def landed(self) -> str | None:
+        """What landed, as a path to print: ours, or the trainer's own as its history records it."""
+        if self.info is not None:
+            return str(self.info.path)
+        return self.external.path if self.external is not None else None
 
     @property
     def why(self) -> str:
