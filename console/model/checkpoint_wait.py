@@ -31,13 +31,6 @@ class CheckpointWait:
     external: ExternalCheckpoint | None = None      # landed in the trainer's own format (the run API)
 
     @property
-    def landed(self) -> str | None:
-        """What landed, as a path to print: ours, or the trainer's own as its history records it."""
-        if self.info is not None:
-            return str(self.info.path)
-        return self.external.path if self.external is not None else None
-
-    @property
     def why(self) -> str:
         if self.end is WaitEnd.LANDED:
             return ""

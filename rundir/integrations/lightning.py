@@ -3,8 +3,9 @@
     from rundir.integrations.lightning import RundirCallback
     trainer = L.Trainer(callbacks=[RundirCallback("runs/x", config=hparams)])
 
-At each optimizer step it logs ``trainer.callback_metrics`` (the training step's loss when
-none is logged as ``loss`` or ``train_loss``, and the first optimizer's learning rate); a
+At each optimizer step it logs the training step's loss and the first optimizer's learning
+rate, and ``trainer.callback_metrics`` every ``log_every_n_steps`` (Lightning's own logging
+cadence; ``loss`` or ``train_loss`` there is the loss when the step returns none); a
 checkpoint asked for from the console (``c``, SIGUSR1, the request file) is saved with
 ``trainer.save_checkpoint`` (into ``RUN_DIR/checkpoints/`` unless ``dirpath`` says) and
 reported; a stop (``s``, SIGTERM, Ctrl-C) saves one and ends ``fit`` with
@@ -68,11 +69,15 @@ def _build() -> type:
                     connector.received_sigterm = False
 
         def _log(self, trainer: Any, step: int, outputs: Any) -> None:
-            metrics = scalars(trainer.callback_metrics)
-            loss = metrics.pop("loss", metrics.pop("train_loss", None))
-            if loss is None:
-                out = outputs.get("loss") if isinstance(outputs, dict) else outputs
-                loss = scalars({"loss": out}).get("loss") if out is not None else None
+            # The step's own loss at every step; the logged metrics (computed anew at each
+            # access of callback_metrics: the callback's largest cost) at Lightning's own
+            # cadence, log_every_n_steps.
+            out = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            loss = out.item() if hasattr(out, "item") and getattr(out, "ndim", 0) == 0 else None
+            every = getattr(trainer, "log_every_n_steps", 1) or 1
+            metrics = scalars(trainer.callback_metrics) if step % every == 0 or loss is None else {}
+            named = metrics.pop("loss", metrics.pop("train_loss", None))
+            loss = named if loss is None else loss
             lr = None
             if trainer.optimizers and trainer.optimizers[0].param_groups:
                 lr = trainer.optimizers[0].param_groups[0].get("lr")
