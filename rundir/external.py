@@ -11,6 +11,7 @@ lands; it never resumes or rolls back from one: their format is their trainer's.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,8 @@ def external_checkpoints(events: Iterable[HistoryEvent]) -> tuple[ExternalCheckp
         path, size, checksum, reason = data.get("path"), data.get("size"), data.get("checksum"), data.get("reason")
         if not isinstance(path, str) or not path:
             continue
-        found.append(ExternalCheckpoint(ev.step, path, size if is_int(size) and size >= 0 else None, ev.time,
+        when = ev.time if ev.time is not None and math.isfinite(ev.time) else None
+        found.append(ExternalCheckpoint(ev.step, path, size if is_int(size) and size >= 0 else None, when,
                                         checksum if isinstance(checksum, str) else None,
                                         reason if isinstance(reason, str) else ""))
     return tuple(found)

@@ -44,6 +44,7 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         self._shown: tuple | None = None
         self._last: tuple | None = None
         self._rows: tuple[CheckpointInfo | ExternalCheckpoint, ...] = ()
+        self._merge: tuple | None = None
 
     def cursor_changed(self) -> None:
         if self._last is not None:
@@ -58,7 +59,7 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         """Every checkpoint file, newest first; the one each pivot resumed from is marked. The
         trainer's own checkpoints (``external``, from its history) are listed among them by step."""
         if external:
-            checkpoints = tuple(sorted((*checkpoints, *external), key=lambda c: c.step))      # type: ignore[assignment]
+            checkpoints = self._merged(checkpoints, external)        # type: ignore[assignment]
         self._last = (checkpoints, pivots, now, retention)
         if not self.size.width:         # not laid out yet: the first resize draws it
             return
@@ -111,6 +112,14 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
             text.append("\nno step_*.bin files yet", style="grey62")
         self.update(text)
         self.set_hint_base(f"{len(checkpoints)} files" if checkpoints else "none yet")
+
+    def _merged(self, ours: tuple[CheckpointInfo, ...],
+                external: tuple[ExternalCheckpoint, ...]) -> tuple[CheckpointInfo | ExternalCheckpoint, ...]:
+        """Both kinds by step, sorted once per change of either (the snapshot keeps each
+        tuple's identity while it is unchanged)."""
+        if self._merge is None or self._merge[0] is not ours or self._merge[1] is not external:
+            self._merge = (ours, external, tuple(sorted((*ours, *external), key=lambda c: c.step)))
+        return self._merge[2]
 
     def _external_row(self, text: Text, c: ExternalCheckpoint, now: float, columns: tuple, selected: bool) -> None:
         """A checkpoint in the trainer's own format: its step, age, size and path."""

@@ -185,3 +185,21 @@ def test_importing_rundir_imports_no_framework():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert rundir.open_run is open_run
+
+
+def test_external_checkpoint_events_are_read_with_care(tmp_path):
+    """Another writer's events: only a step and a path make one; a bad size or time is dropped."""
+    from rundir import LossHistoryWriter
+
+    path = tmp_path / LOSS_JSON
+    with LossHistoryWriter(path) as writer:
+        writer.event("external_checkpoint", step=5, time=10.0, path="a.pt", size=7, checksum="c", reason="signal")
+        writer.event("external_checkpoint", step=6, time=float("inf"), path="b\x1b[31m", size=-1)
+        writer.event("external_checkpoint", step=7, time=1.0, size=3)             # no path: not one
+        writer.event("external_checkpoint", path="c.pt", size=3)                  # no step: not one
+        writer.event("checkpoint", step=8, path="step_000008.bin")                # ours: not external
+    h = LossHistory(path)
+    h.refresh()
+    found = external_checkpoints(h.events)
+    assert [(e.step, e.path, e.size, e.time, e.checksum, e.reason) for e in found] == [
+        (5, "a.pt", 7, 10.0, "c", "signal"), (6, "b\x1b[31m", None, None, None, "")]
