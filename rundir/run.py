@@ -85,7 +85,10 @@ def _shown(value: Any) -> str:
 def _step(where: str, step: Any) -> int:
     if type(step) is not int:
         item = getattr(step, "item", None)
-        step = item() if callable(item) and not isinstance(step, bool) else step
+        try:
+            step = item() if callable(item) and not isinstance(step, bool) else step
+        except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
+            pass
     if type(step) is not int or step < 0:
         raise RunError(f"{where}: step {_shown(step)} is not a non-negative integer")
     return step
