@@ -12,6 +12,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 
+# The step line's own keys (run.log's parameters, and the time it stamps): a framework metric
+# of one of these names is not passed on as a series of its own.
+RESERVED = frozenset({"step", "loss", "lr", "grad_norm", "tokens", "time", "arm"})
+
+
 def scalars(metrics: Mapping[str, Any], skip: Iterable[str] = ()) -> dict[str, float]:
     """The single numbers among ``metrics`` (Python numbers, numpy or one-element torch
     tensors), as floats; anything else (strings, lists, tensors of several elements) is left out."""

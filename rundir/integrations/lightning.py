@@ -30,7 +30,7 @@ def _build() -> type:
 
     from ..layout import EXTERNAL_CHECKPOINTS_DIR
     from ..run import Run, open_run
-    from . import scalars
+    from . import RESERVED, scalars
 
     class RundirCallback(Callback):
         """Logs, checkpoints and stops a Lightning ``fit`` for the console. ``run``: a run
@@ -82,7 +82,8 @@ def _build() -> type:
             if trainer.optimizers and trainer.optimizers[0].param_groups:
                 lr = trainer.optimizers[0].param_groups[0].get("lr")
             grad_norm = metrics.pop("grad_norm", None)
-            self.run.log(step, loss=loss, lr=lr if isinstance(lr, float) else None, grad_norm=grad_norm, **metrics)
+            extra = {key: value for key, value in metrics.items() if key not in RESERVED}
+            self.run.log(step, loss=loss, lr=lr if isinstance(lr, float) else None, grad_norm=grad_norm, **extra)
 
         def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
             if self.owned:

@@ -21,8 +21,6 @@ from typing import Any
 
 __all__ = ["RundirCallback"]
 
-# What a training log holds that is not a series of its own.
-_NAMED = ("loss", "learning_rate", "grad_norm")
 
 
 def _build() -> type:
@@ -33,7 +31,9 @@ def _build() -> type:
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     from ..run import Run, open_run
-    from . import scalars
+    from . import RESERVED, scalars
+
+    named = RESERVED | {"learning_rate"}       # what a training log holds that is no series of its own
 
     class RundirCallback(TrainerCallback):
         """Logs, checkpoints and stops a Hugging Face ``Trainer`` for the console. ``run``: a
@@ -61,7 +61,7 @@ def _build() -> type:
             if self.run is None or not logs or "loss" not in logs:
                 return                          # an eval's or the end's summary: no training line
             self.run.log(state.global_step, loss=logs["loss"], lr=logs.get("learning_rate"),
-                         grad_norm=logs.get("grad_norm"), **scalars(logs, skip=_NAMED))
+                         grad_norm=logs.get("grad_norm"), **scalars(logs, skip=named))
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.run is None:
