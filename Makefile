@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml setup.py rundir/_tensor_sums.c rundir/_line_sc
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e '.[train,serve,dev]'
+	$(BIN)/pip install -q -e '.[train,serve,dev,lightning,transformers]'
 	touch $@
 
 install: $(BIN)/.installed

@@ -12,7 +12,8 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 from rundir import CheckpointInfo, HistoryEvent
-from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_PIVOT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
+from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_EXTERNAL_CHECKPOINT, EVENT_PIVOT,
+                           EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
 from .format import format_counter, format_size, printable, stall_text
 from .model.checkpoint_wait import CheckpointWait
@@ -42,6 +43,8 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
         return out
     if snap.checkpoints is not prev.checkpoints:
         out += _checkpoint_changes(prev, snap, now, requested)
+    if snap.external_checkpoints is not prev.external_checkpoints:
+        out += _external_changes(prev, snap, now, requested)
     out += _trainer_changes(prev, snap, now)
     if snap.arms is not prev.arms:
         before_zombies = prev.zombies
@@ -138,6 +141,25 @@ def _archived(snap: RunSnapshot, names: list[str]) -> dict[str, str]:
     return found
 
 
+def _external_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
+                      requested: Mapping[str, Any]) -> list[Notice]:
+    """The trainer's own checkpoints reported since the last read (its format, not ours)."""
+    seen = set(prev.external_checkpoints)
+    new = [e for e in snap.external_checkpoints if e not in seen]
+    out: list[Notice] = []
+    for e in new[-LISTED:]:
+        request = requested.get(e.path)
+        what = (f"requested checkpoint landed, {now - request.sent_at:.1f} s after the signal"
+                if request is not None else "checkpoint landed")
+        size = f", {format_size(e.size)}" if e.size is not None else ""
+        out.append(Notice(now, f"{what}: {printable(e.path)} (step {e.step:,}{size}, external: the trainer's own "
+                               "format)", "good" if request is not None else "info"))
+    if len(new) > LISTED:
+        out.insert(0, Notice(now, f"and {many(len(new) - LISTED, 'more external checkpoint')} reported in the same "
+                                  "read", "info"))
+    return out
+
+
 def _unfinished(c: CheckpointInfo, snap: RunSnapshot, now: float) -> bool:
     """A ``.bin`` without its ``.json`` that the run's live trainer wrote moments ago: the
     ``.json`` follows it (DESIGN.md section 3), so it is not said as a foreign checkpoint
@@ -156,10 +178,13 @@ def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[N
             out.append(Notice(now, f"trainer running: pid {t1.pid} verified", "good"))
         elif t0.state == "running" and t1.state == "stopped":
             final = snap.newest_checkpoint
+            name = final.path.name if final else snap.external_checkpoints[-1].path if snap.external_checkpoints \
+                else None
             out.append(Notice(now, f"trainer exited cleanly (pid {t0.pid} removed its record)"
-                              + (f"; final checkpoint {printable(final.path.name)}" if final else ""), "good"))
-            out.append(Notice(now, f"to resume: andrea-console {printable(shlex.quote(str(snap.run_dir)))} --start"
-                                   + (f" (it goes on from {printable(final.path.name)})" if final else ""), "info"))
+                              + (f"; final checkpoint {printable(name)}" if name else ""), "good"))
+            if final is not None:           # our checkpoint: --start resumes it (a run API loop resumes itself)
+                out.append(Notice(now, f"to resume: andrea-console {printable(shlex.quote(str(snap.run_dir)))} --start"
+                                       f" (it goes on from {printable(final.path.name)})", "info"))
         elif t0.state == "running" and t1.state == "stale":
             out.append(Notice(now, f"trainer pid {t0.pid} is gone without a clean exit: {t1.reason}", "error"))
         elif t1.state != "stopped":
@@ -188,8 +213,8 @@ def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
         return "None" if value is None else format_counter(value)
 
     at = f" at step {ev.step:,}" if ev.step is not None else ""
-    if ev.event == EVENT_CHECKPOINT:
-        return None                      # the checkpoint file landing says it, with its status
+    if ev.event in (EVENT_CHECKPOINT, EVENT_EXTERNAL_CHECKPOINT):
+        return None                      # the checkpoint landing says it, with its status
     if ev.event == EVENT_RESUME:
         src = field("checkpoint") or field("path")
         return f"trainer resumed from step {step_field('from_step')}" + (f" ({src})" if src else ""), "info"

@@ -477,9 +477,10 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     try:
         if args.checkpoint:
             wait = wait_for_checkpoint(run_dir, result, args.timeout)
-            if wait.info is None:
+            if wait.info is None and wait.external is None:
                 return _fail(wait.why, EXIT_TIMEOUT if wait.end is WaitEnd.TIMED_OUT else EXIT_REFUSED)
-            print(wait.info.path)
+            # The trainer's own checkpoint, as its history records it (relative to the run directory).
+            print(wait.info.path if wait.info is not None else printable(str(run_dir / wait.external.path), None))
             return EXIT_OK
         exited, text = wait_for_exit(run_dir, result, args.timeout)
     except KeyboardInterrupt:

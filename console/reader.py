@@ -23,6 +23,7 @@ from typing import Callable, Iterable
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
 from rundir.identity import open_directory
+from rundir.external import ExternalCheckpoint, external_checkpoints
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
 from rundir.run_summary import RATE_STEPS, stall_threshold
@@ -86,6 +87,14 @@ class CheckpointRequest:
     baseline: dict[str, CheckpointStamp] = field(default_factory=dict)
     pid: int | None = None
     timeout: float = REQUEST_TIMEOUT_S
+
+
+def _external_answers(before: tuple[ExternalCheckpoint, ...], after: tuple[ExternalCheckpoint, ...],
+                      requests: list[CheckpointRequest]) -> dict[str, CheckpointRequest]:
+    """The trainer's own checkpoints that landed since ``before`` after a request was sent:
+    ``{recorded path: request}``."""
+    seen = set(before)
+    return {e.path: r for e in after if e not in seen and e.time is not None for r in requests if e.time >= r.sent_at}
 
 
 def _finite(x: float) -> float | None:
@@ -268,6 +277,15 @@ class RunReader:
 
     def _part_checkpoints(self, read: _Read) -> dict:
         return {"checkpoints": self._checkpoints(read.prev)}
+
+    def _part_external(self, read: _Read) -> dict:
+        """The trainer's own checkpoints, as its history reports them (rundir.external)."""
+        prev, events = read.prev, read.values["history"].events
+        if prev is not None and events is prev.history.events:
+            return {"external_checkpoints": prev.external_checkpoints}
+        found = external_checkpoints(events)
+        return {"external_checkpoints": prev.external_checkpoints if prev is not None and
+                found == prev.external_checkpoints else found}
 
     def _part_trainer_state(self, read: _Read) -> dict:
         """The verified trainer as the run's files show it: out of sight when its directory
@@ -472,6 +490,8 @@ class RunReader:
                         stamp = self._ckpt_cache.get(c.path.name, (None,))[0]
                         answered.update((c.path.name, r) for r in self._requests
                                         if r.baseline.get(c.path.name) != stamp)
+            if prev is not None and snap.external_checkpoints is not prev.external_checkpoints:
+                answered.update(_external_answers(prev.external_checkpoints, snap.external_checkpoints, self._requests))
             trainer = snap.trainer
             ended: list[CheckpointWait] = []
             waiting = []
@@ -539,6 +559,7 @@ PARTS: tuple[Part, ...] = (
     Part("history", ("history",), frozenset({HISTORY}), RunReader._part_history),
     Part("checkpoints", ("checkpoints",), frozenset({CHECKPOINTS}), RunReader._part_checkpoints,
          due=RunReader._requests_due),
+    Part("external", ("external_checkpoints",), frozenset({HISTORY}), RunReader._part_external),
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),

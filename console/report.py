@@ -90,6 +90,11 @@ def checkpoint_lines(snap: RunSnapshot, now: float) -> list[str]:
         age = format_age(now - c.mtime) if c.mtime else "-"
         out.append(f"  {printable(c.path.name):<18} step {c.step:>9,}  age {age:>8}"
                    f"  {format_size(c.size):>10}  {status}")
+    for e in snap.external_checkpoints[-ROWS_LISTED:]:          # the trainer's own format
+        age = format_age(now - e.time) if e.time else "-"
+        size = format_size(e.size) if e.size is not None else "-"
+        out.append(f"  {printable(e.name):<18} step {e.step:>9,}  age {age:>8}  {size:>10}  {e.status}: "
+                   f"{printable(e.path, LINE_LIMIT)}")
     return out
 
 
@@ -124,9 +129,14 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     step = f"{h.last_step:,}" if h.last_step is not None else "-"
     lines.append(f"step         {step} · loss {format_float(h.last_loss)} · "
                  f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
-    newest = snap.newest_checkpoint
-    lines.append("checkpoint   " + (f"{printable(newest.path.name)} (step {newest.step:,}, {format_ago(now - newest.mtime)}, {newest.status})"
-                                    if newest else "none usable"))
+    newest, own = snap.newest_checkpoint, snap.external_checkpoints[-1] if snap.external_checkpoints else None
+    if newest is None and own is not None:          # the trainer's own format only (the run API)
+        lines.append(f"checkpoint   {printable(own.name)} (step {own.step:,}, "
+                     f"{format_ago(now - own.time) if own.time else '-'}, {own.status})")
+    else:
+        lines.append("checkpoint   " + (f"{printable(newest.path.name)} (step {newest.step:,}, "
+                                        f"{format_ago(now - newest.mtime)}, {newest.status})"
+                                        if newest else "none usable"))
     lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
                  f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
     if h.mirror is not None:
@@ -141,7 +151,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     if h.n_steps:
         lines.extend(_plot_lines(snap, width, plot_height, options, metric, step_range))
         lines.extend(series_table_lines(h))
-    lines.append(f"checkpoints ({len(snap.checkpoints)})"
+    lines.append(f"checkpoints ({len(snap.checkpoints) + len(snap.external_checkpoints)})"
                  + (f" · retention: {snap.retention.policy}" if snap.retention is not None else ""))
     if snap.storage is not None:
         lines.append(f"disk: {storage_text(snap.storage)}")
@@ -261,6 +271,9 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                          "n_params": c.n_params,
                          "keep": list(snap.retention.keep.get(c.path.name, ())) if snap.retention else None}
                         for c in snap.checkpoints],
+        "external_checkpoints": [{"path": e.path, "step": e.step, "size": e.size, "time": e.time,
+                                  "age": now - e.time if e.time else None, "checksum": e.checksum, "reason": e.reason,
+                                  "status": e.status} for e in snap.external_checkpoints],
         "retention": {"policy": snap.retention.policy, "next_prune": list(snap.retention.next_prune)}
         if snap.retention else None,
         "storage": {"used": s.used, "approximate": s.approximate, "free": s.free, "checkpoint_size": s.checkpoint_size,

@@ -16,6 +16,7 @@ from typing import Callable
 from rundir import checkpoint_stamps
 from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, STOP_SIGNAL
 
+from .format import printable
 from .reader import CheckpointRequest, RunReader
 from .model.checkpoint_wait import WaitEnd
 from .supervise import send, wait_for_checkpoint, wait_for_exit
@@ -51,10 +52,14 @@ def request_checkpoint(run_dir: Path, reader: RunReader | None, say: Say, change
     wait = wait_for_checkpoint(run_dir, result, timeout, cancelled)
     if wait.end is WaitEnd.CANCELLED:
         return
-    if wait.info is None:
+    if wait.info is None and wait.external is None:
         say(f"checkpoint request: {wait.why}", "error")
         return
-    say(f"checkpoint landed: {wait.info.path.name} (step {wait.info.step:,})", "good")
+    if wait.info is not None:
+        say(f"checkpoint landed: {wait.info.path.name} (step {wait.info.step:,})", "good")
+    else:
+        assert wait.external is not None
+        say(f"checkpoint landed: {printable(wait.external.path)} (step {wait.external.step:,}, external)", "good")
     changed(frozenset({CHECKPOINTS}))
 
 

@@ -26,6 +26,7 @@ from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, 
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
 from rundir.identity import run_lock_holder
 from rundir.run_lock import live_lock_owner
+from rundir.external import ExternalCheckpoint, external_checkpoints
 from rundir.process import trainer_alive
 from rundir.history import read_history_tail
 from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
@@ -223,18 +224,42 @@ def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, t
     record = result.verification.record
     pid = record.pid if record is not None else None
     alive = _Liveness(run_dir, result.verification)
+    own = ExternalSince(run_dir, result.sent_at)
     while time.monotonic() < deadline:
         if cancelled():
             return CheckpointWait(WaitEnd.CANCELLED, pid=pid)
-        info = newest_complete_since(run_dir, result.baseline)
-        if info is not None:
-            return CheckpointWait(WaitEnd.LANDED, info, pid=pid)
+        info, external = newest_complete_since(run_dir, result.baseline), own()
+        if info is not None or external is not None:
+            return CheckpointWait(WaitEnd.LANDED, info, pid=pid, external=external)
         if record is not None and not alive():
-            info = newest_complete_since(run_dir, result.baseline)
-            return CheckpointWait(WaitEnd.LANDED, info, pid=pid) if info else \
+            info, external = newest_complete_since(run_dir, result.baseline), own()
+            return CheckpointWait(WaitEnd.LANDED, info, pid=pid, external=external) if info or external else \
                 CheckpointWait(WaitEnd.TRAINER_EXITED, pid=pid)
         time.sleep(POLL_S)
     return CheckpointWait(WaitEnd.TIMED_OUT, timeout=timeout, pid=pid)
+
+
+class ExternalSince:
+    """The newest checkpoint in the trainer's own format (an ``external_checkpoint`` event of
+    the history, :mod:`rundir.external`) reported at or after ``since`` (the trainer's clock,
+    this host's); the history's tail is read again only when the file changed."""
+
+    def __init__(self, run_dir: Path, since: float):
+        self.path, self.since = Path(run_dir) / LOSS_JSON, since
+        self._stamp: tuple[int, int] | None = None
+        self._found: ExternalCheckpoint | None = None
+
+    def __call__(self) -> ExternalCheckpoint | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self._found
+        if (st.st_size, st.st_mtime_ns) != self._stamp:
+            self._stamp = (st.st_size, st.st_mtime_ns)
+            found = [e for e in external_checkpoints(read_history_tail(self.path).events)
+                     if e.time is not None and e.time >= self.since]
+            self._found = found[-1] if found else self._found
+        return self._found
 
 
 class _Liveness:
@@ -281,6 +306,8 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
         parts.append(f"final checkpoint {final.path}")
     elif (final := stop_checkpoint(run_dir, result)) is not None:
         parts.append(f"final checkpoint {final.path} (already written at that step)")
+    elif (own := ExternalSince(run_dir, result.sent_at)()) is not None:
+        parts.append(f"final checkpoint {printable(own.path)} (external: the trainer's own format)")
     else:
         parts.append("no new checkpoint was written")
     return True, "; ".join(parts)

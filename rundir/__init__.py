@@ -13,6 +13,8 @@ One module per file kind:
 - :mod:`.trainer_record` ``.trainer.json`` as a typed record, and whether a live process is the one it names
 - :mod:`.process`     ``.lock``, verifying and signalling the trainer
 - :mod:`.config`      ``run.toml``
+- :mod:`.run`         the run API: any training loop operated as andrea-train is (``open_run``); :mod:`.integrations` its framework callbacks
+- :mod:`.external`    a trainer's own checkpoints, as ``external_checkpoint`` events
 - :mod:`.sources`     the arms' data sources; :mod:`.zombies` arms whose data is gone
 - :mod:`.atomic`      atomic replacement, the only way these files are rewritten
 - :mod:`.safe_read`   bounded, non-blocking reads that never raise, the only way they are read
@@ -35,6 +37,7 @@ _EXPORTS = {
     "history": ("HistoryEvent", "HistoryUpdate", "LossHistory", "LossHistoryWriter"),
     "process": ("RunLock", "RunLockedError", "Verification", "signal_trainer", "verify_trainer"),
     "resume_record": ("ResumeRecord", "ResumeState", "RngStates"),
+    "run": ("Run", "RunError", "open_run"),
     "trainer_record": ("SlurmPlacement", "TrainerRecord", "read_trainer_record", "remove_trainer_record",
                        "write_trainer_record"),
     "safe_read": ("FileRead", "read_bytes", "read_json", "read_json_object"),
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from .history import HistoryEvent, HistoryUpdate, LossHistory, LossHistoryWriter
     from .process import RunLock, RunLockedError, Verification, signal_trainer, verify_trainer
     from .resume_record import ResumeRecord, ResumeState, RngStates
+    from .run import Run, RunError, open_run
     from .safe_read import FileRead, read_bytes, read_json, read_json_object
     from .sidecars import (ArmState, BanditState, Sample, SidecarRead, newest_per_arm, read_samples, read_state,
                            write_samples, write_state)

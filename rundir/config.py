@@ -9,6 +9,7 @@ caps and floors through the same code.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import os
 import re
@@ -319,9 +320,13 @@ class RunConfig:
     arms: dict[str, ArmConfig] = field(default_factory=dict)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     console: ConsoleSection | None = None      # written only when given
+    # [config]: a trainer of its own's configuration, as it gave it to rundir.open_run (the
+    # run API), kept for the operator; nothing here reads it. Such a run has no data arms.
+    config: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        validate_policy(self.arms)
+        if self.config is None or self.arms:
+            validate_policy(self.arms)
 
     @classmethod
     def from_preset(cls, preset: str, **run_overrides: Any) -> "RunConfig":
@@ -341,7 +346,7 @@ class RunConfig:
         """Build from parsed TOML, naming any unknown section or key."""
         if not isinstance(data, dict):
             raise ConfigError("run.toml: expected a table at the top level")
-        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms", "alerts", "console"}
+        allowed = {"run", "model", "optimizer", "bandit", "samples", "arms", "alerts", "console", "config"}
         for key in data:
             if key not in allowed:
                 raise ConfigError(f"run.toml: unknown section [{key}]; allowed: {', '.join(sorted(allowed))}")
@@ -364,6 +369,10 @@ class RunConfig:
             except ConfigError as err:
                 raise ConfigError(str(err).replace("run.toml: ", f"run.toml: arms.{arm_name}.", 1)) from None
         kwargs["arms"] = arms
+        if "config" in data:
+            if not isinstance(data["config"], dict):
+                raise ConfigError("run.toml: [config] must be a table")
+            kwargs["config"] = data["config"]
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -375,6 +384,8 @@ class RunConfig:
             del data["run"]["eval_every"]
         if data["console"] is None:             # no [console] table unless one was given
             del data["console"]
+        if data["config"] is None:
+            del data["config"]
         return data
 
     def policy(self) -> dict[str, dict[str, float]]:
@@ -450,3 +461,37 @@ def write_run_config(run_dir: str | os.PathLike[str], config: RunConfig) -> Path
     path = Path(run_dir) / RUN_TOML
     atomic_write_bytes(path, dump_run_config(config).encode("utf-8"))
     return path
+
+
+def toml_value(value: Any) -> Any:
+    """``value`` as TOML can hold it: tables with string keys, arrays, numbers (a numpy or
+    torch scalar by its ``item()``), strings, booleans, dates; anything else as its ``str()``.
+    TOML has no null: a None is left out."""
+    if isinstance(value, dict):
+        return {str(k): toml_value(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [toml_value(v) for v in value if v is not None]
+    if isinstance(value, (bool, float, str, datetime.date, datetime.time)):
+        return value
+    if isinstance(value, int):
+        return value if -2**63 <= value < 2**63 else str(value)
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", getattr(value, "dim", lambda: 1)) in (0, ()):
+        try:
+            return toml_value(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
+def engine_config_text(name: str, config: dict[str, Any]) -> str:
+    """The ``run.toml`` of a run that a trainer of its own trains through the run API
+    (:mod:`rundir.run`): its name in ``[run]`` and its configuration in ``[config]``, as
+    :func:`toml_value` makes it; checked to load as the console will load it."""
+    text = tomli_w.dumps({"run": {"name": name, "preset": "custom"}, "config": toml_value(config)})
+    if len(text.encode("utf-8")) > RUN_TOML_MAX:
+        raise ConfigError(f"the config is {len(text):,} characters as TOML: more than a run.toml may hold "
+                          f"({RUN_TOML_MAX:,} bytes)")
+    _refuse_long_keys(text, Path(RUN_TOML))
+    RunConfig.from_dict(tomllib.loads(text))
+    return text

@@ -9,8 +9,10 @@ claims. Before a signal, the process must also
   lock table, ``/proc/locks``, names the holder's pid with the lock file's device and
   inode; when it names no such pid (another pid namespace), the holder's own open files
   (``/proc/PID/fd`` and ``fdinfo``) are checked instead;
-- **run a trainer entry point**: ``andrea-train`` (as the program, or the script a Python
-  interpreter runs) or ``python -m trainer`` (as torchrun starts each worker).
+- **hold the run directory itself open**, as every trainer does for its lifetime
+  (:func:`trainer_directory`). With the lock, two kernel facts: any program that shows both
+  is the run's trainer, whatever its name (``andrea-train``, torchrun's workers, or a loop
+  of the run API, :mod:`rundir.run`).
 
 Which run directory a process trains is the directory it holds open, never how a command
 line spells it (:func:`trainer_directory`): a trainer keeps its run directory open, so that a
@@ -40,39 +42,8 @@ from .layout import LOCK_FILE, LOCK_OWNER_FILE, TMP_PREFIX
 from .run_lock import read_lock_owner
 from .trainer_record import read_start_ticks
 
-TRAINER_SCRIPTS = frozenset({"andrea-train"})
-TRAINER_MODULES = frozenset({"trainer", "trainer.cli", "trainer.entry", "trainer.__main__"})
-# Python options that take the next argument as their value.
-_PYTHON_OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 PROC_LOCKS = "/proc/locks"
 _PROC_LOCKS_MAX = 4 << 20        # a lock table larger than this is not read whole
-
-
-def runs_trainer_entry_point(argv: list[str]) -> bool:
-    """Whether a command line runs the trainer: ``andrea-train ...``,
-    ``python [options] /path/andrea-train ...`` or ``python [options] -m trainer ...``.
-    A mention anywhere else (an argument of ``-c``, of another program) does not count."""
-    if not argv:
-        return False
-    if Path(argv[0]).name in TRAINER_SCRIPTS:
-        return True
-    if not Path(argv[0]).name.startswith("python"):
-        return False                 # any other program: its arguments are its own
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "-m":
-            return i + 1 < len(argv) and argv[i + 1] in TRAINER_MODULES
-        if arg.startswith("-m") and not arg.startswith("--"):
-            return arg[2:] in TRAINER_MODULES
-        if arg in _PYTHON_OPTIONS_WITH_VALUE:
-            i += 2
-            continue
-        if arg == "-" or arg.startswith("-c") or not arg.startswith("-"):
-            # The program's own argument begins: a script (is it andrea-train?), -c CODE or stdin.
-            return not arg.startswith("-") and Path(arg).name in TRAINER_SCRIPTS
-        i += 1
-    return False
 
 
 def _lock_key(run_dir: Path) -> tuple[int, int] | None:
@@ -163,15 +134,6 @@ def open_directory(pid: int, identity: tuple[int, int]) -> Path | None:
         except OSError:
             continue
     return None
-
-
-def holds_directory_open(pid: int, run_dir: str | os.PathLike[str]) -> bool:
-    """Whether process ``pid`` holds ``run_dir`` itself open."""
-    try:
-        st = os.stat(run_dir)
-    except OSError:
-        return False
-    return open_directory(pid, (st.st_dev, st.st_ino)) is not None
 
 
 def _directory_fds(pid: int) -> list[tuple[Path, tuple[int, int]]]:

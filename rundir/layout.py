@@ -34,6 +34,9 @@ ROLLBACK_ARCHIVE_PREFIX = "rollback_"
 # A console's checkpoint request, taken (removed) by the trainer's rank 0 (not in DESIGN.md:
 # see rundir/checkpoint_request.py and the README's run-directory section).
 CHECKPOINT_REQUEST = ".checkpoint_request.json"
+# Where the run API's framework callbacks (rundir/integrations/) save a trainer's own
+# checkpoints by default: each is an external_checkpoint event of the history.
+EXTERNAL_CHECKPOINTS_DIR = "checkpoints"
 
 # Every rewrite goes through a temporary file in the same directory whose name starts
 # with this; readers ignore such names, and a trainer removes those left by a writer
@@ -94,7 +97,8 @@ ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFI
 KNOWN_NAMES = {RUN_TOML: CONFIG, LOSS_JSON: HISTORY, STATE_JSON: STATE, SAMPLES_JSON: SAMPLES,
                TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, LOCK_OWNER_FILE: TRAINER,
                LOCK_TAKEOVER_FILE: TRAINER, TRAINER_LOG: LOG, ARCHIVE_DIR: DIRECTORY,
-               PIVOT_JOURNAL: DIRECTORY, ROLLBACK_JOURNAL: DIRECTORY, CHECKPOINT_REQUEST: TRAINER}
+               PIVOT_JOURNAL: DIRECTORY, ROLLBACK_JOURNAL: DIRECTORY, CHECKPOINT_REQUEST: TRAINER,
+               EXTERNAL_CHECKPOINTS_DIR: DIRECTORY}
 
 
 def is_temporary(name: str) -> bool:
@@ -128,6 +132,10 @@ EVENT_STOP = "stop"
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"
 EVENT_EVAL = "eval"                 # a held-out eval: eval_loss, per_arm, windows (trainer/evaluation.py writes it, rundir/history/evals.py reads it)
+# A checkpoint in another trainer's own format (a file or a directory: torch.save, a
+# framework's, torch.distributed.checkpoint), recorded by the run API (rundir/run.py):
+# step, path, size, optional checksum. Listed as "external", never resumed from by us.
+EVENT_EXTERNAL_CHECKPOINT = "external_checkpoint"
 
 # -- signals (DESIGN.md section 6) -----------------------------------------------
 # What each signal means to a trainer. The console sends the first of each tuple.

@@ -7,8 +7,8 @@ signals that process, :func:`verify_trainer` checks that the record is whole (ev
 of DESIGN.md's pid record), that it names this host (host name and boot id: a trainer on
 another host is never looked for among this kernel's pids), that the pid is alive and
 started when the record says (:meth:`TrainerRecord.is_process`: a reused pid is refused),
-that it is this user's (root may operate any user's trainer, and says so), that it runs a
-trainer entry point, that it holds this very directory open (by its identity, however
+that it is this user's (root may operate any user's trainer, and says so), that it holds
+this very directory open (by its identity, however
 either side spells the path) and that it holds the run's lock (:mod:`rundir.identity`): a
 forged record naming any other process is refused.
 
@@ -31,7 +31,7 @@ from typing import Literal
 import psutil
 
 from .checkpoint_request import write_request
-from .identity import holds_run_lock, runs_trainer_entry_point, trainer_directory
+from .identity import holds_run_lock, trainer_directory
 from .config import ConfigError
 from .run_lock import (RunLock, RunLockedError, configured_stale_after, heartbeat_age, lock_owner_state,
                        read_lock_owner)
@@ -125,9 +125,9 @@ def _verify_recorded(run_dir: Path) -> Verification:
     view, why = trainer_directory(record.pid, run_dir)
     if view is None:
         return Verification("unverified", f"{why}: {_shown(' '.join(cmdline))}", record)
-    if not runs_trainer_entry_point(cmdline):
-        return Verification("unverified", f"pid {record.pid} ({_shown(' '.join(cmdline))}) is not a trainer "
-                                          "(not andrea-train or python -m trainer)", record)
+    # Any program may train this directory (andrea-train, or a loop of the run API, rundir.open_run):
+    # what proves it is its trainer is that it holds this very directory open and, below, its lock;
+    # neither is a record's word.
     holds, why = holds_run_lock(record.pid, run_dir, view)
     if not holds:
         return Verification("unverified", why, record)

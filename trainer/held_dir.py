@@ -7,7 +7,7 @@ final checkpoint of a stop with them. The trainer opens the directory once and r
 files through ``/proc/self/fd/N/``, a path the kernel resolves to the open directory
 itself, wherever it now is. (Where ``/proc`` does not offer that, the path given is used,
 as before.) A console verifies a trainer that holds the run directory open as naming it
-(:func:`rundir.identity.holds_directory_open`), and finds where a moved run went the same way.
+(:func:`rundir.identity.trainer_directory`), and finds where a moved run went the same way.
 """
 
 from __future__ import annotations

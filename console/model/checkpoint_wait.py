@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass
 
 from rundir import CheckpointInfo
+from rundir.external import ExternalCheckpoint
 
 
 class WaitEnd(enum.Enum):
@@ -27,6 +28,7 @@ class CheckpointWait:
     info: CheckpointInfo | None = None
     timeout: float = 0.0
     pid: int | None = None
+    external: ExternalCheckpoint | None = None      # landed in the trainer's own format (the run API)
 
     @property
     def why(self) -> str:

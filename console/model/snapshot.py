@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rundir import CheckpointInfo, HistoryEvent, RunConfig, Sample
+from rundir.external import ExternalCheckpoint
 from rundir.resume_check import ResumeCheck
 from rundir.spikes import Spike
 from rundir.storage import Storage
@@ -254,6 +255,9 @@ class RunSnapshot:
     storage: Storage | None = None      # the run directory's size and its filesystem's room
     markers: tuple[Marker, ...] = ()    # the loss plot's (:mod:`.markers`)
     dir_reason: str = ""                # why an unreadable directory is (the OS's words)
+    # Checkpoints in the trainer's own format, from the history's external_checkpoint events
+    # (rundir.external): listed and said, never resumed or rolled back to.
+    external_checkpoints: tuple[ExternalCheckpoint, ...] = ()
     # Each part's version: bumped when the reader derives it anew, so that a view drawn from
     # some parts (the plot: history and markers) is redrawn exactly when one of them changed.
     versions: Mapping[str, int] = field(default_factory=dict)

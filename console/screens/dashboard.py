@@ -298,7 +298,8 @@ class DashboardScreen(Screen):
             self.query_one(StatusLine).show(snap, now)
         self.query_one(ProblemsBar).show(snap.problems)
         self._configure_grid(snap)          # before the plots (bound) plot it: they may change series
-        self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now, snap.retention)
+        self.query_one(CheckpointsPane).show(snap.checkpoints, snap.pivots, now, snap.retention,
+                                              snap.external_checkpoints)
         self.query_one(ArmsPane).show(snap.arms)
         self.query_one(SamplesPane).show(snap.samples, snap.samples_error)
         self.query_one(EventLog).log_lines(snap.log_tail, snap.log_seen)

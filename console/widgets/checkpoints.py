@@ -13,6 +13,7 @@ from rich.text import Text
 from textual import events
 
 from rundir import CheckpointInfo
+from rundir.external import ExternalCheckpoint
 
 from rundir.text import BLOCK_LIMIT
 
@@ -21,7 +22,7 @@ from ..model.snapshot import PivotEntry, RetentionView
 from .lines import LinesPane
 from .rows import CURSOR_STYLE, SelectableRows, detail_table
 
-STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red"}
+STATUS_STYLES = {"complete": "green", "foreign": "yellow", "invalid": "bold red", "external": "cyan"}
 # (header, width, right-aligned) of the columns before the status, which takes what is left.
 COLUMNS = (("step", 8, True), ("age", 7, False), ("size", 9, True))
 GAP = 2
@@ -42,7 +43,8 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         self.border_title = "checkpoints"
         self._shown: tuple | None = None
         self._last: tuple | None = None
-        self._rows: tuple[CheckpointInfo, ...] = ()
+        self._rows: tuple[CheckpointInfo | ExternalCheckpoint, ...] = ()
+        self._merge: tuple | None = None
 
     def cursor_changed(self) -> None:
         if self._last is not None:
@@ -53,8 +55,11 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
             self.show(*self._last)
 
     def show(self, checkpoints: tuple[CheckpointInfo, ...], pivots: tuple[PivotEntry, ...], now: float,
-             retention: RetentionView | None = None) -> None:
-        """Every checkpoint file, newest first; the one each pivot resumed from is marked."""
+             retention: RetentionView | None = None, external: tuple[ExternalCheckpoint, ...] = ()) -> None:
+        """Every checkpoint file, newest first; the one each pivot resumed from is marked. The
+        trainer's own checkpoints (``external``, from its history) are listed among them by step."""
+        if external:
+            checkpoints = self._merged(checkpoints, external)        # type: ignore[assignment]
         self._last = (checkpoints, pivots, now, retention)
         if not self.size.width:         # not laid out yet: the first resize draws it
             return
@@ -81,6 +86,9 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         self._rows = checkpoints[:-ROWS - 1:-1]
         for i, c in enumerate(self._rows):
             start = len(text)
+            if isinstance(c, ExternalCheckpoint):
+                self._external_row(text, c, now, columns, i == selected)
+                continue
             rule = retention.rule(c.path.name) if retention is not None else ""
             cells = (f"{c.step:,}", format_age(now - c.mtime) if c.mtime else "-", format_size(c.size), rule)
             text.append("\n")
@@ -107,6 +115,27 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         self.update(text)
         self.set_hint_base(f"{len(checkpoints)} files" if checkpoints else "none yet")
 
+    def _merged(self, ours: tuple[CheckpointInfo, ...],
+                external: tuple[ExternalCheckpoint, ...]) -> tuple[CheckpointInfo | ExternalCheckpoint, ...]:
+        """Both kinds by step, sorted once per change of either (the snapshot keeps each
+        tuple's identity while it is unchanged)."""
+        if self._merge is None or self._merge[0] is not ours or self._merge[1] is not external:
+            self._merge = (ours, external, tuple(sorted((*ours, *external), key=lambda c: c.step)))
+        return self._merge[2]
+
+    def _external_row(self, text: Text, c: ExternalCheckpoint, now: float, columns: tuple, selected: bool) -> None:
+        """A checkpoint in the trainer's own format: its step, age, size and path."""
+        start = len(text)
+        cells = (f"{c.step:,}", format_age(now - c.time) if c.time else "-",
+                 format_size(c.size) if c.size is not None else "-", "")
+        text.append("\n")
+        for cell, (_, width, right) in zip(cells, columns):
+            text.append((cell.rjust(width) if right else cell.ljust(width)) + " " * GAP)
+        text.append(c.status, style=STATUS_STYLES[c.status])
+        text.append(f": {printable(c.path, LINE_LIMIT)}", style="grey62")
+        if selected:
+            text.stylize(CURSOR_STYLE, start + 1, len(text))
+
     def on_click(self, event: events.Click) -> None:
         """A click on a row selects that checkpoint, as ↑/↓ would (``i`` inspects it)."""
         offset = event.get_content_offset(self)
@@ -120,7 +149,8 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
     def selected_info(self) -> CheckpointInfo | None:
         """The checkpoint selected in the pane (by ↑/↓ or a click) while it has focus."""
         index = self.cursor_shown()
-        return self._rows[index] if index is not None and index < len(self._rows) else None
+        row = self._rows[index] if index is not None and index < len(self._rows) else None
+        return row if isinstance(row, CheckpointInfo) else None       # an external one is not ours to read
 
     # -- rows ------------------------------------------------------------------------
     def row_count(self) -> int:
@@ -132,6 +162,8 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
     def row_detail(self, index: int) -> tuple[str, Table]:
         c = self._rows[index]
         _, pivots, now, retention = self._last
+        if isinstance(c, ExternalCheckpoint):
+            return f"checkpoint {printable(c.name)}", detail_table(external_fields(c, now))
         fields: list[tuple[str, str | Text]] = [
             ("file", printable(c.path.name)), ("step", f"{c.step:,}"),
             ("age", format_age(now - c.mtime) if c.mtime else "-"),
@@ -152,3 +184,20 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
                                              f"({printable(p.stage)})", style="magenta")))
         return f"checkpoint {printable(c.path.name)}", detail_table(fields)
 
+
+
+def external_fields(c: ExternalCheckpoint, now: float) -> list[tuple[str, str | Text]]:
+    """What the detail of a checkpoint in the trainer's own format says."""
+    fields: list[tuple[str, str | Text]] = [
+        ("path", printable(c.path, BLOCK_LIMIT)), ("step", f"{c.step:,}"),
+        ("age", format_age(now - c.time) if c.time else "-"),
+        ("size", f"{format_size(c.size)} ({c.size:,} bytes)" if c.size is not None else "-"),
+        ("status", Text(c.status, style=STATUS_STYLES[c.status]))]
+    if c.checksum:
+        fields.append(("checksum", printable(c.checksum)))
+    if c.reason:
+        fields.append(("saved", "as requested (a signal or the request file)" if c.reason == "signal"
+                       else printable(c.reason)))
+    fields.append(("resume", "in the trainer's own format: its trainer resumes from it; never andrea-train's "
+                             "exact resume or a rollback"))
+    return fields

@@ -59,8 +59,12 @@ class StatusPane(LinesPane, can_focus=True):
             + (f" · {eta_text(h.eta_s)}" if h.eta_s is not None else ""))
         add("tokens", f"{h.tokens:,}" if h.tokens is not None else "-")
         newest = snap.newest_checkpoint
-        add("checkpoint", f"step {newest.step:,} · {format_ago(now - newest.mtime)}" if newest
-            else Text("none usable", style="yellow"))
+        own = snap.external_checkpoints[-1] if snap.external_checkpoints else None
+        if newest is None and own is not None:      # the trainer's own format only
+            add("checkpoint", f"step {own.step:,} · {format_ago(now - own.time) if own.time else '-'} · external")
+        else:
+            add("checkpoint", f"step {newest.step:,} · {format_ago(now - newest.mtime)}" if newest
+                else Text("none usable", style="yellow"))
         cpu = f"{t.cpu_percent:.0f}%" if t.cpu_percent is not None else "-"
         add("cpu · rss", f"{cpu} · {format_size(t.rss)}" if running else "-")
         add("gpu mem", format_size(t.gpu_memory) if t.gpu_memory is not None else gpu_text(h) or "n/a")
@@ -75,7 +79,9 @@ class StatusPane(LinesPane, can_focus=True):
         alert = alert_text(snap)
         if alert:
             add("ALERT", Text(alert, style="bold red"))
-        if snap.config is not None:
+        if snap.config is not None and snap.config.config is not None:      # a trainer of its own (run API)
+            add("config", f"{len(snap.config.config):,} keys in run.toml's [config]")
+        elif snap.config is not None:
             c = snap.config
             add("model", f"{printable(c.run.preset)} · {c.model.n_params():,} params · {len(c.arms)} arms")
         if snap.dir_state != "ok":

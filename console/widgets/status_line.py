@@ -47,8 +47,11 @@ class StatusLine(Static):
         newest = snap.newest_checkpoint
         text.append(*SEP)
         text.append("ckpt ", style="grey62")
+        own = snap.external_checkpoints[-1] if snap.external_checkpoints else None
         if newest:
             text.append(f"{newest.step:,}, {format_ago(now - newest.mtime)}")
+        elif own is not None:               # the trainer's own format only (the run API)
+            text.append(f"{own.step:,}, {format_ago(now - own.time) if own.time else '-'}, external")
         else:
             text.append("none usable", style="yellow")
         text.append("\n")

@@ -315,19 +315,6 @@ def test_a_waiter_for_the_lock_does_not_hold_it(tmp_path):
             proc.wait()
 
 
-@pytest.mark.parametrize("argv, trainer", [
-    (["andrea-train", "runs/x"], True), (["/venv/bin/python", "/venv/bin/andrea-train", "runs/x"], True),
-    (["python3", "-u", "-m", "trainer", "runs/x"], True), (["python", "-X", "dev", "-mtrainer", "r"], True),
-    (["python", "-m", "trainer.cli", "r"], True), (["python", "-c", "andrea-train", "-m", "trainer"], False),
-    (["python", "-m", "console", "runs/x"], False), (["tail", "-f", "andrea-train"], False),
-    (["python", "script.py", "-m", "trainer"], False), ([], False),
-])
-def test_trainer_entry_points(argv, trainer):
-    from rundir.identity import runs_trainer_entry_point
-
-    assert runs_trainer_entry_point(argv) is trainer
-
-
 def _verify_as(uid: int, run_dir) -> tuple[str, str]:
     """``verify_trainer`` by a real console of another user."""
     import pwd                      # noqa: F401  (imported before the fork)

@@ -1,0 +1,75 @@
+"""Checkpoints in another trainer's own format: the ``external_checkpoint`` event.
+
+A trainer of its own that reports through the run API (:mod:`rundir.run`) saves its
+checkpoints as it always has (``torch.save``, a framework's ``.ckpt``, a Hugging Face
+``checkpoint-N/`` directory, torch.distributed.checkpoint). Each one saved is recorded as an
+event line of the history: ``{"event": "external_checkpoint", "step", "time", "path",
+"size", "checksum"?, "reason"}``, ``path`` relative to the run directory when it lies inside
+it. The console lists them as ``external`` (size and age) and says when a requested one
+lands; it never resumes or rolls back from one: their format is their trainer's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from .history.records import HistoryEvent, is_int
+from .layout import EVENT_EXTERNAL_CHECKPOINT
+
+STATUS = "external"
+
+
+@dataclass(frozen=True)
+class ExternalCheckpoint:
+    """One ``external_checkpoint`` event, as the console shows it."""
+
+    step: int
+    path: str                   # as recorded: relative to the run directory, or absolute
+    size: int | None
+    time: float | None          # when it was reported saved (the trainer's clock)
+    checksum: str | None = None
+    reason: str = ""            # "signal": it answered a request (SIGUSR1, a stop, the request file)
+    status: str = STATUS
+
+    @property
+    def name(self) -> str:
+        """Its last path component, as a listing names it."""
+        return Path(self.path).name or self.path
+
+
+def external_checkpoints(events: Iterable[HistoryEvent]) -> tuple[ExternalCheckpoint, ...]:
+    """Every well-formed ``external_checkpoint`` event, in file order (one without a step or a
+    path is not listed)."""
+    found = []
+    for ev in events:
+        if ev.event != EVENT_EXTERNAL_CHECKPOINT or ev.step is None:
+            continue
+        data = ev.data
+        path, size, checksum, reason = data.get("path"), data.get("size"), data.get("checksum"), data.get("reason")
+        if not isinstance(path, str) or not path:
+            continue
+        when = ev.time if ev.time is not None and math.isfinite(ev.time) else None
+        found.append(ExternalCheckpoint(ev.step, path, size if is_int(size) and size >= 0 else None, when,
+                                        checksum if isinstance(checksum, str) else None,
+                                        reason if isinstance(reason, str) else ""))
+    return tuple(found)
+
+
+def saved_size(path: str | os.PathLike[str]) -> int:
+    """The bytes of a checkpoint: a file's size, or every regular file's under a directory
+    (symbolic links not followed). Raises OSError when there is nothing there."""
+    st = os.stat(path)
+    if not os.path.isdir(path):
+        return st.st_size
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue            # removed while walked
+    return total

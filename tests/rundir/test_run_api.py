@@ -1,0 +1,205 @@
+"""The run API (rundir.open_run): what it writes, the signals and requests it answers, each
+bad use's one line, and a kill -9 of a trainer that uses it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import rundir
+from rundir import LossHistory, RunConfig, RunError, load_run_config, open_run, verify_trainer, write_run_config
+from rundir.checkpoint_request import write_request
+from rundir.external import external_checkpoints
+from rundir.layout import LOSS_JSON, TRAINER_JSON
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def until(condition, timeout: float = 30.0, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what or condition}")
+
+
+def history(run_dir: Path) -> LossHistory:
+    h = LossHistory(run_dir / LOSS_JSON)
+    h.refresh()
+    return h
+
+
+def test_a_run_writes_the_contract_and_finishes_cleanly(tmp_path):
+    run_dir = tmp_path / "x"
+    with open_run(run_dir, config={"lr": 3e-4, "layers": [1, 2], "skip": None, "nested": {"dtype": object}}) as run:
+        record = json.loads((run_dir / TRAINER_JSON).read_text())
+        assert record["pid"] == os.getpid()
+        run.log(1, loss=2.5, lr=1e-3, grad_norm=0.5, tokens=64)
+        run.log(2, loss=float("nan"), lr=1e-3, tokens=128.0, arm="web", mfu=0.31)
+    assert not (run_dir / TRAINER_JSON).exists()                # removed on a clean finish
+    config = load_run_config(run_dir)
+    assert config.config is not None and config.config["lr"] == 3e-4 and config.config["layers"] == [1, 2]
+    assert "skip" not in config.config and config.config["nested"]["dtype"] == str(object)
+    assert not config.arms
+    h = history(run_dir)
+    assert list(h.step) == [1, 2] and h.loss[0] == 2.5 and h.nonfinite == 1 and h.bad_lines == 0
+    lines = [json.loads(line) for line in (run_dir / LOSS_JSON).read_text().splitlines()]
+    assert lines[2]["tokens"] == 128 and lines[2]["arm"] == "web" and lines[2]["mfu"] == 0.31
+    assert [e.event for e in h.events] == ["start", "stop"] and h.events[-1].data["reason"] == "finished"
+    with open_run(run_dir) as again:                            # the same run, on: its config kept
+        assert again.last_step == 2
+    assert load_run_config(run_dir).config["lr"] == 3e-4
+
+
+def test_signals_and_the_request_file_set_flags_answered_by_a_saved_checkpoint(tmp_path):
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        run.log(1, loss=1.0)
+        assert not run.checkpoint_requested and not run.stop_requested
+        os.kill(os.getpid(), signal.SIGUSR1)
+        until(lambda: run.checkpoint_requested, what="SIGUSR1 seen")
+        saved = run_dir / "checkpoints" / "step-1"
+        saved.mkdir(parents=True)
+        (saved / "model.bin").write_bytes(b"x" * 1000)
+        run.checkpoint_saved(1, saved, checksum="sha256:00")
+        assert not run.checkpoint_requested
+        write_request(run_dir, run.record)                     # a console on another node
+        until(lambda: run.checkpoint_requested, what="the request taken")
+        run.log(2, loss=0.9)
+        (run_dir / "own.pt").write_bytes(b"y" * 10)
+        run.checkpoint_saved(2, run_dir / "own.pt")
+        os.kill(os.getpid(), signal.SIGTERM)
+        until(lambda: run.stop_requested, what="SIGTERM seen")
+        assert run.checkpoint_requested                         # a stop asks for a checkpoint first
+    h = history(run_dir)
+    found = external_checkpoints(h.events)
+    assert [(e.step, e.path, e.size, e.checksum, e.reason) for e in found] == [
+        (1, "checkpoints/step-1", 1000, "sha256:00", "signal"), (2, "own.pt", 10, None, "signal")]
+    signals = [e.data["signal"] for e in h.events if e.event == "signal"]
+    assert signals == ["SIGUSR1", "checkpoint request", "SIGTERM"]
+    assert h.events[-1].event == "stop" and h.events[-1].data["reason"] == "signal"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL      # the handlers put back
+
+
+def test_a_second_ctrl_c_interrupts_a_loop_that_does_not_look(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with open_run(tmp_path / "x"):
+            os.kill(os.getpid(), signal.SIGINT)                # the first only asks for a stop
+            time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGINT)
+            until(lambda: False, timeout=10, what="the second SIGINT")
+    assert history(tmp_path / "x").events[-1].data["reason"] == "interrupted"
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    text = str(err.value)
+    assert "\n" not in text and text
+    return text
+
+
+def test_each_bad_use_is_one_clear_line(tmp_path):
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        with pytest.raises(RunError) as err:
+            open_run(run_dir)
+        assert "another trainer is training this run directory" in _one_line(err)
+        with pytest.raises(RunError) as err:
+            run.log(1, loss="low")
+        assert "loss = 'low' is not a number" in _one_line(err)
+        with pytest.raises(RunError) as err:
+            run.log(1, loss=1.0, extra=[1, 2])
+        assert "extra" in _one_line(err)
+        with pytest.raises(RunError) as err:
+            run.log(1.5, loss=1.0)
+        assert "not a non-negative integer" in _one_line(err)
+        run.log(5, loss=1.0)
+        with pytest.raises(RunError) as err:
+            run.log(3, loss=1.0)
+        assert "step 3 goes back" in _one_line(err) and "run.resumed" in str(err.value)
+        run.resumed(2, run_dir / "somewhere.pt")
+        run.log(3, loss=1.0)                                    # after the resume event, allowed
+        with pytest.raises(RunError) as err:
+            run.checkpoint_saved(3, run_dir / "missing.pt")
+        assert "missing.pt" in _one_line(err)
+    with pytest.raises(RunError) as err:
+        run.log(6, loss=1.0)
+    assert "finished" in _one_line(err)
+    resume = [e for e in history(run_dir).events if e.event == "resume"]
+    assert resume[0].data["from_step"] == 2 and resume[0].data["rerun"] == {"from": 3, "to": 5}
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    write_run_config(ours, RunConfig.from_preset("micro"))
+    with pytest.raises(RunError) as err:
+        open_run(ours, config={"lr": 1})
+    assert "andrea-train's run" in _one_line(err)
+
+
+LOOP = """
+import sys, rundir
+run = rundir.open_run(sys.argv[1], config={"lr": 1e-3})
+step = run.last_step or 0
+while True:
+    step += 1
+    run.log(step, loss=1.0 / step, lr=1e-3, grad_norm=0.5, tokens=step * 64, note=float(step))
+"""
+
+
+def test_a_kill_9_leaves_a_history_read_with_at_most_a_torn_tail(tmp_path):
+    run_dir = tmp_path / "x"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", LOOP, str(run_dir)], env=env)
+    try:
+        until(lambda: (run_dir / LOSS_JSON).exists() and (run_dir / LOSS_JSON).stat().st_size > 200_000,
+              what="a history being written")
+        assert verify_trainer(run_dir).ok                       # verified though its argv names no trainer
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    h = history(run_dir)
+    assert h.bad_lines == 0 and h.error is None and len(h.step) > 1000
+    assert h.torn_tail < 200                                    # at most a part of one line
+    assert verify_trainer(run_dir).state == "stale"
+    r = subprocess.run([sys.executable, "-m", "console", str(run_dir), "--json"], capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=120)
+    report = json.loads(r.stdout)
+    assert report["trainer"]["state"] == "stale" and report["history"]["steps"] == len(h.step)
+    with open_run(run_dir) as run:                              # the lock went with the process
+        assert run.last_step == int(h.step[-1])
+        run.log(run.last_step + 1, loss=0.5)
+    again = history(run_dir)
+    assert again.bad_lines == 0 and int(again.step[-1]) == int(h.step[-1]) + 1
+
+
+def test_importing_rundir_imports_no_framework():
+    code = ("import sys, rundir, rundir.integrations.lightning, rundir.integrations.transformers; "
+            "rundir.open_run; bad = [m for m in ('torch', 'lightning', 'transformers') if m in sys.modules]; "
+            "assert not bad, bad")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert rundir.open_run is open_run
+
+
+def test_external_checkpoint_events_are_read_with_care(tmp_path):
+    """Another writer's events: only a step and a path make one; a bad size or time is dropped."""
+    from rundir import LossHistoryWriter
+
+    path = tmp_path / LOSS_JSON
+    with LossHistoryWriter(path) as writer:
+        writer.event("external_checkpoint", step=5, time=10.0, path="a.pt", size=7, checksum="c", reason="signal")
+        writer.event("external_checkpoint", step=6, time=float("inf"), path="b\x1b[31m", size=-1)
+        writer.event("external_checkpoint", step=7, time=1.0, size=3)             # no path: not one
+        writer.event("external_checkpoint", path="c.pt", size=3)                  # no step: not one
+        writer.event("checkpoint", step=8, path="step_000008.bin")                # ours: not external
+    h = LossHistory(path)
+    h.refresh()
+    found = external_checkpoints(h.events)
+    assert [(e.step, e.path, e.size, e.time, e.checksum, e.reason) for e in found] == [
+        (5, "a.pt", 7, 10.0, "c", "signal"), (6, "b\x1b[31m", None, None, None, "")]
