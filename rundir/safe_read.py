@@ -4,8 +4,10 @@ A run directory may come from another engine, another user on a shared filesyste
 half-copied archive. Every reader of the contract's small files goes through
 :func:`read_bytes` (or :func:`read_json`), which
 
-- opens with ``O_NONBLOCK`` (a FIFO in place of a file must not hang the reader) and
-  ``O_NOCTTY``, and refuses anything that ``fstat`` does not call a regular file;
+- opens with ``O_NONBLOCK`` (a FIFO in place of a file must not hang the reader),
+  ``O_NOCTTY`` and ``O_NOFOLLOW`` (the contract's files are regular files: a symbolic link
+  planted at one of their names is refused, never followed), and refuses anything that
+  ``fstat`` does not call a regular file;
 - refuses a file larger than the cap its kind allows before reading a byte of it (a
   pid record pointing at ``/dev/zero`` or a huge sparse file must not cost memory);
 - answers with a :class:`FileRead`: the value, or one line naming the problem.
@@ -13,6 +15,7 @@ half-copied archive. Every reader of the contract's small files goes through
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -38,7 +41,9 @@ RESUME_JSON_MAX = 16 * MiB
 SIDECAR_MAX = 64 * MiB
 JOURNAL_MAX = 1 * MiB
 
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+_READ_FLAGS = (os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+SYMLINK = "a symbolic link"
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class FileRead(Generic[T]):
 def file_kind(mode: int) -> str:
     """What a file that is not a regular one is, for a message: "a FIFO", "a directory"..."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, SYMLINK)):
         if test(mode):
             return name
     return "not a regular file"
@@ -77,10 +82,10 @@ def _size(n: int) -> str:
 
 
 def not_regular(path: str | os.PathLike[str]) -> str | None:
-    """None when ``path`` is absent or a regular file (a link to one counts); else what it is
-    ("a FIFO", "a directory", or why it cannot be looked at). Never raises."""
+    """None when ``path`` is absent or a regular file; else what it is ("a FIFO", "a
+    directory", "a symbolic link", or why it cannot be looked at). Never raises."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
     except OSError as err:
@@ -91,8 +96,9 @@ def not_regular(path: str | os.PathLike[str]) -> str | None:
 def open_for_append(path: str | os.PathLike[str]) -> int:
     """Open (create) ``path`` for appending without ever blocking (a FIFO put there would
     block an ordinary open until a reader came); ``OSError`` naming what it is when it is
-    not a regular file. The caller closes the fd."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    not a regular file (a symbolic link there is refused, never followed: a planted one would
+    send the trainer's writes to the file it names). The caller closes the fd."""
+    fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -103,11 +109,27 @@ def open_for_append(path: str | os.PathLike[str]) -> int:
     return fd
 
 
+def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+    """``os.open`` with ``O_NOFOLLOW``: a symbolic link at ``path`` raises ``OSError`` saying so
+    (the kernel's ELOOP reads "too many levels of symbolic links")."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP and os.path.islink(path):
+            raise OSError(errno.ELOOP, f"{Path(path).name} is {SYMLINK}, not a regular file") from None
+        raise
+
+
 def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     """Open ``path`` read-only without blocking; the fd and its stat. Raises ``OSError``
     (``FileNotFoundError`` when absent), or ``ValueError`` naming what it is when it is
     not a regular file. The caller closes the fd."""
-    fd = os.open(path, _READ_FLAGS)
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as err:
+        if err.errno == errno.ELOOP and os.path.islink(path):
+            raise ValueError(f"is {SYMLINK}, not a regular file") from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from ..safe_read import file_kind
+from ..safe_read import file_kind, open_nofollow
 from .records import nonfinite_label
 
 
@@ -20,7 +20,7 @@ class LossHistoryWriter:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
+        self._fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             st = os.fstat(self._fd)
             if not stat.S_ISREG(st.st_mode):

@@ -322,14 +322,23 @@ def test_a_history_replaced_by_a_fifo_is_forgotten_and_reported(tmp_path):
 @pytest.mark.timeout(30)
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
 def test_dev_zero_through_a_symlink_is_reported_not_read(tmp_path):
+    """A symbolic link at the history's name is refused as one, never followed: neither read
+    (to /dev/zero) nor written through (a planted link would send the trainer's lines elsewhere)."""
     path = tmp_path / ".loss.json"
     path.symlink_to("/dev/zero")
     h = LossHistory(path)
     u = h.refresh()
-    assert h.error == ".loss.json: is a character device, not a regular file"
+    assert h.error == ".loss.json: is a symbolic link, not a regular file"
     assert len(h) == 0 and not u.changed
-    with pytest.raises(OSError, match="character device"):
+    with pytest.raises(OSError, match="symbolic link"):
         LossHistoryWriter(path)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    path.unlink()
+    path.symlink_to(victim)
+    with pytest.raises(OSError, match="symbolic link"):
+        LossHistoryWriter(path)
+    assert victim.read_text() == "keep\n"
 
 
 def test_a_directory_in_place_of_the_history_is_reported(tmp_path):

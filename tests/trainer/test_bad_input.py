@@ -138,7 +138,8 @@ def test_latest_prefers_complete_and_a_foreign_bin_resumes_on_request(trained, c
 
 @pytest.mark.parametrize("name, what", [
     ("trainer.log", "a FIFO"), ("trainer.log", "a directory"), (".lock", "a directory"),
-    (".loss.json", "a directory"), (".loss.json", "a FIFO"), (".loss.json", "a character device"),
+    (".loss.json", "a directory"), (".loss.json", "a FIFO"), (".loss.json", "a symbolic link"),
+    ("trainer.log", "a symbolic link"),
     (".trainer.json", "a directory"), (".state.json", "a FIFO"),
 ])
 def test_a_run_file_that_is_not_a_regular_file(trained, capsys, name, what):
@@ -151,7 +152,7 @@ def test_a_run_file_that_is_not_a_regular_file(trained, capsys, name, what):
         os.mkfifo(path)
     elif what == "a directory":
         path.mkdir()
-    else:
+    else:                                   # to a device: refused as the link it is, never followed
         path.symlink_to("/dev/null")
     refused(trained, capsys, expect=f"{path} is {what}, not a regular file")
     assert not (trained / ".trainer.json").is_file()
