@@ -1,15 +1,22 @@
 """A real trainer writes its run directory on one side of a FUSE mount (the compute node) and
-the dashboard watches the other side (the login node): no change event ever reaches it."""
+the console works on the other side (the login node): no change event ever reaches it, and the
+mount is another device. The dashboard follows, ``--check`` and the overview read the run, and
+``c`` and ``s`` checkpoint and stop the trainer, all through the mount."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 
 from console.app import ConsoleApp
-from console.widgets import StatusPane
+from console.screens import ConfirmScreen
+from console.widgets import EventLog, StatusPane
 from rundir.history import read_history_tail
+from rundir.run_summary import summarize_runs
 from tests.console.conftest import until
-from tests.console.trainer_proc import Trainer
+from tests.console.trainer_proc import ROOT, Trainer
 from tests.mounts import bindfs
 
 SIZE = (120, 40)
@@ -25,11 +32,21 @@ def shown_step(app: ConsoleApp) -> int:
     return -1 if snap is None or snap.history.last_step is None else snap.history.last_step
 
 
+def log_text(app: ConsoleApp) -> str:
+    return "\n".join(app.dashboard.query_one(EventLog).texts)
+
+
 @pytest.mark.asyncio
-async def test_the_dashboard_follows_a_run_written_behind_a_fuse_mount(tmp_path):
+async def test_the_console_follows_checks_checkpoints_and_stops_a_run_behind_a_fuse_mount(tmp_path):
     node = tmp_path / "node" / "run"
     node.parent.mkdir(parents=True)
-    with Trainer(node), bindfs(node.parent, tmp_path / "login") as login:
+    with Trainer(node) as trainer, bindfs(node.parent, tmp_path / "login") as login:
+        check = subprocess.run([sys.executable, "-m", "console", str(login / "run"), "--check"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, check.stdout + check.stderr
+        summaries, _ = summarize_runs(login)
+        assert [(s.name, s.trainer_state) for s in summaries] == [("run", "running")]
+
         app = ConsoleApp(login / "run", tick=0.5)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: shown_step(app) >= 0, what="a first step shown")
@@ -39,3 +56,12 @@ async def test_the_dashboard_follows_a_run_written_behind_a_fuse_mount(tmp_path)
                 target = file_step(node) + 1
                 await until(pilot, lambda: shown_step(app) >= target, timeout=60,
                             what=f"step {target} shown (the file's, written behind the mount)")
+            await until(pilot, lambda: app.snapshot.trainer.state == "running", what="the trainer verified")
+            await pilot.press("c")
+            await until(pilot, lambda: "requested checkpoint landed" in log_text(app), what="the checkpoint landed",
+                        detail=lambda: log_text(app))
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the stop confirmation")
+            await pilot.press("y")
+            assert trainer.proc.wait(120) == 0, trainer.output()
+            await until(pilot, lambda: app.snapshot.trainer.state == "stopped", what="status: stopped")
