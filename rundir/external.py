@@ -36,6 +36,11 @@ class ExternalCheckpoint:
     status: str = STATUS
 
     @property
+    def mtime(self) -> float | None:
+        """When it was saved, as the checkpoints pane dates every row (ours by the file's mtime)."""
+        return self.time
+
+    @property
     def name(self) -> str:
         """Its last path component, as a listing names it."""
         return Path(self.path).name or self.path

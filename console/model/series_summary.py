@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rundir.text import printable
+
 from .series import available, series_values, spec_of, value_at
 from .units import unit_of
 
@@ -84,5 +86,5 @@ def row_cells(row: SeriesRow, cursor: bool = True) -> tuple[str, ...]:
 
     def at(step: int | None) -> str:
         return f"{step:,}" if step is not None else "-"
-    return (row.name, *((fmt(row.at_cursor),) if cursor else ()), fmt(row.last), fmt(row.min), at(row.min_step),
+    return (printable(row.name), *((fmt(row.at_cursor),) if cursor else ()), fmt(row.last), fmt(row.min), at(row.min_step),
             fmt(row.max), at(row.max_step), fmt(row.mean), fmt(row.best), at(row.best_step))

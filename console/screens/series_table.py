@@ -69,7 +69,7 @@ class SeriesTable(ModalScreen[None]):
         table.clear()
         for series in series_rows(h, plot.zoom, plot.cursor):
             name, *figures = row_cells(series)
-            table.add_row(name, *(Text(figure, justify="right") for figure in figures))
+            table.add_row(Text(name), *(Text(figure, justify="right") for figure in figures))   # no markup: a name from a history
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
 

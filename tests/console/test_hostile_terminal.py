@@ -164,6 +164,9 @@ VISITS = (
     ("overview", "", "run(s)"),
     ("dashboard", ENTER, "A0\\x1b[2J"),               # an arm's row: the history was read
     ("cursor read-out", RIGHT, "156,160 tok"),          # the tokens at the cursor's step
+    # The readout holds the series that fit; the table of every series (t) holds them all.
+    ("series table", "t", "every series"),
+    (None, "t", "156,160 tok"),                       # t again closes it (a bare ESC then m reads as Alt+m)
     ("picker", "m", "Esc close"),
     # The picker's order ends with the numeric keys, then the eval arms (sorted): K3.
     ("series picked", END + UP * len(EVAL_ARMS) + ENTER, "K3"),
@@ -217,7 +220,8 @@ def shown(name: str, prefix: str = "") -> str:
 EXPECTED = {
     "overview": [shown(ARMS[0])],                                    # the zombie arms' problem
     "dashboard": [shown(ARMS[0])],
-    "cursor read-out": [shown(ARMS[0], "share of pulls · ")],
+    "cursor read-out": [],
+    "series table": [shown(ARMS[0], "share/")],
     "picker": [shown(ARMS[0], "share/")],
     "series picked": [shown(KEYS[-1])],                              # the plot's new title
     "grid": [shown(PLOTS[0], "no ")],

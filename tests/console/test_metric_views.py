@@ -77,9 +77,9 @@ async def test_the_cursor_readout_fits_the_width_and_t_shows_every_series(tmp_pa
         await pilot.pause()
         assert isinstance(app.screen, SeriesTable)
         table = app.screen.query_one(DataTable)
-        names = [table.get_row_at(i)[0] for i in range(table.row_count)]
+        names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
         assert names == available(app.dashboard.snapshot.history)
-        row = {table.get_row_at(i)[0]: [str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)}
+        row = {str(table.get_row_at(i)[0]): [str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)}
         assert row["gpu_mem_used"][2].endswith(" GiB") and row["lr"][2] == "3.00e-03"
         assert row["eval_loss"][8] == row["eval_loss"][3] and row["eval_loss"][9] == row["eval_loss"][4]
         assert "cursor at step 1,500" in str(table.border_title)
