@@ -18,7 +18,7 @@ module entered again after the way had left it. Not counted: on the reader's thr
 columns go back up its stack as the snapshot's history view (the reader is pulled, not
 pushed). Target (the typed-model issue): at most 10 hops, no return.
 
-``python -m bench data_path`` prints the way; README's module map is drawn from it.
+``python -m bench data_path`` prints the way; docs/architecture.md's "The data's way" is drawn from it.
 """
 
 from __future__ import annotations

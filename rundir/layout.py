@@ -32,7 +32,7 @@ ROLLBACK_JOURNAL = ".rollback.json"    # an unfinished rollback's journal
 ROLLBACK_RECORD = "rollback.json"      # in each archive/rollback_X_<UTC>/
 ROLLBACK_ARCHIVE_PREFIX = "rollback_"
 # A console's checkpoint request, taken (removed) by the trainer's rank 0 (not in DESIGN.md:
-# see rundir/checkpoint_request.py and the README's run-directory section).
+# see rundir/checkpoint_request.py and docs/contract.md's checkpoint request file).
 CHECKPOINT_REQUEST = ".checkpoint_request.json"
 # Where the run API's framework callbacks (rundir/integrations/) save a trainer's own
 # checkpoints by default: each is an external_checkpoint event of the history.

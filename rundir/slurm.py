@@ -190,8 +190,8 @@ def scancel_command(recorded: SlurmPlacement, signal_name: str) -> list[str]:
     against SLURM 22.05: a batch script that ``exec``s the trainer is reached; one that runs it
     as a child must trap the signal (``trap '' USR1``), or the signal ends the shell and the job.
     A launcher of several processes (``andrea-train --nproc``) passes SIGTERM on to its
-    workers; a checkpoint request to them goes through the run directory instead (see the
-    README's cluster section)."""
+    workers; a checkpoint request to them goes through the run directory instead (see
+    docs/operations.md, "On a cluster")."""
     job_id, step = recorded.job_id, recorded.step_id or BATCH_STEP
     if step == BATCH_STEP:
         # --full, not --batch: every process of the batch step (an exec'd trainer is the
