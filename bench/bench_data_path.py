@@ -35,7 +35,7 @@ from bench.common import Result
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("console", "rundir", "trainer")
 SINKS = {("rundir/history/writer.py", "append"): "write", ("rundir/history/columns.py", "extend"): "column",
-         ("console/widgets/loss_plot.py", "show"): "show", ("console/plot.py", "envelope"): "envelope"}
+         ("console/widgets/loss_plot.py", "show"): "show", ("console/envelope.py", "envelope"): "envelope"}
 HAND_OVERS = {"column": "the file", "show": "SnapshotReady", "envelope": "refresh"}
 MAX_HOPS = 10
 

@@ -32,7 +32,7 @@ from .messages import ConsoleNotice, FilesChanged, SnapshotReady, WatchMode
 from .pivot_runner import pending_pivot
 from .plot import PlotOptions
 from .reader import RunReader
-from .rollback_runner import pending_rollback
+from .changes import pending_rollback
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
 from .signal_jobs import request_checkpoint, stop_and_wait
 from .supervise import reap_children

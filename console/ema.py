@@ -1,5 +1,5 @@
 """The plot's smoothed line: a debiased exponential moving average that skips what the plot
-leaves out (:func:`console.plot.beyond_limit`), computed in blocks with no Python loop per
+leaves out (:func:`console.envelope.beyond_limit`), computed in blocks with no Python loop per
 step, extended incrementally from a carry, and kept in float32 where the values allow."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .plot import PLOT_LIMIT, beyond_limit, within_limit
+from .envelope import PLOT_LIMIT, beyond_limit, within_limit
 
 # The EMA's chunk: long enough to amortise its blocks, short enough that its temporaries are small.
 EMA_CHUNK = 1 << 18

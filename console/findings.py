@@ -10,76 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from rundir import HistoryEvent, HistoryUpdate, LossHistory, RunConfig
 from rundir.layout import EVENT_RESUME, EVENT_START
 from rundir.resume_check import ResumeCheck, check_resumes
 from rundir.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector
 
-from .model.snapshot import HistoryView, Notice
+from .model.snapshot import Notice
 
 # Non-finite steps listed in a view (the newest); the history's count says how many in all.
 NONFINITE_LISTED = 1000
-
-
-def spike_text(spike: Spike) -> str:
-    """``loss spike at steps 1,201..1,203: peak 6.0 at 1,202 (baseline 2.5)``."""
-    where = f"step {spike.start:,}" if spike.start == spike.end else f"steps {spike.start:,}..{spike.end:,}"
-    return f"loss spike at {where}: peak {spike.peak_loss:.4g} at {spike.peak_step:,} (baseline {spike.baseline:.4g})"
-
-
-def eta_text(seconds: float | None) -> str:
-    """``ETA 2h 05m`` to run.max_steps, or ``ETA -``."""
-    if seconds is None:
-        return "ETA -"
-    minutes = int(seconds // 60)
-    if minutes >= 24 * 60:
-        return f"ETA {minutes // (24 * 60)}d {minutes // 60 % 24:02d}h"
-    if minutes >= 60:
-        return f"ETA {minutes // 60}h {minutes % 60:02d}m"
-    return f"ETA {minutes}m {int(seconds % 60):02d}s"
-
-
-def findings_lines(h: HistoryView, listed: int = 10) -> list[str]:
-    """``--once``'s lines: ETA, spikes, non-finite steps and resume checks (newest ``listed`` of each)."""
-    lines = [f"eta          {eta_text(h.eta_s)} to run.max_steps"] if h.eta_s is not None else []
-    lines.append(f"spikes       {len(h.spikes)}" + ("" if h.spikes else " (none)"))
-    if len(h.spikes) > listed:
-        lines.append(f"  … {len(h.spikes) - listed:,} older spikes not listed (--json lists them)")
-    lines.extend(f"  ! {spike_text(s)}" for s in h.spikes[-listed:])
-    if h.grad_spikes:                   # often just before a loss spike
-        lines.append(f"grad spikes  {len(h.grad_spikes)}")
-        lines.extend(f"  ∇ {spike_text(s).replace('loss spike', 'grad-norm spike', 1)}"
-                     for s in h.grad_spikes[-listed:])
-    if h.nonfinite_steps:
-        shown = ", ".join(f"{s:,}" for s in h.nonfinite_steps[-listed:])
-        more = h.nonfinite - min(listed, len(h.nonfinite_steps))
-        lines.append(f"non-finite   steps {'…, ' if more > 0 else ''}{shown}")
-    for check in h.resume_checks[-listed:]:
-        lines.append(f"resume check {check.text()}")
-    return lines
-
-
-def findings_json(h: HistoryView) -> dict[str, Any]:
-    """``--json``'s ``history`` keys: spikes, non-finite steps, resume checks, ETA."""
-    def num(x: float) -> float | None:
-        return x if np.isfinite(x) else None
-
-    return {"spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()} for s in h.spikes],
-            "grad_norm_spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()}
-                                 for s in h.grad_spikes],
-            "nonfinite_steps": list(h.nonfinite_steps),
-            "resume_checks": [{**c.to_dict(), "first_difference": _finite_values(c.first_difference)}
-                              for c in h.resume_checks], "eta_s": h.eta_s}
-
-
-def _finite_values(difference: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A first difference with NaN and infinities as null (JSON has neither)."""
-    if difference is None:
-        return None
-    return {k: [x if np.isfinite(x) else None for x in v] if isinstance(v, list) else v
-            for k, v in difference.items()}
 
 
 def spike_params(window: int | None, k: float | None, config: RunConfig | None) -> tuple[int, float]:

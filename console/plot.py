@@ -5,7 +5,7 @@ milliseconds:
 
 1. :func:`console.ema.ema_debiased`: the smoothed line, a debiased exponential moving
    average that skips non-finite values, computed in blocks (no Python loop per step).
-2. :func:`envelope`: decimation *before* plotting. Every pixel column gets the min and
+2. :func:`console.envelope.envelope`: decimation *before* plotting. Every pixel column gets the min and
    the max of all the points that fall in it, so a single-step spike is never hidden,
    whatever the width (reservoir or stride sampling would drop it).
 3. :func:`render`: a braille canvas (2 x 4 dots per cell) drawn from the envelopes, with
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from rich.text import Text
 
+from .ema import ema_debiased, line_dtype
+from .envelope import as_floats, beyond_limit, beyond_note, column_of, envelope, Envelope, PLOT_LIMIT, within_limit
 from .model.markers import MARKER_KINDS, Marker
 from .model.units import PLAIN, Unit
 
@@ -29,148 +31,8 @@ from .model.units import PLAIN, Unit
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
 ABANDONED_STYLE = "grey30"      # the steps a rollback abandoned, dimmed
 LABEL_WIDTH = 8                 # the y axis's labels, left of the plot
-# The largest magnitude the plot draws. Spans and means of values up to it stay finite in
-# float64 (1e308 - -1e308 overflows), so no tick, label or column can overflow; a value
-# beyond it (no trainer writes one, a file can hold one) is left out like a non-finite one,
-# and the plot says how many.
-PLOT_LIMIT = 1e300
 # The wall clock the time axis can name: Unix seconds from 1970 to the end of year 9999.
 CLOCK_RANGE = (0.0, 253_402_300_799.0)
-
-
-def beyond_limit(values: np.ndarray) -> np.ndarray:
-    """Which values are finite but too large in magnitude to plot (see PLOT_LIMIT)."""
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(values) & (np.abs(values) > PLOT_LIMIT)
-
-
-def within_limit(values: np.ndarray, limit: float = PLOT_LIMIT) -> bool:
-    """Whether every value that is not NaN lies within ±``limit`` (no infinity): two
-    reductions, no temporary array (a 5M-step column's would be 40 MB)."""
-    if not len(values):
-        return True
-    lo, hi = float(np.fmin.reduce(values)), float(np.fmax.reduce(values))     # (a float32 line's too)
-    return (-limit <= lo and hi <= limit) or math.isnan(hi)                    # NaN: all NaN
-
-
-def beyond_note(count: int) -> str:
-    return f"{count:,} value(s) beyond ±{PLOT_LIMIT:.0e} not plotted" if count else ""
-
-
-@dataclass
-class Envelope:
-    """Per-column min and max (NaN where a column holds no finite point)."""
-
-    lo: np.ndarray
-    hi: np.ndarray
-
-    @property
-    def filled(self) -> np.ndarray:
-        return np.isfinite(self.lo)
-
-
-def _floats(values: np.ndarray) -> np.ndarray:
-    """``values`` as floats: a float32 line stays one (no copy), anything else is float64."""
-    values = np.asarray(values)
-    return values if values.dtype == np.float32 else values.astype(np.float64, copy=False)
-
-
-def column_of(steps: np.ndarray, x0: float, x1: float, columns: int) -> np.ndarray:
-    """The pixel column of each step for an x range ``[x0, x1]`` over ``columns`` columns."""
-    span = max(x1 - x0, 1e-12)
-    col = ((np.asarray(steps, dtype=np.float64) - x0) / span * columns).astype(np.int64)
-    return np.clip(col, 0, columns - 1)
-
-
-# Integer steps are searched for with integer needles: a float needle makes numpy convert the
-# whole array to float first (an O(n) copy for every search).
-_INT_SAFE = float(2 ** 62)
-
-
-def search(steps: np.ndarray, x: np.ndarray | float, side: str = "left") -> np.ndarray:
-    """``np.searchsorted(steps, x, side)`` for float ``x`` without converting ``steps``
-    (ascending; integer steps are unique, as a history's are)."""
-    x = np.asarray(x, dtype=np.float64)
-    n = len(steps)
-    if steps.dtype.kind in "iu" and n and x.size and bool(np.all(np.abs(x) < _INT_SAFE)):
-        # A step is >= x where it is >= ceil(x), and > x where it is > floor(x).
-        x = (np.ceil(x) if side == "left" else np.floor(x) + 1).astype(np.int64)
-        first = gapless_from(steps)
-        if first is not None:       # where a step lies is arithmetic: no page of a long column is read
-            return np.clip(x - first, 0, n)
-        return np.searchsorted(steps, x, side="left")
-    return np.searchsorted(steps, x, side=side)
-
-
-def gapless_from(steps: np.ndarray) -> int | None:
-    """The first step when ``steps`` (ascending, unique when integers) are every integer
-    from it to the last, as a history without gaps has: then ``steps[i]`` is ``first + i``."""
-    n = len(steps)
-    if steps.dtype.kind not in "iu" or not n:
-        return None
-    first = int(steps[0])
-    return first if int(steps[-1]) - first == n - 1 else None
-
-
-def column_starts(steps: np.ndarray, x0: float, x1: float, columns: int) -> np.ndarray:
-    """For each pixel column, the first index of ``steps`` (ascending, within ``[x0, x1]``)
-    that :func:`column_of` puts in it or after it: the same columns, found by searching the
-    columns' left edges in ``steps`` (O(columns log n)) instead of placing every step (O(n)).
-    An edge and the per-step formula can round apart for a step on the edge: each start is
-    moved until :func:`column_of` agrees (the formula is monotonic, so this ends at once)."""
-    span = max(x1 - x0, 1e-12)
-    wanted = np.arange(columns)
-    starts = search(steps, x0 + wanted * (span / columns))
-    n = len(steps)
-    if n == 0:
-        return starts
-    first = gapless_from(steps)
-    # A gapless step column's values are computed, not read: each read of a mapped column
-    # maps 64 KiB around it (5M steps: 20 MB more resident for a frame).
-    at = (lambda rows: first + rows) if first is not None else (lambda rows: steps[rows])
-    for _ in range(n + 1):
-        late = (starts > 0) & (column_of(at(np.maximum(starts - 1, 0)), x0, x1, columns) >= wanted)
-        early = (starts < n) & (column_of(at(np.minimum(starts, n - 1)), x0, x1, columns) < wanted)
-        if not (late.any() or early.any()):
-            return starts
-        starts = starts - late + early
-    raise AssertionError("column starts did not settle")     # unreachable: the formula is monotonic
-
-
-def envelope(steps: np.ndarray, values: np.ndarray, x0: float, x1: float, columns: int) -> Envelope:
-    """Min/max of ``values`` per pixel column; ``steps`` ascending. Non-finite values are
-    left out (the status pane counts them). Vectorised: the columns' starts searched for
-    (:func:`column_starts`) and two ``reduceat``, so the cost is one O(n) pass of numpy
-    work whatever ``columns``."""
-    lo = np.full(columns, np.nan)
-    hi = np.full(columns, np.nan)
-    steps = np.asarray(steps)
-    values = _floats(values)
-    keep = np.isfinite(values)
-    if not keep.all():
-        steps, values = steps[keep], values[keep]
-    if len(steps) == 0 or columns <= 0:
-        return Envelope(lo, hi)
-    # Only the steps inside [x0, x1]; then each one's column, by the same formula as the
-    # markers use, and the first index of each column (columns are ascending with steps).
-    first, stop = int(search(steps, x0)), int(search(steps, x1, side="right"))
-    steps, values = steps[first:stop], values[first:stop]
-    if len(steps) == 0:
-        return Envelope(lo, hi)
-    starts = column_starts(steps, x0, x1, columns)
-    ends = np.append(starts[1:], len(steps))
-    nonempty = ends > starts
-    if not nonempty.any():
-        return Envelope(lo, hi)
-    idx = starts[nonempty]
-    lo[nonempty] = np.minimum.reduceat(values, idx)[: len(idx)]
-    hi[nonempty] = np.maximum.reduceat(values, idx)[: len(idx)]
-    # reduceat over index i reduces values[i:next]; the last nonempty column must stop at
-    # its own end, not the array's: recompute it exactly.
-    last = np.flatnonzero(nonempty)[-1]
-    seg = values[starts[last]:ends[last]]
-    lo[last], hi[last] = seg.min(), seg.max()
-    return Envelope(lo, hi)
 
 
 @dataclass
@@ -226,9 +88,9 @@ class Canvas:
     note: str = ""                      # said under the plot: what it could not draw
     unit: Unit = PLAIN                  # how the y axis's labels read (the series')
 
-def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
+def to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
     """The y of each value: the value (or its log10), NaN where it cannot be plotted."""
-    values = _floats(values)
+    values = as_floats(values)
     if not within_limit(values):
         with np.errstate(invalid="ignore"):
             big = np.abs(values) > PLOT_LIMIT       # infinities too: left out like NaN either way
@@ -239,7 +101,7 @@ def _to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
         return np.where(values > 0, np.log10(np.where(values > 0, values, 1.0)), np.nan)
 
 
-def _draw(grid: np.ndarray, env: Envelope, y0: float, y1: float) -> None:
+def draw_envelope(grid: np.ndarray, env: Envelope, y0: float, y1: float) -> None:
     """Fill each column's [min, max] run, and join consecutive columns so a line is continuous."""
     rows = grid.shape[0]
     span = max(y1 - y0, 1e-12)
@@ -297,8 +159,8 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     if x1 <= x0:
         x1 = x0 + 1.0
     canvas.note = "" if within_limit(loss[first:]) else beyond_note(int(beyond_limit(loss[first:]).sum()))
-    y_raw = _to_y(loss[first:], options.log_y)
-    y_smooth = _to_y(smooth[first:], options.log_y) if smooth is not None else None
+    y_raw = to_y(loss[first:], options.log_y)
+    y_smooth = to_y(smooth[first:], options.log_y) if smooth is not None else None
     env_dim = None
     if abandoned is not None and abandoned[first:].any():
         gone = abandoned[first:]
@@ -323,12 +185,12 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
         pad = abs(y0) * 0.05 or 0.5
         y0, y1 = y0 - pad, y1 + pad
     if options.show_raw:
-        _draw(raw_grid, env_raw, y0, y1)
+        draw_envelope(raw_grid, env_raw, y0, y1)
     if env_smooth is not None:
-        _draw(smooth_grid, env_smooth, y0, y1)
+        draw_envelope(smooth_grid, env_smooth, y0, y1)
     if env_dim is not None:
         canvas.dim = np.zeros((px_rows, px_cols), dtype=bool)
-        _draw(canvas.dim, env_dim, y0, y1)
+        draw_envelope(canvas.dim, env_dim, y0, y1)
     canvas.y0, canvas.y1, canvas.x0, canvas.x1 = y0, y1, x0, x1
     placed: dict[int, str] = {}
     shown = [m for m in markers if lo_step <= m.step <= max(hi_step, lo_step + 1.0)]
@@ -344,7 +206,7 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     return canvas
 
 
-def _braille(grid: np.ndarray, width: int, height: int) -> np.ndarray:
+def braille(grid: np.ndarray, width: int, height: int) -> np.ndarray:
     """Pattern offset (0..255) of every cell of a dot grid."""
     cells = grid.reshape(height, 4, width, 2)            # cell row, dot row, cell col, dot col
     bits = _DOT_BITS.T[None, :, None, :]                  # (1, 4, 1, 2)
@@ -512,9 +374,9 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
             line = canvas.empty_reason if row == h // 2 else ""
             lines.append([(" " * label_width + line.center(w)[:w], "italic grey50")])
         return lines
-    raw = _braille(canvas.raw, w, h)
-    smooth = _braille(canvas.smooth, w, h)
-    dim = _braille(canvas.dim, w, h) if canvas.dim is not None else np.zeros_like(raw)
+    raw = braille(canvas.raw, w, h)
+    smooth = braille(canvas.smooth, w, h)
+    dim = braille(canvas.dim, w, h) if canvas.dim is not None else np.zeros_like(raw)
     both = raw | smooth | dim
     kinds = np.where(smooth > 0, 2, np.where(raw > 0, 1, np.where(dim > 0, 3, 0)))
     glyphs = np.where(both > 0, both + 0x2800, 0x20).astype(np.uint32)
@@ -543,12 +405,12 @@ def render_runs(canvas: Canvas, raw_style: str = "grey62", smooth_style: str = "
         else:
             runs.append((ch, st))
     lines.append(runs)
-    lines.append([(" " * label_width + _x_labels(canvas.x0, canvas.x1, w, canvas.x_axis, canvas.note),
+    lines.append([(" " * label_width + x_labels(canvas.x0, canvas.x1, w, canvas.x_axis, canvas.note),
                    "yellow" if canvas.note else axis_style)])
     return lines
 
 
-def _x_labels(x0: float, x1: float, w: int, axis: str = "step", note: str = "") -> str:
+def x_labels(x0: float, x1: float, w: int, axis: str = "step", note: str = "") -> str:
     """The x axis' labels line: left, middle (when it fits) and right, in the axis' unit; a
     ``note`` (what the plot left out) takes the middle's place."""
     span = x1 - x0
@@ -579,8 +441,6 @@ def plot_text(steps: np.ndarray, loss: np.ndarray, width: int, height: int, opti
     """One call: EMA (unless given), canvas and Rich Text, for ``--once`` and tests
     (``x`` and ``x_axis``: another axis than the steps, from :func:`plot_x`)."""
     if smooth is None and options.smoothing > 0:
-        from .ema import ema_debiased, line_dtype       # here: console.ema builds on this module
-
         smooth, _ = ema_debiased(loss, options.smoothing, dtype=line_dtype(loss))
     canvas = build_canvas(steps, loss, smooth, width - label_width, height, options, markers, x=x, x_axis=x_axis,
                           abandoned=abandoned)

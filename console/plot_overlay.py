@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model.units import PLAIN, Unit
-from .plot import _braille, _draw, _to_y, _x_labels, beyond_limit, beyond_note, envelope, y_labels
+from .envelope import beyond_limit, beyond_note, envelope
+from .plot import braille, draw_envelope, to_y, x_labels, y_labels
 
 # -- several runs in one plot (the comparison) ------------------------------------------
 SERIES_STYLES = ("bold green", "bold cyan", "bold magenta", "bold yellow", "bold red", "bold blue",
@@ -51,7 +52,7 @@ def build_overlay(series: list[tuple[np.ndarray, np.ndarray]], width: int, heigh
         x0, x1 = float(x_range[0]), float(x_range[1])
     if x1 <= x0:
         x1 = x0 + 1.0
-    envs = [envelope(x, _to_y(y, log_y), x0, x1, px_cols) for x, y in series]
+    envs = [envelope(x, to_y(y, log_y), x0, x1, px_cols) for x, y in series]
     overlay.note = beyond_note(sum(int(beyond_limit(y).sum()) for _, y in series))
     filled = [e for e in envs if e.filled.any()]
     if not filled:
@@ -63,7 +64,7 @@ def build_overlay(series: list[tuple[np.ndarray, np.ndarray]], width: int, heigh
         pad = abs(y0) * 0.05 or 0.5
         y0, y1 = y0 - pad, y1 + pad
     for grid, env in zip(overlay.grids, envs):
-        _draw(grid, env, y0, y1)
+        draw_envelope(grid, env, y0, y1)
     overlay.y0, overlay.y1, overlay.x0, overlay.x1 = y0, y1, x0, x1
     return overlay
 
@@ -78,7 +79,7 @@ def render_overlay_runs(overlay: Overlay, styles: tuple[str, ...] = SERIES_STYLE
         reason = overlay.empty_reason or "no runs to compare"
         return [[(" " * label_width + (reason if row == h // 2 else "").center(w)[:w], "italic grey50")]
                 for row in range(h + 2)]
-    cells = np.stack([_braille(grid, w, h) for grid in overlay.grids])      # series, row, col
+    cells = np.stack([braille(grid, w, h) for grid in overlay.grids])      # series, row, col
     dots = np.unpackbits(cells.astype(np.uint8)[..., None], axis=-1).sum(axis=-1)
     owner = np.where(dots.max(axis=0) > 0, dots.argmax(axis=0) + 1, 0)     # 0: empty cell
     if 0 < front < len(cells):
@@ -101,6 +102,6 @@ def render_overlay_runs(overlay: Overlay, styles: tuple[str, ...] = SERIES_STYLE
             start = end
         lines.append(runs)
     lines.append([(" " * (label_width - 1) + "└" + "─" * w, axis_style)])
-    lines.append([(" " * label_width + _x_labels(overlay.x0, overlay.x1, w, x_axis, note=overlay.note),
+    lines.append([(" " * label_width + x_labels(overlay.x0, overlay.x1, w, x_axis, note=overlay.note),
                    "yellow" if overlay.note else axis_style)])
     return lines

@@ -34,13 +34,12 @@ from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESU
                            RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
-from .changes import describe_changes
+from .changes import describe_changes, pending_rollback
 from .findings import HistoryFindings
 from .history_part import HistoryPart
 from .format import LINE_LIMIT, printable
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
-from .rollback_runner import pending_rollback
 from .probe import TrainerProbe
 from .model.checkpoint_wait import CheckpointWait, WaitEnd
 from .model.levels import Level

@@ -14,16 +14,19 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from rundir.layout import EVENT_ROLLBACK
 
 from .format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_counter, format_float, format_pct,
                      format_rate, format_size, format_uptime, printable, printable_block, slurm_text, stall_text,
                      storage_text)
-from .findings import findings_json, findings_lines
+from .model.findings import eta_text, spike_text
 from .model.series import is_sparse, series_values, spec_of
 from .model.units import unit_of
-from .model.snapshot import RunSnapshot
-from .series_report import StepRange, on_rows, series_list, series_table_lines
+from .model.snapshot import HistoryView, RunSnapshot
+from .model.series import on_rows
+from .series_report import StepRange, series_list, series_table_lines
 
 if TYPE_CHECKING:           # the plot and rich are imported by the text alone: --json and --check draw nothing
     from .plot import PlotOptions
@@ -295,3 +298,44 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
         "series": series_list(h),
         "log_tail": list(snap.log_tail[-20:]),
     }
+
+
+def findings_lines(h: HistoryView, listed: int = 10) -> list[str]:
+    """``--once``'s lines: ETA, spikes, non-finite steps and resume checks (newest ``listed`` of each)."""
+    lines = [f"eta          {eta_text(h.eta_s)} to run.max_steps"] if h.eta_s is not None else []
+    lines.append(f"spikes       {len(h.spikes)}" + ("" if h.spikes else " (none)"))
+    if len(h.spikes) > listed:
+        lines.append(f"  … {len(h.spikes) - listed:,} older spikes not listed (--json lists them)")
+    lines.extend(f"  ! {spike_text(s)}" for s in h.spikes[-listed:])
+    if h.grad_spikes:                   # often just before a loss spike
+        lines.append(f"grad spikes  {len(h.grad_spikes)}")
+        lines.extend(f"  ∇ {spike_text(s).replace('loss spike', 'grad-norm spike', 1)}"
+                     for s in h.grad_spikes[-listed:])
+    if h.nonfinite_steps:
+        shown = ", ".join(f"{s:,}" for s in h.nonfinite_steps[-listed:])
+        more = h.nonfinite - min(listed, len(h.nonfinite_steps))
+        lines.append(f"non-finite   steps {'…, ' if more > 0 else ''}{shown}")
+    for check in h.resume_checks[-listed:]:
+        lines.append(f"resume check {check.text()}")
+    return lines
+
+
+def findings_json(h: HistoryView) -> dict[str, Any]:
+    """``--json``'s ``history`` keys: spikes, non-finite steps, resume checks, ETA."""
+    def num(x: float) -> float | None:
+        return x if np.isfinite(x) else None
+
+    return {"spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()} for s in h.spikes],
+            "grad_norm_spikes": [{k: num(v) if isinstance(v, float) else v for k, v in s.to_dict().items()}
+                                 for s in h.grad_spikes],
+            "nonfinite_steps": list(h.nonfinite_steps),
+            "resume_checks": [{**c.to_dict(), "first_difference": _finite_values(c.first_difference)}
+                              for c in h.resume_checks], "eta_s": h.eta_s}
+
+
+def _finite_values(difference: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A first difference with NaN and infinities as null (JSON has neither)."""
+    if difference is None:
+        return None
+    return {k: [x if np.isfinite(x) else None for x in v] if isinstance(v, list) else v
+            for k, v in difference.items()}

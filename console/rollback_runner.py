@@ -278,14 +278,3 @@ def rollback_event(history: LossHistory, journal: RollbackJournal) -> Any:
             if ev.data.get("to_step") == journal.to_step and ev.data.get("skip_batches") == journal.skip_batches:
                 return ev
     return None
-
-
-def pending_rollback(run_dir: str | os.PathLike[str]) -> str | None:
-    """A one-line description of an interrupted rollback, for the dashboard, or None."""
-    journal, error = read_rollback_journal(run_dir)
-    if error:
-        return error
-    if journal is None:
-        return None
-    return (f"a rollback to step {journal.to_step:,} is unfinished (last completed stage: {journal.stage}); "
-            "r or --rollback completes it")

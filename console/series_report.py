@@ -3,7 +3,7 @@
 ``--json``.
 
 Every answer comes from :mod:`console.model.series` and the plot's min/max envelope
-(:func:`console.plot.envelope`), so a script sees every spike the dashboard would show:
+(:func:`console.envelope.envelope`), so a script sees every spike the dashboard would show:
 each bucket of steps gives the smallest and the largest value in it, never a sample.
 """
 
@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 
-from .model.series import UnknownSeries, available, series_values, spec_of
-from .model.history_series import series_data
+from .model.series import UnknownSeries, available, on_rows, series_values, spec_of
 from .model.snapshot import HistoryView
-
-if TYPE_CHECKING:
-    from rundir import LossHistory
 
 
 @dataclass(frozen=True)
@@ -115,9 +111,9 @@ BUCKET_FIELDS = ("first_step", "last_step", "n", "first", "last", "mean", "min",
 
 def bucket_table(h: HistoryView, name: str, step_range: StepRange, points: int) -> list[tuple]:
     """Each bucket of steps with data, as a row of :data:`BUCKET_FIELDS`: the range cut into
-    ``points`` equal spans of steps, as the plot's columns are (:func:`console.plot.column_of`),
+    ``points`` equal spans of steps, as the plot's columns are (:func:`console.envelope.column_of`),
     so each bucket's min and max are its column's envelope (a one-step spike is in its max)."""
-    from .plot import column_of       # not for --json's list: it draws nothing
+    from .envelope import column_of       # not for --json's list: it draws nothing
 
     steps, values = metric_values(h, name, step_range)
     ok = np.isfinite(values)
@@ -175,28 +171,3 @@ def check_metric(h: HistoryView, name: str) -> str | None:
     except UnknownSeries as err:
         return str(err)
     return None
-
-
-def on_rows(h: HistoryView, steps: np.ndarray, column: np.ndarray | None) -> np.ndarray | None:
-    """A per-step column of the history (tokens, time, the abandoned mask) at ``steps``: a
-    series of some steps only (``p/<arm>``) takes the rows of its own steps."""
-    if column is None or len(column) == len(steps):         # a series of every step
-        return column
-    if not len(column):
-        return np.full(len(steps), np.nan) if column.dtype.kind == "f" else np.zeros(len(steps), column.dtype)
-    return column[np.minimum(np.searchsorted(h.step, steps), len(column) - 1)]
-
-
-def plain_view(history: "LossHistory") -> HistoryView:
-    """A :class:`HistoryView` of a history read on its own (the comparison's runs): its
-    columns and events, none of the findings a run's reader adds."""
-    loss = history.loss.copy()
-    finite = loss[np.isfinite(loss)]
-    return HistoryView(
-        version=0, format=history.format, n_steps=len(history),
-        last_step=int(history.step[-1]) if len(history) else None,
-        last_loss=float(finite[-1]) if len(finite) else None, tokens=None, steps_per_s=None, tokens_per_s=None,
-        nonfinite=history.nonfinite, bad_lines=history.bad_lines, torn_tail=history.torn_tail,
-        problems=tuple(history.problems), error=history.error, events=tuple(history.events),
-        step=history.step.copy(), loss=loss, tokens_column=history.tokens.copy(), time_column=history.time.copy(),
-        series=series_data(history), arm_column=history.arm.copy(), arm_names=tuple(history.arm_names))

@@ -28,7 +28,7 @@ from ..messages import CompareReady
 from ..model.run_diff import DiffRow, run_diff, start_data
 from ..widgets import KeyBar
 from ..widgets.compare_plot import ComparePlot
-from ..series_report import plain_view
+from ..model.snapshot import plain_view
 from .series_picker import SeriesPicker
 
 

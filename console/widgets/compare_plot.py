@@ -19,12 +19,11 @@ from textual.widget import Widget
 
 from ..ema import ema_debiased, line_dtype
 from ..format import printable
-from ..model.series import UnknownSeries, available, is_sparse, series_values, spec_of
+from ..model.series import UnknownSeries, available, is_sparse, on_rows, series_values, spec_of
 from ..model.units import unit_of
 from ..plot import LABEL_WIDTH
 from ..plot_overlay import SERIES_STYLES, build_overlay, render_overlay_runs
 from ..plot_view import joined, panned, with_cursor, zoomed
-from ..series_report import on_rows
 
 # The x axes of the comparison: a run's steps, its tokens, or the seconds since its first step.
 COMPARE_AXES = ("step", "tokens", "time")

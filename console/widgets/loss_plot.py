@@ -27,13 +27,12 @@ from rich.style import Style
 from ..format import AXIS_NEEDS, X_AXES
 from ..keys import PLOT_KEYS, bindings
 from ..model.markers import MARKER_KINDS, Marker
-from ..model.series import UnknownSeries, is_sparse, series_values, spec_of, value_at
+from ..model.series import UnknownSeries, is_sparse, on_rows, series_values, spec_of, value_at
 from ..model.units import unit_of
 from ..ema import ema_debiased, line_dtype
 from ..plot import ABANDONED_STYLE, LABEL_WIDTH, PlotOptions, build_canvas, plot_x, render_runs
 from ..plot_view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
 from ..model.snapshot import HistoryView, RunSnapshot
-from ..series_report import on_rows
 
 SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
 # New steps redraw the plot at most this often (a key, a resize or a rewind: at once).

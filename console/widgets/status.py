@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ..findings import eta_text
+from ..model.findings import eta_text
 from ..format import (LINE_LIMIT, format_ago, format_float, format_rate, format_size, format_uptime, printable,
                       slurm_text, stall_text, storage_text)
 from ..model.snapshot import RunSnapshot
-from ..model.units import gpu_text
+from ..model.series_summary import gpu_text
 from .lines import LinesPane
 from .rows import hang_indent
 

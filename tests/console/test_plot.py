@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from console.model.markers import Marker
 from console.ema import ema_debiased
-from console.plot import (PlotOptions, build_canvas, column_of, column_starts, envelope,
-                          plot_text, render, search)
+from console.plot import PlotOptions, build_canvas, plot_text, render
+from console.envelope import column_of, column_starts, envelope, search
 
 N = 200_000
 

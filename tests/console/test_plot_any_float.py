@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from console.format import (X_AXES, format_age, format_ago, format_float, format_pct, format_rate, format_size,
                             format_uptime)
 from console.ema import ema_debiased
-from console.plot import (PLOT_LIMIT, PlotOptions, build_canvas, format_step, format_value, format_x,
-                          nice_ticks, plot_x, render_runs, y_labels)
+from console.envelope import PLOT_LIMIT
+from console.plot import (PlotOptions, build_canvas, format_step, format_value, format_x, nice_ticks, plot_x,
+                          render_runs, y_labels)
 from console.plot_overlay import build_overlay, render_overlay_runs
 from console.reader import RunReader
 from console.report import render_text, to_json

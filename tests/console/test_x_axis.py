@@ -7,7 +7,8 @@ import orjson
 import pytest
 
 from console.model.markers import Marker
-from console.plot import PlotOptions, build_canvas, column_of, render_runs, x_values
+from console.plot import PlotOptions, build_canvas, render_runs, x_values
+from console.envelope import column_of
 from console.widgets.loss_plot import LossPlot
 from tests.console.conftest import until
 from tests.console.test_snapshots import app_for, settled
