@@ -24,7 +24,7 @@ from rundir.history import limits
 from rundir.spikes import Spike
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 
-from ..format import LINE_LIMIT, format_counter, format_size, printable, stall_text
+from .format import LINE_LIMIT, format_counter, format_size, printable, stall_text
 from .levels import Level
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class Finding:
     """One problem or alert: ``kind`` (a key of :data:`KINDS`), ``level``, one printable line,
     and ``key``, the identity that makes an alert raised once. ``ended_pid``: the trainer whose
     end it reports, so that one end is one alert however the console learns of it. ``count``:
-    the findings it stands for (see :func:`console.alerts.gathered_by_kind`)."""
+    the findings it stands for (see :func:`console.actions.alerts.gathered_by_kind`)."""
 
     kind: str
     level: Level

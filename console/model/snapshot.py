@@ -22,8 +22,8 @@ from rundir.spikes import Spike
 from rundir.storage import Storage
 from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP
 
-from ..format import LINE_LIMIT, printable
 from .findings import Finding, derive_alerts, derive_problems
+from .format import LINE_LIMIT, printable
 from .history_series import SeriesData, column as series_column, names as series_names, series_data
 from .levels import Level
 from .markers import Marker

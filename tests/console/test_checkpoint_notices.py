@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from console.changes import UNFINISHED_S, describe_changes
-from console.reader import CheckpointRequest, RunReader
+from console.read.changes import UNFINISHED_S, describe_changes
+from console.read.reader import CheckpointRequest, RunReader
 from rundir.layout import CHECKPOINTS
 from tests.rundirs import EPOCH, make_run
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.app import ConsoleApp
-from console.widgets import StatusPane
+from console.tui.app import ConsoleApp
+from console.tui.widgets import StatusPane
 from rundir.history import read_history_tail
 from tests.console.conftest import until
 from tests.console.trainer_proc import Trainer
