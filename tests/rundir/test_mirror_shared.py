@@ -170,7 +170,7 @@ import json, os, sys, time
 from pathlib import Path
 from rundir.history import LossHistory
 from rundir.history.mirror import open_mirror, save_mirror
-from console import history_mirror
+from console.read import history_mirror
 from console.read.history_mirror import HistoryMirror
 
 path, me, other, rounds, shared = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
