@@ -470,6 +470,7 @@ def _import_output(args: argparse.Namespace) -> None:
 
 def _signal(run_dir: Path, args: argparse.Namespace) -> int:
     from .actions.supervise import WaitEnd, send, wait_for_checkpoint, wait_for_exit
+    from .read.landing import landed_text
 
     result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
     if not result.ok:
@@ -480,6 +481,7 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
             wait = wait_for_checkpoint(run_dir, result, args.timeout)
             if wait.info is None and wait.external is None:
                 return _fail(wait.why, EXIT_TIMEOUT if wait.end is WaitEnd.TIMED_OUT else EXIT_REFUSED)
+            print(landed_text(wait), file=sys.stderr)      # as the dashboard says it; stdout: the path alone
             # The trainer's own checkpoint, as its history records it (relative to the run directory).
             print(wait.info.path if wait.info is not None else printable(str(run_dir / wait.external.path), None))
             return EXIT_OK

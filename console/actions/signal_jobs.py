@@ -17,8 +17,8 @@ from rundir import checkpoint_stamps
 from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, STOP_SIGNAL
 
 from ..model.checkpoint_wait import WaitEnd
-from ..model.format import printable
-from ..read.reader import CheckpointRequest, RunReader
+from ..read.landing import CheckpointRequest, landed_text
+from ..read.reader import RunReader
 from .supervise import send, wait_for_checkpoint, wait_for_exit
 
 SIGNAL_TIMEOUT_S = 600.0
@@ -30,10 +30,11 @@ Changed = Callable[[frozenset[str]], None]
 def request_checkpoint(run_dir: Path, reader: RunReader | None, say: Say, changed: Changed,
                         cancelled: Callable[[], bool], timeout: float = SIGNAL_TIMEOUT_S) -> None:
     """SIGUSR1 to the verified trainer of ``run_dir``. With ``reader`` (the dashboard's own
-    run) the reader is the one detector: it learns of the request before the signal can be
-    answered, looks at the checkpoints at every read while it waits, and says the landing,
-    or that the trainer exited or ``timeout`` passed without one. Without it (another run
-    of the overview's), this job waits for the checkpoint and says what came of it."""
+    run) the reader settles the request: it learns of it before the signal can be answered,
+    looks at the checkpoints at every read while it waits, and says the landing, or that the
+    trainer exited or ``timeout`` passed without one. Without it (another run of the
+    overview's), this job waits for the checkpoint and says what came of it. Both tell a
+    landing and say it as :mod:`console.read.landing` does."""
     request = CheckpointRequest(time.time(), checkpoint_stamps(run_dir), timeout=timeout)
     if reader is not None:
         reader.expect_checkpoint(request)
@@ -55,11 +56,7 @@ def request_checkpoint(run_dir: Path, reader: RunReader | None, say: Say, change
     if wait.info is None and wait.external is None:
         say(f"checkpoint request: {wait.why}", "error")
         return
-    if wait.info is not None:
-        say(f"checkpoint landed: {wait.info.path.name} (step {wait.info.step:,})", "good")
-    else:
-        assert wait.external is not None
-        say(f"checkpoint landed: {printable(wait.external.path)} (step {wait.external.step:,}, external)", "good")
+    say(landed_text(wait), "good")
     changed(frozenset({CHECKPOINTS}))
 
 

@@ -4,7 +4,8 @@ Shared by the CLI (``--start``, ``--checkpoint``, ``--stop``) and the dashboard'
 Nothing here ever signals a process that :func:`rundir.verify_trainer` did not
 verify: :func:`rundir.signal_trainer` checks again right before sending. A wait for a
 checkpoint compares the checkpoints with those before the signal
-(:func:`rundir.newest_complete_since`), as the dashboard's reader does.
+(:func:`rundir.newest_complete_since`), and the trainer's own checkpoints with the signal's
+time, as the dashboard's reader does (:mod:`console.read.landing`: the one detector).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, 
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
 from rundir.identity import run_lock_holder
 from rundir.run_lock import live_lock_owner
-from rundir.external import ExternalCheckpoint, external_checkpoints
 from rundir.process import trainer_alive
 from rundir.history import read_history_tail
 from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
@@ -34,6 +34,7 @@ from rundir.text import printable
 
 from .. import launch_environment
 from ..model.checkpoint_wait import CheckpointWait, WaitEnd
+from ..read.landing import ExternalSince
 
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
@@ -237,29 +238,6 @@ def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, t
                 CheckpointWait(WaitEnd.TRAINER_EXITED, pid=pid)
         time.sleep(POLL_S)
     return CheckpointWait(WaitEnd.TIMED_OUT, timeout=timeout, pid=pid)
-
-
-class ExternalSince:
-    """The newest checkpoint in the trainer's own format (an ``external_checkpoint`` event of
-    the history, :mod:`rundir.external`) reported at or after ``since`` (the trainer's clock,
-    this host's); the history's tail is read again only when the file changed."""
-
-    def __init__(self, run_dir: Path, since: float):
-        self.path, self.since = Path(run_dir) / LOSS_JSON, since
-        self._stamp: tuple[int, int] | None = None
-        self._found: ExternalCheckpoint | None = None
-
-    def __call__(self) -> ExternalCheckpoint | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return self._found
-        if (st.st_size, st.st_mtime_ns) != self._stamp:
-            self._stamp = (st.st_size, st.st_mtime_ns)
-            found = [e for e in external_checkpoints(read_history_tail(self.path).events)
-                     if e.time is not None and e.time >= self.since]
-            self._found = found[-1] if found else self._found
-        return self._found
 
 
 class _Liveness:

@@ -20,6 +20,7 @@ from ..model.checkpoint_wait import CheckpointWait
 from ..model.findings import LISTED, many, names_and_more
 from ..model.format import format_counter, format_size, printable, stall_text
 from ..model.snapshot import Notice, RunSnapshot
+from .landing import external_details, landing_text
 
 # How long a live trainer's new .bin may be without its .json before it is said as a
 # foreign checkpoint: the .json is written right after the .bin, so a few seconds covers a
@@ -89,9 +90,8 @@ def _checkpoint_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
         elif old is None or old.mtime != c.mtime or old.status == "invalid" or raw_name in requested:
             kind = "complete" if c.status == "complete" else "foreign: weights, m and v only"
             request = requested.get(raw_name)
-            what = (f"requested checkpoint landed, {now - request.sent_at:.1f} s after the signal"
-                    if request is not None else "checkpoint landed")
-            notice = Notice(now, f"{what}: {name} (step {c.step:,}, {format_size(c.size)}, {kind})",
+            waited = now - request.sent_at if request is not None else None
+            notice = Notice(now, landing_text(name, c.step, f", {format_size(c.size)}, {kind}", waited),
                             "good" if c.status == "complete" else "info")
             (out if request is not None else landed).append(notice)
         elif c.status == "complete" and old.status == "foreign":
@@ -150,11 +150,9 @@ def _external_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
     out: list[Notice] = []
     for e in new[-LISTED:]:
         request = requested.get(e.path)
-        what = (f"requested checkpoint landed, {now - request.sent_at:.1f} s after the signal"
-                if request is not None else "checkpoint landed")
-        size = f", {format_size(e.size)}" if e.size is not None else ""
-        out.append(Notice(now, f"{what}: {printable(e.path)} (step {e.step:,}{size}, external: the trainer's own "
-                               "format)", "good" if request is not None else "info"))
+        waited = now - request.sent_at if request is not None else None
+        out.append(Notice(now, landing_text(printable(e.path), e.step, external_details(e.size), waited),
+                          "good" if request is not None else "info"))
     if len(new) > LISTED:
         out.insert(0, Notice(now, f"and {many(len(new) - LISTED, 'more external checkpoint')} reported in the same "
                                   "read", "info"))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 import stat
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Callable, Iterable
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
 from rundir.identity import open_directory
-from rundir.external import ExternalCheckpoint, external_checkpoints
+from rundir.external import external_checkpoints
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
 from rundir.run_summary import RATE_STEPS, stall_threshold
@@ -34,7 +33,6 @@ from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESU
                            RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 
-from ..model.checkpoint_wait import CheckpointWait, WaitEnd
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level
 from ..model.markers import derive_markers
@@ -43,6 +41,7 @@ from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Not
 from .changes import describe_changes, pending_rollback
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
+from .landing import CheckpointRequest, CheckpointRequests
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .probe import TrainerProbe
@@ -53,10 +52,6 @@ STORAGE_EVERY_S = 10.0
 # A verified trainer whose history has not grown for this long is shown as stalled: the
 # larger of STALL_MIN_S and STALL_STEPS median step times, unless --stall-after sets it
 # (rundir.run_summary.stall_threshold, which the overview uses too).
-
-# A checkpoint request that no read has seen answered after this long is said unanswered
-# (a 1.46 GB checkpoint written in the background takes tens of seconds on a slow disk).
-REQUEST_TIMEOUT_S = 600.0
 
 # A sample is shown whole up to this many characters (its prompt up to PROMPT_CHARS); a
 # longer one, a runaway or hostile completion, is cut, saying how much was left out.
@@ -75,25 +70,6 @@ def _shown_sample(sample: Sample) -> Sample:
     if len(sample.completion) <= SAMPLE_CHARS and len(sample.prompt) <= PROMPT_CHARS:
         return sample
     return replace(sample, prompt=_cut(sample.prompt, PROMPT_CHARS), completion=_cut(sample.completion, SAMPLE_CHARS))
-
-
-@dataclass(frozen=True, eq=False)
-class CheckpointRequest:
-    """A SIGUSR1 sent at ``sent_at``, when the checkpoints were ``baseline``, to trainer
-    ``pid`` (set once it was sent); unanswered after ``timeout`` seconds it is said so."""
-
-    sent_at: float
-    baseline: dict[str, CheckpointStamp] = field(default_factory=dict)
-    pid: int | None = None
-    timeout: float = REQUEST_TIMEOUT_S
-
-
-def _external_answers(before: tuple[ExternalCheckpoint, ...], after: tuple[ExternalCheckpoint, ...],
-                      requests: list[CheckpointRequest]) -> dict[str, CheckpointRequest]:
-    """The trainer's own checkpoints that landed since ``before`` after a request was sent:
-    ``{recorded path: request}``."""
-    seen = set(before)
-    return {e.path: r for e in after if e not in seen and e.time is not None for r in requests if e.time >= r.sent_at}
 
 
 def _finite(x: float) -> float | None:
@@ -162,8 +138,7 @@ class RunReader:
         self._history = HistoryPart(self.run_dir / LOSS_JSON, prefetch, self.findings)
         self._snapshot: RunSnapshot | None = None
         self.log = LogTail(self.run_dir / TRAINER_LOG)
-        self._requests: list[CheckpointRequest] = []
-        self._requests_lock = threading.Lock()
+        self.requests = CheckpointRequests()     # the checkpoints asked for, settled at each read
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
         self._storage_at = 0.0
         self._ckpt_written = 0.0                # mtime of the newest checkpoint file
@@ -189,25 +164,22 @@ class RunReader:
     def expect_checkpoint(self, request: CheckpointRequest) -> None:
         """A checkpoint was requested (SIGUSR1 sent): the read that sees it land says so, once,
         in its notice. Safe to call from any thread."""
-        with self._requests_lock:
-            self._requests.append(request)
+        self.requests.expect(request)
 
     def forget_checkpoint(self, request: CheckpointRequest) -> None:
         """The request was not sent after all."""
-        with self._requests_lock:
-            self._requests = [r for r in self._requests if r is not request]
+        self.requests.forget(request)
 
     def sent_checkpoint(self, request: CheckpointRequest, pid: int | None) -> None:
         """The request was sent to trainer ``pid``: a read that finds that trainer gone
         before the checkpoint lands says so."""
-        with self._requests_lock:
-            self._requests = [replace(r, pid=pid) if r is request else r for r in self._requests]
+        self.requests.sent(request, pid)
 
     def _requests_due(self, now: float) -> bool:
-        """While a request waits, every read (the tick's too) looks at the checkpoints: the
-        reader is the dashboard's one detector of a landing, also where no file event comes
-        (a shared filesystem)."""
-        return bool(self._requests)
+        """While a request waits, every read (the tick's too) looks at the checkpoints, so the
+        dashboard sees a landing (:mod:`.landing`) also where no file event comes (a shared
+        filesystem)."""
+        return bool(self.requests)
 
     def late_kinds(self) -> frozenset[str]:
         """The kinds of file whose last read stopped before NUL bytes not written yet: to be
@@ -237,7 +209,8 @@ class RunReader:
             read.values.update(fields)
         snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=read.now,
                            versions=versions, **read.values)
-        answered, unanswered = self._settle_requests(prev, snap, read.now)
+        answered, unanswered = self.requests.settle(prev, snap, read.now,
+                                                    lambda name: self._ckpt_cache.get(name, (None,))[0])
         changes = describe_changes(prev, snap, read.now, answered, unanswered)
         notices = changes + read.notices if prev is None else read.notices + changes    # the summary first
         self._snapshot = snap
@@ -474,37 +447,6 @@ class RunReader:
         if prev is not None and result == prev.checkpoints:
             return prev.checkpoints            # unchanged: same object, nothing repaints
         return result
-
-    def _settle_requests(self, prev: RunSnapshot | None, snap: RunSnapshot,
-                         now: float) -> tuple[dict[str, CheckpointRequest], list[CheckpointWait]]:
-        """Which requested checkpoints this read sees complete (``{file name: request}``), and
-        the requests that ended unanswered: their trainer gone, or past their timeout."""
-        with self._requests_lock:           # held throughout: a request is sent (given its pid) meanwhile
-            if not self._requests:          # the common read: nothing asked, no checkpoint looked at
-                return {}, []
-            answered: dict[str, CheckpointRequest] = {}
-            if prev is not None and snap.checkpoints is not prev.checkpoints:
-                for c in snap.checkpoints:
-                    if c.status == "complete":
-                        stamp = self._ckpt_cache.get(c.path.name, (None,))[0]
-                        answered.update((c.path.name, r) for r in self._requests
-                                        if r.baseline.get(c.path.name) != stamp)
-            if prev is not None and snap.external_checkpoints is not prev.external_checkpoints:
-                answered.update(_external_answers(prev.external_checkpoints, snap.external_checkpoints, self._requests))
-            trainer = snap.trainer
-            ended: list[CheckpointWait] = []
-            waiting = []
-            for r in self._requests:
-                if r in answered.values():
-                    continue
-                if r.pid is not None and not (trainer.signallable and trainer.pid == r.pid):
-                    ended.append(CheckpointWait(WaitEnd.TRAINER_EXITED, pid=r.pid))
-                elif now - r.sent_at >= r.timeout:
-                    ended.append(CheckpointWait(WaitEnd.TIMED_OUT, timeout=r.timeout, pid=r.pid))
-                else:
-                    waiting.append(r)
-            self._requests = waiting
-        return answered, ended
 
     def _config(self, dir_state: str) -> tuple[RunConfig | None, str | None]:
         if dir_state != "ok":

@@ -174,6 +174,8 @@ def test_cli_checkpoint_then_stop(tmp_path):
         assert r.returncode == 0, r.stderr
         path = Path(r.stdout.strip())
         assert path.parent == run and path.exists()
+        # Said on stderr as the dashboard and the overview say a landing (console.read.landing).
+        assert f"checkpoint landed: {path.name} (step " in r.stderr and r.stderr.rstrip().endswith(", complete)")
         assert [c.status for c in list_checkpoints(run) if c.path == path] == ["complete"]
         assert trainer.proc.poll() is None
         r = console(run, "--stop", "--timeout", "60")
