@@ -52,7 +52,7 @@ with open(sys.argv[1], "a") as f:
 
 
 async def _latencies(run: Path, received: Path) -> list[float]:
-    from console.app import ConsoleApp
+    from console.tui.app import ConsoleApp
 
     app = ConsoleApp(run, bell=False, notify=[sys.executable, "-c", _RECEIVER, str(received)])
     landed: dict[str, float] = {}

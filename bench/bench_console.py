@@ -87,7 +87,7 @@ def serve(run_dir: str, seconds: float) -> None:
     import asyncio
     import resource
 
-    from console.app import ConsoleApp
+    from console.tui.app import ConsoleApp
 
     app = ConsoleApp(run_dir)
 
@@ -109,12 +109,12 @@ def ingest_and_repaint(run_dir: Path, rounds: int = 20, size: tuple[int, int] = 
     import asyncio
     import statistics
 
-    from console.app import ConsoleApp
-    from console.messages import SnapshotReady
+    from console.tui.app import ConsoleApp
+    from console.tui.messages import SnapshotReady
     from rundir.layout import HISTORY
     from rundir import LossHistoryWriter
 
-    from console.widgets import loss_plot
+    from console.tui.widgets import loss_plot
 
     loss_plot.DATA_REPAINT_S = 0.0          # every ingest repaints the plot too: the worst case
     times: list[float] = []

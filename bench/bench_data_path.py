@@ -35,7 +35,7 @@ from bench.common import Result
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("console", "rundir", "trainer")
 SINKS = {("rundir/history/writer.py", "append"): "write", ("rundir/history/columns.py", "extend"): "column",
-         ("console/widgets/loss_plot.py", "show"): "show", ("console/plot.py", "envelope"): "envelope"}
+         ("console/tui/widgets/loss_plot.py", "show"): "show", ("console/plot/envelope.py", "envelope"): "envelope"}
 HAND_OVERS = {"column": "the file", "show": "SnapshotReady", "envelope": "refresh"}
 MAX_HOPS = 10
 
@@ -79,7 +79,7 @@ class Tracer:
 
 def trace_way(run_dir: Path) -> list[tuple[str, str]]:
     """Append one step to ``run_dir`` as the trainer does and follow it to the plot."""
-    from console.app import ConsoleApp
+    from console.tui.app import ConsoleApp
     from trainer.outputs import RunOutputs
     from trainer.progress import Progress
 

@@ -133,7 +133,7 @@ def key_presses(run_dir: Path, presses: int = PRESSES, gap: float = 1.3) -> list
 
     from textual import events
 
-    from console.app import ConsoleApp
+    from console.tui.app import ConsoleApp
 
     times: list[float] = []
 
@@ -165,7 +165,7 @@ def state_rereads(run_dir: Path, rounds: int = 5) -> tuple[float, float]:
     source that is a directory of many files (what each re-read cost before)."""
     import statistics
 
-    from console.reader import RunReader
+    from console.read.reader import RunReader
     from rundir.layout import STATE
     from rundir.sources import check_source
 

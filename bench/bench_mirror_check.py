@@ -1,4 +1,4 @@
-"""The history mirror's full check (console/history_part.py: the CRC-32 of every byte the
+"""The history mirror's full check (console/read/history_part.py: the CRC-32 of every byte the
 mirror covers, in a thread of the lowest priority, started once the first frame is painted).
 
 - the console's first frame from a valid mirror of a long run (``BENCH_CONSOLE_STEPS``, 5M
@@ -29,7 +29,7 @@ CACHE_ENV = "ANDREA_CACHE_DIR"
 def first_frame(run_dir: str, check: str) -> None:
     """Helper mode: bench_mirror's first frame, with the full check on or off."""
     if check == "off":
-        from console.history_part import HistoryPart
+        from console.read.history_part import HistoryPart
 
         HistoryPart.verify_mirror = lambda self, on_stale: False
     from bench.bench_mirror import first_frame as painted
@@ -51,7 +51,7 @@ def _spawn(run_dir: Path, cache: Path, check: str) -> float:
 
 def _check_time(run_dir: Path) -> tuple[float, float]:
     """The full check of the run's mirror after a reader's first read (s), and that read (s)."""
-    from console.reader import RunReader
+    from console.read.reader import RunReader
 
     start = time.perf_counter()
     reader = RunReader(run_dir, free_space=lambda _: 1 << 40)
@@ -66,7 +66,7 @@ def _check_time(run_dir: Path) -> tuple[float, float]:
 def _first_open(run_dir: Path, cache: Path, crc: bool) -> float:
     """A first open through the console's mirror policy: the parse (the CRC computed beside
     it) and the mirror's save; ``crc=False``: the save told the CRC is known (none computed)."""
-    from console.history_mirror import HistoryMirror
+    from console.read.history_mirror import HistoryMirror
 
     os.environ[CACHE_ENV] = str(cache)
     start = time.perf_counter()

@@ -48,7 +48,7 @@ def make_runs(tmp: Path) -> tuple[Path, Path]:
 def first_frame(root: str) -> None:
     """Open the overview headless as ``andrea-console ROOT`` does; print the time
     (``time.time()``) at which every run's row has been painted, and exit."""
-    from console.overview_cli import open_overview
+    from console.commands.overview_cli import open_overview
 
     from bench.first_frame import exit_after_first_frame
 
@@ -63,8 +63,8 @@ def run() -> list[Result]:
     import tempfile
 
     from bench.common import Result, paired_ratio
-    from console.plot_overlay import build_overlay, render_overlay_runs
-    from console.screens.compare import read_series
+    from console.plot.overlay import build_overlay, render_overlay_runs
+    from console.tui.screens.compare import read_series
     from rundir import LossHistory
     from rundir.layout import LOSS_JSON
 

@@ -40,7 +40,7 @@ def _write_history(run_dir: Path, steps: int) -> None:
 
 
 def _keys_on_a_big_history(run_dir: Path) -> list[Result]:
-    from console.app import ConsoleApp
+    from console.tui.app import ConsoleApp
 
     results: list[Result] = []
 

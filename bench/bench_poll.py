@@ -51,7 +51,7 @@ def _writer(run: Path) -> subprocess.Popen:
 
 
 def watcher_share(tmp: Path) -> Result:
-    from console.watcher import watch_run
+    from console.read.watcher import watch_run
     from tests.rundirs import make_run
 
     run = make_run(tmp / "watched", steps=1000)
@@ -82,7 +82,7 @@ def watcher_share(tmp: Path) -> Result:
 def overview_share(tmp: Path) -> Result:
     from rundir import verify_trainer
     from rundir.run_summary import RunsSummarizer
-    from console.runs_watcher import REFRESH_S
+    from console.read.runs_watcher import REFRESH_S
     from tests.rundirs import make_run
 
     root = tmp / "runs"
@@ -107,7 +107,7 @@ def overview_share(tmp: Path) -> Result:
 
 async def _shown_steps(run: Path, seconds: float) -> list[tuple[float, int]]:
     """(wall time, step shown) for every snapshot of a headless dashboard on ``run``."""
-    from console.app import ConsoleApp
+    from console.tui.app import ConsoleApp
 
     shown: list[tuple[float, int]] = []
 

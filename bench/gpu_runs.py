@@ -231,7 +231,7 @@ def console_helper(run_dir: str, ready: str, stop: str) -> None:
     import asyncio
     import resource
 
-    from console.app import ConsoleApp
+    from console.tui.app import ConsoleApp
 
     app = ConsoleApp(run_dir)
 

@@ -4,7 +4,7 @@ import os
 
 # How the console's own numpy is tuned, set before numpy is imported and only where the
 # environment says nothing (then it wins). The processes the console launches (the trainer,
-# an sbatch job) get the environment as it was, without these (console/supervise.py).
+# an sbatch job) get the environment as it was, without these (console/actions/supervise.py).
 # - NUMPY_MADVISE_HUGEPAGE: numpy asks the kernel for transparent huge pages for each large
 #   array; on a VM the first touch of one may then wait for 2 MiB pages to be zeroed or
 #   compacted: a 5M-step history's first frame waited 0.1-0.4 s on it (python -m bench

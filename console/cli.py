@@ -56,12 +56,12 @@ from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
 from rundir.runs import is_runs_dir
 from rundir.text import printable, strict_json_value
 
-from .format import X_AXES
-from .prefetch import start_history_prefetch
+from .model.format import X_AXES
+from .read.prefetch import start_history_prefetch
+from .web import SERVE_HOST, SERVE_PORT
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130                  # 128 + SIGINT, as a shell reports a Ctrl-C
-SERVE_HOST, SERVE_PORT = "127.0.0.1", 8765      # --serve's defaults (here: console.serve imports aiohttp)
 METRIC_POINTS = (200, 100_000)          # --json --metric's buckets: the default, the most
 
 
@@ -192,7 +192,7 @@ def _metric_usage(args: argparse.Namespace) -> str | None:
     if args.points is not None and not 1 <= args.points <= METRIC_POINTS[1]:
         return f"--points {args.points}: expected 1 to {METRIC_POINTS[1]:,}"
     if args.range is not None:
-        from .series_report import StepRange
+        from .text.series_report import StepRange
         try:
             args.step_range = StepRange.parse(args.range)
         except ValueError as err:
@@ -268,11 +268,11 @@ def _main(argv: list[str] | None) -> int:
         return _fail("the dashboard needs a terminal, and stdout is not one: use --once (text) or --json",
                      EXIT_USAGE)
     if is_runs_dir(run_dir):             # runs/: every run at once
-        from .overview_cli import run_overview
+        from .commands.overview_cli import run_overview
 
         return run_overview(run_dir, args, _fail)
     if inspect:
-        from .inspect_cli import run_inspect
+        from .commands.inspect_cli import run_inspect
         return run_inspect(run_dir, args)
     if args.once or args.json or args.csv or args.check:
         return _report(run_dir, args, process_exits=argv is None)
@@ -324,7 +324,7 @@ def _serve(run_dir: Path, args: argparse.Namespace) -> int:
         return _fail(f"{run_dir} holds run directories: --start acts on one run, name it ({run_dir / 'NAME'})",
                      EXIT_USAGE)
     try:
-        from .serve import serve
+        from .web.serve import serve
     except ImportError as err:
         return _fail(f"--serve needs textual-serve: pip install 'andrea-console[serve]' ({err})", EXIT_USAGE)
     child = None
@@ -365,9 +365,9 @@ def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, stall_after: float
     with _collector_off():
         prefetch = start_history_prefetch(run_dir, spikes)
         try:
-            from .app import ConsoleApp          # Textual only for the dashboard
-            from .plot import PlotOptions
-            from .reader import RunReader
+            from .tui.app import ConsoleApp          # Textual only for the dashboard
+            from .plot.canvas import PlotOptions
+            from .read.reader import RunReader
 
             app_class = customize(ConsoleApp) if customize else ConsoleApp
             app = app_class(run_dir, options=PlotOptions(smoothing=smoothing),
@@ -408,7 +408,7 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
     # The history is parsed (and scanned for spikes) while the rest is imported.
     prefetch = start_history_prefetch(run_dir, (args.spike_window, args.spike_k))
     try:
-        from .reader import RunReader
+        from .read.reader import RunReader
 
         if prefetch is not None:
             _import_output(args)                # while the child reads, not after
@@ -419,12 +419,12 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
         if prefetch is not None:
             prefetch.close()
     if args.check:
-        from .alerts import check_report
+        from .actions.alerts import check_report
 
         code, lines = check_report(snap)
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         return code
-    from .series_report import StepRange, check_metric
+    from .text.series_report import StepRange, check_metric
 
     step_range = getattr(args, "step_range", StepRange())
     if args.metric is not None:
@@ -432,21 +432,21 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
         if unknown:
             return _fail(unknown, EXIT_USAGE)
     if args.csv:
-        from .series_report import metric_csv
+        from .text.series_report import metric_csv
 
         metric_csv(snap.history, args.metric, step_range, args.points, sys.stdout)
     elif args.json and args.metric is not None:
-        from .series_report import metric_json
+        from .text.series_report import metric_json
 
         data = metric_json(snap.history, args.metric, step_range, args.points or METRIC_POINTS[0])
         sys.stdout.write(json.dumps(strict_json_value({"run": snap.name, **data}), indent=2) + "\n")
     elif args.json:
-        from .report import to_json
+        from .text.run_report import to_json
 
         sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
-        from .plot import PlotOptions
-        from .report import render_text
+        from .plot.canvas import PlotOptions
+        from .text.run_report import render_text
 
         sys.stdout.write(render_text(snap, now, width=max(40, args.width),
                                      options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
@@ -460,15 +460,17 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
 def _import_output(args: argparse.Namespace) -> None:
     """Import what :func:`_write_report` writes its output with (about 10 ms)."""
     if args.check:
-        from . import alerts  # noqa: F401
+        from .actions import alerts  # noqa: F401
     elif args.json or args.csv:
-        from . import report, series_report  # noqa: F401
+        from .text import run_report as report, series_report  # noqa: F401
     else:
-        from . import plot, report, series_report  # noqa: F401
+        from .plot import canvas as plot
+        from .text import run_report as report, series_report  # noqa: F401
 
 
 def _signal(run_dir: Path, args: argparse.Namespace) -> int:
-    from .supervise import WaitEnd, send, wait_for_checkpoint, wait_for_exit
+    from .actions.supervise import WaitEnd, send, wait_for_checkpoint, wait_for_exit
+    from .read.landing import landed_text
 
     result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
     if not result.ok:
@@ -479,6 +481,7 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
             wait = wait_for_checkpoint(run_dir, result, args.timeout)
             if wait.info is None and wait.external is None:
                 return _fail(wait.why, EXIT_TIMEOUT if wait.end is WaitEnd.TIMED_OUT else EXIT_REFUSED)
+            print(landed_text(wait), file=sys.stderr)      # as the dashboard says it; stdout: the path alone
             # The trainer's own checkpoint, as its history records it (relative to the run directory).
             print(wait.info.path if wait.info is not None else printable(str(run_dir / wait.external.path), None))
             return EXIT_OK
@@ -491,7 +494,7 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
 
 
 def _pivot(run_dir: Path, args: argparse.Namespace) -> int:
-    from .pivot_runner import STEP_TITLES, PivotRequest, PivotRunner, parse_assignments, rollback_pivot
+    from .actions.pivot_runner import STEP_TITLES, PivotRequest, PivotRunner, parse_assignments, rollback_pivot
 
     if args.pivot_rollback:
         outcome = rollback_pivot(run_dir)
@@ -533,7 +536,7 @@ def _asker(args: argparse.Namespace) -> Callable[[str], bool]:
 
 
 def _rollback(run_dir: Path, args: argparse.Namespace) -> int:
-    from .rollback_runner import STEP_TITLES, RollbackRequest, RollbackRunner
+    from .actions.rollback_runner import STEP_TITLES, RollbackRequest, RollbackRunner
 
     if not run_dir.is_dir():
         return _fail(f"{run_dir}: no such run directory", EXIT_USAGE)
@@ -555,7 +558,7 @@ def _start(run_dir: Path, preset: str | None, sbatch_args: list[str] | None,
     """Start the trainer (locally, or as a SLURM job with ``sbatch_args``); ``(child, exit code)``."""
     from rundir import verify_trainer
 
-    from .supervise import LaunchRefused, start_trainer
+    from .actions.supervise import LaunchRefused, start_trainer
 
     v = verify_trainer(run_dir)
     if v.ok:

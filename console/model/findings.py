@@ -21,9 +21,10 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from rundir.history import limits
+from rundir.spikes import Spike
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
 
-from ..format import LINE_LIMIT, format_counter, format_size, printable, stall_text
+from .format import LINE_LIMIT, format_counter, format_size, printable, stall_text
 from .levels import Level
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class Finding:
     """One problem or alert: ``kind`` (a key of :data:`KINDS`), ``level``, one printable line,
     and ``key``, the identity that makes an alert raised once. ``ended_pid``: the trainer whose
     end it reports, so that one end is one alert however the console learns of it. ``count``:
-    the findings it stands for (see :func:`console.alerts.gathered_by_kind`)."""
+    the findings it stands for (see :func:`console.actions.alerts.gathered_by_kind`)."""
 
     kind: str
     level: Level
@@ -239,7 +240,6 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
 def derive_alerts(snap: RunSnapshot) -> tuple[Finding, ...]:
     """Every alert the snapshot shows, errors first, one per thing that is wrong (the
     tracker gathers those that are new together by kind)."""
-    from ..findings import spike_text            # the history findings' words
 
     h = snap.history
     out: list[Finding] = []
@@ -322,3 +322,21 @@ def child_exit_alert(pid: int, code: int) -> Finding | None:
         return None
     return Finding("exit", Level.ERROR, f"the trainer (pid {pid}) exited with code {code}", f"exit:child:{pid}",
                    ended_pid=pid)
+
+
+def spike_text(spike: Spike) -> str:
+    """``loss spike at steps 1,201..1,203: peak 6.0 at 1,202 (baseline 2.5)``."""
+    where = f"step {spike.start:,}" if spike.start == spike.end else f"steps {spike.start:,}..{spike.end:,}"
+    return f"loss spike at {where}: peak {spike.peak_loss:.4g} at {spike.peak_step:,} (baseline {spike.baseline:.4g})"
+
+
+def eta_text(seconds: float | None) -> str:
+    """``ETA 2h 05m`` to run.max_steps, or ``ETA -``."""
+    if seconds is None:
+        return "ETA -"
+    minutes = int(seconds // 60)
+    if minutes >= 24 * 60:
+        return f"ETA {minutes // (24 * 60)}d {minutes // 60 % 24:02d}h"
+    if minutes >= 60:
+        return f"ETA {minutes // 60}h {minutes % 60:02d}m"
+    return f"ETA {minutes}m {int(seconds % 60):02d}s"

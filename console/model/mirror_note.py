@@ -1,11 +1,11 @@
-"""What the console says about the history's mirror (:mod:`console.history_mirror`), as a
+"""What the console says about the history's mirror (:mod:`console.read.history_mirror`), as a
 typed record: a module of its own, light enough for the start-up's forked child."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..format import LINE_LIMIT, printable
+from .format import LINE_LIMIT, printable
 from .levels import Level
 
 # What a read did with the history's mirror (rundir.history.mirror) that is worth saying:

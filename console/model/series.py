@@ -250,3 +250,13 @@ def value_at(h: "HistoryView", name: str, step: int) -> float:
     steps, values = memo[key]
     i = int(np.searchsorted(steps, step, side="right")) - 1
     return float(values[i]) if i >= 0 else math.nan
+
+
+def on_rows(h: HistoryView, steps: np.ndarray, column: np.ndarray | None) -> np.ndarray | None:
+    """A per-step column of the history (tokens, time, the abandoned mask) at ``steps``: a
+    series of some steps only (``p/<arm>``) takes the rows of its own steps."""
+    if column is None or len(column) == len(steps):         # a series of every step
+        return column
+    if not len(column):
+        return np.full(len(steps), np.nan) if column.dtype.kind == "f" else np.zeros(len(steps), column.dtype)
+    return column[np.minimum(np.searchsorted(h.step, steps), len(column) - 1)]

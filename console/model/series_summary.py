@@ -88,3 +88,15 @@ def row_cells(row: SeriesRow, cursor: bool = True) -> tuple[str, ...]:
         return f"{step:,}" if step is not None else "-"
     return (printable(row.name), *((fmt(row.at_cursor),) if cursor else ()), fmt(row.last), fmt(row.min), at(row.min_step),
             fmt(row.max), at(row.max_step), fmt(row.mean), fmt(row.best), at(row.best_step))
+
+
+# The status pane's GPU line, from the history where nvidia-smi cannot say: these series' last values.
+GPU_SERIES = ("gpu_mem_used", "gpu_util", "gpu_power_w", "gpu_temp_c")
+
+
+def gpu_text(h: "HistoryView") -> str | None:
+    """The newest GPU figures the history holds, one text (``27.9 GiB · 87.0% · 300.5 W ·
+    61 °C``); None when it holds none."""
+    names = set(available(h)) if h.last_step is not None else set()
+    parts = [unit_of(name).format(value_at(h, name, h.last_step)) for name in GPU_SERIES if name in names]
+    return " · ".join(part for part in parts if part != "-") or None

@@ -15,16 +15,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rundir import CheckpointInfo, HistoryEvent, RunConfig, Sample
+from rundir import CheckpointInfo, HistoryEvent, LossHistory, RunConfig, Sample
 from rundir.external import ExternalCheckpoint
 from rundir.resume_check import ResumeCheck
 from rundir.spikes import Spike
 from rundir.storage import Storage
 from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP
 
-from ..format import LINE_LIMIT, printable
 from .findings import Finding, derive_alerts, derive_problems
-from .history_series import SeriesData, column as series_column, names as series_names
+from .format import LINE_LIMIT, printable
+from .history_series import SeriesData, column as series_column, names as series_names, series_data
 from .levels import Level
 from .markers import Marker
 from .mirror_note import MIRROR_NOT_SAVED, MIRROR_NOTES, MIRROR_REBUILT, MirrorNote  # noqa: F401 (re-exported)
@@ -318,3 +318,18 @@ class RunSnapshot:
     def alerts(self) -> tuple[Finding, ...]:
         """What is raised once to someone not looking (:mod:`.findings`)."""
         return derive_alerts(self)
+
+
+def plain_view(history: LossHistory) -> HistoryView:
+    """A :class:`HistoryView` of a history read on its own (the comparison's runs): its
+    columns and events, none of the findings a run's reader adds."""
+    loss = history.loss.copy()
+    finite = loss[np.isfinite(loss)]
+    return HistoryView(
+        version=0, format=history.format, n_steps=len(history),
+        last_step=int(history.step[-1]) if len(history) else None,
+        last_loss=float(finite[-1]) if len(finite) else None, tokens=None, steps_per_s=None, tokens_per_s=None,
+        nonfinite=history.nonfinite, bad_lines=history.bad_lines, torn_tail=history.torn_tail,
+        problems=tuple(history.problems), error=history.error, events=tuple(history.events),
+        step=history.step.copy(), loss=loss, tokens_column=history.tokens.copy(), time_column=history.time.copy(),
+        series=series_data(history), arm_column=history.arm.copy(), arm_names=tuple(history.arm_names))

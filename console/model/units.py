@@ -11,11 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .snapshot import HistoryView
-
 FAMILY_SEP = "/"
 
 
@@ -73,17 +68,3 @@ def unit_of(name: str) -> Unit:
         return UNITS[name]
     family, sep, _ = name.partition(FAMILY_SEP)
     return UNITS.get(family, PLAIN) if sep else PLAIN
-
-
-# The status pane's GPU line, from the history where nvidia-smi cannot say: these series' last values.
-GPU_SERIES = ("gpu_mem_used", "gpu_util", "gpu_power_w", "gpu_temp_c")
-
-
-def gpu_text(h: "HistoryView") -> str | None:
-    """The newest GPU figures the history holds, one text (``27.9 GiB · 87.0% · 300.5 W ·
-    61 °C``); None when it holds none."""
-    from .series import available, value_at       # the series are built on this table
-
-    names = set(available(h)) if h.last_step is not None else set()
-    parts = [unit_of(name).format(value_at(h, name, h.last_step)) for name in GPU_SERIES if name in names]
-    return " · ".join(part for part in parts if part != "-") or None

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from console.alerts import AlertTracker, check_report, run_notify
+from console.actions.alerts import AlertTracker, check_report, run_notify
 from console.model.findings import child_exit_alert
 from console.cli import main
-from console.format import LINE_LIMIT, printable
-from console.reader import RunReader
+from console.model.format import LINE_LIMIT, printable
+from console.read.reader import RunReader
 from rundir import LossHistoryWriter
 from tests.rundirs import RunSpec, make_run
 
@@ -100,7 +100,7 @@ def test_check_report_counts_a_diverged_resume_as_an_error(tmp_path):
 async def _raise_a_spike(tmp_path, name, notify):
     """A dashboard on a quiet run; a spike lands; what the events pane says (and when
     ``notify`` gets it, the caller's file has it)."""
-    from console.widgets import EventLog
+    from console.tui.widgets import EventLog
     from rundir.layout import HISTORY
     from tests.console.test_snapshots import app_for, settled
 
@@ -137,7 +137,7 @@ async def test_dashboard_raises_the_alert_and_notify_failures_are_events(tmp_pat
 
 
 def test_the_notify_timeout_help_names_the_default():
-    from console.alerts import NOTIFY_TIMEOUT_S
+    from console.actions.alerts import NOTIFY_TIMEOUT_S
     from console.cli import build_parser
 
     [action] = [a for a in build_parser()._actions if "--notify-timeout" in a.option_strings]
@@ -193,7 +193,7 @@ def test_many_problems_of_one_kind_are_one_alert(tmp_path):
 
 @pytest.mark.asyncio
 async def test_two_thousand_zombie_arms_ring_one_bell_and_notify_once(tmp_path):
-    from console.widgets import EventLog
+    from console.tui.widgets import EventLog
     from tests.console.conftest import until
     from tests.console.test_snapshots import app_for, settled
 

@@ -11,8 +11,10 @@ import os
 
 import pytest
 
-from console.changes import UNFINISHED_S, describe_changes
-from console.reader import CheckpointRequest, RunReader
+from console.read.changes import UNFINISHED_S, describe_changes
+from console.model.checkpoint_wait import CheckpointWait, WaitEnd
+from console.read.landing import CheckpointRequest, landed_text
+from console.read.reader import RunReader
 from rundir.layout import CHECKPOINTS
 from tests.rundirs import EPOCH, make_run
 
@@ -62,6 +64,15 @@ def test_a_requested_checkpoint_is_said_landed_whichever_read_saw_its_bin(tmp_pa
     expected = ["requested checkpoint landed, 1.5 s after the signal: step_000200.bin (step 200, 11.7 KiB, complete)"]
     assert texts(describe_changes(bin_only, complete, WRITTEN + 1.0, requested)) == expected
     assert texts(describe_changes(before, complete, WRITTEN + 1.0, requested)) == expected
+
+
+def test_the_overview_and_the_command_line_say_a_landing_as_the_dashboard_does(tmp_path):
+    """One wording: the wait of the overview's job and of --checkpoint (a CheckpointWait with
+    the checkpoint found) says the same line as the dashboard's read of the same landing."""
+    before, bin_only, complete = (with_trainer(s, "running") for s in landing_reads(tmp_path, 1.0))
+    [dashboard] = texts(describe_changes(bin_only, complete, WRITTEN + 1.0))
+    info = next(c for c in complete.checkpoints if c.step == 200)
+    assert landed_text(CheckpointWait(WaitEnd.LANDED, info)) == dashboard
 
 
 @pytest.mark.parametrize("state, after_s", [("stopped", 1.0), ("running", UNFINISHED_S + 1)])

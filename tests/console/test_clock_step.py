@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from console.app import ConsoleApp
-from console.widgets import EventLog
+from console.tui.app import ConsoleApp
+from console.tui.widgets import EventLog
 from rundir import read_trainer_record, verify_trainer, write_trainer_record
 from tests.console.conftest import until
 from tests.console.test_cli import console

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from console.model.run_diff import ABSENT, DiffRow, flatten, run_diff, start_data
-from console.overview_app import OverviewApp
-from console.screens.compare import read_series
+from console.tui.overview_app import OverviewApp
+from console.tui.screens.compare import read_series
 from rundir import HistoryEvent, RunConfig, load_run_config, write_run_config
 from tests.console.conftest import fixed_now
 from tests.console.test_overview_snapshots import compared as compare_marked

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from console.cli import main as console_main
-from console.probe import TrainerProbe
+from console.read.probe import TrainerProbe
 from rundir import TrainerRecord, signal_trainer, verify_trainer, write_trainer_record
 from rundir.layout import CHECKPOINT_REQUEST, LOCK_OWNER_FILE
 from rundir.run_lock import LockOwner

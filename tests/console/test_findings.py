@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from console.reader import RunReader
+from console.read.reader import RunReader
 from rundir import LossHistoryWriter, load_run_config, write_run_config
 from rundir.spikes import find_spikes
 from tests.rundirs import RunSpec, make_run

@@ -1,4 +1,4 @@
-"""The console reads histories through their mirror (console.history_mirror): whatever is
+"""The console reads histories through their mirror (console.read.history_mirror): whatever is
 done to a history behind its mirror's back, the columns the console shows equal a fresh
 parse; a mirror rebuilt, or a cache that cannot be written, is said once and breaks nothing."""
 
@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from console import history_mirror
+from console.read import history_mirror
 from console.cli import main
 from console.model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT
-from console.reader import RunReader
-from console.screens.compare import read_series
+from console.read.reader import RunReader
+from console.tui.screens.compare import read_series
 from rundir.atomic import ENOSPC_AFTER_ENV
 from rundir.cache_dir import CACHE_ENV, mirror_path
 from rundir.history import LossHistory

@@ -156,7 +156,7 @@ class Terminal:
 
 
 ESC, ENTER, END, RIGHT, UP, DOWN = "\x1b", "\r", "\x1b[F", "\x1b[C", "\x1b[A", "\x1b[B"
-# Each screen in turn (their keys: console/keys.py): the keys that open it, then a text of it
+# Each screen in turn (their keys: console/tui/keys.py): the keys that open it, then a text of it
 # that holds no name (the wait ends there); None: a step back, not a screen of its own. A
 # dialog is closed by a key of its own, not Escape: a key that follows an Escape too closely
 # reads as Alt+key. Escape leaves only full screens, and the wait is then for the screen behind.

@@ -16,11 +16,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from console.app import ConsoleApp
-from console.reader import RunReader
-from console.report import render_text, to_json
-from console.screens import DetailScreen
-from console.widgets import ArmsPane, CheckpointsPane, EventLog, SamplesPane, StatusPane
+from console.tui.app import ConsoleApp
+from console.read.reader import RunReader
+from console.text.run_report import render_text, to_json
+from console.tui.screens import DetailScreen
+from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog, SamplesPane, StatusPane
 from rundir import LossHistoryWriter, write_samples, write_state
 from rundir.layout import ALL_KINDS, ARCHIVE_DIR, LOSS_JSON, PIVOT_RECORD, RUN_TOML
 from tests.console.conftest import NOW, fixed_now

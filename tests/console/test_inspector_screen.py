@@ -9,8 +9,8 @@ import pytest
 
 from textual.widgets import DataTable, ProgressBar, Static
 
-from console.screens.dashboard import DashboardScreen
-from console.screens.inspector import InspectorScreen
+from console.tui.screens.dashboard import DashboardScreen
+from console.tui.screens.inspector import InspectorScreen
 from tests.console.conftest import table_measured, until
 from tests.console.test_hostile_text import pane_lines
 from tests.console.test_snapshots import app_for, live_probe, settled

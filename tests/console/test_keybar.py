@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from console.screens import HelpScreen
-from console.keys import RUN_KEYS, hints
-from console.screens.dashboard import DASHBOARD_KEYS
-from console.screens.help import KEYS as HELP_KEYS
-from console.widgets import KeyBar
+from console.tui.screens import HelpScreen
+from console.tui.keys import RUN_KEYS, hints
+from console.tui.screens.dashboard import DASHBOARD_KEYS
+from console.tui.screens.help import KEYS as HELP_KEYS
+from console.tui.widgets import KeyBar
 from tests.console.test_snapshots import BIG, NARROW, app_for, settled
 from tests.rundirs import make_run
 

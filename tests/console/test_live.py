@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from console.app import ConsoleApp
-from console.screens import ConfirmScreen, HelpScreen, PivotScreen
-from console.widgets import EventLog, LossPlot
-from console.supervise import start_trainer
+from console.tui.app import ConsoleApp
+from console.tui.screens import ConfirmScreen, HelpScreen, PivotScreen
+from console.tui.widgets import EventLog, LossPlot
+from console.actions.supervise import start_trainer
 from tests.console.conftest import until as wait_until
 from tests.console.trainer_proc import ROOT, Trainer, train_command
 from rundir import RunConfig, list_checkpoints, verify_trainer, write_run_config
@@ -136,7 +136,7 @@ async def test_a_trainer_the_console_started_is_reaped_when_it_exits(tmp_path):
     # As after the pivot's restart: the console started the trainer, and it is stopped by a
     # signal and a wait that do not hold its process (another console's --stop). The
     # dashboard reaps it: it is not a zombie until the console quits.
-    from console.supervise import send, wait_for_exit
+    from console.actions.supervise import send, wait_for_exit
     from rundir.layout import STOP_SIGNAL
 
     run = tmp_path / "started"
@@ -174,6 +174,8 @@ def test_cli_checkpoint_then_stop(tmp_path):
         assert r.returncode == 0, r.stderr
         path = Path(r.stdout.strip())
         assert path.parent == run and path.exists()
+        # Said on stderr as the dashboard and the overview say a landing (console.read.landing).
+        assert f"checkpoint landed: {path.name} (step " in r.stderr and r.stderr.rstrip().endswith(", complete)")
         assert [c.status for c in list_checkpoints(run) if c.path == path] == ["complete"]
         assert trainer.proc.poll() is None
         r = console(run, "--stop", "--timeout", "60")

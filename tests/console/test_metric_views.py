@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.widgets import LossPlot
+from console.tui.widgets import LossPlot
 from tests.console.test_snapshots import BIG, NARROW, app_for, settled
 from tests.rundirs import RunSpec, make_run
 
@@ -52,8 +52,8 @@ async def test_every_figure_reads_in_its_unit(tmp_path, size):
 @pytest.mark.parametrize("size", [NARROW, BIG])
 async def test_the_cursor_readout_fits_the_width_and_t_shows_every_series(tmp_path, size):
     from console.model.series import available
-    from console.plot_view import readout
-    from console.screens.series_table import SeriesTable
+    from console.plot.view import readout
+    from console.tui.screens.series_table import SeriesTable
     from textual.widgets import DataTable
 
     app = app_for(series_run(tmp_path))
@@ -131,9 +131,9 @@ async def test_the_grid_s_x_axes_line_up_whatever_steps_each_series_has(tmp_path
 
 @pytest.mark.asyncio
 async def test_the_checkpoints_pane_s_age_reads_as_the_status_pane_s(tmp_path):
-    from console.app import ConsoleApp
-    from console.reader import RunReader
-    from console.widgets import CheckpointsPane, StatusPane
+    from console.tui.app import ConsoleApp
+    from console.read.reader import RunReader
+    from console.tui.widgets import CheckpointsPane, StatusPane
     from tests.rundirs import EPOCH
 
     run = make_run(tmp_path / "run", RunSpec(steps=100, checkpoints=(100,)))
@@ -186,7 +186,7 @@ async def test_the_legend_names_what_the_plot_draws(tmp_path, size):
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", [NARROW, BIG])
 async def test_a_read_only_key_bar_offers_no_key_that_it_refuses(tmp_path, size):
-    from console.widgets import KeyBar
+    from console.tui.widgets import KeyBar
 
     app = app_for(series_run(tmp_path), read_only=True)
     async with app.run_test(size=size) as pilot:
@@ -199,7 +199,7 @@ async def test_a_read_only_key_bar_offers_no_key_that_it_refuses(tmp_path, size)
 
 @pytest.mark.asyncio
 async def test_the_key_bar_names_the_plot_keys_where_they_fit(tmp_path):
-    from console.widgets import KeyBar
+    from console.tui.widgets import KeyBar
 
     app = app_for(series_run(tmp_path))
     async with app.run_test(size=BIG) as pilot:
@@ -224,7 +224,7 @@ async def test_the_series_picker_s_rows_are_one_line_each_at_160_columns(tmp_pat
 
 
 def test_checkpoints_moved_to_an_archive_are_said_moved_and_a_stop_says_how_to_resume(tmp_path):
-    from console.reader import RunReader
+    from console.read.reader import RunReader
     from console.model.snapshot import TrainerView
     from tests.console.test_snapshots import live_probe
 
@@ -258,7 +258,7 @@ def compare_runs(tmp_path):
 
 
 async def comparing(pilot):
-    from console.widgets.compare_plot import ComparePlot
+    from console.tui.widgets.compare_plot import ComparePlot
 
     app = pilot.app
     await app.workers.wait_for_complete()
@@ -288,7 +288,7 @@ def drawn_columns(plot) -> list[int]:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", [NARROW, BIG])
 async def test_the_comparison_zooms_pans_and_reads_every_run_at_its_cursor(tmp_path, size):
-    from console.overview_app import OverviewApp
+    from console.tui.overview_app import OverviewApp
     from tests.console.conftest import fixed_now
 
     app = OverviewApp(compare_runs(tmp_path), now=fixed_now, watch=False, tick=None,

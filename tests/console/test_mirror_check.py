@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from console import history_mirror
-from console.app import ConsoleApp
+from console.read import history_mirror
+from console.tui.app import ConsoleApp
 from console.model.mirror_note import MIRROR_STALE
-from console.reader import RunReader
-from console.widgets import EventLog
+from console.read.reader import RunReader
+from console.tui.widgets import EventLog
 from rundir.cache_dir import mirror_path
 from rundir.history import mirror
 from rundir.history.mirror import open_mirror, verify_covered

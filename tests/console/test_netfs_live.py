@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from console.app import ConsoleApp
-from console.screens import ConfirmScreen
-from console.widgets import EventLog
+from console.tui.app import ConsoleApp
+from console.tui.screens import ConfirmScreen
+from console.tui.widgets import EventLog
 from rundir import LossHistory
 from tests.console.conftest import until
 from tests.console.trainer_proc import Trainer

@@ -11,11 +11,11 @@ import sys
 import psutil
 import pytest
 
-from console.overview_app import OverviewApp
-from console.screens import ConfirmScreen, DashboardScreen
-from console.screens.compare import CompareScreen
-from console.widgets.runs_table import NAME_CAP
-from console.widgets.compare_plot import ComparePlot
+from console.tui.overview_app import OverviewApp
+from console.tui.screens import ConfirmScreen, DashboardScreen
+from console.tui.screens.compare import CompareScreen
+from console.tui.widgets.runs_table import NAME_CAP
+from console.tui.widgets.compare_plot import ComparePlot
 from rundir import list_checkpoints
 from tests.console.conftest import table_measured, until
 from tests.console.trainer_proc import ROOT, Trainer

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from console.overview_app import OverviewApp
-from console.screens.compare import CompareScreen
-from console.widgets.compare_plot import ComparePlot
+from console.tui.overview_app import OverviewApp
+from console.tui.screens.compare import CompareScreen
+from console.tui.widgets.compare_plot import ComparePlot
 from rundir import TrainerRecord, Verification, verify_trainer
 from tests.console.conftest import fixed_now, table_measured, until
 from tests.rundirs import EPOCH, make_run

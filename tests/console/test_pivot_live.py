@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from console.app import ConsoleApp
-from console.screens import ConfirmScreen, PivotScreen
-from console.widgets import EventLog
+from console.tui.app import ConsoleApp
+from console.tui.screens import ConfirmScreen, PivotScreen
+from console.tui.widgets import EventLog
 from tests.console.conftest import until
 from tests.console.test_hostile_text import pane_lines
 from tests.console.trainer_proc import ROOT, train_command

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from console.relaunch import RELAUNCH_GRACE_S, relaunch_pending
+from console.actions.relaunch import RELAUNCH_GRACE_S, relaunch_pending
 from tests.rundirs import DEAD_PID
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from console.messages import PivotProgress
-from console.pivot_runner import PivotOutcome
-from console.screens import ConfirmScreen
-from console.screens.pivot_wizard import PivotScreen
+from console.tui.messages import PivotProgress
+from console.actions.pivot_runner import PivotOutcome
+from console.tui.screens import ConfirmScreen
+from console.tui.screens.pivot_wizard import PivotScreen
 from tests.console.test_hostile_text import pane_lines
 from tests.console.conftest import until
 from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, settled, steady_cursors

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from console.model.markers import Marker
-from console.ema import ema_debiased
-from console.plot import (PlotOptions, build_canvas, column_of, column_starts, envelope,
-                          plot_text, render, search)
+from console.plot.ema import ema_debiased
+from console.plot.canvas import PlotOptions, build_canvas, plot_text, render
+from console.plot.envelope import column_of, column_starts, envelope, search
 
 N = 200_000
 
@@ -191,14 +191,14 @@ def test_the_y_axis_is_labelled_at_round_values_inside_the_range(lo, hi, height,
 
 
 def test_the_y_labels_sit_on_the_rows_of_their_values():
-    from console.plot import y_labels
+    from console.plot.canvas import y_labels
 
     # 0..10 over 11 rows (44 dot rows): 10 at the top, 0 at the bottom, 5 in the middle.
     assert y_labels(0.0, 10.0, 11) == {0: "10", 5: "5", 10: "0"}
 
 
 def test_the_ema_in_chunks_equals_the_ema_in_one(monkeypatch):
-    import console.ema as ema
+    import console.plot.ema as ema
 
     rng = np.random.default_rng(3)
     x = rng.normal(2.0, 0.1, 10_000)
@@ -212,7 +212,7 @@ def test_the_ema_in_chunks_equals_the_ema_in_one(monkeypatch):
 
 
 def test_a_line_within_float32s_range_is_kept_in_float32_and_draws_the_same():
-    from console.ema import line_dtype
+    from console.plot.ema import line_dtype
 
     steps = np.arange(1, 50_001)
     x = 2.0 + np.sin(steps / 500.0) + np.random.default_rng(4).normal(0, 0.05, len(steps))

@@ -13,14 +13,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from console.format import (X_AXES, format_age, format_ago, format_float, format_pct, format_rate, format_size,
-                            format_uptime)
-from console.ema import ema_debiased
-from console.plot import (PLOT_LIMIT, PlotOptions, build_canvas, format_step, format_value, format_x,
-                          nice_ticks, plot_x, render_runs, y_labels)
-from console.plot_overlay import build_overlay, render_overlay_runs
-from console.reader import RunReader
-from console.report import render_text, to_json
+from console.model.format import (X_AXES, format_age, format_ago, format_float, format_pct, format_rate, format_size,
+                                  format_uptime)
+from console.plot.ema import ema_debiased
+from console.plot.envelope import PLOT_LIMIT
+from console.plot.canvas import (PlotOptions, build_canvas, format_step, format_value, format_x, nice_ticks, plot_x,
+                                 render_runs, y_labels)
+from console.plot.overlay import build_overlay, render_overlay_runs
+from console.read.reader import RunReader
+from console.text.run_report import render_text, to_json
 from tests.console.conftest import NOW
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
@@ -134,8 +135,8 @@ def test_the_issues_values_in_once_and_the_dashboard(make_run_dir):
 
 @pytest.mark.asyncio
 async def test_the_dashboard_and_the_comparison_draw_them(make_run_dir):
-    from console.overview_app import OverviewApp
-    from console.screens.compare import CompareScreen
+    from console.tui.overview_app import OverviewApp
+    from console.tui.screens.compare import CompareScreen
     from tests.console.test_snapshots import WIDE, app_for, live_probe, settled
     from tests.console.test_status_text import copied_lines
 

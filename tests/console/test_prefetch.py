@@ -14,7 +14,7 @@ import threading
 from tests.rundirs import make_run
 
 from console.model.mirror_note import MIRROR_NOT_SAVED
-from console.prefetch import PREFETCH_MIN_BYTES, start_history_prefetch
+from console.read.prefetch import PREFETCH_MIN_BYTES, start_history_prefetch
 from rundir.cache_dir import CACHE_ENV
 from rundir.layout import LOSS_JSON
 
@@ -24,7 +24,7 @@ from .test_no_torch import ROOT
 # --json report and the first read's notices must be the same.
 SCRIPT = r"""
 import json, os, signal, sys
-from console.prefetch import start_history_prefetch
+from console.read.prefetch import start_history_prefetch
 
 run_dir, mode = sys.argv[1], sys.argv[2]
 prefetch = start_history_prefetch(run_dir)
@@ -36,8 +36,8 @@ elif mode == "grow":                      # lines appended while (or after) the 
         for step in range(int(sys.argv[3]), int(sys.argv[3]) + 50):
             fh.write(b'{"step": %d, "loss": 1.25, "lr": 0.001, "grad_norm": 1, "arm": "late", "tokens": 1, "time": 2e9}\n' % step)
 
-from console.report import to_json
-from console.reader import RunReader
+from console.text.run_report import to_json
+from console.read.reader import RunReader
 
 now = 2.0e9
 fed = RunReader(run_dir, now=lambda: now, prefetch=prefetch, free_space=lambda _: 1 << 40)   # not the live disk

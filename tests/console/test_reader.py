@@ -8,8 +8,8 @@ import pytest
 
 import numpy as np
 
-from console.reader import RunReader
-from console.report import render_text, to_json
+from console.read.reader import RunReader
+from console.text.run_report import render_text, to_json
 from rundir import LossHistoryWriter, write_checkpoint, write_state
 from rundir.layout import CHECKPOINTS, HISTORY, LOG, STATE, kind_of
 from tests.console.conftest import NOW, fixed_now

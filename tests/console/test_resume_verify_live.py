@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from console.cli import main
-from console.reader import RunReader
+from console.read.reader import RunReader
 from rundir import LossHistory, latest_resumable
 from tests.trainer.trainer_runs import make_trainer_run, run_trainer, start_trainer, wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.rollback_runner import RollbackRequest, propose_rollback
+from console.actions.rollback_runner import RollbackRequest, propose_rollback
 from rundir.layout import LOSS_JSON, ROLLBACK_JOURNAL
 from rundir.rollback_files import RollbackError, read_rollback_journal
 from tests.console.test_cli import console

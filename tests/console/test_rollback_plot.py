@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from console.model.markers import derive_markers
-from console.plot import PlotOptions, build_canvas, render_runs
+from console.plot.canvas import PlotOptions, build_canvas, render_runs
 from rundir.abandoned import abandoned_mask
 from rundir import HistoryEvent
 from tests.console.test_cli import console

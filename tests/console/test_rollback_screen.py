@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from console.app import ConsoleApp
-from console.messages import RollbackProgress
-from console.rollback_runner import RollbackOutcome
-from console.screens import ConfirmScreen, RollbackScreen
-from console.widgets import EventLog
+from console.tui.app import ConsoleApp
+from console.tui.messages import RollbackProgress
+from console.actions.rollback_runner import RollbackOutcome
+from console.tui.screens import ConfirmScreen, RollbackScreen
+from console.tui.widgets import EventLog
 from rundir import verify_trainer
 from rundir.layout import LOSS_JSON
 from rundir.rollback_files import read_rollback_journal

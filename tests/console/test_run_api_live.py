@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from console.app import ConsoleApp
-from console.format import format_float
-from console.screens import ConfirmScreen
-from console.widgets import CheckpointsPane, EventLog, StatusPane
+from console.tui.app import ConsoleApp
+from console.model.format import format_float
+from console.tui.screens import ConfirmScreen
+from console.tui.widgets import CheckpointsPane, EventLog, StatusPane
 from rundir import verify_trainer
 from rundir.layout import LOSS_JSON
 from tests.console.conftest import until as wait_until

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from console.model.series import RATE_WINDOW, SHARE_WINDOW, available, series_values, value_at
-from console.reader import RunReader
+from console.read.reader import RunReader
 from tests.console.test_cli import console
 from tests.rundirs import EPOCH
 
@@ -75,7 +75,7 @@ def test_run_toml_console_plots_is_checked_and_written_only_when_given(tmp_path)
 
 
 def test_zoom_and_pan_stay_inside_the_history():
-    from console.plot_view import MIN_SPAN, panned, visible_rows, zoomed
+    from console.plot.view import MIN_SPAN, panned, visible_rows, zoomed
 
     full = (1, 1000)
     assert zoomed(None, full, 2.0) == (250, 750)

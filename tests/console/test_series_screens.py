@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from console.keys import VIEW_KEYS
+from console.tui.keys import VIEW_KEYS
 from console.model.series import DEFAULT_GRID
-from console.screens import SeriesPicker
-from console.screens.help import KEYS as HELP_KEYS
-from console.widgets import LossPlot
-from console.widgets.compare_plot import ComparePlot
+from console.tui.screens import SeriesPicker
+from console.tui.screens.help import KEYS as HELP_KEYS
+from console.tui.widgets import LossPlot
+from console.tui.widgets.compare_plot import ComparePlot
 from rundir import RunConfig, write_run_config
 from rundir.config import ConsoleSection
 from tests.console.test_overview_snapshots import app_for as overview_app_for

@@ -13,10 +13,10 @@ import urllib.request
 
 import pytest
 
-from console.app import READ_ONLY_REFUSAL, ConsoleApp
-from console.overview_app import OverviewApp
-from console.screens import DashboardScreen
-from console.widgets import EventLog
+from console.tui.app import READ_ONLY_REFUSAL, ConsoleApp
+from console.tui.overview_app import OverviewApp
+from console.tui.screens import DashboardScreen
+from console.tui.widgets import EventLog
 from tests.console import browser
 from tests.console.conftest import until
 from tests.console.trainer_proc import ROOT

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from console.app import READ_ONLY_REFUSAL
+from console.tui.app import READ_ONLY_REFUSAL
 from rundir import list_checkpoints
 from tests.console import browser
 from tests.console.trainer_proc import Trainer

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from console.app import ConsoleApp
-from console.screens import ConfirmScreen
-from console.widgets import EventLog, StatusPane
+from console.tui.app import ConsoleApp
+from console.tui.screens import ConfirmScreen
+from console.tui.widgets import EventLog, StatusPane
 from rundir.history import read_history_tail
 from rundir.run_summary import summarize_runs
 from tests.console.conftest import until

@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
-from console.app import ConsoleApp
-from console.messages import SnapshotReady
-from console.widgets import StatusPane
+from console.tui.app import ConsoleApp
+from console.tui.messages import SnapshotReady
+from console.tui.widgets import StatusPane
 from tests.console.test_snapshots import settled
 from tests.rundirs import make_run
 

@@ -12,9 +12,9 @@ import pytest
 from rundir import list_checkpoints
 from rundir.layout import ALL_KINDS, CHECKPOINTS, TRAINER
 
-from console.reader import RunReader
+from console.read.reader import RunReader
 
-from console.signal_jobs import request_checkpoint, stop_and_wait
+from console.actions.signal_jobs import request_checkpoint, stop_and_wait
 from tests.console.trainer_proc import Trainer
 from tests.rundirs import make_run
 

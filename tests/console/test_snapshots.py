@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input
 
-from console.app import ConsoleApp
-from console.reader import RunReader
+from console.tui.app import ConsoleApp
+from console.read.reader import RunReader
 from console.model.snapshot import TrainerView
 from tests.console.conftest import fixed_now
 from tests.rundirs import EPOCH, make_run

@@ -1,4 +1,4 @@
-"""Which checkpoint a stop left (console.supervise.stop_checkpoint): a new one, or, when the
+"""Which checkpoint a stop left (console.actions.supervise.stop_checkpoint): a new one, or, when the
 stop came at a step whose checkpoint had just been written for an earlier request (a
 pivot's audit), that one, named by the trainer's own stop event after the signal."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from console.supervise import SignalResult, stop_checkpoint
+from console.actions.supervise import SignalResult, stop_checkpoint
 from rundir import Verification, checkpoint_stamps
 from tests.rundirs import RunSpec, make_run
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from console.watcher import RunFingerprint, watch_run
+from console.read.watcher import RunFingerprint, watch_run
 from rundir.filesystems import Filesystem
 from rundir.layout import CHECKPOINTS, HISTORY, STATE, TRAINER
 from tests.mounts import bindfs

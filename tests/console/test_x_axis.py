@@ -7,8 +7,9 @@ import orjson
 import pytest
 
 from console.model.markers import Marker
-from console.plot import PlotOptions, build_canvas, column_of, render_runs, x_values
-from console.widgets.loss_plot import LossPlot
+from console.plot.canvas import PlotOptions, build_canvas, render_runs, x_values
+from console.plot.envelope import column_of
+from console.tui.widgets.loss_plot import LossPlot
 from tests.console.conftest import until
 from tests.console.test_snapshots import app_for, settled
 from tests.rundirs import RunSpec, make_run

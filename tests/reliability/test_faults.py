@@ -212,7 +212,7 @@ def test_a_single_nan_or_inf_is_recorded_skipped_and_raised_by_the_console(train
     assert data["history"]["nonfinite"] == 2 and data["history"]["last_nonfinite_step"] == 17
     assert any("2 non-finite loss value(s), the last at step 17" in p for p in data["problems"])
 
-    from console.reader import RunReader
+    from console.read.reader import RunReader
     reader = RunReader(run)
     _, notices = reader.read()
     assert any(n.level == "error" and "non-finite loss at step 15, 17" in n.text for n in notices)

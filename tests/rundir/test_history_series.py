@@ -259,8 +259,8 @@ def test_eval_columns_across_a_rollback(tmp_path):
                   "time": 700.0})
     path = tmp_path / ".loss.json"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    from console.findings import HistoryFindings
-    from console.history_part import HistoryPart
+    from console.read.detectors import HistoryFindings
+    from console.read.history_part import HistoryPart
 
     view = HistoryPart(path, None, HistoryFindings()).read(0.0, [], True, None, None)
     assert view.series_names() == ["loss", "lr", "grad_norm", "tokens", "time", "val_loss", EVAL_LOSS,

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from console.log_tail import LogTail
+from console.read.log_tail import LogTail
 from rundir import late_bytes
 from rundir.history import LossHistory, read_history_tail
 from rundir.late_bytes import LateBytes

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from console import history_mirror
-from console.history_mirror import HistoryMirror
+from console.read import history_mirror
+from console.read.history_mirror import HistoryMirror
 from rundir.cache_dir import CACHE_ENV, mirror_path
 from rundir.filesystems import filesystem_of
 from rundir.history import mirror
@@ -170,8 +170,8 @@ import json, os, sys, time
 from pathlib import Path
 from rundir.history import LossHistory
 from rundir.history.mirror import open_mirror, save_mirror
-from console import history_mirror
-from console.history_mirror import HistoryMirror
+from console.read import history_mirror
+from console.read.history_mirror import HistoryMirror
 
 path, me, other, rounds, shared = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
 truth = LossHistory(path)

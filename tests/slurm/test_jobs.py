@@ -166,7 +166,7 @@ def test_a_submitted_job_stopped_and_resubmitted_resumes_exactly(slurm, trainer_
     """What --start --slurm submits (sbatch --wrap, the batch step exec-ing the trainer); a
     chain of jobs, each resuming the newest complete checkpoint, reaches the bytes of a run
     that never stopped."""
-    from console.supervise import start_trainer
+    from console.actions.supervise import start_trainer
     from tests.trainer.trainer_runs import run_trainer
 
     steps = ("--max-steps", "1500", "--checkpoint-every", "500")
@@ -305,7 +305,7 @@ def test_a_polish_pivot_from_another_node_resubmits_the_job(slurm, trainer_run):
     """run.toml's run.launch is an sbatch command line: the pivot audits, stops the job,
     archives, writes the policy and submits the resumed trainer as a new job, all through the
     scheduler and the shared directory."""
-    from console.supervise import start_trainer
+    from console.actions.supervise import start_trainer
     from rundir import load_run_config, write_run_config
     from tests.trainer.trainer_runs import events
 

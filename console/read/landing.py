@@ -1,0 +1,160 @@
+"""The one detector of a requested checkpoint's landing, and the one wording of a landing.
+
+A checkpoint is asked for with SIGUSR1: the dashboard's key, the overview's, ``--checkpoint``.
+It has landed when a complete checkpoint's file is not as it was when the signal was sent
+(:func:`lands`: its stamp differs from the request's baseline, as
+:func:`rundir.newest_complete_since` finds it), or when the trainer reports one in its own
+format at or after the signal (:func:`answers`, :class:`ExternalSince`).
+
+- The dashboard's reader keeps its requests in a :class:`CheckpointRequests` and settles
+  them at each read (it looks at the checkpoints anyway).
+- The overview's job for another run and the command line poll for the landing
+  (:func:`console.actions.supervise.wait_for_checkpoint`) with the same tests.
+
+Each says a landing with :func:`landing_text`; how a wait ended otherwise is a
+:class:`~console.model.checkpoint_wait.CheckpointWait`, said by its ``why``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from rundir import CheckpointStamp
+from rundir.external import ExternalCheckpoint, external_checkpoints
+from rundir.history import read_history_tail
+from rundir.layout import LOSS_JSON
+
+from ..model.checkpoint_wait import CheckpointWait, WaitEnd
+from ..model.format import format_size, printable
+from ..model.snapshot import RunSnapshot
+
+# A checkpoint request that no read has seen answered after this long is said unanswered
+# (a 1.46 GB checkpoint written in the background takes tens of seconds on a slow disk).
+REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointRequest:
+    """A SIGUSR1 sent at ``sent_at``, when the checkpoints were ``baseline``, to trainer
+    ``pid`` (set once it was sent); unanswered after ``timeout`` seconds it is said so."""
+
+    sent_at: float
+    baseline: dict[str, CheckpointStamp] = field(default_factory=dict)
+    pid: int | None = None
+    timeout: float = REQUEST_TIMEOUT_S
+
+
+def lands(request: CheckpointRequest, name: str, stamp: CheckpointStamp | None) -> bool:
+    """Whether complete checkpoint ``name``, now at ``stamp``, answers ``request``: it was
+    written or completed since the signal."""
+    return request.baseline.get(name) != stamp
+
+
+def answers(request_sent_at: float, external: ExternalCheckpoint) -> bool:
+    """Whether the trainer's own checkpoint ``external`` answers a signal sent at ``request_sent_at``."""
+    return external.time is not None and external.time >= request_sent_at
+
+
+def landing_text(where: str, step: int, details: str, waited: float | None = None) -> str:
+    """``checkpoint landed: step_000200.bin (step 200, 11.7 KiB, complete)``; with ``waited``
+    (seconds since the signal, where the landing is told from any other):
+    ``requested checkpoint landed, 1.5 s after the signal: ...``."""
+    what = "checkpoint landed" if waited is None else f"requested checkpoint landed, {waited:.1f} s after the signal"
+    return f"{what}: {where} (step {step:,}{details})"
+
+
+def external_details(size: int | None) -> str:
+    """:func:`landing_text`'s details of a checkpoint in the trainer's own format."""
+    return (f", {format_size(size)}" if size is not None else "") + ", external: the trainer's own format"
+
+
+def landed_text(wait: CheckpointWait) -> str:
+    """What a poll's landed wait (the overview's, ``--checkpoint``'s) says: :func:`landing_text`."""
+    if wait.info is not None:
+        return landing_text(wait.info.path.name, wait.info.step, f", {format_size(wait.info.size)}, {wait.info.status}")
+    assert wait.external is not None
+    return landing_text(printable(wait.external.path), wait.external.step, external_details(wait.external.size))
+
+
+class ExternalSince:
+    """The newest checkpoint in the trainer's own format (an ``external_checkpoint`` event of
+    the history, :mod:`rundir.external`) reported at or after ``since`` (the trainer's clock,
+    this host's); the history's tail is read again only when the file changed."""
+
+    def __init__(self, run_dir: Path, since: float):
+        self.path, self.since = Path(run_dir) / LOSS_JSON, since
+        self._stamp: tuple[int, int] | None = None
+        self._found: ExternalCheckpoint | None = None
+
+    def __call__(self) -> ExternalCheckpoint | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self._found
+        if (st.st_size, st.st_mtime_ns) != self._stamp:
+            self._stamp = (st.st_size, st.st_mtime_ns)
+            found = [e for e in external_checkpoints(read_history_tail(self.path).events) if answers(self.since, e)]
+            self._found = found[-1] if found else self._found
+        return self._found
+
+
+class CheckpointRequests:
+    """The dashboard's requests waiting for their checkpoint. Safe to change from any thread
+    (the signal's job) while one thread reads (:meth:`settle`)."""
+
+    def __init__(self) -> None:
+        self._requests: list[CheckpointRequest] = []
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self._requests)
+
+    def expect(self, request: CheckpointRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def forget(self, request: CheckpointRequest) -> None:
+        with self._lock:
+            self._requests = [r for r in self._requests if r is not request]
+
+    def sent(self, request: CheckpointRequest, pid: int | None) -> None:
+        with self._lock:
+            self._requests = [replace(r, pid=pid) if r is request else r for r in self._requests]
+
+    def settle(self, prev: RunSnapshot | None, snap: RunSnapshot, now: float,
+               stamp_of: Callable[[str], CheckpointStamp | None]) -> tuple[dict[str, CheckpointRequest],
+                                                                            list[CheckpointWait]]:
+        """Which requested checkpoints ``snap`` shows landed (``{file name or recorded path:
+        request}``), and the requests that ended unanswered: their trainer gone, or past
+        their timeout. ``stamp_of``: a checkpoint file's stamp as this read saw it."""
+        with self._lock:                    # held throughout: a request is sent (given its pid) meanwhile
+            if not self._requests:          # the common read: nothing asked, no checkpoint looked at
+                return {}, []
+            answered: dict[str, CheckpointRequest] = {}
+            if prev is not None and snap.checkpoints is not prev.checkpoints:
+                for c in snap.checkpoints:
+                    if c.status == "complete":
+                        stamp = stamp_of(c.path.name)
+                        answered.update((c.path.name, r) for r in self._requests if lands(r, c.path.name, stamp))
+            if prev is not None and snap.external_checkpoints is not prev.external_checkpoints:
+                seen = set(prev.external_checkpoints)
+                answered.update((e.path, r) for e in snap.external_checkpoints if e not in seen
+                                for r in self._requests if answers(r.sent_at, e))
+            trainer = snap.trainer
+            ended: list[CheckpointWait] = []
+            waiting = []
+            for r in self._requests:
+                if r in answered.values():
+                    continue
+                if r.pid is not None and not (trainer.signallable and trainer.pid == r.pid):
+                    ended.append(CheckpointWait(WaitEnd.TRAINER_EXITED, pid=r.pid))
+                elif now - r.sent_at >= r.timeout:
+                    ended.append(CheckpointWait(WaitEnd.TIMED_OUT, timeout=r.timeout, pid=r.pid))
+                else:
+                    waiting.append(r)
+            self._requests = waiting
+        return answered, ended

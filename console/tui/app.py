@@ -1,0 +1,340 @@
+"""The operator console: a thin Textual app that routes screens and keys.
+
+The work is elsewhere: :mod:`console.read.reader` reads the run directory (in a thread
+worker), :mod:`console.read.watcher` watches it (in another), :mod:`console.actions.signal_jobs`
+signals the verified trainer and waits for its answer (in a third), and the panes in :mod:`console.tui.widgets`
+paint what they are given. Threads only post messages; widgets change on the UI thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import queue
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from textual import actions, work
+from textual.app import App
+from textual.dom import DOMNode
+from textual.worker import get_current_worker
+
+from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, HISTORY, TRAINER
+
+from ..actions.alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
+from ..actions.pivot_runner import pending_pivot
+from ..actions.signal_jobs import request_checkpoint, stop_and_wait
+from ..actions.supervise import reap_children
+from ..model.findings import Finding, child_exit_alert
+from ..model.format import printable
+from ..model.snapshot import Notice, RunSnapshot, TrainerView
+from ..plot.canvas import PlotOptions
+from ..read.changes import pending_rollback
+from ..read.reader import RunReader
+from ..read.watcher import POLL_S, watch_run
+from .keys import CONTROL_ACTIONS
+from .messages import ConsoleNotice, FilesChanged, SnapshotReady, WatchMode
+from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
+from .widgets import CheckpointsPane
+
+# Reads are coalesced: at most one every MIN_READ_INTERVAL_S when a checkpoint, the
+# trainer record, run.toml or the directory changed, and one every STEADY_READ_INTERVAL_S
+# when only the files a trainer rewrites at every step did (history, state, samples, log);
+# where the run is polled (console.read.watcher), one every poll, which paces the changes already.
+MIN_READ_INTERVAL_S = 0.25
+STEADY_READ_INTERVAL_S = 1.0
+URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
+# The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
+TICK_S = 2.0
+# The garbage collector is back on by then even if no first frame came (see started).
+START_UP_S = 10.0
+READ_ONLY_REFUSAL = "{key}: refused: this console is read-only, it never signals or changes the run"
+
+
+class ConsoleApp(App[None]):
+    CSS_PATH = str(Path(__file__).with_name("console.tcss"))
+    TITLE = "andrea-console"
+    ENABLE_COMMAND_PALETTE = False
+    SCREENS = {"help": HelpScreen}
+
+    def __init__(self, run_dir: str | Path, *, now: Callable[[], float] = time.time,
+                 probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
+                 child: subprocess.Popen | None = None, options: PlotOptions | None = None,
+                 window: int = 2000, tick: float | None = TICK_S, reader: RunReader | None = None,
+                 bell: bool = True, notify: list[str] | None = None, notify_timeout: float = NOTIFY_TIMEOUT_S,
+                 read_only: bool = False, poll: bool = False):
+        super().__init__()
+        self.read_only = read_only
+        self.poll = poll                        # --poll: follow the run by polling whatever its filesystem
+        self.alerts = AlertTracker()
+        self.bell_on_alert, self.notify_argv, self.notify_timeout = bell, notify, notify_timeout
+        self._alert_queue: queue.SimpleQueue[Finding] = queue.SimpleQueue()
+        self.run_dir = Path(run_dir)
+        self.now = now
+        self.reader = reader or RunReader(self.run_dir, now=now, probe=probe)
+        self.reader.findings.grad_after_first = True      # read once the first frame is painted (started)
+        self.watching = watch
+        self.child = child
+        self.tick_s = tick
+        self.options = options or PlotOptions()
+        self.window_steps = window
+        self.snapshot: RunSnapshot | None = None
+        self._pending: set[str] = set()
+        self._reading = False
+        self._last_read = 0.0
+        self.steady_read_s = STEADY_READ_INTERVAL_S
+        self._lock = threading.Lock()
+        self._stop_watch = threading.Event()
+        self._child_reported = False
+        self.sub_title = printable(self.run_dir.name)
+
+    # -- lifecycle ---------------------------------------------------------------
+    def get_default_screen(self) -> DashboardScreen:
+        # The dashboard is the app's own screen: composed and sized once at start-up, with
+        # no default screen to paint and then replace.
+        self.dashboard = DashboardScreen(self.window_steps, self.options.smoothing)
+        return self.dashboard
+
+    def on_mount(self) -> None:
+        self.request_read(ALL_KINDS)
+        if self.watching:
+            self.watch_files()
+        if self.tick_s:
+            self.set_interval(self.tick_s, self.tick)
+        self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
+
+    def on_unmount(self) -> None:
+        self._stop_watch.set()
+
+    def started(self) -> None:
+        """Start-up is over (the first full frame is painted). ``andrea-console`` keeps the
+        garbage collector off until then: it comes back on, with start-up's long-lived
+        objects frozen out of every later collection."""
+        if not gc.isenabled():
+            gc.freeze()
+            gc.enable()
+        if self.reader.findings.grad_pending:
+            self.request_read({HISTORY})
+        # The mirror the first frame came from, checked whole in the background; a stale one
+        # makes the history read again (a message: this thread alone touches the widgets).
+        self.reader.verify_history_mirror(lambda: self.post_message(FilesChanged(frozenset({HISTORY}))))
+
+    def tick(self) -> None:
+        # Files whose end read as NUL bytes not written yet are read again, though no change
+        # may be seen when their bytes land (rundir.late_bytes).
+        self.request_read({TRAINER} | self.reader.late_kinds())
+        reap_children()             # a trainer this console started and someone stopped: no zombie
+        if self.child is not None and not self._child_reported and self.child.poll() is not None:
+            self._child_reported = True
+            code = self.child.returncode
+            self.say(f"the trainer this console started exited with code {code}"
+                     + ("" if code == 0 else " (see trainer.log)"), "good" if code == 0 else "error")
+            alert = child_exit_alert(self.child.pid, code)
+            if alert is not None and self.alerts.first_of_its_end(alert):
+                self.raise_alert(alert)
+
+    # -- reading -----------------------------------------------------------------
+    @work(thread=True, group="watch", exit_on_error=False)
+    def watch_files(self) -> None:
+        watch_run(self.run_dir, lambda kinds: self.post_message(FilesChanged(kinds)), self._stop_watch,
+                  poll=self.poll, announce=lambda fs: self.post_message(WatchMode(fs.watched_by, not fs.events)))
+
+    def on_watch_mode(self, message: WatchMode) -> None:
+        self.dashboard.watched_by = message.watched_by
+        # Polled, the poll paces the changes already: a read as soon as one is seen.
+        self.steady_read_s = POLL_S if message.polling else STEADY_READ_INTERVAL_S
+
+    def on_files_changed(self, message: FilesChanged) -> None:
+        self.request_read(message.kinds)
+
+    def request_read(self, kinds: set[str] | frozenset[str]) -> None:
+        """Queue kinds to re-read; one reader worker drains the queue, so reads never overlap
+        and a burst of changes becomes one read."""
+        with self._lock:
+            self._pending |= set(kinds)
+            if self._reading:
+                return
+            self._reading = True
+        self.read_loop()
+
+    @work(thread=True, group="read", exit_on_error=False)
+    def read_loop(self) -> None:
+        worker = get_current_worker()
+        while True:
+            # Nothing queued: the worker ends at once (so quitting never waits for it).
+            with self._lock:
+                if not self._pending or worker.is_cancelled:
+                    self._reading = False
+                    return
+                urgent = bool(self._pending & URGENT_KINDS)
+            last = self._last_read
+            wait = last + (MIN_READ_INTERVAL_S if urgent else self.steady_read_s) - time.monotonic()
+            while wait > 0 and not worker.is_cancelled:
+                time.sleep(min(wait, 0.05))
+                with self._lock:
+                    urgent = urgent or bool(self._pending & URGENT_KINDS)
+                wait = last + (MIN_READ_INTERVAL_S if urgent else self.steady_read_s) - time.monotonic()
+            with self._lock:
+                kinds = frozenset(self._pending)
+                self._pending.clear()
+                if worker.is_cancelled:
+                    self._reading = False
+                    return
+            self._last_read = time.monotonic()
+            try:
+                snap, notices = self.reader.read(kinds)
+            except Exception as err:          # a reader bug must not take the dashboard down
+                self.post_message(ConsoleNotice(Notice(self.now(), f"read failed: {err!r}", "error")))
+                continue
+            self.post_message(SnapshotReady(snap, notices))
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if self.snapshot is None:
+            self.call_after_refresh(self.started)
+        self.snapshot = message.snapshot
+        dashboard = self.dashboard
+        for notice in message.notices:
+            dashboard.notice(notice)
+        dashboard.snapshot = message.snapshot
+        for alert in self.alerts.new_alerts(message.snapshot):
+            self.raise_alert(alert)
+
+    # -- alerts --------------------------------------------------------------------
+    def raise_alert(self, alert: Finding) -> None:
+        """An event, the bell (unless --no-bell) and --notify CMD (in a worker)."""
+        self.say(f"ALERT: {alert.text}", alert.level)
+        if self.bell_on_alert:
+            self.bell()
+        if self.notify_argv:
+            self._alert_queue.put(alert)
+            self.send_alerts()
+
+    @work(thread=True, exclusive=True, group="notify", exit_on_error=False)
+    def send_alerts(self) -> None:
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            try:
+                alert = self._alert_queue.get_nowait()
+            except queue.Empty:
+                return
+            failure = run_notify(self.notify_argv, alert.to_json(str(self.run_dir), self.now()), self.notify_timeout)
+            if failure:
+                self.notify_from_thread(failure, "warning")
+
+    def on_console_notice(self, message: ConsoleNotice) -> None:
+        self.dashboard.notice(message.notice)
+
+    def say(self, text: str, level: str = "action") -> None:
+        self.dashboard.notice(Notice(self.now(), text, level))
+
+    def notify_from_thread(self, text: str, level: str = "action") -> None:
+        self.post_message(ConsoleNotice(Notice(self.now(), text, level)))
+
+    # -- keys --------------------------------------------------------------------
+    async def run_action(self, action: str | actions.ActionParseResult, default_namespace: DOMNode | None = None,
+                         namespaces: Mapping[str, DOMNode] | None = None) -> bool:
+        """Every key, click and binding of the app's actions comes here: a read-only console
+        refuses those that signal or change a run, saying so in one line."""
+        if self.read_only:
+            namespace, name, _ = actions.parse(action) if isinstance(action, str) else action
+            on_app = namespace == "app" or (not namespace and default_namespace in (None, self))
+            if on_app and name in CONTROL_ACTIONS:
+                self.say(READ_ONLY_REFUSAL.format(key=CONTROL_ACTIONS[name]), "warning")
+                return True
+        return await super().run_action(action, default_namespace, namespaces)
+
+    def action_checkpoint(self) -> None:
+        self.say("c: checkpoint requested")
+        self.checkpoint_now()
+
+    @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
+    def checkpoint_now(self, run_dir: Path | None = None) -> None:
+        """SIGUSR1 to the trainer of ``run_dir`` (the dashboard's run when None)."""
+        worker = get_current_worker()
+        run_dir = self.run_dir if run_dir is None else run_dir
+        request_checkpoint(run_dir, self.reader if run_dir == self.run_dir else None, self.notify_from_thread,
+                            self._changed_from_thread, lambda: worker.is_cancelled)
+
+    def action_stop(self) -> None:
+        self.confirm_stop(self.run_dir, self.snapshot.trainer if self.snapshot else None)
+
+    def confirm_stop(self, run_dir: Path, trainer: TrainerView | None) -> None:
+        """Ask, then SIGTERM the verified trainer of ``run_dir`` (``trainer`` as last seen)."""
+        if trainer is None or not trainer.signallable:
+            why = f"the trainer is {trainer.label}: {trainer.reason}" if trainer else "the run is still being read"
+            self.say(f"s: nothing verified to stop ({why})", "warning")
+            return
+
+        def decided(yes: bool | None) -> None:
+            if yes:
+                self.say(f"stop confirmed: sending SIGTERM to pid {trainer.pid}")
+                self.stop_trainer(run_dir)
+            else:
+                self.say("stop cancelled: the trainer keeps training")
+
+        self.push_screen(ConfirmScreen(f"Stop the trainer (pid {trainer.pid}) cleanly?",
+                                       "It finishes its step, writes a final checkpoint and exits."), decided)
+
+    @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
+    def stop_trainer(self, run_dir: Path | None = None) -> None:
+        worker = get_current_worker()
+        run_dir = self.run_dir if run_dir is None else run_dir
+        if stop_and_wait(run_dir, self.child, self.notify_from_thread, self._changed_from_thread,
+                         lambda: worker.is_cancelled) is not None:
+            self._child_reported = True         # its exit was waited for and said
+
+    def _changed_from_thread(self, kinds: frozenset[str]) -> None:
+        self.post_message(FilesChanged(kinds))
+
+    @work(exclusive=True, group="pivot-screen")
+    async def action_pivot(self) -> None:
+        pending = await asyncio.to_thread(pending_pivot, self.run_dir)
+        self.say("p: pivot screen opened" + (f" ({pending})" if pending else ""))
+        outcome = await self.push_screen_wait(PivotScreen(self.run_dir, self.snapshot, pending))
+        if outcome is None:
+            self.say("pivot screen closed: nothing was done")
+        else:
+            # As --pivot prints it: a success names the pivot itself ("pivot complete: ...").
+            self.say(outcome.message if outcome.ok else f"pivot: {outcome.message}", "good" if outcome.ok else "error")
+            self.request_read(ALL_KINDS)
+
+    def action_inspect(self) -> None:
+        """The checkpoint a click selected in the checkpoints pane, else the newest
+        complete one (else the newest foreign one), in the inspector."""
+        checkpoints = self.snapshot.checkpoints if self.snapshot else ()
+        info = self.dashboard.query_one(CheckpointsPane).selected_info()
+        if info is None:
+            info = next((c for status in ("complete", "foreign") for c in reversed(checkpoints)
+                         if c.status == status), None)
+        if info is None:
+            self.say("i: no checkpoint to inspect", "warning")
+            return
+        # Imported here: the table and progress bar are not needed for the first frame.
+        from .screens.inspector import InspectorScreen
+
+        # [ and ] move between the readable ones (from an invalid one too: it stands at its step).
+        self.push_screen(InspectorScreen(info.path, [c.path for c in checkpoints if c.status != "invalid"]))
+
+    @work(exclusive=True, group="rollback-screen")
+    async def action_rollback(self) -> None:
+        pending = await asyncio.to_thread(pending_rollback, self.run_dir)
+        self.say("r: rollback screen opened" + (f" ({pending})" if pending else ""))
+        findings = getattr(self.reader, "findings", None)        # the dashboard's own spike settings
+        spikes = (findings.window_override, findings.k_override) if findings else (None, None)
+        outcome = await self.push_screen_wait(RollbackScreen(self.run_dir, pending, spikes))
+        if outcome is None:
+            self.say("rollback screen closed: nothing was done")
+        else:
+            self.say(outcome.message if outcome.ok else f"rollback: {outcome.message}",
+                     "good" if outcome.ok else "error")
+            self.request_read(ALL_KINDS)
+
+    def action_help(self) -> None:
+        self.push_screen("help")
+
+    async def action_quit(self) -> None:
+        self._stop_watch.set()
+        self.exit()

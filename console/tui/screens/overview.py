@@ -1,0 +1,111 @@
+"""The overview of a runs directory: one row per run, the selected run's problems, the last
+thing the console did, and the keys. Enter opens the run's dashboard (the app routes it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import DataTable, Static
+
+from rundir.run_summary import RunSummary
+from rundir.runs import RunsListing
+
+from ...model.format import LINE_LIMIT, printable
+from ...model.levels import Level
+from ...model.snapshot import Notice
+from ..keys import OVERVIEW_KEYS, bindings
+from ..widgets import KeyBar
+from ..widgets.runs_table import RunsTable
+
+NOTICE_STYLES = {Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red", Level.ACTION: "cyan",
+                 Level.INFO: "grey70"}
+
+
+class OverviewScreen(Screen):
+    BINDINGS = bindings(OVERVIEW_KEYS)
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(id="overview")
+        self.root = root
+        self.listing: RunsListing | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._title(None), id="overview-title")
+        yield RunsTable(id="runs")
+        yield Static("", id="overview-problems")
+        yield Static("", id="overview-notice")
+        yield KeyBar()
+
+    def _title(self, listing: RunsListing | None) -> Text:
+        text = Text(f"runs in {printable(self.root.resolve().name or self.root, LINE_LIMIT)}", style="bold")
+        if listing is None:
+            text.append(" · reading…", style="grey62")
+            return text
+        text.append(f" · {len(listing.runs)} run(s), the most recently active first", style="grey70")
+        if listing.skipped:
+            names = ", ".join(printable(name, 40) for name, _ in listing.skipped[:3])
+            more = f" and {len(listing.skipped) - 3} more" if len(listing.skipped) > 3 else ""
+            text.append(f" · not runs: {names}{more}", style="grey50")
+        if listing.error:
+            text.append(f" · {printable(listing.error, LINE_LIMIT)}", style="bold red")
+        return text
+
+    @property
+    def table(self) -> RunsTable:
+        return self.query_one(RunsTable)
+
+    @property
+    def selected(self) -> RunSummary | None:
+        return self.table.selected
+
+    def show(self, summaries: list[RunSummary], listing: RunsListing, now: float) -> None:
+        self.listing = listing
+        self.query_one("#overview-title", Static).update(self._title(listing))
+        self.table.show(summaries, now)
+        self._show_problems()
+
+    def _show_problems(self) -> None:
+        s = self.selected
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if s is not None and s.problems:
+            text.append(f"{printable(s.name, 40)}: ", style="bold")
+            text.append(printable(s.problems[0], LINE_LIMIT), style="red")
+            if len(s.problems) > 1:
+                text.append(f" (+{len(s.problems) - 1} more: Enter shows them all)", style="grey62")
+        elif s is not None:
+            text.append(f"{printable(s.name, 40)}: no problems", style="grey62")
+        self.query_one("#overview-problems", Static).update(text)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_problems()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open_run()
+
+    def notice(self, notice: Notice) -> None:
+        """The last thing the console did or saw, on one line."""
+        self.query_one("#overview-notice", Static).update(
+            Text(notice.text, style=NOTICE_STYLES.get(notice.level, ""), no_wrap=True, overflow="ellipsis"))
+
+    def action_open_run(self) -> None:
+        s = self.selected
+        if s is not None:
+            self.app.open_run(s.path)
+
+    def action_mark(self) -> None:
+        s = self.table.toggle_mark()
+        if s is not None:
+            n = len(self.table.marked)
+            self.notice(Notice(0.0, f"{'marked' if s.key in self.table.marked else 'unmarked'} "
+                                    f"{s.name}; {n} marked (v compares them)", "info"))
+
+    def action_compare(self) -> None:
+        runs = self.table.marked_runs() or ([self.selected] if self.selected else [])
+        if runs:
+            self.app.open_compare([(s.name, s.path) for s in runs])
+
+
