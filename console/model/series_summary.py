@@ -58,6 +58,14 @@ def series_rows(h: "HistoryView", zoom: tuple[int, int] | None = None, cursor: i
     return [series_row(h, name, zoom, cursor) for name in available(h)]
 
 
+def _mean(values: np.ndarray, largest: float) -> float:
+    """The mean of finite ``values`` whose largest magnitude is ``largest``, without overflow:
+    summed as fractions of it (two values of 1e308 have the mean 1e308, not inf)."""
+    if largest == 0.0:
+        return 0.0
+    return largest * float(np.mean(values / largest, dtype=np.float64))
+
+
 def series_row(h: "HistoryView", name: str, zoom: tuple[int, int] | None = None,
                cursor: int | None = None) -> SeriesRow:
     steps, values = series_values(h, name)
@@ -74,7 +82,7 @@ def series_row(h: "HistoryView", name: str, zoom: tuple[int, int] | None = None,
     i_best = i_min if best == "min" else i_max if best == "max" else None
     return SeriesRow(name, spec_of(name).label, len(ok), at, float(vals[-1]), int(where[-1]),
                      float(vals[i_min]), int(where[i_min]), float(vals[i_max]), int(where[i_max]),
-                     float(np.mean(vals, dtype=np.float64)),
+                     _mean(vals, max(abs(float(vals[i_min])), abs(float(vals[i_max])))),
                      float(vals[i_best]) if i_best is not None else math.nan,
                      int(where[i_best]) if i_best is not None else None)
 

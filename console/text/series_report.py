@@ -127,7 +127,10 @@ def bucket_table(h: HistoryView, name: str, step_range: StepRange, points: int) 
     ends = np.r_[starts[1:], len(col)] - 1
     n = ends - starts + 1
     lo, hi = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)
-    mean = np.add.reduceat(values, starts) / n
+    # Summed as fractions of each bucket's largest magnitude: a sum of finite values never overflows.
+    largest = np.maximum(np.abs(lo), np.abs(hi))
+    largest[largest == 0.0] = 1.0
+    mean = largest * (np.add.reduceat(values / np.repeat(largest, n), starts) / n)
     # The first row of each bucket that holds its min (max): the first match at or after its start.
     at_lo = np.flatnonzero(values == np.repeat(lo, n))
     at_hi = np.flatnonzero(values == np.repeat(hi, n))

@@ -200,3 +200,25 @@ def test_once_joins_a_sparse_series_into_a_line_as_the_dashboard_does(make_run_d
     plot = [line[8:] for line in lines[title + 1:title + 9]]
     lit = {col for line in plot for col, ch in enumerate(line) if 0x2800 < ord(ch) <= 0x28FF}
     assert len(lit) >= 85, (len(lit), "\n".join(plot))          # a line across the 92 cells
+
+
+def test_means_of_huge_values_do_not_overflow(tmp_path):
+    """The series table's mean and --json's bucket means sum fractions of the largest value:
+    values near a double's limit average to themselves, not to inf (and warn of nothing)."""
+    import warnings
+
+    from console.model.series_summary import series_row
+    from console.text.series_report import StepRange, bucket_table
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".loss.json").write_text("".join(
+        json.dumps({"step": s, "loss": v, "lr": 1e-3, "grad_norm": 1.0, "arm": "a", "tokens": s, "time": EPOCH + s})
+        + "\n" for s, v in ((1, 1e308), (2, 1.5e308), (3, -1e308), (4, 2.0))))
+    h = RunReader(run).read()[0].history
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = series_row(h, "loss")
+        buckets = bucket_table(h, "loss", StepRange(), 2)
+    assert row.mean == pytest.approx(1e308 / 4 + 1.5e308 / 4 - 1e308 / 4 + 2.0 / 4)
+    assert [b[5] for b in buckets] == pytest.approx([1e308 / 2 + 1.5e308 / 2, -1e308 / 2 + 2.0 / 2])
