@@ -122,7 +122,8 @@ class Run:
         except OSError as err:
             raise RunError(f"open_run: cannot create {self.path}: {err.strerror}") from None
         text = self._config_text(config)
-        self._lock = RunLock(self.path)
+        self._lost: str | None = None           # set by the lock's heartbeat when another trainer took the run
+        self._lock = RunLock(self.path, on_lost=self._lock_lost)
         try:
             self._lock.acquire()
         except RunLockedError as err:
@@ -265,6 +266,10 @@ class Run:
         Safe to call twice."""
         if self._closed:
             return
+        if self._lost is not None:              # the record and the history are the new holder's now
+            self._release(remove_record=False)
+            atexit.unregister(self._at_exit)
+            return
         if reason is None:
             self._poll()
             reason = "signal" if self._stopping else "finished"
@@ -289,6 +294,14 @@ class Run:
     def _open(self, where: str) -> None:
         if self._closed:
             raise RunError(f"{where}: the run is finished (run.finish() was called)")
+        if self._lost is not None:
+            raise RunError(f"{where}: {self._lost}: another trainer took this run over, and this one writes "
+                           "nothing more")
+
+    def _lock_lost(self, why: str) -> None:
+        """The lock's heartbeat found its lock file another trainer's (this process was frozen past
+        the bound): from now on every call refuses, as andrea-train exits at once (status 4)."""
+        self._lost = why
 
     def _poll(self) -> None:
         if self._closed:
@@ -327,18 +340,24 @@ class Run:
             pass
 
     def _release(self, remove_record: bool) -> None:
+        """Everything this run holds let go, each step whatever the others did (an NFS close can
+        report a writeback error): the first error is raised after the lock is released."""
         self._closed = True
         history = getattr(self, "_history", None)
-        if history is not None:
-            history.close()
+        steps = [history.close] if history is not None else []
         if remove_record and getattr(self, "record", None) is not None:
-            remove_trainer_record(self.path, self.record.pid)
-        for fd in (self._dir_fd, self._log_fd):
-            if fd >= 0:
-                os.close(fd)
+            steps.append(lambda: remove_trainer_record(self.path, self.record.pid))
+        steps += [lambda fd=fd: os.close(fd) for fd in (self._dir_fd, self._log_fd) if fd >= 0]
+        steps += [self._signals.restore, self._lock.release]
         self._dir_fd = self._log_fd = -1
-        self._signals.restore()
-        self._lock.release()
+        errors: list[BaseException] = []
+        for step in steps:
+            try:
+                step()
+            except Exception as err:            # noqa: BLE001  (the rest is released first)
+                errors.append(err)
+        if errors:
+            raise errors[0]
 
     def _at_exit(self) -> None:
         """A script that returns without :meth:`finish`: finished for it."""

@@ -352,8 +352,13 @@ class RunLock:
     def _heartbeat(self, interval: float) -> None:
         while not self._stop.wait(interval):
             assert self._owner is not None
-            seen = _read(self.owner_path)
-            if seen is None or seen.owner is None or seen.owner.token != self._owner.token:
+            try:
+                seen = _read(self.owner_path)
+            except OSError:
+                continue          # not to be looked at now (a soft mount's EIO, ESTALE): the next beat looks again
+            # There but unreadable (a read error, a copy caught half-written) is no proof of another
+            # holder: beat, as when it reads as this trainer's.
+            if seen is None or (seen.owner is not None and seen.owner.token != self._owner.token):
                 holder = seen.owner.describe() if seen is not None and seen.owner is not None else "nobody"
                 self.lost = f"{self.run_dir / LOCK_OWNER_FILE} is no longer this trainer's lock (it names {holder})"
                 if self.on_lost is not None:

@@ -203,3 +203,19 @@ def test_external_checkpoint_events_are_read_with_care(tmp_path):
     found = external_checkpoints(h.events)
     assert [(e.step, e.path, e.size, e.time, e.checksum, e.reason) for e in found] == [
         (5, "a.pt", 7, 10.0, "c", "signal"), (6, "b\x1b[31m", None, None, None, "")]
+
+
+def test_a_run_whose_lock_was_taken_over_writes_nothing_more(tmp_path):
+    """What the lock's heartbeat says when another trainer took the run (this one frozen past
+    the bound): every later call refuses in one line, and finishing leaves the new holder's
+    record and history alone."""
+    run = open_run(tmp_path / "x", config={"lr": 1e-3})
+    run.log(1, loss=2.0)
+    run._lock.on_lost("x/.lock-owner.json is no longer this trainer's lock (it names pid 7 on gpu-node-7)")
+    with pytest.raises(RunError, match="another trainer took this run over") as refused:
+        run.log(2, loss=1.9)
+    assert "\n" not in str(refused.value)
+    size = (tmp_path / "x" / ".loss.json").stat().st_size
+    run.finish()
+    assert (tmp_path / "x" / ".loss.json").stat().st_size == size        # no stop event of ours
+    assert (tmp_path / "x" / ".trainer.json").exists()                    # not ours to remove any more

@@ -182,3 +182,21 @@ def test_the_heartbeat_follows_a_run_directory_moved_under_its_holder(netfs):
     finally:
         lock.release()
     assert not (mount / "run-moved" / LOCK_OWNER_FILE).exists()
+
+
+def test_a_lock_file_that_cannot_be_read_for_a_moment_is_not_a_lost_lock(netfs):
+    """A read that fails (a soft mount's EIO, a copy caught half-written) is no proof that
+    another trainer holds the lock: the heartbeat looks again and rewrites its own record."""
+    _, mount = netfs
+    lost = []
+    lock = RunLock(mount, stale_after=1.0, on_lost=lost.append)
+    lock.acquire()
+    try:
+        (mount / LOCK_OWNER_FILE).write_bytes(b'{"host": "half-writt')
+        deadline = time.monotonic() + CEILING
+        while (owner := read_lock_owner(mount)[0]) is None or owner.pid != os.getpid():
+            assert time.monotonic() < deadline, "the heartbeat did not write its record again"
+            time.sleep(0.05)
+        assert lost == [] and lock.lost is None
+    finally:
+        lock.release()
