@@ -135,22 +135,34 @@ class CheckpointRequests:
             if not self._requests:          # the common read: nothing asked, no checkpoint looked at
                 return {}, []
             answered: dict[str, CheckpointRequest] = {}
+            settled: set[int] = set()        # every request a landing answers (several c within a step: one file)
+
+            def land(name: str, requests: list[CheckpointRequest]) -> None:
+                if requests:
+                    answered[name] = requests[0]
+                    settled.update(id(r) for r in requests)
+
             if prev is not None and snap.checkpoints is not prev.checkpoints:
                 for c in snap.checkpoints:
                     if c.status == "complete":
                         stamp = stamp_of(c.path.name)
-                        answered.update((c.path.name, r) for r in self._requests if lands(r, c.path.name, stamp))
+                        land(c.path.name, [r for r in self._requests if lands(r, c.path.name, stamp)])
             if prev is not None and snap.external_checkpoints is not prev.external_checkpoints:
                 seen = set(prev.external_checkpoints)
-                answered.update((e.path, r) for e in snap.external_checkpoints if e not in seen
-                                for r in self._requests if answers(r.sent_at, e))
+                for e in snap.external_checkpoints:
+                    if e not in seen:
+                        land(e.path, [r for r in self._requests if answers(r.sent_at, e)])
             trainer = snap.trainer
             ended: list[CheckpointWait] = []
             waiting = []
             for r in self._requests:
-                if r in answered.values():
+                if id(r) in settled:
                     continue
-                if r.pid is not None and not (trainer.signallable and trainer.pid == r.pid):
+                # Gone: the record names another process, or the one asked cannot be signalled any
+                # more. A trainer on another host is never signallable here: it was asked through
+                # the request file, and is waited for.
+                gone = trainer.pid != r.pid or (not trainer.signallable and trainer.state != "remote")
+                if r.pid is not None and gone:
                     ended.append(CheckpointWait(WaitEnd.TRAINER_EXITED, pid=r.pid))
                 elif now - r.sent_at >= r.timeout:
                     ended.append(CheckpointWait(WaitEnd.TIMED_OUT, timeout=r.timeout, pid=r.pid))

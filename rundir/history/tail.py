@@ -85,8 +85,11 @@ def _tail_window(fd: int, st: os.stat_result, max_bytes: int) -> HistoryTail:
     start = max(0, size - max_bytes)
     head = os.pread(fd, min(size, 64 << 10), 0) if start else b""
     data = os.pread(fd, size - start, start)
-    if time.time() - st.st_mtime < late_bytes.GRACE_S and (nul := data.find(0)) >= 0:
-        data = data[:nul]                          # not written yet (rundir.late_bytes): read again next time
+    # NULs at the end, in the unfinished last line, are bytes not written yet (rundir.late_bytes):
+    # read again next time. NULs with whole lines after them are a hole that stays (a crash's):
+    # one unreadable line, and the lines after it are read.
+    if time.time() - st.st_mtime < late_bytes.GRACE_S and (nul := data.find(0)) >= 0 and data.find(b"\n", nul) < 0:
+        data = data[:nul]
     fmt = detect_format(head if start else data)
     bad = torn = 0
     if fmt == "array":

@@ -84,3 +84,33 @@ def test_a_bin_without_json_is_foreign_when_no_trainer_writes_it_or_it_stays_so(
     assert texts(describe_changes(before, bin_only, now)) == [
         "checkpoint landed: step_000200.bin (step 200, 11.7 KiB, foreign: weights, m and v only)"]
     assert texts(describe_changes(bin_only, complete, now)) == ["step_000200.bin: resume .json written, now complete"]
+
+
+def test_every_request_one_checkpoint_answers_is_settled_and_a_remote_trainer_is_waited_for(tmp_path):
+    """c pressed twice within one step gives one checkpoint, which answers both requests (the
+    first one was left waiting, and said unanswered after 10 minutes); a trainer on another
+    host, asked through the request file, is never signallable here and is waited for, not
+    said to have exited."""
+    from console.read.landing import CheckpointRequests
+
+    before, _, complete = (with_trainer(s, "running") for s in landing_reads(tmp_path, 1.0))
+    pid = 4242
+    before, complete = (dataclasses.replace(s, trainer=dataclasses.replace(s.trainer, pid=pid))
+                        for s in (before, complete))
+    requests = CheckpointRequests()
+    baseline = {"step_000100.bin": ("as it was",)}                   # the older checkpoint, unchanged
+    stamp_of = lambda name: baseline.get(name, ("written since",))       # noqa: E731
+    first = CheckpointRequest(sent_at=WRITTEN - 0.5, baseline=baseline)
+    second = CheckpointRequest(sent_at=WRITTEN - 0.4, baseline=baseline)
+    for request in (first, second):
+        requests.expect(request)
+        requests.sent(request, pid)
+    answered, ended = requests.settle(before, complete, WRITTEN + 1.0, stamp_of)
+    assert list(answered) == ["step_000200.bin"] and ended == [] and not requests
+
+    remote = with_trainer(before, "remote")
+    waiting, asked = CheckpointRequests(), CheckpointRequest(sent_at=WRITTEN)
+    waiting.expect(asked)
+    waiting.sent(asked, pid)
+    answered, ended = waiting.settle(remote, with_trainer(remote, "remote"), WRITTEN + 1.0, lambda name: None)
+    assert (answered, ended) == ({}, []) and waiting

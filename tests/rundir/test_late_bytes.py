@@ -173,3 +173,12 @@ def test_a_sidecar_read_waits_briefly_for_late_bytes(tmp_path):
     path.write_bytes(b'{"version": 1}' + b"\0" * 8)          # NULs that stay: said, never parsed
     read = read_json(path, 1 << 20)
     assert not read.ok and "NUL" in read.error
+
+
+def test_summary_tail_reads_past_a_hole_with_lines_after_it(tmp_path):
+    """A crash's hole in the middle of a history a resumed trainer keeps writing: the summary
+    shows the newest step, not the one before the hole."""
+    path = tmp_path / ".loss.json"
+    path.write_bytes(step_line(1) + b"\0" * 40 + b"\n" + b"".join(step_line(s) for s in range(2, 6)))
+    tail = read_history_tail(path)
+    assert list(tail.step) == [1, 2, 3, 4, 5] and tail.bad_lines == 1
