@@ -228,31 +228,40 @@ def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointArrays:
     if info.status == "invalid":
         raise CheckpointError(f"{Path(path).name}: {info.reason}")
     assert info.n_params is not None
-    n = info.n_params
-    arrays = None
-    if not filesystem_of(path).shared:
-        try:
-            arrays = np.memmap(path, dtype="<f4", mode="r", offset=HEADER_SIZE, shape=(3, n))
-        except OSError:
-            arrays = None
-    if arrays is None:
-        arrays = _read_arrays(Path(path), n)
+    n, name = info.n_params, Path(path).name
+    # Mapped or read from the file just checked, never reopened by name (a FIFO or another
+    # file swapped in meanwhile would block or be read instead).
+    try:
+        fd, st = open_regular(path)
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{name}: {getattr(err, 'strerror', None) or err}") from None
+    with os.fdopen(fd, "rb", buffering=0) as fh:
+        if st.st_size != expected_size(n):
+            raise CheckpointError(f"{name}: changed since it was looked at ({st.st_size:,} bytes, "
+                                  f"expected {expected_size(n):,})")
+        arrays = None
+        if not filesystem_of(path).shared:
+            try:
+                arrays = np.memmap(fh, dtype="<f4", mode="r", offset=HEADER_SIZE, shape=(3, n))
+            except (OSError, ValueError):
+                arrays = None
+        if arrays is None:
+            arrays = _read_arrays(fh, name, n)
     return CheckpointArrays(info.step, n, arrays[0], arrays[1], arrays[2])
 
 
-def _read_arrays(path: Path, n: int) -> np.ndarray:
-    """The three arrays read into memory, a chunk at a time; a file cut short since its quick
-    look raises :class:`CheckpointError`."""
+def _read_arrays(fh: Any, name: str, n: int) -> np.ndarray:
+    """The three arrays read into memory from open file ``fh``, a chunk at a time; a file cut
+    short meanwhile raises :class:`CheckpointError`."""
     arrays = np.empty((3, n), dtype="<f4")
     view = memoryview(arrays.reshape(-1).view(np.uint8))
-    with open(path, "rb", buffering=0) as fh:
-        fh.seek(HEADER_SIZE)
-        got = 0
-        while got < len(view):
-            read = fh.readinto(view[got:got + WRITE_CHUNK_BYTES])
-            if not read:
-                raise CheckpointError(f"{path.name}: cut short while being read ({HEADER_SIZE + got} bytes)")
-            got += read
+    fh.seek(HEADER_SIZE)
+    got = 0
+    while got < len(view):
+        read = fh.readinto(view[got:got + WRITE_CHUNK_BYTES])
+        if not read:
+            raise CheckpointError(f"{name}: cut short while being read ({HEADER_SIZE + got} bytes)")
+        got += read
     return arrays
 
 
