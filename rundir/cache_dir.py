@@ -17,10 +17,11 @@ from __future__ import annotations
 import binascii
 import json
 import os
-import stat
 import struct
 from pathlib import Path
 from typing import Any
+
+from .safe_read import open_checked
 
 CACHE_ENV = "ANDREA_CACHE_DIR"
 # Version 3 of the framing: the header's length and its CRC-32 after the magic.
@@ -30,22 +31,14 @@ MIRROR_HEADER_LENGTH = struct.Struct("<QI")
 # A header longer than this is no header of ours (it holds the reader's state: events and
 # a few problems, bounded by the reader's limits).
 MAX_HEADER_BYTES = 64 << 20
-_OPEN_FLAGS = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
-               | getattr(os, "O_CLOEXEC", 0))
-
-
 def open_cache_file(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
-    """Open a cache file read-only: never through a symlink (ELOOP), never blocking on a FIFO,
-    and only a regular file (``ValueError`` otherwise). The fd and its stat; the caller closes it."""
-    fd = os.open(path, _OPEN_FLAGS)
+    """Open a cache file read-only as a run file is (:func:`~rundir.safe_read.open_checked`):
+    never through a symlink (ELOOP), never blocking on a FIFO, and only a regular file
+    (``ValueError`` otherwise). The fd and its stat; the caller closes it."""
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{Path(path).name} in the cache is not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
+        return open_checked(path)
+    except ValueError:
+        raise ValueError(f"{Path(path).name} in the cache is not a regular file") from None
 
 
 def read_cache_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:

@@ -109,27 +109,26 @@ def open_for_append(path: str | os.PathLike[str]) -> int:
     return fd
 
 
+class SymlinkRefused(OSError):
+    """A symbolic link where a regular file belongs: refused, never followed (errno ELOOP)."""
+
+
 def open_nofollow(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
-    """``os.open`` with ``O_NOFOLLOW``: a symbolic link at ``path`` raises ``OSError`` saying so
-    (the kernel's ELOOP reads "too many levels of symbolic links")."""
+    """``os.open`` with ``O_NOFOLLOW``: a symbolic link at ``path`` raises :class:`SymlinkRefused`
+    saying so (the kernel's ELOOP reads "too many levels of symbolic links")."""
     try:
         return os.open(path, flags | os.O_NOFOLLOW, mode)
     except OSError as err:
         if err.errno == errno.ELOOP and os.path.islink(path):
-            raise OSError(errno.ELOOP, f"{Path(path).name} is {SYMLINK}, not a regular file") from None
+            raise SymlinkRefused(errno.ELOOP, f"{Path(path).name} is {SYMLINK}, not a regular file") from None
         raise
 
 
-def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
-    """Open ``path`` read-only without blocking; the fd and its stat. Raises ``OSError``
-    (``FileNotFoundError`` when absent), or ``ValueError`` naming what it is when it is
-    not a regular file. The caller closes the fd."""
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except OSError as err:
-        if err.errno == errno.ELOOP and os.path.islink(path):
-            raise ValueError(f"is {SYMLINK}, not a regular file") from None
-        raise
+def open_checked(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """Open ``path`` read-only without blocking and without following a symbolic link
+    (:class:`SymlinkRefused`); the fd and its stat, or ``ValueError`` naming what it is when it
+    is not a regular file. The caller closes the fd."""
+    fd = open_nofollow(path, _READ_FLAGS)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -138,6 +137,15 @@ def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
         os.close(fd)
         raise
     return fd, st
+
+
+def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """:func:`open_checked`, a symbolic link being one more thing that is not a regular file:
+    raises ``OSError`` (``FileNotFoundError`` when absent), or ``ValueError`` naming what it is."""
+    try:
+        return open_checked(path)
+    except SymlinkRefused:
+        raise ValueError(f"is {SYMLINK}, not a regular file") from None
 
 
 def read_bytes(path: str | os.PathLike[str], max_bytes: int, name: str | None = None) -> FileRead[bytes]:
