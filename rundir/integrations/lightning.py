@@ -27,6 +27,7 @@ def _build() -> type:
     from pathlib import Path
 
     from lightning.pytorch import Callback
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from ..layout import EXTERNAL_CHECKPOINTS_DIR
     from ..run import Run, open_run
@@ -56,10 +57,7 @@ def _build() -> type:
             if step > self._logged:             # an optimizer step completed (not an accumulation)
                 self._logged = step
                 self._log(trainer, step, outputs)
-            if self.run.checkpoint_requested:
-                path = self.dirpath / f"step-{step}.ckpt"
-                trainer.save_checkpoint(path)
-                self.run.checkpoint_saved(step, path)
+            self._save_requested(trainer)
             if self.run.stop_requested:
                 trainer.should_stop = True
                 # The stop is this callback's: fit ends normally, not by Lightning's own
@@ -85,9 +83,22 @@ def _build() -> type:
             extra = {key: value for key, value in metrics.items() if key not in RESERVED}
             self.run.log(step, loss=loss, lr=lr if isinstance(lr, float) else None, grad_norm=grad_norm, **extra)
 
+        def _save_requested(self, trainer: Any) -> None:
+            if self.run.checkpoint_requested:
+                step = trainer.global_step
+                path = self.dirpath / f"step-{step}.ckpt"
+                trainer.save_checkpoint(path)
+                self.run.checkpoint_saved(step, path)
+
         def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            # A SIGTERM that comes after this callback looked at the flags is seen first by
+            # Lightning's own handler, which ends fit between steps (SIGTERMException, exit
+            # status 0): the stop is still ours, with its checkpoint.
+            stop = isinstance(exception, SIGTERMException) and self.run.stop_requested
+            if stop:
+                self._save_requested(trainer)
             if self.owned:
-                self.run.finish(f"error: {type(exception).__name__}")
+                self.run.finish(None if stop else f"error: {type(exception).__name__}")
 
         def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
             if self.owned and stage == "fit":

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rundir import verify_trainer
-from rundir.layout import LOSS_JSON
+from rundir.layout import LOSS_JSON, TRAINER_LOG
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
@@ -82,3 +82,46 @@ def test_the_console_reads_checkpoints_and_stops_a_framework(trainers, framework
     assert report["trainer"]["state"] == "stopped" and len(report["external_checkpoints"]) == 2
     r = console(run_dir, "--rollback", "--to", listed[0]["step"], "--yes")
     assert r.returncode != 0 and "no complete checkpoint" in r.stderr      # not ours to roll back to
+
+
+LATE_SIGTERM = '''
+import os, signal, sys
+import lightning as L
+import torch
+from rundir.integrations.lightning import RundirCallback
+
+class Late(L.Callback):
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+    def training_step(self, batch, batch_idx):
+        return self.net(batch[0]).pow(2).mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=4)
+L.Trainer(max_steps=100, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+          enable_model_summary=False, callbacks=[RundirCallback(sys.argv[1]), Late()]).fit(Tiny(), data)
+'''
+
+
+def test_a_sigterm_lightning_sees_first_still_stops_with_a_checkpoint(tmp_path):
+    """The SIGTERM lands just after the callback looked at its flags (another callback sends
+    it), so Lightning's own handler ends fit at the step's end: the stop is still the run's,
+    with its checkpoint, exit status 0."""
+    run_dir = tmp_path / "run"
+    script = tmp_path / "late_sigterm.py"
+    script.write_text(LATE_SIGTERM)
+    done = subprocess.run([sys.executable, str(script), str(run_dir)], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(console(run_dir, "--json").stdout)
+    assert report["trainer"]["state"] == "stopped"
+    assert [(c["step"], c["reason"]) for c in report["external_checkpoints"]] == [(3, "signal")]
+    assert (run_dir / report["external_checkpoints"][0]["path"]).stat().st_size > 0
+    assert "stop (signal) at step 3" in (run_dir / TRAINER_LOG).read_text()
