@@ -67,9 +67,8 @@ def _build() -> type:
                     connector.received_sigterm = False
 
         def _log(self, trainer: Any, step: int, outputs: Any) -> None:
-            # The step's own loss at every step; the logged metrics (computed anew at each
-            # access of callback_metrics: the callback's largest cost) at Lightning's own
-            # cadence, log_every_n_steps.
+            # The step's own loss at every step; the logged metrics (computed anew at each access
+            # of callback_metrics: the callback's largest cost) at Lightning's log_every_n_steps.
             out = outputs.get("loss") if isinstance(outputs, dict) else outputs
             loss = out.item() if hasattr(out, "item") and getattr(out, "ndim", 0) == 0 else None
             every = getattr(trainer, "log_every_n_steps", 1) or 1
@@ -91,9 +90,8 @@ def _build() -> type:
                 self.run.checkpoint_saved(step, path)
 
         def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-            # A SIGTERM that comes after this callback looked at the flags is seen first by
-            # Lightning's own handler, which ends fit between steps (SIGTERMException, exit
-            # status 0): the stop is still ours, with its checkpoint.
+            # A SIGTERM after this callback looked at the flags ends fit by Lightning's own
+            # handler (SIGTERMException, exit status 0): the stop is still ours, with its checkpoint.
             stop = isinstance(exception, SIGTERMException) and self.run.stop_requested
             if stop:
                 self._save_requested(trainer)
