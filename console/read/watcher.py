@@ -1,9 +1,11 @@
-"""Following a run directory, in a worker thread that only posts messages.
+"""Following a run directory: its changes seen, and read, paced, in worker threads that only
+post messages.
 
 :func:`watch_run` blocks until ``stop`` is set; the app runs it in a thread worker. It
 hands ``post`` the kinds of file that changed (see :func:`rundir.layout.kind_of`) and
-never touches a widget. How it follows the run depends on the filesystem under it
-(:mod:`rundir.filesystems`):
+never touches a widget: the dashboard hands them straight to its :class:`PacedReads`,
+whose loop (another thread worker) reads them and posts the snapshot. How a run is
+followed depends on the filesystem under it (:mod:`rundir.filesystems`):
 
 - **Where change events can be trusted** (a local disk), inotify through watchfiles, plus
   a poll of the run's files every :data:`SAFETY_POLL_S`: a missed event (an exhausted
@@ -21,6 +23,7 @@ is how a checkpoint renamed into place is seen. A run directory that does not ex
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -30,7 +33,10 @@ from typing import Callable
 import watchfiles
 
 from rundir.filesystems import Filesystem, Stamp, filesystem_of, forced_polling, fresh_stamp
-from rundir.layout import ALL_KINDS, KNOWN_NAMES, is_temporary, kind_of
+from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, KNOWN_NAMES, TRAINER, is_temporary, kind_of
+
+from ..model.levels import Level
+from ..model.snapshot import Notice, RunSnapshot
 
 # watchfiles batches changes: it yields once no change came for STEP_MS, or after
 # DEBOUNCE_MS at the latest. A trainer that writes every 100 ms therefore wakes the
@@ -42,6 +48,15 @@ MISSING_POLL_S = 1.0
 # at most this plus one read), and where they can, as a safety net.
 POLL_S = 0.5
 SAFETY_POLL_S = 5.0
+# Reads are coalesced: at most one every MIN_READ_INTERVAL_S when a checkpoint, the
+# trainer record, run.toml or the directory changed, and one every STEADY_READ_INTERVAL_S
+# when only the files a trainer rewrites at every step did (history, state, samples, log);
+# where the run is polled, one every POLL_S (PacedReads.steady_s), which paces the changes already.
+MIN_READ_INTERVAL_S = 0.25
+STEADY_READ_INTERVAL_S = 1.0
+URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
+# How often a read loop waiting for its time looks whether it was cancelled.
+CANCEL_CHECK_S = 0.05
 
 
 def kinds_of(changes: set[tuple[watchfiles.Change, str]]) -> frozenset[str]:
@@ -152,3 +167,62 @@ def _follow_events(run_dir: Path, post: Callable[[frozenset[str]], None], stop: 
     except (OSError, RuntimeError):
         # The directory went away under the watcher, or inotify is exhausted: poll instead.
         _follow_polling(run_dir, post, stop, fingerprint)
+
+
+class PacedReads:
+    """The kinds asked for (by the watcher, the tick, a signal's answer) read one read at a
+    time, a burst of changes as one read, so reads never overlap and keys never wait for the
+    disk. :meth:`request` may be called from any thread: when no read loop runs, it asks
+    ``start(self)`` for one (a thread worker that calls :meth:`drain`, which returns as soon
+    as nothing is left, so quitting never waits for it). ``read`` is the run reader's; each
+    snapshot goes to ``post`` as ``message(snapshot, notices)``, a read that raised as
+    ``failed(notice)`` (a reader bug must not take the dashboard down)."""
+
+    def __init__(self, read: Callable[[frozenset[str]], tuple[RunSnapshot, list[Notice]]],
+                 post: Callable[[object], object], message: Callable[[RunSnapshot, list[Notice]], object],
+                 failed: Callable[[Notice], object], now: Callable[[], float],
+                 start: Callable[["PacedReads"], object]):
+        self.read, self.post, self.message, self.failed, self.now = read, post, message, failed, now
+        self.start = start
+        self.steady_s = STEADY_READ_INTERVAL_S
+        self._pending: set[str] = set()
+        self._running = False
+        self._wake = threading.Condition()
+        self._last_read = -math.inf
+
+    def request(self, kinds: set[str] | frozenset[str]) -> None:
+        with self._wake:
+            self._pending |= kinds
+            self._wake.notify()                 # an urgent kind may end the loop's wait sooner
+            if self._running:
+                return
+            self._running = True
+        if not self.start(self):                # the app is closing: no loop
+            with self._wake:
+                self._running = False
+
+    def drain(self, cancelled: Callable[[], bool]) -> None:
+        """Read what is asked for, paced, until nothing is left (or ``cancelled()``)."""
+        while (kinds := self._next(cancelled)) is not None:
+            self._last_read = time.monotonic()
+            try:
+                snapshot, notices = self.read(kinds)
+            except Exception as err:          # noqa: BLE001  (said, and the next read comes)
+                self.post(self.failed(Notice(self.now(), f"read failed: {err!r}", Level.ERROR)))
+                continue
+            self.post(self.message(snapshot, notices))
+
+    def _next(self, cancelled: Callable[[], bool]) -> frozenset[str] | None:
+        """The kinds of the next read, once its time has come; None (the loop ends) when
+        nothing is asked for or the loop is cancelled."""
+        with self._wake:
+            while self._pending and not cancelled():
+                every = MIN_READ_INTERVAL_S if self._pending & URGENT_KINDS else self.steady_s
+                wait = self._last_read + every - time.monotonic()
+                if wait <= 0:
+                    kinds = frozenset(self._pending)
+                    self._pending.clear()
+                    return kinds
+                self._wake.wait(min(wait, CANCEL_CHECK_S))
+            self._running = False
+            return None

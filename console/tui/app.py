@@ -14,6 +14,7 @@ import queue
 import subprocess
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -34,19 +35,12 @@ from ..model.snapshot import Notice, RunSnapshot, TrainerView
 from ..plot.canvas import PlotOptions
 from ..read.changes import pending_rollback
 from ..read.reader import RunReader
-from ..read.watcher import POLL_S, watch_run
+from ..read.watcher import POLL_S, STEADY_READ_INTERVAL_S, PacedReads, watch_run
 from .keys import CONTROL_ACTIONS
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady, WatchMode
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
 from .widgets import CheckpointsPane
 
-# Reads are coalesced: at most one every MIN_READ_INTERVAL_S when a checkpoint, the
-# trainer record, run.toml or the directory changed, and one every STEADY_READ_INTERVAL_S
-# when only the files a trainer rewrites at every step did (history, state, samples, log);
-# where the run is polled (console.read.watcher), one every poll, which paces the changes already.
-MIN_READ_INTERVAL_S = 0.25
-STEADY_READ_INTERVAL_S = 1.0
-URGENT_KINDS = frozenset({CHECKPOINTS, TRAINER, CONFIG, DIRECTORY})
 # The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
 TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
@@ -82,12 +76,8 @@ class ConsoleApp(App[None]):
         self.options = options or PlotOptions()
         self.window_steps = window
         self.snapshot: RunSnapshot | None = None
-        self._pending: set[str] = set()
-        self._reading = False
-        self._last_read = 0.0
-        self.steady_read_s = STEADY_READ_INTERVAL_S
-        self._lock = threading.Lock()
         self._stop_watch = threading.Event()
+        self.reads = self._paced_reads()
         self._child_reported = False
         self.sub_title = printable(self.run_dir.name)
 
@@ -98,7 +88,16 @@ class ConsoleApp(App[None]):
         self.dashboard = DashboardScreen(self.window_steps, self.options.smoothing)
         return self.dashboard
 
+    def _paced_reads(self) -> PacedReads:
+        return PacedReads(self.reader.read, self.post_message, SnapshotReady, ConsoleNotice, self.now,
+                          start=partial(self.call_later, self.read_loop))
+
     def on_mount(self) -> None:
+        self.follow_run()
+
+    def follow_run(self) -> None:
+        """Read the run now, then whatever the watcher (a thread worker until ``_stop_watch`` is
+        set) sees change."""
         self.request_read(ALL_KINDS)
         if self.watching:
             self.watch_files()
@@ -107,6 +106,9 @@ class ConsoleApp(App[None]):
         self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def on_unmount(self) -> None:
+        self.stop_following()
+
+    def stop_following(self) -> None:
         self._stop_watch.set()
 
     def started(self) -> None:
@@ -120,7 +122,7 @@ class ConsoleApp(App[None]):
             self.request_read({HISTORY})
         # The mirror the first frame came from, checked whole in the background; a stale one
         # makes the history read again (a message: this thread alone touches the widgets).
-        self.reader.verify_history_mirror(lambda: self.post_message(FilesChanged(frozenset({HISTORY}))))
+        self.reader.verify_history_mirror(lambda: self.reads.request({HISTORY}))
 
     def tick(self) -> None:
         # Files whose end read as NUL bytes not written yet are read again, though no change
@@ -139,57 +141,26 @@ class ConsoleApp(App[None]):
     # -- reading -----------------------------------------------------------------
     @work(thread=True, group="watch", exit_on_error=False)
     def watch_files(self) -> None:
-        watch_run(self.run_dir, lambda kinds: self.post_message(FilesChanged(kinds)), self._stop_watch,
-                  poll=self.poll, announce=lambda fs: self.post_message(WatchMode(fs.watched_by, not fs.events)))
+        # The changes go straight to the paced reads, never through the UI thread.
+        watch_run(self.run_dir, self.reads.request, self._stop_watch, poll=self.poll,
+                  announce=lambda fs: self.post_message(WatchMode(fs.watched_by, not fs.events)))
+
+    @work(thread=True, group="read", exit_on_error=False)
+    def read_loop(self, reads: PacedReads) -> None:
+        worker = get_current_worker()
+        reads.drain(lambda: worker.is_cancelled)
 
     def on_watch_mode(self, message: WatchMode) -> None:
         self.dashboard.watched_by = message.watched_by
         # Polled, the poll paces the changes already: a read as soon as one is seen.
-        self.steady_read_s = POLL_S if message.polling else STEADY_READ_INTERVAL_S
+        self.reads.steady_s = POLL_S if message.polling else STEADY_READ_INTERVAL_S
 
     def on_files_changed(self, message: FilesChanged) -> None:
         self.request_read(message.kinds)
 
     def request_read(self, kinds: set[str] | frozenset[str]) -> None:
-        """Queue kinds to re-read; one reader worker drains the queue, so reads never overlap
-        and a burst of changes becomes one read."""
-        with self._lock:
-            self._pending |= set(kinds)
-            if self._reading:
-                return
-            self._reading = True
-        self.read_loop()
-
-    @work(thread=True, group="read", exit_on_error=False)
-    def read_loop(self) -> None:
-        worker = get_current_worker()
-        while True:
-            # Nothing queued: the worker ends at once (so quitting never waits for it).
-            with self._lock:
-                if not self._pending or worker.is_cancelled:
-                    self._reading = False
-                    return
-                urgent = bool(self._pending & URGENT_KINDS)
-            last = self._last_read
-            wait = last + (MIN_READ_INTERVAL_S if urgent else self.steady_read_s) - time.monotonic()
-            while wait > 0 and not worker.is_cancelled:
-                time.sleep(min(wait, 0.05))
-                with self._lock:
-                    urgent = urgent or bool(self._pending & URGENT_KINDS)
-                wait = last + (MIN_READ_INTERVAL_S if urgent else self.steady_read_s) - time.monotonic()
-            with self._lock:
-                kinds = frozenset(self._pending)
-                self._pending.clear()
-                if worker.is_cancelled:
-                    self._reading = False
-                    return
-            self._last_read = time.monotonic()
-            try:
-                snap, notices = self.reader.read(kinds)
-            except Exception as err:          # a reader bug must not take the dashboard down
-                self.post_message(ConsoleNotice(Notice(self.now(), f"read failed: {err!r}", "error")))
-                continue
-            self.post_message(SnapshotReady(snap, notices))
+        """Queue kinds to re-read (a burst of changes becomes one read)."""
+        self.reads.request(kinds)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         if self.snapshot is None:
@@ -336,5 +307,5 @@ class ConsoleApp(App[None]):
         self.push_screen("help")
 
     async def action_quit(self) -> None:
-        self._stop_watch.set()
+        self.stop_following()
         self.exit()

@@ -16,7 +16,6 @@ from typing import Callable
 from textual import events, work
 
 from rundir import Verification, verify_trainer
-from rundir.layout import ALL_KINDS
 from rundir.run_summary import RunsSummarizer
 from rundir.storage import free_bytes
 
@@ -76,7 +75,7 @@ class OverviewApp(ConsoleApp):
         self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def on_unmount(self) -> None:
-        self._stop_runs.set()               # (the dashboard's handler stops its watcher)
+        self._stop_runs.set()               # (the dashboard's handler stops following the run)
 
     # -- the overview ------------------------------------------------------------------
     def scan(self) -> RunsScanned:
@@ -138,16 +137,15 @@ class OverviewApp(ConsoleApp):
                                 free_space=self.free_space)
         self.snapshot = None
         self._stop_watch = threading.Event()
+        self.reads = self._paced_reads()
         self.run_open = True
         self.dashboard = RunDashboardScreen(self.window_steps, self.options.smoothing)
         self.sub_title = printable(run_dir.name)
         self.push_screen(self.dashboard)
-        self.request_read(ALL_KINDS)
-        if self.watching:
-            self.watch_files()
+        self.follow_run()
 
     def action_back(self) -> None:
-        self._stop_watch.set()
+        self.stop_following()
         self.run_open = False
         self.run_dir = self.root
         self.snapshot = None
