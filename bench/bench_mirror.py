@@ -194,9 +194,9 @@ def run() -> list[Result]:
         def parse_typed() -> None:         # without the C scanner (an install with no compiler)
             from unittest import mock
 
-            from rundir.history import records
+            from rundir.history import ingest
 
-            with mock.patch.object(records, "scanned_columns", lambda *args: None):
+            with mock.patch.object(ingest, "scanned_columns", lambda *args: None):
                 parse()
 
         ours, base, ratio = paired_ratio(parse, parse_typed, repeat=7)

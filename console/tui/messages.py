@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class FilesChanged(Message):
-    """The watcher saw these kinds of run-directory files change."""
+    """A signal worker saw these kinds of run-directory files change (a checkpoint landed, the
+    trainer exited): read them again. (The watcher hands its changes to the paced reads itself.)"""
 
     kinds: frozenset[str]
 

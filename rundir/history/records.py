@@ -30,7 +30,6 @@ import orjson
 
 from . import limits
 from .keys import SeriesKeys
-from .line_scan import scanned_columns
 
 FLOAT_COLUMNS = ("loss", "lr", "grad_norm", "time")
 
@@ -303,41 +302,50 @@ def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], by
     return Batch(block, found, [])
 
 
-_EVENT_KEY = b'"event"'
+EVENT_KEY = b'"event"'                         # how an event line shows in a batch's bytes
 
 
 _PLACEHOLDER_STEP = -7                          # never a valid step: an event's place in the decode
 _PLACEHOLDER = b'{"step":-7}'
 
 
-def typed_series_batch(buf: bytearray, start: int, end: int, first: int, keys: SeriesKeys, n: int | None,
-                       event_at: Callable[[int], tuple[int, int] | None], retry: bool = True) -> Batch | None:
-    """The fast path of the incremental reader: the elements of the JSON array in
-    ``buf[start:end + 1]`` (``buf[start]`` is "[", ``buf[end]`` "]"; ``n`` elements when
-    known), the first numbered ``first``, decoded typed into ``keys``'s struct, which refuses
-    a key it does not know. Event lines (found by their ``"event"`` key: ``event_at`` gives
-    the separators around the element holding an offset, or None) are read whole, and stand
-    in the typed decode as a placeholder (their bytes put back after it), so that an event's
-    own keys are never taken for a step line's. A batch with a key never seen (or a value of
-    another type) is read whole once, which teaches ``keys`` its keys. None when anything
-    needs :func:`careful_batch` line by line (as :func:`typed_batch`)."""
+def batch_events(buf: bytearray, start: int, end: int, event_at: Callable[[int], tuple[int, int] | None]
+                 ) -> tuple[list[tuple[int, int]], list[Any]] | None:
+    """The event lines of the batch in ``buf[start:end + 1]``, found by their ``"event"``
+    key (``event_at`` gives the separators around the element holding an offset, or None):
+    their separators and their records, read whole. None when an ``"event"`` is anything
+    else (the careful path says what)."""
     spans: list[tuple[int, int]] = []
     pos = after = start
-    while (hit := buf.find(_EVENT_KEY, pos, end)) >= 0:
+    while (hit := buf.find(EVENT_KEY, pos, end)) >= 0:
         span = event_at(hit)
         if span is None or span[0] < after or span[1] > end or span[1] - span[0] - 1 < len(_PLACEHOLDER):
             return None
         spans.append(span)
         after = span[1]
         pos = after + 1
-    texts = [bytes(buf[before + 1:after]) for before, after in spans]
-    records = [parse_line(text) for text in texts]
+    records = [parse_line(bytes(buf[before + 1:after])) for before, after in spans]
     if any(line_kind(record)[0] != EVENT for record in records):
-        return None                             # "event" somewhere else: the careful path says what it is
-    scanned = scanned_columns(buf, start, end, n, keys, spans) if n is not None else None
-    if scanned is not None:                     # the C scanner read it (else the typed decode does)
-        block, at = scanned
-        return Batch(block, [(record, first + i, i - k) for k, (record, i) in enumerate(zip(records, at))], [])
+        return None
+    return spans, records
+
+
+def typed_series_batch(buf: bytearray, start: int, end: int, first: int, keys: SeriesKeys, n: int | None,
+                       event_at: Callable[[int], tuple[int, int] | None], retry: bool = True) -> Batch | None:
+    """The typed decode of a batch (the incremental reader's path when the C scanner gave
+    up or is not built, :mod:`.ingest`): the elements of the JSON array in
+    ``buf[start:end + 1]`` (``buf[start]`` is "[", ``buf[end]`` "]"; ``n`` elements when
+    known), the first numbered ``first``, decoded typed into ``keys``'s struct, which refuses
+    a key it does not know. Event lines (:func:`batch_events`) are read whole, and stand
+    in the typed decode as a placeholder (their bytes put back after it), so that an event's
+    own keys are never taken for a step line's. A batch with a key never seen (or a value of
+    another type) is read whole once, which teaches ``keys`` its keys. None when anything
+    needs :func:`careful_batch` line by line (as :func:`typed_batch`)."""
+    found_events = batch_events(buf, start, end, event_at)
+    if found_events is None:
+        return None
+    spans, records = found_events
+    texts = [bytes(buf[before + 1:after]) for before, after in spans]
     decoded, refused = _decode_around(buf, start, end, keys, spans, texts)
     if refused:
         return _read_whole(buf, start, end, first, keys, n, event_at) if retry else None

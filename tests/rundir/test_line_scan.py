@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from rundir import _line_scan  # noqa: F401  (built at install: CI has a compiler)
 from rundir.history import LossHistory, limits
-from rundir.history import records
+from rundir.history import ingest, records
 from rundir.history.keys import SeriesKeys
-from rundir.history.line_scan import scanned_columns
+from rundir.history.ingest import scanned_columns
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "60"))
 
@@ -189,7 +189,7 @@ def lines(draw):
 
 
 def read(path, scanner: bool) -> LossHistory:
-    with mock.patch.object(records, "scanned_columns", records.scanned_columns if scanner else lambda *a: None):
+    with mock.patch.object(ingest, "scanned_columns", ingest.scanned_columns if scanner else lambda *a: None):
         history = LossHistory(path)
         history.refresh()
     return history
@@ -217,13 +217,13 @@ def test_a_plain_batch_is_read_by_the_scanner(tmp_path):
     path = tmp_path / ".loss.json"
     path.write_bytes(b"".join(TRAINER_LINE.replace(b'"step":12', b'"step":%d' % s) + b"\n" for s in range(3000)))
     calls = []
-    real = records.scanned_columns
+    real = ingest.scanned_columns
 
     def counted(*args):
         calls.append(real(*args) is not None)
         return real(*args)
 
-    with mock.patch.object(records, "scanned_columns", counted), \
+    with mock.patch.object(ingest, "scanned_columns", counted), \
             mock.patch.object(records, "_decode_around", side_effect=AssertionError("the typed decode ran")), \
             mock.patch.multiple(limits, BLOCK_LINES=1000):
         history = LossHistory(path)
