@@ -110,7 +110,9 @@ def _rate(h: "HistoryView", numerator: np.ndarray) -> Values:
         return steps, rate
 
     def per_s(d_num: np.ndarray, d_t: np.ndarray) -> np.ndarray:
-        return np.where(d_t > 0, d_num / np.where(d_t > 0, d_t, 1.0), np.nan)
+        out = d_num / d_t
+        out[~(d_t > 0)] = np.nan                # no time passed (or a clock gone back): no rate
+        return out
     # Any float a file holds: a difference that overflows is inf, one of infinities NaN (not plotted).
     with np.errstate(all="ignore"):
         if n > w:
@@ -141,10 +143,11 @@ def _arm_code(h: "HistoryView", name: str) -> int:
 def _share(h: "HistoryView", name: str) -> Values:
     code = _arm_code(h, name)
     hits = np.cumsum(h.arm_column == code, dtype=np.float64)
-    n = len(hits)
-    rows = np.arange(n)
-    before = np.where(rows >= SHARE_WINDOW, hits[np.maximum(rows - SHARE_WINDOW, 0)], 0.0)
-    return h.step, (hits - before) / np.minimum(rows + 1, SHARE_WINDOW)
+    share = hits.copy()
+    share[SHARE_WINDOW:] -= hits[:-SHARE_WINDOW]        # the pulls of the last SHARE_WINDOW rows
+    share[:SHARE_WINDOW] /= np.arange(1, min(len(hits), SHARE_WINDOW) + 1)
+    share[SHARE_WINDOW:] /= SHARE_WINDOW
+    return h.step, share
 
 
 def _prob(h: "HistoryView", name: str) -> Values:

@@ -58,11 +58,16 @@ def series_rows(h: "HistoryView", zoom: tuple[int, int] | None = None, cursor: i
     return [series_row(h, name, zoom, cursor) for name in available(h)]
 
 
+# Below this magnitude a sum of values cannot overflow a float64 (2**53 of them at most).
+PLAIN_SUM_BELOW = 1e290
+
+
 def _mean(values: np.ndarray, largest: float) -> float:
     """The mean of finite ``values`` whose largest magnitude is ``largest``, without overflow:
-    summed as fractions of it (two values of 1e308 have the mean 1e308, not inf)."""
-    if largest == 0.0:
-        return 0.0
+    near a float's range summed as fractions of it (two values of 1e308 have the mean 1e308,
+    not inf), else as they are (no temporary copy of a long column)."""
+    if largest < PLAIN_SUM_BELOW:
+        return float(np.mean(values, dtype=np.float64))
     return largest * float(np.mean(values / largest, dtype=np.float64))
 
 
@@ -72,15 +77,15 @@ def series_row(h: "HistoryView", name: str, zoom: tuple[int, int] | None = None,
     if zoom is not None:
         lo, hi = np.searchsorted(steps, zoom[0], "left"), np.searchsorted(steps, zoom[1], "right")
         steps, values = steps[lo:hi], values[lo:hi]
-    ok = np.flatnonzero(np.isfinite(values))
+    finite = np.isfinite(values)
     at = value_at(h, name, cursor) if cursor is not None else math.nan
-    if not len(ok):
+    vals, where = (values, steps) if finite.all() else (values[finite], steps[finite])     # mostly all: no copies
+    if not len(vals):
         return SeriesRow(name, spec_of(name).label, 0, at, *(math.nan, None) * 3, math.nan, math.nan, None)
-    vals, where = values[ok], steps[ok]
     i_min, i_max = int(np.argmin(vals)), int(np.argmax(vals))
     best = better_of(name)
     i_best = i_min if best == "min" else i_max if best == "max" else None
-    return SeriesRow(name, spec_of(name).label, len(ok), at, float(vals[-1]), int(where[-1]),
+    return SeriesRow(name, spec_of(name).label, len(vals), at, float(vals[-1]), int(where[-1]),
                      float(vals[i_min]), int(where[i_min]), float(vals[i_max]), int(where[i_max]),
                      _mean(vals, max(abs(float(vals[i_min])), abs(float(vals[i_max])))),
                      float(vals[i_best]) if i_best is not None else math.nan,
