@@ -23,7 +23,7 @@ from textual.app import App
 from textual.dom import DOMNode
 from textual.worker import get_current_worker
 
-from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, HISTORY, TRAINER
+from rundir.layout import ALL_KINDS, HISTORY, TRAINER
 
 from ..actions.alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
 from ..actions.pivot_runner import pending_pivot
@@ -109,6 +109,7 @@ class ConsoleApp(App[None]):
         self.stop_following()
 
     def stop_following(self) -> None:
+        """The watcher stops; a read under way ends with its snapshot (one of a closed run is dropped)."""
         self._stop_watch.set()
 
     def started(self) -> None:
@@ -121,7 +122,7 @@ class ConsoleApp(App[None]):
         if self.reader.findings.grad_pending:
             self.request_read({HISTORY})
         # The mirror the first frame came from, checked whole in the background; a stale one
-        # makes the history read again (a message: this thread alone touches the widgets).
+        # makes the history read again (asked of the paced reads from the check's thread).
         self.reader.verify_history_mirror(lambda: self.reads.request({HISTORY}))
 
     def tick(self) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from console.read.watcher import RunFingerprint, watch_run
+from console.read.watcher import PacedReads, RunFingerprint, watch_run
 from rundir.filesystems import Filesystem
-from rundir.layout import CHECKPOINTS, HISTORY, STATE, TRAINER
+from rundir.layout import CHECKPOINTS, HISTORY, SAMPLES, STATE, TRAINER
 from tests.mounts import bindfs
 from tests.rundirs import make_run
 
@@ -90,3 +90,66 @@ def test_a_local_disk_uses_events_and_poll_forces_polling(tmp_path):
         assert watching.announced[0].watched_by.startswith("polling · ")
         append_step(run, 7)
         watching.wait(lambda: watching.saw(HISTORY), "the history's growth, polled")
+
+
+class Loops:
+    """PacedReads whose read loops run in real threads; what it read and posted."""
+
+    def __init__(self, read):
+        self.threads: list[threading.Thread] = []
+        self.posted: list[tuple] = []
+        self.reads = PacedReads(read, self.posted.append, lambda snapshot, notices: ("snapshot", snapshot),
+                                lambda notice: ("failed", notice.text), time.time, self.start)
+        self.reads.steady_s = 0.0
+
+    def start(self, reads: PacedReads) -> bool:
+        thread = threading.Thread(target=reads.drain, args=(lambda: False,), daemon=True)
+        self.threads.append(thread)
+        thread.start()
+        return True
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(30)
+            assert not thread.is_alive(), "a read loop did not end with nothing left to read"
+
+
+def test_paced_reads_make_a_burst_one_read_and_end_when_nothing_is_left():
+    gate, read = threading.Event(), []
+
+    def first_waits(kinds):
+        read.append(kinds)
+        if len(read) == 1:
+            assert gate.wait(30)
+        return len(read), []
+
+    loops = Loops(first_waits)
+    loops.reads.request({HISTORY})
+    deadline = time.monotonic() + 30
+    while not read:
+        assert time.monotonic() < deadline, "the first read never came"
+        time.sleep(0.01)
+    loops.reads.request({STATE})                 # while the first read is under way
+    loops.reads.request({SAMPLES})
+    assert len(loops.threads) == 1               # one loop: reads never overlap
+    gate.set()
+    loops.join()
+    assert read == [{HISTORY}, {STATE, SAMPLES}]         # the burst became one read
+    assert loops.posted == [("snapshot", 1), ("snapshot", 2)]
+    loops.reads.request({HISTORY})               # the loop ended: a new one reads this
+    loops.join()
+    assert len(loops.threads) == 2 and read[-1] == {HISTORY}
+
+
+def test_a_read_that_raises_is_said_and_the_next_one_comes():
+    def fails_once(kinds):
+        if HISTORY in kinds:
+            raise RuntimeError("boom")
+        return "read", []
+
+    loops = Loops(fails_once)
+    loops.reads.request({HISTORY})
+    loops.join()
+    loops.reads.request({STATE})
+    loops.join()
+    assert loops.posted == [("failed", "read failed: RuntimeError('boom')"), ("snapshot", "read")]
