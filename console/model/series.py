@@ -109,19 +109,20 @@ def _rate(h: "HistoryView", numerator: np.ndarray) -> Values:
     if n == 0:
         return steps, rate
 
-    def per_s(d_num: np.ndarray, d_t: np.ndarray) -> np.ndarray:
-        out = d_num / d_t
+    def per_s(d_num: np.ndarray, d_t: np.ndarray, out: np.ndarray) -> np.ndarray:
+        np.divide(d_num, d_t, out=out)          # in place: a long history's column is not copied again
         out[~(d_t > 0)] = np.nan                # no time passed (or a clock gone back): no rate
         return out
     # Any float a file holds: a difference that overflows is inf, one of infinities NaN (not plotted).
     with np.errstate(all="ignore"):
         if n > w:
-            rate[w:] = per_s(numerator[w:] - numerator[:-w], times[w:] - times[:-w])
+            d_num = np.subtract(numerator[w:], numerator[:-w])
+            per_s(d_num, np.subtract(times[w:], times[:-w]), rate[w:])
         starts = _segment_starts(h, steps, times)
         ends = np.append(starts[1:], n)
         fix = np.concatenate([np.arange(a, min(a + w, b)) for a, b in zip(starts.tolist(), ends.tolist())])
         first = np.repeat(starts, np.minimum(ends - starts, w))
-        rate[fix] = per_s(numerator[fix] - numerator[first], times[fix] - times[first])
+        rate[fix] = per_s(numerator[fix] - numerator[first], times[fix] - times[first], np.empty(len(fix)))
     return steps, rate
 
 

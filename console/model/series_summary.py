@@ -71,6 +71,12 @@ def _mean(values: np.ndarray, largest: float) -> float:
     return largest * float(np.mean(values / largest, dtype=np.float64))
 
 
+def _first(values: np.ndarray, extreme) -> int:
+    """The index of the first of ``values`` at their ``extreme`` (``np.min`` or ``np.max``), as
+    ``np.argmin`` says, without its copy of a read-only column (a snapshot's are)."""
+    return int(np.argmax(values == extreme(values)))
+
+
 def series_row(h: "HistoryView", name: str, zoom: tuple[int, int] | None = None,
                cursor: int | None = None) -> SeriesRow:
     steps, values = series_values(h, name)
@@ -82,7 +88,7 @@ def series_row(h: "HistoryView", name: str, zoom: tuple[int, int] | None = None,
     vals, where = (values, steps) if finite.all() else (values[finite], steps[finite])     # mostly all: no copies
     if not len(vals):
         return SeriesRow(name, spec_of(name).label, 0, at, *(math.nan, None) * 3, math.nan, math.nan, None)
-    i_min, i_max = int(np.argmin(vals)), int(np.argmax(vals))
+    i_min, i_max = _first(vals, np.min), _first(vals, np.max)
     best = better_of(name)
     i_best = i_min if best == "min" else i_max if best == "max" else None
     return SeriesRow(name, spec_of(name).label, len(vals), at, float(vals[-1]), int(where[-1]),
