@@ -42,6 +42,7 @@ import numpy as np
 
 from .checkpoint import HEADER_SIZE, CheckpointError, CheckpointInfo, expected_size, inspect_checkpoint
 from .checkpoint_layout import AdamSettings, Layout, TensorSlice, adam_settings, layout_of
+from .filesystems import filesystem_of
 from .safe_read import open_regular
 
 try:        # the fused passes over a chunk (rundir/_tensor_sums.c), built at install when a C compiler is there
@@ -130,9 +131,13 @@ class InspectReport:
 
 
 # -- reading ------------------------------------------------------------------------
-class _Mapped:
-    """A valid checkpoint's three arrays over one read-only mapping; pages are dropped
-    from the mapping as they are read, so the resident set stays a few megabytes per array."""
+class _Arrays:
+    """A valid checkpoint's three arrays, over one read-only mapping where it is safe; pages are dropped
+    from the mapping as they are read, so the resident set stays a few megabytes per array.
+    On a shared filesystem (:mod:`rundir.filesystems`) the arrays are read a chunk at a time
+    instead (:class:`_Slices`): a mapping of a file another host removes or truncates can
+    raise SIGBUS, and a FUSE file opened for direct I/O cannot be mapped at all (ENODEV,
+    which is tried too)."""
 
     def __init__(self, info: CheckpointInfo):
         assert info.n_params is not None
@@ -140,13 +145,24 @@ class _Mapped:
         self.n = n = info.n_params
         size = expected_size(n)
         fd, st = open_regular(info.path)
+        self._mm: mmap.mmap | None = None
         try:
             if st.st_size != size:      # replaced or cut since the quick look
                 raise CheckpointError(f"{info.path.name}: changed while being opened ({st.st_size} bytes, "
                                       f"expected {size})")
-            self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            if not filesystem_of(info.path).shared:
+                try:
+                    self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+                except OSError:
+                    pass
+            if self._mm is None:        # read from the descriptor just checked, which stays open
+                self._fd, fd = fd, -1
+                self.w, self.m, self.v = (_Slices(self._fd, HEADER_SIZE + 4 * k * n, n, info.path.name)
+                                          for k in range(3))
+                return
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         if hasattr(mmap, "MADV_SEQUENTIAL"):
             self._mm.madvise(mmap.MADV_SEQUENTIAL)
         flat = np.frombuffer(self._mm, dtype="<f4", offset=HEADER_SIZE, count=3 * n)
@@ -157,7 +173,7 @@ class _Mapped:
         """Drop the pages of every array's values before ``upto`` (only whole pages), once
         at least :data:`RELEASE_VALUES` of each are waiting: one call per few megabytes,
         not per chunk, since each call costs a TLB flush."""
-        if not hasattr(mmap, "MADV_DONTNEED") or upto - min(self._dropped) < RELEASE_VALUES:
+        if self._mm is None or not hasattr(mmap, "MADV_DONTNEED") or upto - min(self._dropped) < RELEASE_VALUES:
             return
         for k in range(3):
             lo = (HEADER_SIZE + 4 * (k * self.n + self._dropped[k])) // mmap.PAGESIZE * mmap.PAGESIZE
@@ -168,10 +184,28 @@ class _Mapped:
 
     def close(self) -> None:
         del self.w, self.m, self.v
+        if self._mm is None:
+            os.close(self._fd)
+            return
         try:
             self._mm.close()
         except BufferError:         # a view still alive somewhere: the mapping goes with it
             pass
+
+
+class _Slices:
+    """One of a checkpoint's arrays, where it is not mapped: ``[lo:hi]`` reads those values
+    from the open descriptor (a file cut short meanwhile raises :class:`CheckpointError`)."""
+
+    def __init__(self, fd: int, offset: int, n: int, name: str):
+        self.fd, self.offset, self.n, self.name = fd, offset, n, name
+
+    def __getitem__(self, values: slice) -> np.ndarray:
+        lo, hi, _ = values.indices(self.n)
+        data = os.pread(self.fd, 4 * (hi - lo), self.offset + 4 * lo)
+        if len(data) != 4 * (hi - lo):
+            raise CheckpointError(f"{self.name}: cut short while being read")
+        return np.frombuffer(data, dtype="<f4")
 
 
 def open_valid(path: str | os.PathLike[str]) -> CheckpointInfo:
@@ -386,9 +420,9 @@ def inspect_file(path: str | os.PathLike[str], against: str | os.PathLike[str] |
             raise CheckpointError(f"cannot compare {info.path.name} with {other.path.name}: not the same shape ({why})")
         if layout.kind != "model" and other_layout.kind == "model":
             layout = other_layout   # the names and shapes the other's .json gives
-    a = _Mapped(info)
+    a = _Arrays(info)
     try:
-        b = _Mapped(other) if other is not None else None
+        b = _Arrays(other) if other is not None else None
     except BaseException:
         a.close()
         raise
@@ -407,7 +441,7 @@ def inspect_file(path: str | os.PathLike[str], against: str | os.PathLike[str] |
                          _summary(other) if other is not None else None)
 
 
-def _read(a: _Mapped, b: _Mapped | None, layout: Layout, adam: AdamSettings, progress: Progress | None,
+def _read(a: _Arrays, b: _Arrays | None, layout: Layout, adam: AdamSettings, progress: Progress | None,
           cancelled: Callable[[], bool] | None, chunk_values: int, threads: int) -> tuple[list[TensorStats], _Sums]:
     """Sum every chunk and add the sums up tensor by tensor, in file order: in this
     thread when ``threads`` is 1, else in a pool (numpy lets go of the GIL) with at most

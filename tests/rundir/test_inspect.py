@@ -361,3 +361,22 @@ def test_progress_reaches_the_end_and_cancel_stops(tmp_path):
 
     with pytest.raises(InspectCancelled):
         inspect_file(path, cancelled=cancelled, chunk_values=4096)
+
+
+def test_a_checkpoint_on_a_shared_filesystem_is_read_not_mapped_with_the_same_report(tmp_path, monkeypatch):
+    """Through a FUSE view (as a login node sees a compute node's run) the inspector reads the
+    arrays a chunk at a time: no mapping is made, and the report is the local one, exactly."""
+    from tests.mounts import bindfs
+
+    run = make_run(tmp_path / "node" / "run", checkpoints=(100, 200), model_sized=True)
+    local = inspect_file(run / "step_000200.bin", run / "step_000100.bin", chunk_values=1000, threads=2).to_json()
+    mapped = []
+    real_mmap = rundir.inspect.mmap.mmap
+    monkeypatch.setattr(rundir.inspect.mmap, "mmap", lambda *a, **k: mapped.append(a) or real_mmap(*a, **k))
+    with bindfs(tmp_path / "node", tmp_path / "login") as login:
+        shared = inspect_file(login / "run" / "step_000200.bin", login / "run" / "step_000100.bin",
+                              chunk_values=1000, threads=2).to_json()
+    assert not mapped
+    assert {k: v for k, v in shared.items() if k not in ("path", "against")} == \
+        {k: v for k, v in local.items() if k not in ("path", "against")}
+    assert shared["against"]["step"] == 100
