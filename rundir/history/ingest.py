@@ -39,7 +39,6 @@ try:
 except ImportError:                 # no C compiler at install: the typed decode reads every batch
     _scan = None
 
-SCANNER_BUILT = _scan is not None
 # The C scanner's code of each key a step line's columns take (rundir/_line_scan.c).
 _BASE_CODES = {"step": 0, "tokens": 1, "arm": 2, "loss": 3, "lr": 4, "grad_norm": 5, "time": 6, "event": 7}
 _OTHER_CODE, _SERIES_CODE = 8, 16
