@@ -136,6 +136,10 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"{run_dir} exists and is not a directory")
     config, create, overrides = _resolve_config(args, run_dir)
+    if config.config is not None and not config.arms:
+        raise InputError(f"{run_dir} is a run of another training loop (its run.toml holds that loop's [config], "
+                         "written by rundir.open_run): andrea-train trains its own runs only; resume this one "
+                         "with its own script, or give andrea-train a new directory")
     device = _resolve_device(config.run.device)
     # "auto" made concrete for this device: a new run.toml records it, so the run keeps its
     # precision wherever it is resumed.

@@ -156,3 +156,13 @@ def test_a_run_file_that_is_not_a_regular_file(trained, capsys, name, what):
         path.symlink_to("/dev/null")
     refused(trained, capsys, expect=f"{path} is {what}, not a regular file")
     assert not (trained / ".trainer.json").is_file()
+
+
+def test_a_run_of_another_training_loop_is_named_as_such(tmp_path, capsys):
+    import rundir
+
+    run = tmp_path / "lightning"
+    with rundir.open_run(run, config={"lr": 0.1}) as api_run:
+        api_run.log(1, loss=2.0)
+    capsys.readouterr()
+    refused(run, capsys, expect="is a run of another training loop")
