@@ -1,4 +1,4 @@
-/* The history reader's fast path for a batch of step lines (rundir/history/line_scan.py):
+/* The history reader's fast path for a batch of step lines (rundir/history/ingest.py):
  * the JSON array that the reader makes of a batch of lines (its newlines turned into
  * commas), read straight into the step columns, with no Python object per line.
  *

@@ -459,9 +459,10 @@ def _read(a: _Arrays, b: _Arrays | None, layout: Layout, adam: AdamSettings, pro
         bufs = getattr(local, "bufs", None)
         if bufs is None:
             bufs = local.bufs = _Buffers(chunk_values)
-        mm = _add_chunk(s, a.w[lo:hi], a.m[lo:hi], a.v[lo:hi], bufs, eps2, eps_scaled, with_update)
+        w, m = a.w[lo:hi], a.m[lo:hi]           # once: where not mapped, each slice is a read
+        mm = _add_chunk(s, w, m, a.v[lo:hi], bufs, eps2, eps_scaled, with_update)
         if b is not None:
-            _add_against(s, a.w[lo:hi], a.m[lo:hi], b.w[lo:hi], b.m[lo:hi], bufs, mm)
+            _add_against(s, w, m, b.w[lo:hi], b.m[lo:hi], bufs, mm)
         return s
 
     def add_quietly(s: _Sums, lo: int, hi: int) -> _Sums:

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from . import late_bytes
+from .filesystems import filesystem_of
 
 T = TypeVar("T")
 
@@ -168,6 +169,8 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int, name: str | None = 
 
 # The waits between the reads of a file that ends in NUL bytes (0.35 s in all, at most).
 LATE_RETRIES_S = (0.05, 0.1, 0.2)
+# How many times a read to the end goes on when the file's stat then says it is longer.
+READ_ROUNDS = 3
 
 
 def _read_whole(path: Path, max_bytes: int, name: str | None) -> tuple[FileRead[bytes], float]:
@@ -188,12 +191,18 @@ def _read_whole(path: Path, max_bytes: int, name: str | None) -> tuple[FileRead[
             return FileRead(None, f"{name}: {_size(st.st_size)}, larger than the {_size(max_bytes)} such a file may "
                                   "be: not read"), 0.0
         chunks, total = [], 0
-        while total <= max_bytes:           # the size can change while we read: stay bounded
-            chunk = os.read(fd, min(max_bytes + 1 - total, 16 * MiB))
-            if not chunk:
+        for _ in range(READ_ROUNDS):
+            while total <= max_bytes:       # the size can change while we read: stay bounded
+                chunk = os.read(fd, min(max_bytes + 1 - total, 16 * MiB))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            # Through a mount that caches attributes (FUSE, NFS) a file replaced meanwhile can
+            # read as its predecessor's size, cut short; the descriptor's stat asks afresh and
+            # the rest is then there to read.
+            if total > max_bytes or os.fstat(fd).st_size <= total:
                 break
-            chunks.append(chunk)
-            total += len(chunk)
         if total > max_bytes:
             return FileRead(None, f"{name}: grew past the {_size(max_bytes)} such a file may be: not read"), 0.0
         return FileRead(b"".join(chunks)), st.st_mtime
@@ -216,11 +225,37 @@ def parse_json(raw: bytes, name: str) -> FileRead[Any]:
 
 
 def read_json(path: str | os.PathLike[str], max_bytes: int, name: str | None = None) -> FileRead[Any]:
-    """A bounded, non-blocking read of a JSON file; the value or one line naming the problem."""
-    read = read_bytes(path, max_bytes, name)
-    if not read.ok:
-        return FileRead(None, read.error, read.missing)
-    return parse_json(read.value, name or Path(path).name)
+    """A bounded, non-blocking read of a JSON file; the value or one line naming the problem.
+
+    On a shared filesystem, one written in the last few seconds that does not parse is read
+    again, for a little longer than a mount caches attributes: through such a mount (FUSE's
+    attr_timeout) a file replaced while it was opened can read as its predecessor's size, cut
+    short, until the cached size expires."""
+    waits = iter(CUT_RETRIES_S)
+    while True:
+        read = read_bytes(path, max_bytes, name)
+        if not read.ok:
+            return FileRead(None, read.error, read.missing)
+        parsed = parse_json(read.value, name or Path(path).name)
+        if parsed.ok or not _written_lately_on_a_shared_filesystem(path):
+            return parsed
+        wait = next(waits, None)
+        if wait is None:
+            return parsed
+        time.sleep(wait)
+
+
+# The waits between the reads of a JSON file that may have been cut short (1.5 s in all: a
+# FUSE mount's default attribute cache is 1 s).
+CUT_RETRIES_S = (0.1, 0.2, 0.4, 0.8)
+
+
+def _written_lately_on_a_shared_filesystem(path: str | os.PathLike[str]) -> bool:
+    try:
+        recent = time.time() - os.stat(path).st_mtime < late_bytes.GRACE_S
+    except OSError:
+        return False
+    return recent and filesystem_of(path).shared
 
 
 def read_json_object(path: str | os.PathLike[str], max_bytes: int,

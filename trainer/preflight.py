@@ -56,6 +56,10 @@ class Plan:
 def _resolve_config(args: argparse.Namespace, run_dir: Path) -> tuple[RunConfig, bool, dict[str, Any]]:
     if (run_dir / RUN_TOML).exists():
         config = load_run_config(run_dir)
+        if config.config is not None and not config.arms:
+            raise InputError(f"{run_dir} is a run of another training loop (its run.toml holds that loop's "
+                             "[config], written by rundir.open_run): andrea-train trains its own runs only; "
+                             "resume this one with its own script, or give andrea-train a new directory")
         if args.preset and args.preset != config.run.preset:
             raise InputError(f"{run_dir / RUN_TOML} says preset {config.run.preset!r}, --preset says {args.preset!r}: "
                              "the model of an existing run is changed in run.toml, not by a flag")
@@ -136,10 +140,6 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError(f"{run_dir} exists and is not a directory")
     config, create, overrides = _resolve_config(args, run_dir)
-    if config.config is not None and not config.arms:
-        raise InputError(f"{run_dir} is a run of another training loop (its run.toml holds that loop's [config], "
-                         "written by rundir.open_run): andrea-train trains its own runs only; resume this one "
-                         "with its own script, or give andrea-train a new directory")
     device = _resolve_device(config.run.device)
     # "auto" made concrete for this device: a new run.toml records it, so the run keeps its
     # precision wherever it is resumed.

@@ -187,11 +187,14 @@ class PacedReads:
         self.steady_s = STEADY_READ_INTERVAL_S
         self._pending: set[str] = set()
         self._running = False
+        self._closed = False
         self._wake = threading.Condition()
         self._last_read = -math.inf
 
     def request(self, kinds: set[str] | frozenset[str]) -> None:
         with self._wake:
+            if self._closed:
+                return
             self._pending |= kinds
             self._wake.notify()                 # an urgent kind may end the loop's wait sooner
             if self._running:
@@ -200,6 +203,13 @@ class PacedReads:
         if not self.start(self):                # the app is closing: no loop
             with self._wake:
                 self._running = False
+
+    def close(self) -> None:
+        """Nothing more is read: what is asked for now and later is dropped (the run was closed)."""
+        with self._wake:
+            self._closed = True
+            self._pending.clear()
+            self._wake.notify()
 
     def drain(self, cancelled: Callable[[], bool]) -> None:
         """Read what is asked for, paced, until nothing is left (or ``cancelled()``)."""

@@ -94,6 +94,9 @@ class ConsoleApp(App[None]):
 
     def on_mount(self) -> None:
         self.follow_run()
+        if self.tick_s:
+            self.set_interval(self.tick_s, self.tick)
+        self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def follow_run(self) -> None:
         """Read the run now, then whatever the watcher (a thread worker until ``_stop_watch`` is
@@ -101,16 +104,15 @@ class ConsoleApp(App[None]):
         self.request_read(ALL_KINDS)
         if self.watching:
             self.watch_files()
-        if self.tick_s:
-            self.set_interval(self.tick_s, self.tick)
-        self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def on_unmount(self) -> None:
         self.stop_following()
 
     def stop_following(self) -> None:
-        """The watcher stops; a read under way ends with its snapshot (one of a closed run is dropped)."""
+        """The watcher stops and the run's reads with it: nothing more is read (a read under way
+        ends with its snapshot, which a closed run's view drops)."""
         self._stop_watch.set()
+        self.reads.close()
 
     def started(self) -> None:
         """Start-up is over (the first full frame is painted). ``andrea-console`` keeps the

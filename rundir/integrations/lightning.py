@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import RESERVED, scalars
+
 __all__ = ["RundirCallback"]
 
 
@@ -31,7 +33,6 @@ def _build() -> type:
 
     from ..layout import EXTERNAL_CHECKPOINTS_DIR
     from ..run import Run, open_run
-    from . import RESERVED, scalars
 
     class RundirCallback(Callback):
         """Logs, checkpoints and stops a Lightning ``fit`` for the console. ``run``: a run
@@ -56,7 +57,7 @@ def _build() -> type:
             step = trainer.global_step
             if step > self._logged:             # an optimizer step completed (not an accumulation)
                 self._logged = step
-                self._log(trainer, step, outputs)
+                _log_step(self.run, trainer, step, outputs)
             self._save_requested(trainer)
             if self.run.stop_requested:
                 trainer.should_stop = True
@@ -65,22 +66,6 @@ def _build() -> type:
                 connector = getattr(trainer, "_signal_connector", None)
                 if connector is not None and hasattr(connector, "received_sigterm"):
                     connector.received_sigterm = False
-
-        def _log(self, trainer: Any, step: int, outputs: Any) -> None:
-            # The step's own loss at every step; the logged metrics (computed anew at each access
-            # of callback_metrics: the callback's largest cost) at Lightning's log_every_n_steps.
-            out = outputs.get("loss") if isinstance(outputs, dict) else outputs
-            loss = out.item() if hasattr(out, "item") and getattr(out, "ndim", 0) == 0 else None
-            every = getattr(trainer, "log_every_n_steps", 1) or 1
-            metrics = scalars(trainer.callback_metrics) if step % every == 0 or loss is None else {}
-            named = metrics.pop("loss", metrics.pop("train_loss", None))
-            loss = named if loss is None else loss
-            lr = None
-            if trainer.optimizers and trainer.optimizers[0].param_groups:
-                lr = trainer.optimizers[0].param_groups[0].get("lr")
-            grad_norm = metrics.pop("grad_norm", None)
-            extra = {key: value for key, value in metrics.items() if key not in RESERVED}
-            self.run.log(step, loss=loss, lr=lr if isinstance(lr, float) else None, grad_norm=grad_norm, **extra)
 
         def _save_requested(self, trainer: Any) -> None:
             if self.run.checkpoint_requested:
@@ -92,17 +77,40 @@ def _build() -> type:
         def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
             # A SIGTERM after this callback looked at the flags ends fit by Lightning's own
             # handler (SIGTERMException, exit status 0): the stop is still ours, with its checkpoint.
-            stop = isinstance(exception, SIGTERMException) and self.run.stop_requested
-            if stop:
-                self._save_requested(trainer)
-            if self.owned:
-                self.run.finish(None if stop else f"error: {type(exception).__name__}")
+            reason = None if isinstance(exception, SIGTERMException) and self.run.stop_requested \
+                else f"error: {type(exception).__name__}"
+            try:
+                if reason is None:
+                    self._save_requested(trainer)
+            except Exception as err:        # noqa: BLE001  (Lightning's own teardown must still run)
+                reason = f"error: {type(err).__name__}"
+            finally:
+                if self.owned:
+                    self.run.finish(reason)
 
         def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
             if self.owned and stage == "fit":
                 self.run.finish()
 
     return RundirCallback
+
+
+def _log_step(run: Any, trainer: Any, step: int, outputs: Any) -> None:
+    """A Lightning step's line: its own loss at every step; the logged metrics (computed anew
+    at each access of callback_metrics: the callback's largest cost) at Lightning's
+    log_every_n_steps."""
+    out = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    loss = out.item() if hasattr(out, "item") and getattr(out, "ndim", 0) == 0 else None
+    every = getattr(trainer, "log_every_n_steps", 1) or 1
+    metrics = scalars(trainer.callback_metrics) if step % every == 0 or loss is None else {}
+    named = metrics.pop("loss", metrics.pop("train_loss", None))
+    loss = named if loss is None else loss
+    lr = None
+    if trainer.optimizers and trainer.optimizers[0].param_groups:
+        lr = trainer.optimizers[0].param_groups[0].get("lr")
+    grad_norm = metrics.pop("grad_norm", None)
+    extra = {key: value for key, value in metrics.items() if key not in RESERVED}
+    run.log(step, loss=loss, lr=lr if isinstance(lr, float) else None, grad_norm=grad_norm, **extra)
 
 
 def __getattr__(name: str) -> Any:

@@ -176,3 +176,30 @@ async def test_run_column_fits_the_longest_name_up_to_a_cap(tmp_path):
         await until(pilot, lambda: table_measured(table), what="the table laid out")
         shown = html.unescape(app.export_screenshot())
         assert long_name[:NAME_CAP - 1] + "…" in shown and long_name[:NAME_CAP] not in shown
+
+
+@pytest.mark.asyncio
+async def test_opening_runs_again_and_again_adds_no_timers_and_leaves_no_reads(tmp_path):
+    """Each Enter follows the run (its reads and its watcher) and each Escape stops that: the
+    app's tick and start-up timer are the app's, set once, however many runs were opened."""
+    root = make_runs_dir(tmp_path / "runs")
+    app = OverviewApp(root, refresh=None, tick=60.0)
+    ticks = []
+    real_set_interval = app.set_interval
+    app.set_interval = lambda interval, callback, **kw: ticks.append(callback) or real_set_interval(interval, callback,
+                                                                                                   **kw)
+    async with app.run_test(size=SIZE, notifications=False) as pilot:
+        await until(pilot, lambda: "finished" in by_name(app), what="the first scan")
+        closed = []
+        for _ in range(3):
+            select(app, "finished")
+            await pilot.press("enter")
+            await until(pilot, lambda: app.snapshot is not None, what="the run's dashboard")
+            closed.append(app.reads)
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is app.overview, what="back to the overview")
+        assert len([t for t in ticks if getattr(t, "__name__", "") == "tick"]) == 1
+        for reads in closed:                    # a closed run's reads take no more requests
+            reads.request({"history"})
+            assert not reads._pending
+        await pilot.press("q")

@@ -153,3 +153,11 @@ def test_a_read_that_raises_is_said_and_the_next_one_comes():
     loops.reads.request({STATE})
     loops.join()
     assert loops.posted == [("failed", "read failed: RuntimeError('boom')"), ("snapshot", "read")]
+
+
+def test_closed_paced_reads_read_nothing_more():
+    read = []
+    loops = Loops(lambda kinds: read.append(kinds) or (len(read), []))
+    loops.reads.close()
+    loops.reads.request({HISTORY})
+    assert loops.threads == [] and read == []

@@ -60,3 +60,36 @@ def test_a_checkpoint_on_a_shared_filesystem_is_read_not_mapped(tmp_path):
         assert not isinstance(shared.weights, np.memmap) and not isinstance(shared.weights.base, np.memmap)
         for ours, theirs in ((shared.weights, w), (shared.m, m), (shared.v, v)):
             assert np.array_equal(ours, theirs)
+
+
+def test_a_json_file_cut_short_on_a_shared_filesystem_is_read_again(tmp_path):
+    """Through a mount that caches attributes, a file replaced while it is opened can read as its
+    predecessor's size, cut short (a sidecar mid-replacement, seen from a login node). A
+    freshly written JSON file there that does not parse is read again a little later; here the
+    trainer's complete version lands after the first read."""
+    import threading
+
+    from rundir.atomic import atomic_write_bytes
+    from rundir.safe_read import read_json
+    from tests.mounts import bindfs
+
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / ".state.json").write_bytes(b'{"step": 7, "arms": {')      # as cut short
+    with bindfs(tmp_path / "node", tmp_path / "login") as login:
+        landed = threading.Timer(0.15, atomic_write_bytes,
+                                 (tmp_path / "node" / ".state.json", b'{"step": 7, "arms": {}}'))
+        landed.start()
+        try:
+            read = read_json(login / ".state.json", 1 << 20)
+        finally:
+            landed.join()
+        assert read.ok and read.value == {"step": 7, "arms": {}}, read.error
+    # On a local disk a file that does not parse is said at once: nothing there is cut short.
+    assert "not valid JSON" in read_json_error(tmp_path / "node" / "cut.json")
+
+
+def read_json_error(path) -> str:
+    from rundir.safe_read import read_json
+
+    path.write_bytes(b'{"step": 7')
+    return read_json(path, 1 << 20).error or ""
