@@ -41,15 +41,15 @@ from bench.common import Result
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("console", "rundir", "trainer")
 SINKS = {("rundir/history/writer.py", "append"): "write", ("console/read/watcher.py", "request"): "watch",
-         ("rundir/history/columns.py", "extend"): "column", ("console/tui/widgets/loss_plot.py", "show"): "show",
-         ("console/plot/envelope.py", "envelope"): "envelope"}
+         ("rundir/history/blocks.py", "read_into"): "bytes", ("rundir/history/columns.py", "extend"): "column",
+         ("console/tui/widgets/loss_plot.py", "show"): "show", ("console/plot/envelope.py", "envelope"): "envelope"}
 C_SCANNER = ("rundir/_line_scan.c", "scan")
-ORDER = ("write", "watch", "scan", "column", "show", "envelope")
+ORDER = ("write", "watch", "bytes", "scan", "column", "show", "envelope")
 # Where the data enters each stack, and what hands it over from the stack before (None: the
 # same thread, walked up and down).
-ENTRIES = {"write": "RunOutputs.step", "watch": "_follow_", "scan": "PacedReads.drain", "column": None,
-           "show": "ConsoleApp.on_snapshot_ready", "envelope": "LossPlot.render_line"}
-HAND_OVERS = {"watch": "the file", "scan": "the kinds asked for", "show": "SnapshotReady", "envelope": "refresh"}
+ENTRIES = {"write": "RunOutputs.step", "watch": "_follow_", "bytes": "PacedReads.drain", "scan": None,
+           "column": None, "show": "ConsoleApp.on_snapshot_ready", "envelope": "LossPlot.render_line"}
+HAND_OVERS = {"watch": "the file", "bytes": "the kinds asked for", "show": "SnapshotReady", "envelope": "refresh"}
 # The frame that makes the hand-over, when the data first goes back up to it: the read loop
 # posts the snapshot the reader returns (the columns, as its history view).
 HANDED_FROM = {"show": "PacedReads.drain"}
@@ -79,12 +79,15 @@ def _stack(frame: FrameType | None) -> list[Frame]:
 
 
 class Tracer:
-    """Records the stack at each sink; armed only while the new line travels. The watcher's
-    sink counts only from its watch loop (the tick and the start-up ask for reads too)."""
+    """Records the stack at each sink, in :data:`ORDER` (a sink seen after a later one is of
+    another read), and every call from one of the project's modules into another (for the
+    calls beside the way); armed only while the new line travels. The watcher's sink counts
+    only from its watch loop (the tick and the start-up ask for reads too)."""
 
     def __init__(self) -> None:
         self.armed = False
         self.stacks: dict[str, list[Frame]] = {}
+        self.calls: list[tuple[Frame, str, str]] = []      # (caller, callee's module, callee)
         self.lock = threading.Lock()
 
     def __call__(self, frame: FrameType, event: str, arg: object) -> None:
@@ -96,17 +99,21 @@ class Tracer:
             sink, stack = "scan", _stack(frame) + [(*C_SCANNER, 0)]
         else:
             rel = _project_file(frame.f_code.co_filename)
-            sink = SINKS.get((rel, frame.f_code.co_name)) if rel else None
-            if sink is None:
+            if rel is None:
                 return
             stack = _stack(frame)
-            if sink == "watch" and not any(name.startswith(ENTRIES["watch"]) for _, name, _ in stack):
+            if len(stack) > 1 and stack[-2][0] != rel:
+                self.calls.append((stack[-2], rel, frame.f_code.co_qualname))
+            sink = SINKS.get((rel, frame.f_code.co_name))
+            if sink is None or (sink == "watch" and not any(name.startswith(ENTRIES["watch"]) for _, name, _ in stack)):
                 return
         with self.lock:
+            if any(later in self.stacks for later in ORDER[ORDER.index(sink) + 1:]):
+                return
             self.stacks[sink] = stack          # the newest: the new line's
 
 
-def trace_way(run_dir: Path) -> list[Step]:
+def trace_way(run_dir: Path) -> tuple[list[Step], list[tuple[str, str, str]]]:
     """Append one step to ``run_dir`` as the trainer does and follow it to the plot."""
     from console.tui.app import ConsoleApp
     from trainer.outputs import RunOutputs
@@ -145,7 +152,8 @@ def trace_way(run_dir: Path) -> list[Step]:
     missing = set(ORDER) - tracer.stacks.keys()
     if missing:
         raise RuntimeError(f"the new line was not seen at: {', '.join(sorted(missing))}")
-    return walk([tracer.stacks[sink] for sink in ORDER])
+    stacks = [tracer.stacks[sink] for sink in ORDER]
+    return walk(stacks), beside(stacks, tracer.calls)
 
 
 def walk(stacks: list[list[Frame]]) -> list[Step]:
@@ -156,7 +164,8 @@ def walk(stacks: list[list[Frame]]) -> list[Step]:
         entry = ENTRIES[sink]
         if entry is None:                       # the same thread: up to the frame they share, then down
             start = 0
-            while start < min(len(before), len(stack)) and before[start][2] == stack[start][2]:
+            # One frame: the same function at the same identity (an id is reused once a frame is gone).
+            while start < min(len(before), len(stack)) and before[start] == stack[start]:
                 start += 1
             way += [("return", rel, name) for rel, name, _ in reversed(before[start - 1:-1])]
         else:
@@ -169,6 +178,18 @@ def walk(stacks: list[list[Frame]]) -> list[Step]:
         way += [("call", rel, name) for rel, name, _ in stack[start:]]
         before = stack
     return way
+
+
+def beside(stacks: list[list[Frame]], calls: list[tuple[Frame, str, str]]) -> list[tuple[str, str, str]]:
+    """The calls from a frame on the way into another module that are not on it (they look at
+    the data, or do other work, and return): (caller, module, callee), each once."""
+    on_way = {frame for stack in stacks for frame in stack}
+    callees = {(rel, name) for stack in stacks for rel, name, _ in stack}
+    out: list[tuple[str, str, str]] = []
+    for caller, rel, name in calls:
+        if caller in on_way and (rel, name) not in callees and (caller[1], rel, name) not in out:
+            out.append((caller[1], rel, name))
+    return out
 
 
 def count(way: list[Step]) -> tuple[int, list[str], list[str]]:
@@ -193,16 +214,20 @@ def run() -> list[Result]:
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = make_run(Path(tmp) / "run", steps=2000, checkpoints=(1000, 2000))
-        way = trace_way(run_dir)
+        way, aside = trace_way(run_dir)
     hops, modules, twice = count(way)
     for kind, rel, name in way:
         print(f"  {kind:<9} {name:<44} {rel}", file=sys.stderr)
     print(f"  {hops} hops through {len(set(modules))} modules; entered twice: {', '.join(twice) or 'none'}",
           file=sys.stderr)
+    print("  beside the way (calls from a frame on it into another module, returning to it):", file=sys.stderr)
+    for caller, rel, name in aside:
+        print(f"    {caller:<40} -> {name:<36} {rel}", file=sys.stderr)
     return [Result("data_path", "hops (module to module) from the trainer's append to a plotted column", hops,
                    "hops", target=f"<= {MAX_HOPS}", met=hops <= MAX_HOPS),
             Result("data_path", "calls on that way (every function)", sum(k == "call" for k, _, _ in way), "calls"),
-            Result("data_path", "modules entered twice", len(twice), "modules", target="0", met=not twice)]
+            Result("data_path", "modules entered twice", len(twice), "modules", target="0", met=not twice),
+            Result("data_path", "calls beside the way, into other modules", len(aside), "calls")]
 
 
 if __name__ == "__main__":
