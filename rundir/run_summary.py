@@ -20,6 +20,7 @@ import numpy as np
 
 from .checkpoint import CheckpointInfo, inspect_checkpoint
 from .config import ConfigError, RunConfig, load_run_config
+from .external import ExternalCheckpoint, external_checkpoints
 from .filesystems import fresh_stamp
 from .history import HistoryTail, read_history_tail
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
@@ -71,6 +72,9 @@ class RunSummary:
     history_format: str | None
     problems: tuple[str, ...]
     finished: bool = False              # the history's last event is a clean stop
+    # The newest checkpoint in the trainer's own format (a run API loop's) that the history's
+    # tail reports; the overview shows it where the run has none of ours.
+    newest_external: ExternalCheckpoint | None = None
 
     @property
     def key(self) -> str:
@@ -267,7 +271,8 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     finished = bool(tail.events) and tail.events[-1].event == EVENT_STOP and not v.ok
     return RunSummary(run, run.name, v.state, v.reason, v.record.pid if v.record else None, stalled, last_step,
                       _ema(tail.loss), rate, tokens, max_steps, eta,
-                      newest, n_checkpoints, used, approximate, last_activity, tail.format, tuple(problems), finished)
+                      newest, n_checkpoints, used, approximate, last_activity, tail.format, tuple(problems), finished,
+                      next(reversed(external_checkpoints(tail.events)), None))
 
 
 def summarize_runs(root: str | os.PathLike[str], now: float | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rundir.run_summary import RunSummary
 from rundir.runs import RunsListing
@@ -32,14 +32,32 @@ def trainer_label(s: RunSummary) -> str:
     return TRAINER_LABELS.get(s.trainer_state, s.trainer_state)
 
 
+class Saved(NamedTuple):
+    """A run's newest checkpoint as the overview shows it."""
+
+    name: str
+    step: int
+    time: float | None          # when it was saved
+    status: str
+
+
+def newest_saved(s: RunSummary) -> Saved | None:
+    """Ours, else (a run API loop's run) the newest in its trainer's own format, ``external``."""
+    if s.newest_checkpoint is not None:
+        c = s.newest_checkpoint
+        return Saved(c.path.name, c.step, c.mtime, c.status)
+    e = s.newest_external
+    return Saved(e.name, e.step, e.time, e.status) if e is not None else None
+
+
 def row_cells(s: RunSummary, now: float) -> tuple[str, ...]:
     """The overview's cells for one run, in :data:`COLUMNS` order."""
-    newest = s.newest_checkpoint
+    newest = newest_saved(s)
     rate = "-" if s.steps_per_s is None or not math.isfinite(s.steps_per_s) else f"{s.steps_per_s:,.1f}"
     return (printable(s.name, LINE_LIMIT), trainer_label(s), str(len(s.problems)),
             "-" if s.last_step is None else f"{s.last_step:,}", format_float(s.ema_loss, ".4f"), rate,
             format_age(s.eta_s), "-" if newest is None else f"{newest.step:,}",
-            "-" if newest is None or not newest.mtime else format_age(now - newest.mtime),
+            "-" if newest is None or not newest.time else format_age(now - newest.time),
             ("≥ " if s.disk_approximate else "") + format_size(s.disk_used))
 
 
@@ -82,14 +100,14 @@ def _num(x: float | None) -> float | None:
 
 
 def summary_json(s: RunSummary, now: float) -> dict[str, Any]:
-    newest = s.newest_checkpoint
+    newest = newest_saved(s)
     return {"run": s.name, "run_dir": str(s.path),
             "trainer": {"state": s.trainer_state, "label": trainer_label(s), "reason": s.trainer_reason,
                         "pid": s.pid, "stalled": s.stalled},
             "last_step": s.last_step, "ema_loss": _num(s.ema_loss), "steps_per_s": _num(s.steps_per_s),
             "tokens": s.tokens, "max_steps": s.max_steps, "eta_s": _num(s.eta_s),
-            "newest_checkpoint": {"name": newest.path.name, "step": newest.step, "mtime": newest.mtime,
-                                  "age": now - newest.mtime if newest.mtime else None, "status": newest.status}
+            "newest_checkpoint": {"name": newest.name, "step": newest.step, "mtime": newest.time,
+                                  "age": now - newest.time if newest.time else None, "status": newest.status}
             if newest else None,
             "checkpoints": s.checkpoints, "disk_used": s.disk_used, "disk_approximate": s.disk_approximate,
             "last_activity": s.last_activity, "history_format": s.history_format, "finished": s.finished,

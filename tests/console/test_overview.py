@@ -14,6 +14,7 @@ import pytest
 from console.tui.overview_app import OverviewApp
 from console.tui.screens import ConfirmScreen, DashboardScreen
 from console.tui.screens.compare import CompareScreen
+from console.text.overview_report import COLUMNS
 from console.tui.widgets.runs_table import NAME_CAP
 from console.tui.widgets.compare_plot import ComparePlot
 from rundir import list_checkpoints
@@ -203,3 +204,29 @@ async def test_opening_runs_again_and_again_adds_no_timers_and_leaves_no_reads(t
             reads.request({"history"})
             assert not reads._pending
         await pilot.press("q")
+
+
+def test_a_run_api_runs_own_checkpoint_is_its_newest_in_the_overview(tmp_path):
+    """A training loop of the run API saves checkpoints in its own format: the overview's row
+    (and its --json) shows the newest one, status external, where the run has none of ours."""
+    import time
+
+    import rundir
+    from console.text.overview_report import row_cells, summary_json
+    from rundir.run_summary import summarize_run
+
+    run_dir = tmp_path / "runs" / "lightning"
+    with rundir.open_run(run_dir, config={"lr": 0.1}) as run:
+        for step in range(1, 6):
+            run.log(step, loss=2.0 / step)
+        saved = run_dir / "checkpoints" / "step-5.ckpt"
+        saved.parent.mkdir()
+        saved.write_bytes(b"weights")
+        run.checkpoint_saved(5, saved)
+    now = time.time()
+    summary = summarize_run(run_dir, now)
+    newest = summary_json(summary, now)["newest_checkpoint"]
+    assert (newest["name"], newest["step"], newest["status"]) == ("step-5.ckpt", 5, "external")
+    assert summary.checkpoints == 0                     # none of ours: never resumed or rolled back to
+    cells = dict(zip([header for header, _, _ in COLUMNS], row_cells(summary, now)))
+    assert cells["ckpt"] == "5" and cells["ckpt age"] != "-"
