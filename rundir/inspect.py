@@ -145,24 +145,18 @@ class _Arrays:
         self.n = n = info.n_params
         size = expected_size(n)
         fd, st = open_regular(info.path)
-        self._mm: mmap.mmap | None = None
         try:
             if st.st_size != size:      # replaced or cut since the quick look
                 raise CheckpointError(f"{info.path.name}: changed while being opened ({st.st_size} bytes, "
                                       f"expected {size})")
-            if not filesystem_of(info.path).shared:
-                try:
-                    self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-                except OSError:
-                    pass
-            if self._mm is None:        # read from the descriptor just checked, which stays open
-                self._fd, fd = fd, -1
-                self.w, self.m, self.v = (_Slices(self._fd, HEADER_SIZE + 4 * k * n, n, info.path.name)
-                                          for k in range(3))
-                return
-        finally:
-            if fd >= 0:
-                os.close(fd)
+            self._mm = None if filesystem_of(info.path).shared else _map(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd                   # the descriptor just checked: read from, where not mapped
+        if self._mm is None:
+            self.w, self.m, self.v = (_Slices(fd, HEADER_SIZE + 4 * k * n, n, info.path.name) for k in range(3))
+            return
         if hasattr(mmap, "MADV_SEQUENTIAL"):
             self._mm.madvise(mmap.MADV_SEQUENTIAL)
         flat = np.frombuffer(self._mm, dtype="<f4", offset=HEADER_SIZE, count=3 * n)
@@ -184,13 +178,21 @@ class _Arrays:
 
     def close(self) -> None:
         del self.w, self.m, self.v
+        os.close(self._fd)
         if self._mm is None:
-            os.close(self._fd)
             return
         try:
             self._mm.close()
         except BufferError:         # a view still alive somewhere: the mapping goes with it
             pass
+
+
+def _map(fd: int, size: int) -> mmap.mmap | None:
+    """A read-only mapping of the file, or None where one is refused (ENODEV: direct I/O)."""
+    try:
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except OSError:
+        return None
 
 
 class _Slices:
