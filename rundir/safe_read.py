@@ -169,8 +169,6 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int, name: str | None = 
 
 # The waits between the reads of a file that ends in NUL bytes (0.35 s in all, at most).
 LATE_RETRIES_S = (0.05, 0.1, 0.2)
-# How many times a read to the end goes on when the file's stat then says it is longer.
-READ_ROUNDS = 3
 
 
 def _read_whole(path: Path, max_bytes: int, name: str | None) -> tuple[FileRead[bytes], float]:
@@ -191,18 +189,12 @@ def _read_whole(path: Path, max_bytes: int, name: str | None) -> tuple[FileRead[
             return FileRead(None, f"{name}: {_size(st.st_size)}, larger than the {_size(max_bytes)} such a file may "
                                   "be: not read"), 0.0
         chunks, total = [], 0
-        for _ in range(READ_ROUNDS):
-            while total <= max_bytes:       # the size can change while we read: stay bounded
-                chunk = os.read(fd, min(max_bytes + 1 - total, 16 * MiB))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-            # Through a mount that caches attributes (FUSE, NFS) a file replaced meanwhile can
-            # read as its predecessor's size, cut short; the descriptor's stat asks afresh and
-            # the rest is then there to read.
-            if total > max_bytes or os.fstat(fd).st_size <= total:
+        while total <= max_bytes:           # the size can change while we read: stay bounded
+            chunk = os.read(fd, min(max_bytes + 1 - total, 16 * MiB))
+            if not chunk:
                 break
+            chunks.append(chunk)
+            total += len(chunk)
         if total > max_bytes:
             return FileRead(None, f"{name}: grew past the {_size(max_bytes)} such a file may be: not read"), 0.0
         return FileRead(b"".join(chunks)), st.st_mtime
