@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
 from rundir import CheckpointInfo, HistoryEvent, LossHistory, RunConfig, Sample
-from rundir.external import ExternalCheckpoint
+from rundir.external import STATUS as EXTERNAL, ExternalCheckpoint
 from rundir.resume_check import ResumeCheck
 from rundir.spikes import Spike
 from rundir.storage import Storage
@@ -229,6 +229,28 @@ class RetentionView:
         return "kept: " + ", ".join(self.keep[name]) if self.keep[name] else "removed by the next prune"
 
 
+class SavedCheckpoint(NamedTuple):
+    """A run's newest checkpoint as the views name it (:func:`newest_saved`)."""
+
+    name: str
+    step: int
+    time: float | None          # when it was saved (None: an external one that does not say)
+    status: str                 # ours' status, or "external"
+
+    @property
+    def external(self) -> bool:
+        return self.status == EXTERNAL
+
+
+def newest_saved(ours: CheckpointInfo | None, external: ExternalCheckpoint | None) -> SavedCheckpoint | None:
+    """Ours (the newest usable), else (a run API loop's run) the newest in its trainer's own format."""
+    if ours is not None:
+        return SavedCheckpoint(ours.path.name, ours.step, ours.mtime, ours.status)
+    if external is not None:
+        return SavedCheckpoint(external.name, external.step, external.time or None, external.status)
+    return None
+
+
 @dataclass(frozen=True)
 class RunSnapshot:
     """Everything the dashboard shows, read at one moment."""
@@ -277,6 +299,10 @@ class RunSnapshot:
     @cached_property
     def newest_checkpoint(self) -> CheckpointInfo | None:
         return next((c for c in reversed(self.checkpoints) if c.status != "invalid"), None)
+
+    @cached_property
+    def newest_saved(self) -> SavedCheckpoint | None:
+        return newest_saved(self.newest_checkpoint, self.external_checkpoints[-1] if self.external_checkpoints else None)
 
     @cached_property
     def invalid_checkpoints(self) -> tuple[CheckpointInfo, ...]:

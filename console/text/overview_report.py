@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from rundir.run_summary import RunSummary
 from rundir.runs import RunsListing
 
 from ..model.format import LINE_LIMIT, format_age, format_float, format_size, printable
-from ..model.snapshot import TRAINER_LABELS
+from ..model.snapshot import TRAINER_LABELS, SavedCheckpoint, newest_saved
 
 # (header, width, right-aligned) of each column; the run's name takes what is left.
 # The problems count comes right after the trainer: on 80 columns it is in sight.
@@ -32,27 +32,14 @@ def trainer_label(s: RunSummary) -> str:
     return TRAINER_LABELS.get(s.trainer_state, s.trainer_state)
 
 
-class Saved(NamedTuple):
-    """A run's newest checkpoint as the overview shows it."""
-
-    name: str
-    step: int
-    time: float | None          # when it was saved
-    status: str
-
-
-def newest_saved(s: RunSummary) -> Saved | None:
-    """Ours, else (a run API loop's run) the newest in its trainer's own format, ``external``."""
-    if s.newest_checkpoint is not None:
-        c = s.newest_checkpoint
-        return Saved(c.path.name, c.step, c.mtime, c.status)
-    e = s.newest_external
-    return Saved(e.name, e.step, e.time, e.status) if e is not None else None
+def newest_of(s: RunSummary) -> SavedCheckpoint | None:
+    """The run's newest checkpoint as the overview shows it (:func:`~console.model.snapshot.newest_saved`)."""
+    return newest_saved(s.newest_checkpoint, s.newest_external)
 
 
 def row_cells(s: RunSummary, now: float) -> tuple[str, ...]:
     """The overview's cells for one run, in :data:`COLUMNS` order."""
-    newest = newest_saved(s)
+    newest = newest_of(s)
     rate = "-" if s.steps_per_s is None or not math.isfinite(s.steps_per_s) else f"{s.steps_per_s:,.1f}"
     return (printable(s.name, LINE_LIMIT), trainer_label(s), str(len(s.problems)),
             "-" if s.last_step is None else f"{s.last_step:,}", format_float(s.ema_loss, ".4f"), rate,
@@ -100,7 +87,7 @@ def _num(x: float | None) -> float | None:
 
 
 def summary_json(s: RunSummary, now: float) -> dict[str, Any]:
-    newest = newest_saved(s)
+    newest = newest_of(s)
     return {"run": s.name, "run_dir": str(s.path),
             "trainer": {"state": s.trainer_state, "label": trainer_label(s), "reason": s.trainer_reason,
                         "pid": s.pid, "stalled": s.stalled},

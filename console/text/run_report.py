@@ -132,14 +132,10 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     step = f"{h.last_step:,}" if h.last_step is not None else "-"
     lines.append(f"step         {step} · loss {format_float(h.last_loss)} · "
                  f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
-    newest, own = snap.newest_checkpoint, snap.external_checkpoints[-1] if snap.external_checkpoints else None
-    if newest is None and own is not None:          # the trainer's own format only (the run API)
-        lines.append(f"checkpoint   {printable(own.name)} (step {own.step:,}, "
-                     f"{format_ago(now - own.time) if own.time else '-'}, {own.status})")
-    else:
-        lines.append("checkpoint   " + (f"{printable(newest.path.name)} (step {newest.step:,}, "
-                                        f"{format_ago(now - newest.mtime)}, {newest.status})"
-                                        if newest else "none usable"))
+    saved = snap.newest_saved
+    lines.append("checkpoint   " + (f"{printable(saved.name)} (step {saved.step:,}, "
+                                    f"{format_ago(now - saved.time) if saved.time is not None else '-'}, {saved.status})"
+                                    if saved else "none usable"))
     lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
                  f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
     if h.mirror is not None:

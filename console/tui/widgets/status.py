@@ -58,13 +58,12 @@ class StatusPane(LinesPane, can_focus=True):
         add("speed", f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}"
             + (f" · {eta_text(h.eta_s)}" if h.eta_s is not None else ""))
         add("tokens", f"{h.tokens:,}" if h.tokens is not None else "-")
-        newest = snap.newest_checkpoint
-        own = snap.external_checkpoints[-1] if snap.external_checkpoints else None
-        if newest is None and own is not None:      # the trainer's own format only
-            add("checkpoint", f"step {own.step:,} · {format_ago(now - own.time) if own.time else '-'} · external")
+        saved = snap.newest_saved
+        if saved:
+            when = format_ago(now - saved.time) if saved.time is not None else "-"
+            add("checkpoint", f"step {saved.step:,} · {when}" + (" · external" if saved.external else ""))
         else:
-            add("checkpoint", f"step {newest.step:,} · {format_ago(now - newest.mtime)}" if newest
-                else Text("none usable", style="yellow"))
+            add("checkpoint", Text("none usable", style="yellow"))
         cpu = f"{t.cpu_percent:.0f}%" if t.cpu_percent is not None else "-"
         add("cpu · rss", f"{cpu} · {format_size(t.rss)}" if running else "-")
         add("gpu mem", format_size(t.gpu_memory) if t.gpu_memory is not None else gpu_text(h) or "n/a")

@@ -44,14 +44,12 @@ class StatusLine(Static):
         text.append(*SEP)
         text.append("loss ", style="grey62")
         text.append(format_float(h.last_loss))
-        newest = snap.newest_checkpoint
+        saved = snap.newest_saved
         text.append(*SEP)
         text.append("ckpt ", style="grey62")
-        own = snap.external_checkpoints[-1] if snap.external_checkpoints else None
-        if newest:
-            text.append(f"{newest.step:,}, {format_ago(now - newest.mtime)}")
-        elif own is not None:               # the trainer's own format only (the run API)
-            text.append(f"{own.step:,}, {format_ago(now - own.time) if own.time else '-'}, external")
+        if saved:
+            when = format_ago(now - saved.time) if saved.time is not None else "-"
+            text.append(f"{saved.step:,}, {when}" + (", external" if saved.external else ""))
         else:
             text.append("none usable", style="yellow")
         text.append("\n")
