@@ -136,14 +136,15 @@ class Terminal:
         with self._lock:
             return bytes(self._out[since:until]).decode("utf-8", "surrogateescape")
 
-    def press(self, keys: str, until: str) -> None:
-        """Send ``keys``; wait until the output written since holds ``until``."""
+    def press(self, keys: str, until: str | tuple[str, ...]) -> None:
+        """Send ``keys``; wait until the output written since holds ``until`` (each of them, if several)."""
         start = self.size
         os.write(self.master, keys.encode())
         deadline = time.monotonic() + START_S
-        while until not in self.text(start):
+        wanted = (until,) if isinstance(until, str) else until
+        while missing := [text for text in wanted if text not in self.text(start)]:
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"no {until!r} after {keys!r} (exit {self.proc.poll()}); the screen's last "
+                raise AssertionError(f"no {missing[0]!r} after {keys!r} (exit {self.proc.poll()}); the screen's last "
                                      f"bytes: {self.text(max(0, self.size - 3000))!r}")
             time.sleep(0.05)
 
@@ -157,12 +158,15 @@ class Terminal:
 
 ESC, ENTER, END, RIGHT, UP, DOWN = "\x1b", "\r", "\x1b[F", "\x1b[C", "\x1b[A", "\x1b[B"
 # Each screen in turn (their keys: console/tui/keys.py): the keys that open it, then a text of it
-# that holds no name (the wait ends there); None: a step back, not a screen of its own. A
+# that holds no name (the wait ends there; several: all of them); None: a step back, not a screen of its own. A
 # dialog is closed by a key of its own, not Escape: a key that follows an Escape too closely
 # reads as Alt+key. Escape leaves only full screens, and the wait is then for the screen behind.
 VISITS = (
     ("overview", "", "run(s)"),
-    ("dashboard", ENTER, "A0\\x1b[2J"),               # an arm's row: the history was read
+    # An arm's row (the history was read) and the plot's legend ("raw smoothed"): the plot drew
+    # the history, so it has the columns a cursor moves over (a cursor key before that moves
+    # nothing). The arms pane can be drawn a frame before the plot: under load that is long.
+    ("dashboard", ENTER, ("A0\\x1b[2J", "smoothed")),
     ("cursor read-out", RIGHT, "156,160 tok"),          # the tokens at the cursor's step
     # The readout holds the series that fit; the table of every series (t) holds them all.
     ("series table", "t", "every series"),
