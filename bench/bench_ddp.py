@@ -67,7 +67,7 @@ def _worker(run_dir: Path, out_json: Path) -> None:
     from trainer.progress import Progress
     from trainer.resume import build_state
     from rundir import load_run_config
-    from trainer.signals import SignalFlags
+    from rundir.signals import SignalFlags
     from trainer.train import train
 
     ranks = Ranks.from_env()

@@ -46,7 +46,7 @@ from trainer.resume import build_state
 from rundir import ResumeState, RunConfig, write_checkpoint
 from rundir.retention import RetentionPolicy
 from trainer.checkpointer import Checkpointer
-from trainer.signals import SignalFlags
+from rundir.signals import SignalFlags
 from trainer.state import TrainingState
 from trainer.train import train
 

@@ -9,7 +9,7 @@
 :func:`open_run` does what ``andrea-train`` does to its run directory (DESIGN.md), through
 the same code: it takes the run's lock (:class:`~rundir.process.RunLock`), installs the
 trainer's flag-only signal handlers (SIGUSR1: checkpoint; SIGTERM, SIGINT: checkpoint and
-stop; :mod:`trainer.signals`), writes ``.trainer.json`` (:mod:`rundir.trainer_record`),
+stop; :mod:`rundir.signals`), writes ``.trainer.json`` (:mod:`rundir.trainer_record`),
 holds the run directory open (how the console tells that a process of any name trains it:
 :func:`rundir.identity.trainer_directory`), writes ``run.toml`` from the config
 (``[config]``: :func:`rundir.config.engine_config_text`) and appends the history's lines and
@@ -95,9 +95,9 @@ def _step(where: str, step: Any) -> int:
 
 
 def _signal_flags() -> Any:
-    """The trainer's flag-only handlers (:class:`trainer.signals.SignalFlags`, torch-free), and
+    """The trainer's flag-only handlers (:class:`rundir.signals.SignalFlags`, torch-free), and
     a second SIGINT that interrupts at once, for a loop that never looks at the flags."""
-    from trainer.signals import SignalFlags
+    from .signals import SignalFlags
 
     class RunSignalFlags(SignalFlags):
         def _handle(self, signum: int, frame: Any) -> None:
@@ -161,7 +161,7 @@ class Run:
             raise RunError(f"open_run: {err}") from None
 
     def _start(self, config_text: str | None) -> None:
-        from trainer.signals import RequestWatch
+        from .signals import RequestWatch
 
         # Held open for the run's lifetime: how the console verifies a trainer (rundir.identity),
         # whatever its command line says.

@@ -44,7 +44,7 @@ from trainer.args import PROG, build_parser
 from trainer.preflight import BAD_INPUT, Plan, plan_and_lock, plan_run
 from trainer.progress import Progress
 from trainer.resume import build_state
-from trainer.signals import RequestWatch, SignalFlags
+from rundir.signals import RequestWatch, SignalFlags
 from trainer.state import TrainingState, flat_moments, flat_weights
 from trainer.train import train
 

@@ -43,7 +43,7 @@ from typing import Any, Sequence
 import orjson
 import torch
 
-from trainer.signals import CHECKPOINT_SIGNALS, STOP_SIGNALS, RequestWatch, SignalFlags, SignalRequests
+from rundir.signals import CHECKPOINT_SIGNALS, STOP_SIGNALS, RequestWatch, SignalFlags, SignalRequests
 
 SIGNAL_ORDER = tuple(s.name for s in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS))   # SIGUSR1, SIGTERM, SIGINT
 

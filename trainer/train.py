@@ -27,7 +27,7 @@ from trainer.guard import NonfiniteGuard, SafetyStop
 from trainer.outputs import RunOutputs
 from trainer.precision import autocast
 from trainer.samples import audit_samples
-from trainer.signals import STOP_NAMES, SignalFlags, SignalRequests
+from rundir.signals import STOP_NAMES, SignalFlags, SignalRequests
 from trainer.state import TrainingState
 
 EMA_LOSS = 0.98       # smoothing of the displayed EMA loss

@@ -19,7 +19,7 @@ from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import ResumeError, build_state, check_compatible
 from rundir import inspect_checkpoint, load_run_config
-from trainer.signals import SignalFlags
+from rundir.signals import SignalFlags
 from trainer.state import flat_moments, flat_weights
 from trainer.train import train
 

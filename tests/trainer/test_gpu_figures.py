@@ -19,7 +19,7 @@ from trainer.gpu_figures import NVML_FUNCTIONS, NVML_TEMPERATURE_GPU, GpuSampler
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
-from trainer.signals import SignalFlags
+from rundir.signals import SignalFlags
 from trainer.train import train
 
 GPU_KEYS = {"gpu_util", "gpu_mem_used", "gpu_power_w", "gpu_temp_c"}

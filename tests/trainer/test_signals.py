@@ -17,7 +17,7 @@ from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
 from rundir import list_checkpoints, load_run_config
-from trainer.signals import SignalFlags
+from rundir.signals import SignalFlags
 from trainer.train import train
 
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Callable
 
-from rundir.checkpoint_request import POLL_S, take_request
-from rundir.layout import CHECKPOINT_REQUESTED, CHECKPOINT_SIGNALS, STOP_SIGNALS
-from rundir.trainer_record import TrainerRecord
+from .checkpoint_request import POLL_S, take_request
+from .layout import CHECKPOINT_REQUESTED, CHECKPOINT_SIGNALS, STOP_SIGNALS
+from .trainer_record import TrainerRecord
 
 STOP_NAMES = frozenset(sig.name for sig in STOP_SIGNALS)
 
