@@ -2,9 +2,10 @@
 
 import os
 
-# How the console's own numpy is tuned, set before numpy is imported and only where the
-# environment says nothing (then it wins). The processes the console launches (the trainer,
-# an sbatch job) get the environment as it was, without these (console/actions/supervise.py).
+# How the console's own numpy is tuned: set by the command line's entry (console/cli.py:main),
+# before numpy is imported, and only where the environment says nothing (then it wins).
+# Importing the package changes nothing. The processes the console launches (the trainer, an
+# sbatch job) get the environment as it was, without these (console/actions/supervise.py).
 # - NUMPY_MADVISE_HUGEPAGE: numpy asks the kernel for transparent huge pages for each large
 #   array; on a VM the first touch of one may then wait for 2 MiB pages to be zeroed or
 #   compacted: a 5M-step history's first frame waited 0.1-0.4 s on it (python -m bench
@@ -13,9 +14,17 @@ import os
 #   for a while: on a 2-CPU login node, 40 ms of CPU taken from the start-up's two processes
 #   (the UI's imports, the history's parse; a first open took 1.15x as long with two). The
 #   console's numpy work is no BLAS work.
-CONSOLE_ONLY_ENV = {name: value for name, value in (("NUMPY_MADVISE_HUGEPAGE", "0"), ("OPENBLAS_NUM_THREADS", "1"))
-                    if name not in os.environ}
-os.environ.update(CONSOLE_ONLY_ENV)
+CONSOLE_TUNING = (("NUMPY_MADVISE_HUGEPAGE", "0"), ("OPENBLAS_NUM_THREADS", "1"))
+CONSOLE_ONLY_ENV: dict[str, str] = {}           # what tune_environment set (none until it runs)
+
+
+def tune_environment() -> None:
+    """Set the console's own tuning where the environment says nothing; the command line's
+    entry calls it before anything imports numpy."""
+    for name, value in CONSOLE_TUNING:
+        if name not in os.environ and name not in CONSOLE_ONLY_ENV:
+            CONSOLE_ONLY_ENV[name] = value
+    os.environ.update(CONSOLE_ONLY_ENV)
 
 
 def launch_environment() -> dict[str, str]:

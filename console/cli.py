@@ -56,6 +56,7 @@ from rundir.layout import CHECKPOINT_SIGNAL, STOP_SIGNAL
 from rundir.runs import is_runs_dir
 from rundir.text import printable, strict_json_value
 
+from . import tune_environment
 from .model.format import X_AXES
 from .read.prefetch import start_history_prefetch
 from .web import SERVE_HOST, SERVE_PORT
@@ -207,6 +208,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tune_environment()              # before any mode imports numpy (console/__init__.py says why)
     try:
         return _main(argv)
     except KeyboardInterrupt:
