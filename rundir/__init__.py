@@ -1,4 +1,4 @@
-"""The run-directory library: every file of the trainer/console contract (DESIGN.md).
+"""The run-directory library: every file of the trainer/console contract (docs/contract.md).
 
 Torch-free (numpy, orjson, msgspec and psutil only), so that the console can import it.
 One module per file kind:

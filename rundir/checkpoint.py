@@ -5,7 +5,7 @@ Binary layout, little-endian, five contiguous fields::
     [int32 step] [int32 n_params] [n_params x f32 weights] [n_params x f32 m] [n_params x f32 v]
 
 The ``.bin`` is written atomically with a CRC-32 computed while its bytes are written;
-the ``.json`` (the rest of the resume contract, DESIGN.md section 3) is written after
+the ``.json`` (the rest of the resume contract, docs/contract.md#the-resume-contract-step_nnnnnnjson) is written after
 it, also atomically, and carries that checksum. A ``.bin`` without a ``.json`` is a
 *foreign* checkpoint: weights, m and v only.
 """
@@ -76,7 +76,7 @@ class CheckpointInfo:
 
 
 def inspect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
-    """Quick validity (DESIGN.md section 2) without reading the arrays; never raises."""
+    """Quick validity (docs/contract.md#the-checkpoint-binary-format) without reading the arrays; never raises."""
     path = path if isinstance(path, Path) else Path(path)
     match = CHECKPOINT_NAME.match(path.name)
     name_step = int(match.group(1)) if match else -1

@@ -1,4 +1,5 @@
-"""The run directory's vocabulary (DESIGN.md sections 1, 4 and 6), spelled once.
+"""The run directory's vocabulary, spelled once (docs/contract.md#the-run-directorys-files,
+docs/contract.md#lossjson-the-history and docs/contract.md#signals-and-the-checkpoint-request).
 
 Every file name of the contract, the temporary-file prefix, the checkpoint-name
 pattern, the kind of any name found in a run directory, the history's event names and
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 import signal
 
-# -- files (DESIGN.md section 1) ------------------------------------------------
+# -- files (docs/contract.md#the-run-directorys-files) ------------------------------------------------
 RUN_TOML = "run.toml"
 LOSS_JSON = ".loss.json"
 STATE_JSON = ".state.json"
@@ -31,8 +32,8 @@ PIVOT_ARCHIVE_PREFIX = "pivot_"
 ROLLBACK_JOURNAL = ".rollback.json"    # an unfinished rollback's journal
 ROLLBACK_RECORD = "rollback.json"      # in each archive/rollback_X_<UTC>/
 ROLLBACK_ARCHIVE_PREFIX = "rollback_"
-# A console's checkpoint request, taken (removed) by the trainer's rank 0 (not in DESIGN.md:
-# see rundir/checkpoint_request.py and docs/contract.md's checkpoint request file).
+# A console's checkpoint request, taken (removed) by the trainer's rank 0 (rundir/checkpoint_request.py,
+# docs/contract.md#the-checkpoint-request-file).
 CHECKPOINT_REQUEST = ".checkpoint_request.json"
 # Where the run API's framework callbacks (rundir/integrations/) save a trainer's own
 # checkpoints by default: each is an external_checkpoint event of the history.
@@ -43,7 +44,7 @@ EXTERNAL_CHECKPOINTS_DIR = "checkpoints"
 # that died.
 TMP_PREFIX = ".tmp-"
 
-# -- checkpoints (DESIGN.md section 2) --------------------------------------------
+# -- checkpoints (docs/contract.md#the-checkpoint-binary-format) --------------------------------------------
 CHECKPOINT_PREFIX = "step_"
 CHECKPOINT_SUFFIX = ".bin"
 SIDECAR_SUFFIX = ".json"
@@ -119,7 +120,7 @@ def is_known(name: str) -> bool:
     return name in KNOWN_NAMES or is_checkpoint_file(name) or is_temporary(name)
 
 
-# -- history events (DESIGN.md section 4) ----------------------------------------
+# -- history events (docs/contract.md#lossjson-the-history) ----------------------------------------
 EVENT_START = "start"
 EVENT_RESUME = "resume"
 EVENT_CHECKPOINT = "checkpoint"
@@ -137,7 +138,7 @@ EVENT_EVAL = "eval"                 # a held-out eval: eval_loss, per_arm, windo
 # step, path, size, optional checksum. Listed as "external", never resumed from by us.
 EVENT_EXTERNAL_CHECKPOINT = "external_checkpoint"
 
-# -- signals (DESIGN.md section 6) -----------------------------------------------
+# -- signals (docs/contract.md#signals-and-the-checkpoint-request) -----------------------------------------------
 # What each signal means to a trainer. The console sends the first of each tuple.
 CHECKPOINT_SIGNALS = (signal.SIGUSR1,)          # write a checkpoint and continue
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # write a checkpoint and exit 0

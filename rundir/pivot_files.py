@@ -1,4 +1,4 @@
-"""The polish pivot's files (DESIGN.md section 7): the new policy, the archive, the journal.
+"""The polish pivot's files (docs/contract.md#the-polish-pivot): the new policy, the archive, the journal.
 
 A pivot is a policy change, not a run reset. This module holds the parts that touch
 files and need no trainer: planning the new ``run.toml`` (caps, floors, dropped arms),

@@ -4,8 +4,9 @@ The trainer holds the run's lock for its lifetime (:mod:`rundir.run_lock`: a ``f
 ``.lock``, or where flock is refused a ``.lock-owner.json`` with a heartbeat; a second
 trainer refuses to start) and writes ``.trainer.json`` naming itself. Before anyone
 signals that process, :func:`verify_trainer` checks that the record is whole (every key
-of DESIGN.md's pid record), that it names this host (host name and boot id: a trainer on
-another host is never looked for among this kernel's pids), that the pid is alive and
+of the pid record, docs/contract.md#the-lock-and-the-trainers-identity), that it names this
+host (host name and boot id: a trainer on another host is never looked for among this
+kernel's pids), that the pid is alive and
 started when the record says (:meth:`TrainerRecord.is_process`: a reused pid is refused),
 that it is this user's (root may operate any user's trainer, and says so), that it holds
 this very directory open (by its identity, however

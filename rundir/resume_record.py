@@ -1,4 +1,5 @@
-"""``step_NNNNNN.json``: the resume contract of a checkpoint (DESIGN.md section 3) as a typed record.
+"""``step_NNNNNN.json``: the resume contract of a checkpoint as a typed record
+(docs/contract.md#the-resume-contract-step_nnnnnnjson).
 
 Every field is named once here. The trainer records a :class:`ResumeState` (what it knows
 at the step boundary); :func:`~rundir.checkpoint.write_checkpoint` completes it into a

@@ -1,4 +1,4 @@
-"""Which checkpoints a run keeps (DESIGN.md section 8), and the prune that removes the rest.
+"""Which checkpoints a run keeps (docs/contract.md#retention), and the prune that removes the rest.
 
 A 121M-parameter run writes a 1.46 GB checkpoint every 100 steps: kept whole, its
 directory holds 1.6 TB by the seed's polish pivot. The policy is run.toml's

@@ -6,7 +6,7 @@
     if run.stop_requested: ...save, then leave the loop...
     run.finish()
 
-:func:`open_run` does what ``andrea-train`` does to its run directory (DESIGN.md), through
+:func:`open_run` does what ``andrea-train`` does to its run directory (docs/contract.md), through
 the same code: it takes the run's lock (:class:`~rundir.process.RunLock`), installs the
 trainer's flag-only signal handlers (SIGUSR1: checkpoint; SIGTERM, SIGINT: checkpoint and
 stop; :mod:`rundir.signals`), writes ``.trainer.json`` (:mod:`rundir.trainer_record`),
@@ -184,7 +184,7 @@ class Run:
     # -- what the loop calls ---------------------------------------------------------
     def log(self, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None, tokens: Any = None,
             **more: Any) -> None:
-        """A step line (DESIGN.md section 4): numbers only (``arm`` may be a string), and a
+        """A step line (docs/contract.md#lossjson-the-history): numbers only (``arm`` may be a string), and a
         step that never goes back unless :meth:`resumed` said where training went back to."""
         self._open("run.log")
         step = step if type(step) is int and step >= 0 else _step("run.log", step)

@@ -1,4 +1,5 @@
-"""Signals (DESIGN.md section 6): handlers only set flags; the loop acts at the step boundary.
+"""Signals (docs/contract.md#signals-and-the-checkpoint-request): handlers only set flags; the
+loop acts at the step boundary.
 
 - SIGUSR1: write a checkpoint and continue. Several within one step give one checkpoint.
   A SIGUSR1 is answered by a checkpoint that became complete after it arrived: one that

@@ -1,7 +1,8 @@
 """SLURM: the job a trainer runs in, as the pid record carries it and the scheduler reports it.
 
 A trainer started inside a SLURM job records where it runs in ``.trainer.json``
-(:class:`rundir.trainer_record.SlurmPlacement`, DESIGN.md section 1). :func:`query_job` asks the scheduler about a job
+(:class:`rundir.trainer_record.SlurmPlacement`, docs/contract.md#the-lock-and-the-trainers-identity).
+:func:`query_job` asks the scheduler about a job
 (``scontrol show job -o``), with a timeout, never raising.
 """
 

@@ -33,7 +33,8 @@ from .layout import TRAINER_JSON
 from .safe_read import PID_RECORD_MAX, read_json_object
 
 CREATE_TIME_TOLERANCE = 0.01
-# Every key of DESIGN.md's pid record that a record must have: one without them is not verified.
+# Every key of the pid record (docs/contract.md#the-lock-and-the-trainers-identity) that a record
+# must have: one without them is not verified.
 RECORD_KEYS = ("pid", "create_time", "host", "argv", "started")
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 BATCH_STEP = "batch"            # the step id recorded by a trainer that is the batch script's process

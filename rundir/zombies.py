@@ -1,4 +1,4 @@
-"""Zombie arms (DESIGN.md section 5): arms that ``.state.json`` carries whose data is gone."""
+"""Zombie arms (docs/contract.md#statejson-and-zombie-arms): arms that ``.state.json`` carries whose data is gone."""
 
 from __future__ import annotations
 

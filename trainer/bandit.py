@@ -120,7 +120,7 @@ class OnlineDataMixer:
         self.prob = self._probabilities()
 
     def sidecar(self, step: int) -> dict[str, Any]:
-        """The ``.state.json`` document (DESIGN.md section 5)."""
+        """The ``.state.json`` document (docs/contract.md#statejson-and-zombie-arms)."""
         return {
             "version": STATE_VERSION,
             "step": step,

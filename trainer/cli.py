@@ -33,7 +33,7 @@ from rundir import LossHistory, RunLock, TrainerRecord, remove_trainer_record, w
 from rundir.trainer_record import RunDirId, SlurmPlacement
 from rundir.atomic import remove_stale_temps
 from rundir.checkpoint import arrays_checksum
-from rundir.layout import LOSS_JSON
+from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_START, EVENT_ZOMBIE, LOSS_JSON
 from rundir.retention import finish_interrupted_prune
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks
@@ -200,9 +200,9 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         if plan.overrides and not plan.create_run_toml:
             progress.message(f"flags override run.toml for this process: {plan.overrides}")
         for name, reason in plan.zombies.items():
-            out.event("zombie", resume_step, f"zombie arm {name!r} dropped ({reason}); it is never pulled",
+            out.event(EVENT_ZOMBIE, resume_step, f"zombie arm {name!r} dropped ({reason}); it is never pulled",
                       arm=name, reason=reason)
-        # --fresh-bandit is the polish pivot's restart (DESIGN.md section 7): weights, m, v,
+        # --fresh-bandit is the polish pivot's restart (docs/contract.md#the-polish-pivot): weights, m, v,
         # samplers and RNG resume; the bandit starts afresh under run.toml's caps and floors.
         state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit,
                             ranks, plan.skip_batches)
@@ -257,7 +257,7 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHi
                   world_size=state.ranks.world_size, precision=state.precision, compile=plan.config.run.compile,
                   adamw=state.optimizer.kernel)
     if plan.checkpoint is None:
-        out.event("start", 0, f"start: preset {plan.config.run.preset}, {common['n_params']:,} parameters, "
+        out.event(EVENT_START, 0, f"start: preset {plan.config.run.preset}, {common['n_params']:,} parameters, "
                               f"arms {', '.join(plan.arms)}, device {plan.device}", seed=plan.config.run.seed, **common)
         return
     ckpt = plan.checkpoint
@@ -281,7 +281,7 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHi
     # The checksum of what was loaded, computed as the .bin's is: equal to the .bin's
     # checksum exactly when weights, m and v were restored bit for bit.
     restored = arrays_checksum(ckpt.step, flat_weights(state.optimizer), *flat_moments(state.optimizer))
-    out.event("resume", ckpt.step, f"resume from {ckpt.path.name} {summary}{note}",
+    out.event(EVENT_RESUME, ckpt.step, f"resume from {ckpt.path.name} {summary}{note}",
               restored_checksum=restored,
               from_step=ckpt.step, checkpoint=ckpt.path.name, exact=exact, fresh=fresh, reset=reset, rerun=rerun,
               fresh_bandit=plan.fresh_bandit, skip_batches=plan.skip_batches, **common)
@@ -296,7 +296,7 @@ def _record_pivot(plan: Plan, out: Any) -> None:
     step = plan.checkpoint.step if plan.checkpoint else None
     if journal is None or journal.stage != "config_written" or journal.final_step != step:
         return
-    out.event("pivot", step, f"polish pivot at step {step}: samples and bandit state archived to "
+    out.event(EVENT_PIVOT, step, f"polish pivot at step {step}: samples and bandit state archived to "
                              f"{journal.archive}; fresh bandit under [floor, cap] {policy_text(journal.new_policy)}",
               archive=journal.archive, policy=journal.new_policy, old_policy=journal.old_policy,
               dropped=journal.dropped, audit_step=journal.audit_step)

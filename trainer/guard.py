@@ -15,7 +15,7 @@ disk so full that a few hundred bytes do not fit, nothing can be recorded, and t
 newest checkpoint is still intact.
 
 **Divergence**: a step whose loss or gradient norm is not finite is recorded (loss
-``null`` with ``"nonfinite": "nan"|"inf"``, DESIGN.md section 4) and its update is
+``null`` with ``"nonfinite": "nan"|"inf"``, docs/contract.md#lossjson-the-history) and its update is
 skipped, so weights, m and v stay those of the last good step. After
 ``run.max_nonfinite`` such steps in a row (0: never) the trainer writes a checkpoint
 (its weights, m and v are the last good state), logs a ``stop`` event with reason

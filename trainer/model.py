@@ -5,8 +5,7 @@ causal self-attention and a 4x GELU MLP, biases everywhere (``bias = true``), no
 dropout. The output head is *tied*: the logits are ``x @ wte.weight.T``, so the token
 embedding doubles as the output head and is stored once.
 
-``parameters()`` order, which is the flat order of every checkpoint (DESIGN.md
-section 2)::
+``parameters()`` order, which is the flat order of every checkpoint (docs/contract.md#the-checkpoint-binary-format)::
 
     wte.weight, wpe.weight,
     for each block: ln_1.{weight,bias}, attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias},

@@ -24,7 +24,8 @@ from trainer.guard import SafetyStop, describe_os_error
 from trainer.held_dir import HeldRunDir
 from trainer.progress import Progress
 from rundir import CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
-from rundir.layout import LOSS_JSON, SAMPLES_JSON, STATE_JSON
+from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_WRITE_FAILED, LOSS_JSON, SAMPLES_JSON,
+                           STATE_JSON)
 
 
 def _describe(fields: dict[str, Any]) -> str:
@@ -74,13 +75,13 @@ class RunOutputs:
         """A checkpoint is complete: its event (with how long it held the loop), fsynced."""
         held = f"; held training {timing['stall_s']:.2f} s" if "stall_s" in timing else ""
         waited = f", after waiting {timing['waited_s']:.2f} s for the previous write" if timing.get("waited_s") else ""
-        self.event("checkpoint", info.step, f"checkpoint {info.path.name} ({reason}){held}{waited}",
+        self.event(EVENT_CHECKPOINT, info.step, f"checkpoint {info.path.name} ({reason}){held}{waited}",
                    path=info.path.name, reason=reason, **timing)
         self.history.fsync()
 
     def checkpoint_failed(self, step: int, reason: str, err: OSError, message: str, **timing: Any) -> None:
         """A checkpoint write failed (the library removed its temporary): event, log, fsync."""
-        self.event("checkpoint_failed", step, message, reason=reason, error=describe_os_error(err), errno=err.errno,
+        self.event(EVENT_CHECKPOINT_FAILED, step, message, reason=reason, error=describe_os_error(err), errno=err.errno,
                    **timing)
         self.history.fsync()
 
@@ -90,7 +91,7 @@ class RunOutputs:
         except OSError as err:
             if name not in self._failing:
                 self._failing.add(name)
-                self.event("write_failed", step, f"could not write {name} at step {step}: {describe_os_error(err)}; "
+                self.event(EVENT_WRITE_FAILED, step, f"could not write {name} at step {step}: {describe_os_error(err)}; "
                                                  "the previous one is intact; retried at the next update",
                            file=name, error=describe_os_error(err), errno=err.errno)
             return

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import torch
 
-from rundir.layout import EVENT_EVAL
+from rundir.layout import EVENT_EVAL, EVENT_SIGNAL, EVENT_STOP
 from rundir.retention import RetentionPolicy
 from trainer.checkpointer import Checkpointer, resume_hint
 from trainer.evaluation import HeldOutEval
@@ -71,7 +71,7 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
     held_out = HeldOutEval(state.samplers, state.device) if eval_every and ranks.writer else None
 
     if signals.stop_pending and _checkpoint_and_signals(state, out, signals, ckpt, None, saved_step):
-        out.event("stop", state.step, "stopping on signal before the first update", reason="signal")
+        out.event(EVENT_STOP, state.step, "stopping on signal before the first update", reason="signal")
         return "signal"
     while True:
         # ---- one update ----
@@ -124,11 +124,11 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
         stop = _checkpoint_and_signals(state, out, signals, ckpt,
                                        "final" if final else "cadence" if cadence else None)
         if final:
-            out.event("stop", state.step, f"reached max-steps {stop_at}: stopping{_took(ckpt)}", reason="max_steps",
+            out.event(EVENT_STOP, state.step, f"reached max-steps {stop_at}: stopping{_took(ckpt)}", reason="max_steps",
                       **_final_timing(ckpt), **_device_memory(state))
             return "max_steps"
         if stop:
-            out.event("stop", state.step, f"stopping on signal{_took(ckpt)}", reason="signal", **_final_timing(ckpt),
+            out.event(EVENT_STOP, state.step, f"stopping on signal{_took(ckpt)}", reason="signal", **_final_timing(ckpt),
                       **_device_memory(state))
             return "signal"
 
@@ -216,7 +216,7 @@ def _log_signals(state: TrainingState, out: RunOutputs, requests: SignalRequests
                  during_write: bool) -> SignalRequests:
     for name in requests.names:
         action = "stop" if name in STOP_NAMES else "checkpoint"
-        out.event("signal", state.step, f"{name} received: {action} at step {state.step}",
+        out.event(EVENT_SIGNAL, state.step, f"{name} received: {action} at step {state.step}",
                   signal=name, action=action, during_checkpoint=during_write)
     return requests
 
@@ -232,6 +232,6 @@ def _diverged(state: TrainingState, out: RunOutputs, ckpt: Checkpointer, guard: 
         saved = f"no checkpoint could be written; {resume_hint(out.run_dir)}"
     message = (f"{guard.in_a_row} non-finite steps in a row (run.max_nonfinite = {guard.limit}): the run diverged; "
                f"{saved}; lower the learning rate or resume from an earlier checkpoint")
-    out.event("stop", state.step, f"stopping: {message}", reason="nonfinite", in_a_row=guard.in_a_row,
+    out.event(EVENT_STOP, state.step, f"stopping: {message}", reason="nonfinite", in_a_row=guard.in_a_row,
               last_good_step=good)
     raise SafetyStop(message)

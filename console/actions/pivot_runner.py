@@ -1,4 +1,4 @@
-"""The guided polish pivot (DESIGN.md section 7), shared by the pivot screen and ``--pivot``.
+"""The guided polish pivot (docs/contract.md#the-polish-pivot), shared by the pivot screen and ``--pivot``.
 
 Six steps, each checking its precondition and verifying its result, recorded in the
 pivot journal (``.pivot.json``) as they complete, so that a pivot interrupted anywhere
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rundir import (ConfigError, LossHistory, RunConfig, checkpoint_path, latest_resumable, load_run_config,
                     verify_trainer)
-from rundir.layout import CHECKPOINT_SIGNAL, LOSS_JSON, PIVOT_RECORD
+from rundir.layout import CHECKPOINT_SIGNAL, EVENT_PIVOT, LOSS_JSON, PIVOT_RECORD
 from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, plan_policy, policy_text,
                                 read_journal, remove_journal, rollback_archive, write_journal, write_new_policy)
 
@@ -196,7 +196,7 @@ def _request_matches(request: PivotRequest, journal: PivotJournal) -> bool:
 
 
 def _pivot_event(history: LossHistory, journal: PivotJournal) -> bool:
-    return any(e.event == "pivot" and e.data.get("archive") == journal.archive for e in reversed(history.events))
+    return any(e.event == EVENT_PIVOT and e.data.get("archive") == journal.archive for e in reversed(history.events))
 
 
 def rollback_pivot(run_dir: str | os.PathLike[str]) -> PivotOutcome:

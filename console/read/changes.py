@@ -161,7 +161,8 @@ def _external_changes(prev: RunSnapshot, snap: RunSnapshot, now: float,
 
 def _unfinished(c: CheckpointInfo, snap: RunSnapshot, now: float) -> bool:
     """A ``.bin`` without its ``.json`` that the run's live trainer wrote moments ago: the
-    ``.json`` follows it (DESIGN.md section 3), so it is not said as a foreign checkpoint
+    ``.json`` follows it (docs/contract.md#the-resume-contract-step_nnnnnnjson), so it is not
+    said as a foreign checkpoint
     landing. One that stays without it past :data:`UNFINISHED_S`, or came with no trainer
     running (copied in from another engine), is."""
     return (c.status == "foreign" and snap.trainer.state == "running"

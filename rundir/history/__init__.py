@@ -1,4 +1,4 @@
-"""``.loss.json``: the append-only training history (DESIGN.md section 4).
+"""``.loss.json``: the append-only training history (docs/contract.md#lossjson-the-history).
 
 :class:`LossHistoryWriter` appends one JSON line per ``write``; :class:`LossHistory`
 reads incrementally, remembering a byte offset and parsing only new bytes, and keeps

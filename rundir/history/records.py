@@ -1,4 +1,4 @@
-"""What a line of ``.loss.json`` is: the one module that decides (DESIGN.md section 4).
+"""What a line of ``.loss.json`` is: the one module that decides (docs/contract.md#lossjson-the-history).
 
 A line (or an element of a JSON array) is a **step line** (an object with a ``"step"``
 that is a non-negative 64-bit integer and no ``"event"``), an **event line** (an object

@@ -1,4 +1,4 @@
-"""Appending to ``.loss.json``: the trainer's side of the history (DESIGN.md section 4)."""
+"""Appending to ``.loss.json``: the trainer's side of the history (docs/contract.md#lossjson-the-history)."""
 
 from __future__ import annotations
 

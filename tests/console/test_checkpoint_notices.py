@@ -1,5 +1,6 @@
 """What the event log says of a checkpoint as it lands: a live trainer writes the ``.bin``,
-then its ``.json`` (DESIGN.md section 3). A read between the two saw a "foreign" checkpoint
+then its ``.json`` (docs/contract.md#the-resume-contract-step_nnnnnnjson). A read between the two
+saw a "foreign" checkpoint
 land, and the completion then said "requested checkpoint complete", never "landed": an
 operator (and the tests waiting for "requested checkpoint landed") read the wrong thing
 whenever a read fell between the two writes."""

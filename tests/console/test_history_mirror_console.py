@@ -111,7 +111,7 @@ def test_the_console_shows_a_fresh_parse_whatever_is_done_behind_the_mirror(tmp_
         truth = parsed(path)
         if how in ("flip", "rewrite"):
             # Bytes changed in place, the file no shorter: a console that keeps reading takes
-            # a history to be appended to only (DESIGN.md); the next one started checks them.
+            # a history to be appended to only (docs/contract.md); the next one started checks them.
             watching = read(run)
         assert same(shown(watching), truth), how
         fresh = read(run)

@@ -204,7 +204,7 @@ def test_a_single_nan_or_inf_is_recorded_skipped_and_raised_by_the_console(train
     assert r.returncode == 0, r.stderr
     lines = {s["step"]: s for s in step_lines(run)}
     raw = (run / ".loss.json").read_bytes()
-    assert b'"loss":null' in raw and b"NaN" not in raw        # DESIGN.md section 4: null + nonfinite
+    assert b'"loss":null' in raw and b"NaN" not in raw        # docs/contract.md#lossjson-the-history: null + nonfinite
     assert lines[15]["loss"] is None and lines[15]["nonfinite"] == "nan" and lines[15]["skipped"] == "nonfinite loss"
     assert lines[17]["loss"] is None and lines[17]["nonfinite"] == "inf"
     assert all(lines[s]["loss"] is not None for s in lines if s not in (15, 17))

@@ -36,8 +36,41 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return ids
 
 
+# The history's event names. Each is also a common word ("start", "stop"), so a literal is an
+# event name's spelling only where it stands for an event: the name given to an ``event(...)``
+# call (first argument or ``event=``), the value of an ``"event"`` key of a dict, or what an
+# ``x.event`` or ``x["event"]`` is compared with.
+EVENT_NAMES = frozenset(value for name, value in vars(layout).items() if name.startswith("EVENT_"))
+
+
+def _is_event(node: ast.AST) -> bool:
+    """``x.event``, ``x["event"]`` or ``event``: an expression that holds an event's name."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "event"
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "event"
+    return isinstance(node, ast.Name) and node.id == "event"
+
+
+def _event_literals(node: ast.AST) -> list[ast.AST]:
+    """The literals ``node`` uses as event names (see :data:`EVENT_NAMES`)."""
+    if isinstance(node, ast.Call):
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        named = [k.value for k in node.keywords if k.arg == "event"]
+        return (node.args[:1] if callee == "event" else []) + named
+    if isinstance(node, ast.Dict):
+        return [v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == "event"]
+    if isinstance(node, ast.Compare) and any(_is_event(side) for side in (node.left, *node.comparators)):
+        found: list[ast.AST] = []
+        for side in (node.left, *node.comparators):
+            found += side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        return found
+    return []
+
+
 def spelled_names(path: Path) -> list[str]:
-    """``file:line: literal`` for every string literal in ``path`` that spells a contract name."""
+    """``file:line: literal`` for every string literal in ``path`` that spells a contract name
+    (an event's name: where it stands for an event)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docs = _docstrings(tree)
     found = []
@@ -45,6 +78,9 @@ def spelled_names(path: Path) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
             if FORBIDDEN.search(node.value):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+        for literal in _event_literals(node):
+            if isinstance(literal, ast.Constant) and literal.value in EVENT_NAMES:
+                found.append(f"{path.relative_to(ROOT)}:{literal.lineno}: event {literal.value!r}")
     return found
 
 
@@ -59,12 +95,24 @@ def test_no_contract_name_is_spelled_outside_the_vocabulary():
 
 
 @pytest.mark.parametrize("literal", ['".loss.json"', '"step_%06d.bin" % 3', 'f"{d}/.tmp-x"', '"archive/pivot_1"',
-                                     'f"{d}/run.toml"', 'r"^step_(\\d+)"', 'f"step_{n:06d}.bin"'])
+                                     'f"{d}/run.toml"', 'r"^step_(\\d+)"', 'f"step_{n:06d}.bin"',
+                                     'out.event("stop", 3, "stopping")', 'w.append(event="checkpoint_failed")',
+                                     '{"event": "start", "step": 0}', 'e.event == "pivot"',
+                                     'ev.event in ("start", "resume")', 'row["event"] != "eval"'])
 def test_the_scan_finds_a_spelled_name(tmp_path, literal):
     module = ROOT / "tests" / "rundir" / f"_probe_{tmp_path.name}.py"
     module.write_text(f'"""doc: .loss.json is fine here."""\nX = {literal}\n')
     try:
         assert spelled_names(module), literal
+    finally:
+        module.unlink()
+
+
+def test_an_event_name_as_a_word_is_not_a_spelling(tmp_path):
+    module = ROOT / "tests" / "rundir" / f"_probe_{tmp_path.name}.py"
+    module.write_text('x = {"start": 1, "stop": 2}\nif mode == "stop": pass\nlog.event(EVENT_STOP, 3)\n')
+    try:
+        assert spelled_names(module) == []
     finally:
         module.unlink()
 

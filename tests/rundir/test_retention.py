@@ -1,4 +1,4 @@
-"""Retention (DESIGN.md section 8): which checkpoints a prune keeps, and the prune itself."""
+"""Retention (docs/contract.md#retention): which checkpoints a prune keeps, and the prune itself."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The bandit arms: pulls, share, probability, EMA reward, cap/floor, status, source.
 
-Zombie arms (DESIGN.md section 5) are shown in red, with the reason under the table (one
+Zombie arms (docs/contract.md#statejson-and-zombie-arms) are shown in red, with the reason under the table (one
 line each; Enter on the selected arm shows everything about it, the whole reason too).
 Drawn as aligned Text, not a DataTable: the trainer rewrites .state.json every step, and
 re-rendering table cells at that rate costs more CPU than the rest of the console."""
