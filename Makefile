@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR ?= runs/demo
 
-.PHONY: install demo test bench soak screenshots clean
+.PHONY: install demo lint test bench soak screenshots clean
 
 $(BIN)/.installed: pyproject.toml setup.py rundir/_tensor_sums.c rundir/_line_scan.c Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,13 @@ demo:
 	@$(MAKE) --no-print-directory install
 	$(BIN)/andrea-console $(DEMO_DIR) --start --preset tiny
 
-test: install
+# A few seconds: ruff (pyflakes and the statement errors, pyproject.toml's [tool.ruff]) over the
+# tree, mypy over rundir/ ([tool.mypy]).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 bench: install
@@ -50,4 +56,4 @@ screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots
 
 clean:
-	rm -rf $(VENV) .pytest_cache build rundir/_tensor_sums.*.so
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build rundir/_tensor_sums.*.so

@@ -190,14 +190,18 @@ def run() -> list[Result]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = make_big_run(Path(tmp))
         history = str(run_dir / ".loss.json")
-        baseline = lambda: _python("-c", "import orjson, sys\nwith open(sys.argv[1], 'rb') as f:\n"
-                                         "    rows = [orjson.loads(line) for line in f]", history)
+        def baseline() -> subprocess.CompletedProcess:
+            return _python("-c", "import orjson, sys\nwith open(sys.argv[1], 'rb') as f:\n"
+                                 "    rows = [orjson.loads(line) for line in f]", history)
+
         def frame() -> float:
             spawned = time.time()
             out = _python("-m", "bench.bench_console", "--first-frame", str(run_dir), stdout=subprocess.PIPE)
             return float(out.stdout.split()[-1]) - spawned
 
-        once = lambda: _python("-m", "console", str(run_dir), "--once")
+        def once() -> subprocess.CompletedProcess:
+            return _python("-m", "console", str(run_dir), "--once")
+
         compile_sources()
         frame()                                   # warm the page cache
         t_frame, t_base, ratio = paired_ratio(frame, baseline, repeat=5)

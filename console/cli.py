@@ -466,7 +466,7 @@ def _import_output(args: argparse.Namespace) -> None:
     elif args.json or args.csv:
         from .text import run_report as report, series_report  # noqa: F401
     else:
-        from .plot import canvas as plot
+        from .plot import canvas as plot  # noqa: F401
         from .text import run_report as report, series_report  # noqa: F401
 
 

@@ -43,7 +43,7 @@ class StagedJournal:
         return self.STAGES.index(self.stage) >= self.STAGES.index(stage)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)      # type: ignore[call-overload]   (subclasses are dataclasses)
+        return asdict(self)      # type: ignore[call-overload]  # subclasses are dataclasses
 
 
 def read_staged(run_dir: str | os.PathLike[str], cls: type[J]) -> tuple[J | None, str | None]:

@@ -52,7 +52,7 @@ def _stdlib_dir() -> Path:
 def _stdlib_files() -> list[Path]:
     root = _stdlib_dir()
     skip = ("site-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__")
-    files = []
+    files: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in skip)
         files.extend(Path(dirpath, f) for f in sorted(filenames) if f.endswith(".py"))

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .envelope import PLOT_LIMIT, beyond_limit, within_limit
+from .envelope import beyond_limit, within_limit
 
 # The EMA's chunk: long enough to amortise its blocks, short enough that its temporaries are small.
 EMA_CHUNK = 1 << 18

@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..model.series import UnknownSeries, available, on_rows, series_values, spec_of
+from ..model.series import UnknownSeries, on_rows, series_values, spec_of
 from ..model.snapshot import HistoryView
 
 

@@ -362,7 +362,10 @@ def serve(target: Path, args: argparse.Namespace, fail: Callable[[str, int], int
         return fail(f"--serve: cannot listen on {host}:{port}: {getattr(err, 'strerror', None) or err}", 1)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(32) if args.allow_control else None
-    say = lambda text: print(f"andrea-console: {text}", file=sys.stderr, flush=True)
+
+    def say(text: str) -> None:
+        print(f"andrea-console: {text}", file=sys.stderr, flush=True)
+
     server = DashboardServer(tab_command(target, args), f"andrea-console · {target.resolve().name}",
                              Gate(token, loopback, port), say)
     mode = ("with control (c, s, p, r act; the token is printed only here)" if token

@@ -179,4 +179,4 @@ def _decoder(base: type, series: tuple[str, ...], other: tuple[str, ...], full: 
         rename[f"o{i}"] = name
     struct = msgspec.defstruct(f"{base.__name__}_keys", fields, rename=rename, forbid_unknown_fields=not full,
                                gc=False)
-    return msgspec.json.Decoder(list[struct]).decode
+    return msgspec.json.Decoder(list[struct]).decode      # type: ignore[valid-type]  # a type made at run time

@@ -8,8 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from console.read.watcher import PacedReads, RunFingerprint, watch_run
 from rundir.filesystems import Filesystem
 from rundir.layout import CHECKPOINTS, HISTORY, SAMPLES, STATE, TRAINER

@@ -8,7 +8,6 @@ import os
 import time
 
 import orjson
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from console.read.log_tail import LogTail

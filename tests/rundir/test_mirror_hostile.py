@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from console.read.history_mirror import DETECTOR_SUFFIX, HistoryMirror
 from rundir.cache_dir import CACHE_ENV, MIRROR_HEADER_LENGTH, MIRROR_MAGIC, mirror_path, mirror_source
-from rundir.history import LossHistory
 from rundir.history.mirror import open_history, open_mirror
 
 from .test_history_mirror import fresh, step_line, summary
