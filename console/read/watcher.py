@@ -124,10 +124,12 @@ def watch_run(run_dir: Path, post: Callable[[frozenset[str]], None], stop: threa
             existed = True
         fs = filesystem_of(run_dir)
         fs = forced_polling(fs) if poll else fs
+        # Taken before the announcement: a change made once the run is said to be followed
+        # differs from it, so the poll (or the safety poll) sees it even before inotify watches.
+        fingerprint = RunFingerprint(run_dir, list_always=not fs.events)
         if fs != said:
             announce(fs)
             said = fs
-        fingerprint = RunFingerprint(run_dir, list_always=not fs.events)
         if fs.events:
             _follow_events(run_dir, post, stop, fingerprint)
         else:

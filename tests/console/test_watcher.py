@@ -35,7 +35,7 @@ class Watching:
         self.thread.join(30)
         assert not self.thread.is_alive(), "the watcher did not stop"
 
-    def wait(self, condition, what: str, ceiling: float = 30.0) -> None:
+    def wait(self, condition, what: str, ceiling: float = 60.0) -> None:
         deadline = time.monotonic() + ceiling
         while not condition():
             assert time.monotonic() < deadline, f"not within {ceiling} s: {what}; posted {self.posted}"
