@@ -43,7 +43,7 @@ def bindfs(source: Path, mount: Path) -> Iterator[Path]:
     mount.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(["bindfs", "--no-allow-other", str(source), str(mount)], capture_output=True, text=True)
     assert done.returncode == 0, f"bindfs failed: {done.stderr}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not mount.is_mount():
         assert time.monotonic() < deadline, "the bindfs mount did not appear"
         time.sleep(0.05)

@@ -39,7 +39,7 @@ def land(path, offset: int, data: bytes) -> None:
         os.close(fd)
 
 
-def wait_for(condition, what: str, ceiling: float = 20.0):
+def wait_for(condition, what: str, ceiling: float = 60.0):
     deadline = time.monotonic() + ceiling
     while not condition():
         assert time.monotonic() < deadline, f"not within {ceiling} s: {what}"

@@ -26,7 +26,7 @@ from rundir.history.mirror import open_history, open_mirror
 from .test_history_mirror import fresh, step_line, summary
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
-HANG_S = 20.0                  # a read that has not answered by then hangs
+HANG_S = 60.0                  # a read that has not answered by then hangs
 
 
 def history(directory: Path, steps: int = 60) -> Path:

@@ -46,7 +46,7 @@ while True:
 
 
 def _wait_ready(proc, log):
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while not (log.exists() and log.read_text().startswith("ready")):
         assert proc.poll() is None, "the stand-in exited"
         assert time.monotonic() < deadline, "child did not start"
@@ -188,7 +188,7 @@ def test_another_start_or_boot_is_a_reused_pid_whatever_create_time_says(tmp_pat
         proc.wait()
 
 
-def until(condition, what, timeout=30.0):
+def until(condition, what, timeout=60.0):
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -275,11 +275,13 @@ def test_bystanders_naming_the_run_directory_are_refused(tmp_path, who):
            "console": [sys.executable, "-m", "console", str(run), "--checkpoint", "--timeout", "600"]}[who]
     victim = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while psutil.Process(victim.pid).cmdline() != cmd and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while psutil.Process(victim.pid).cmdline() != cmd:
+            assert time.monotonic() < deadline, "the victim never ran its command"
             time.sleep(0.02)         # until exec has replaced the forked child
         if who == "console":         # it has signalled the trainer and waits for a checkpoint
-            while "SIGUSR1" not in log.read_text() and time.monotonic() < deadline:
+            while "SIGUSR1" not in log.read_text():
+                assert time.monotonic() < deadline, "the console never signalled the trainer"
                 time.sleep(0.02)
         rec = record_for(victim.pid, argv=["andrea-train", str(run)])
         write_trainer_record(run, rec)

@@ -22,7 +22,7 @@ from rundir.layout import LOSS_JSON, TRAINER_JSON
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def until(condition, timeout: float = 30.0, what: str = ""):
+def until(condition, timeout: float = 60.0, what: str = ""):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
