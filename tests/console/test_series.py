@@ -240,3 +240,34 @@ def test_arms_past_the_cap_are_one_others_series_of_their_pulls_together(make_ru
     assert others[-1] == pytest.approx(8 / 48, abs=0.02) and first[-1] == pytest.approx(2 / 48, abs=0.02)
     text = console(str(run), "--once").stdout
     assert "share/8 other arms" in text and "share/arm-39" not in text
+
+
+def test_the_series_table_never_takes_a_figure_from_an_abandoned_step(tmp_path):
+    """Steps 1..60 with an eval at 20 and 50; a rollback from 60 to 30; the resumed trainer
+    runs 31..45: the table's last loss is step 45's and the last eval step 20's (the rollback
+    abandoned 46..60 and the eval at 50), in the model, --json and --once."""
+    from console.model.series_summary import series_row
+
+    run = tmp_path / "run"
+    run.mkdir()
+    clock = iter(range(10_000))
+
+    def step(s, loss):
+        return {"step": s, "loss": loss, "lr": 1e-3, "grad_norm": 1.0, "arm": "a", "tokens": s,
+                "time": EPOCH + next(clock)}
+    records = [step(s, 2.0 + s / 1000) for s in range(1, 61)]
+    records.insert(20, {"event": "eval", "step": 20, "eval_loss": 2.5, "time": EPOCH + next(clock)})
+    records.insert(51, {"event": "eval", "step": 50, "eval_loss": 9.5, "time": EPOCH + next(clock)})
+    records.append({"event": "rollback", "step": 30, "from_step": 60, "to_step": 30, "time": EPOCH + next(clock)})
+    records += [step(s, 3.0 + s / 1000) for s in range(31, 46)]
+    (run / ".loss.json").write_text("".join(json.dumps(r) + "\n" for r in records))
+    h = RunReader(run, now=lambda: EPOCH + 10_000).read()[0].history
+    loss, ev = series_row(h, "loss"), series_row(h, "eval_loss")
+    assert (loss.last_step, loss.last, loss.points) == (45, pytest.approx(3.045), 45)
+    assert (ev.last_step, ev.last, ev.max) == (20, 2.5, 2.5)
+    listed = {s["name"]: s for s in json.loads(console(run, "--json").stdout)["series"]}
+    assert (listed["loss"]["last_step"], listed["loss"]["last"]) == (45, pytest.approx(3.045))
+    assert (listed["eval_loss"]["last_step"], listed["eval_loss"]["last"]) == (20, 2.5)
+    once = console(run, "--once").stdout
+    row = next(line.split() for line in once.splitlines() if line.startswith("  eval_loss "))
+    assert row[1] == "2.5" or row[1].startswith("2.5"), row
