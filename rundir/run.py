@@ -198,6 +198,7 @@ class Run:
             raise RunError(f"open_run: cannot create {self.path}: {err.strerror}") from None
         if not self._ranks.owner:
             self._join(join_timeout)
+            atexit.register(self._at_exit)      # the agreement in flight waited for, the handlers put back
             return
         text = self._config_text(config)
         self._lock = RunLock(self.path, on_lost=self._lock_lost)
@@ -470,6 +471,7 @@ class Run:
         if not self._ranks.owner:
             self._closed = True
             self._signals.restore(exiting_on_stop=reason == _UNLOOKED)
+            atexit.unregister(self._at_exit)
             return
         if self._lost is not None:              # the record and the history are the new holder's now
             self._release(remove_record=False)
