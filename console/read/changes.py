@@ -17,7 +17,7 @@ from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILE
                            EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
 
 from ..model.checkpoint_wait import CheckpointWait
-from ..model.findings import LISTED, many, names_and_more
+from ..model.findings import LISTED, error_stop, error_stop_text, many, names_and_more
 from ..model.format import format_counter, format_size, printable, stall_text
 from ..model.snapshot import Notice, RunSnapshot
 from .landing import external_details, landing_text
@@ -176,6 +176,8 @@ def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[N
     if (t0.state, t0.pid) != (t1.state, t1.pid):
         if t1.state == "running":
             out.append(Notice(now, f"trainer running: pid {t1.pid} verified", "good"))
+        elif t0.state == "running" and t1.state == "stopped" and (failed := error_stop(snap.history.events)):
+            out.append(Notice(now, error_stop_text(failed), "error"))
         elif t0.state == "running" and t1.state == "stopped":
             final = snap.newest_checkpoint
             name = final.path.name if final else snap.external_checkpoints[-1].path if snap.external_checkpoints \
@@ -230,7 +232,8 @@ def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
         return (f"trainer STOPPED{at}: the run diverged ({field('in_a_row', '?')} non-finite steps in a row; "
                 f"last good step {step_field('last_good_step')})"), "error"
     if ev.event == EVENT_STOP:
-        return f"trainer logged stop{at}" + (f" ({field('reason')})" if d.get("reason") else ""), "info"
+        return f"trainer logged stop{at}" + (f" ({field('reason')})" if d.get("reason") else ""), \
+            "error" if error_stop([ev]) else "info"
     if ev.event == EVENT_SIGNAL:
         return f"trainer got {field('signal', 'a signal')}{at}", "info"
     if ev.event == EVENT_START:
