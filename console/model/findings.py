@@ -234,6 +234,9 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
         out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
                            + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None
                               else "")))
+    for check in h.resume_checks:          # as its alert says it: --check and the pane agree
+        if check.verdict == "diverged":
+            out.append(Finding("resume", Level.ERROR, check.text(), f"resume:{check.line}", check.from_step))
     if h.silent_rewind_count:
         out.append(Finding("rewind", Level.WARNING,
                            f"{LOSS_JSON}: the steps went back to step {h.silent_rewinds[-1]:,} with no resume event "
