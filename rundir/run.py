@@ -528,8 +528,9 @@ class Run:
             raise errors[0]
 
     def _at_exit(self) -> None:
-        """A script that returns without :meth:`finish`: finished for it (not in a forked child)."""
-        self.finish("exit without run.finish()")
+        """A script that returns without :meth:`finish`: finished for it (not in a forked child),
+        a stop taken being a stop on a signal still."""
+        self.finish("signal" if self._stopping else "exit without run.finish()")
 
 
 __all__ = ["ENGINE", "Run", "RunError", "open_run"]
