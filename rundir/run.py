@@ -29,6 +29,7 @@ with nothing there, a call after :meth:`Run.finish`.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import signal
 import threading
@@ -39,11 +40,12 @@ from typing import Any, Mapping
 from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
-from .layout import (EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, LOSS_JSON,
-                     RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
+from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP,
+                     LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
 from .process import RunLock, RunLockedError
 from .safe_read import open_for_append
-from .trainer_record import RunDirId, TrainerRecord, remove_trainer_record, write_trainer_record
+from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
+                             write_trainer_record)
 
 ENGINE = "rundir.open_run"          # the start event's "engine": who wrote the history
 _FIELDS = ("loss", "lr", "grad_norm", "tokens")
@@ -174,7 +176,7 @@ class Run:
             from .atomic import atomic_write_bytes
             atomic_write_bytes(self.path / RUN_TOML, config_text.encode("utf-8"))
         self._signals.install()                 # before the record: a recorded trainer handles signals
-        self.record = TrainerRecord.for_this_process(run_dir=RunDirId.of_fd(self._dir_fd))
+        self.record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), run_dir=RunDirId.of_fd(self._dir_fd))
         write_trainer_record(self.path, self.record)
         self._watch = RequestWatch(self.path, self.record, self._say)
         step = self._last_step or 0
@@ -255,6 +257,19 @@ class Run:
         self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
                     from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
         self._last_step = step
+
+    def leave_checkpoint_signal(self) -> None:
+        """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM
+        save-and-requeue): this run's handler is taken away, the previous one put back, and
+        ``.trainer.json`` says that the console asks for a checkpoint through the request
+        file (``checkpoint_requests``: ``"file"``), which :attr:`checkpoint_requested` still
+        takes. Call it before the framework installs its handler."""
+        self._open("run.leave_checkpoint_signal")
+        for sig in CHECKPOINT_SIGNALS:
+            self._signals.release(sig)
+        if self.record.checkpoint_requests != REQUESTS_BY_FILE:
+            self.record = dataclasses.replace(self.record, checkpoint_requests=REQUESTS_BY_FILE)
+            write_trainer_record(self.path, self.record)
 
     @property
     def last_step(self) -> int | None:
