@@ -36,6 +36,7 @@ with nothing there, a call after :meth:`Run.finish`.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import signal
 import threading
@@ -53,7 +54,8 @@ from .process import RunLock, RunLockedError
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
 from .signals import RequestWatch, SignalFlags, SignalRequests
-from .trainer_record import RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record, write_trainer_record
+from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
+                             write_trainer_record)
 
 ENGINE = "rundir.open_run"          # the start event's "engine": who wrote the history
 _FIELDS = ("loss", "lr", "grad_norm", "tokens")
@@ -403,6 +405,19 @@ class Run:
             self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
         self._last_step = step
+
+    def leave_checkpoint_signal(self) -> None:
+        """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM
+        save-and-requeue): this run's handler is taken away, the previous one put back, and
+        ``.trainer.json`` says that the console asks for a checkpoint through the request
+        file (``checkpoint_requests``: ``"file"``), which :attr:`checkpoint_requested` still
+        takes. Call it before the framework installs its handler."""
+        self._open("run.leave_checkpoint_signal")
+        for sig in CHECKPOINT_SIGNALS:
+            self._signals.release(sig)
+        if self.record.checkpoint_requests != REQUESTS_BY_FILE:
+            self.record = dataclasses.replace(self.record, checkpoint_requests=REQUESTS_BY_FILE)
+            write_trainer_record(self.path, self.record)
 
     @property
     def last_step(self) -> int | None:

@@ -33,8 +33,9 @@ PROGRAMS = ("andrea-console", "andrea-train")
 STEP_PLACEHOLDER, UTC_PLACEHOLDER = "NNNNNN", "<UTC>"
 PATTERN_CONSTANTS = {"TMP_PREFIX", "CHECKPOINT_PREFIX", "CHECKPOINT_SUFFIX", "SIDECAR_SUFFIX",
                      "PIVOT_ARCHIVE_PREFIX", "ROLLBACK_ARCHIVE_PREFIX"}
-# String constants of layout.py that name no file: the signal label of a taken checkpoint request.
-NOT_FILE_NAMES = {"CHECKPOINT_REQUESTED"}
+# String constants of layout.py that name no file: the signal label of a taken checkpoint request,
+# the stop event's reasons.
+NOT_FILE_NAMES = {"CHECKPOINT_REQUESTED", "STOP_ERROR", "STOP_REQUEUE"}
 
 
 # -- reading markdown ------------------------------------------------------------------

@@ -285,14 +285,20 @@ def _nonfinite_runs(steps: tuple[int, ...]) -> list[tuple[int, int]]:
 
 
 def _abnormal_exit(snap: RunSnapshot) -> Finding | None:
-    """The trainer is gone without a clean exit: a stale record (killed, crashed), or a
-    process that wrote no ``stop`` event before it ended."""
+    """The trainer is gone without a clean exit: a stale record (killed, crashed), a process
+    that wrote no ``stop`` event before it ended, or one whose stop says it failed (a
+    framework's error, ``"reason": "error: ..."``)."""
     t = snap.trainer
     if t.state == "stale":
         return Finding("exit", Level.ERROR, f"the trainer (pid {t.pid}) is gone without a clean exit (killed or "
                                             "crashed; see trainer.log)", f"exit:stale:{t.pid}", ended_pid=t.pid)
     if t.state != "stopped":
         return None
+    if (failed := snap.error_stop) is not None:
+        at = f" at step {format_counter(failed.step)}" if failed.step is not None else ""
+        return Finding("exit", Level.ERROR, f"the trainer stopped with an error{at} "
+                                            f"({printable(failed.data.get('reason'), LINE_LIMIT)}; see trainer.log)",
+                       f"exit:error:{failed.line}", failed.step)
     for ev in reversed(snap.history.events):
         if ev.event == EVENT_STOP:
             return None

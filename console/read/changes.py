@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 from rundir import CheckpointInfo, HistoryEvent
 from rundir.rollback_files import read_rollback_journal
 from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_EXTERNAL_CHECKPOINT, EVENT_PIVOT,
-                           EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
+                           EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE,
+                           STOP_REQUEUE, is_error_stop)
 
 from ..model.checkpoint_wait import CheckpointWait
 from ..model.findings import LISTED, many, names_and_more
@@ -180,8 +181,10 @@ def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[N
             final = snap.newest_checkpoint
             name = final.path.name if final else snap.external_checkpoints[-1].path if snap.external_checkpoints \
                 else None
-            out.append(Notice(now, f"trainer exited cleanly (pid {t0.pid} removed its record)"
-                              + (f"; final checkpoint {printable(name)}" if name else ""), "good"))
+            failed = snap.error_stop
+            how = f"with an error ({printable(failed.data.get('reason'))}; see trainer.log)" if failed else "cleanly"
+            out.append(Notice(now, f"trainer exited {how} (pid {t0.pid} removed its record)"
+                              + (f"; final checkpoint {printable(name)}" if name else ""), "error" if failed else "good"))
             if final is not None:           # our checkpoint: --start resumes it (a run API loop resumes itself)
                 out.append(Notice(now, f"to resume: andrea-console {printable(shlex.quote(str(snap.run_dir)))} --start"
                                        f" (it goes on from {printable(final.path.name)})", "info"))
@@ -229,6 +232,11 @@ def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
     if ev.event == EVENT_STOP and d.get("reason") == "nonfinite":
         return (f"trainer STOPPED{at}: the run diverged ({field('in_a_row', '?')} non-finite steps in a row; "
                 f"last good step {step_field('last_good_step')})"), "error"
+    if ev.event == EVENT_STOP and is_error_stop(d.get("reason")):
+        return f"trainer STOPPED{at} with an error ({field('reason')}; see trainer.log)", "error"
+    if ev.event == EVENT_STOP and d.get("reason") == STOP_REQUEUE:
+        return f"trainer stopped{at} for a SLURM requeue (the framework saved and requeued the job; the next " \
+               "job resumes)", "info"
     if ev.event == EVENT_STOP:
         return f"trainer logged stop{at}" + (f" ({field('reason')})" if d.get("reason") else ""), "info"
     if ev.event == EVENT_SIGNAL:
