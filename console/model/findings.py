@@ -69,7 +69,17 @@ KINDS: dict[str, FindingKind] = {kind.name: kind for kind in (
     FindingKind("sidecar"),                                     # .state.json or .samples.json unreadable
     FindingKind("spike", alert=True, history_fact=True, noun="loss spikes"),
     FindingKind("resume", alert=True, history_fact=True, noun="diverged resumes"),
+    # One rank of a job of several processes (rundir/ranks.py's verdicts), at RANK_LEVELS' level.
+    FindingKind("rank_dead", alert=True, noun="dead ranks"),
+    FindingKind("rank_stopped", alert=True, noun="stopped ranks"),
+    FindingKind("rank_silent", alert=True, noun="silent ranks"),
+    FindingKind("rank_behind", alert=True, noun="ranks behind"),
+    FindingKind("rank_straggling", alert=True, noun="straggling ranks"),
 )}
+
+# Each rank verdict that is a problem: its finding's level (the kind is "rank_" + the verdict).
+RANK_LEVELS: dict[str, Level] = {"dead": Level.ERROR, "stopped": Level.ERROR, "silent": Level.ERROR,
+                                 "behind": Level.WARNING, "straggling": Level.WARNING}
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,7 @@ def derive_problems(snap: RunSnapshot) -> tuple[Finding, ...]:
     if snap.dir_state == "unreadable":
         return tuple(out)               # every file in it is unreadable for that one reason
     out += _trainer_problems(snap)
+    out += rank_findings(snap)
     if snap.pending_pivot:
         out.append(Finding("pending", Level.WARNING, snap.pending_pivot))
     if snap.pending_rollback:
@@ -185,6 +196,16 @@ def _trainer_problems(snap: RunSnapshot) -> list[Finding]:
     if stop is not None:
         out.append(Finding("divergence", Level.ERROR, divergence_text(stop.step, stop.data)))
     return out
+
+
+def rank_findings(snap: RunSnapshot) -> list[Finding]:
+    """A finding per rank with a problem, naming the rank and its host, errors first."""
+    ranks = snap.ranks
+    out = [Finding(f"rank_{s.verdict}", RANK_LEVELS[s.verdict],
+                   f"rank {s.record.rank} on {printable(s.record.host, 60)}: {s.verdict}: {s.why}",
+                   f"rank:{ranks.launch}:{s.record.rank}:{s.verdict}", s.record.step)
+           for s in ranks.statuses if s.verdict in RANK_LEVELS]
+    return sorted(out, key=lambda f: f.level is not Level.ERROR)
 
 
 def _file_problems(snap: RunSnapshot) -> list[Finding]:
@@ -256,6 +277,7 @@ def derive_alerts(snap: RunSnapshot) -> tuple[Finding, ...]:
     exited = _abnormal_exit(snap)
     if exited is not None:
         out.append(exited)
+    out += rank_findings(snap)
     for first, last in _nonfinite_runs(h.nonfinite_steps):
         where = f"step {first:,}" if first == last else f"steps {first:,}..{last:,}"
         out.append(Finding("nonfinite", Level.ERROR, f"non-finite loss at {where}", f"nonfinite:{first}", first))
