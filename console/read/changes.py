@@ -178,7 +178,7 @@ def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[N
         if t1.state == "running":
             out.append(Notice(now, f"trainer running: pid {t1.pid} verified", "good"))
         elif t0.state == "running" and t1.state == "stopped" and snap.error_stop is not None:
-            out.append(Notice(now, f"{error_stop_text(snap.error_stop)} (pid {t0.pid} removed its record)", "error"))
+            out.append(Notice(now, error_stop_text(snap.error_stop), "error"))
         elif t0.state == "running" and t1.state == "stopped":
             final = snap.newest_checkpoint
             name = final.path.name if final else snap.external_checkpoints[-1].path if snap.external_checkpoints \
