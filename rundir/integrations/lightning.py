@@ -9,9 +9,20 @@ cadence; ``loss`` or ``train_loss`` there is the loss when the step returns none
 checkpoint asked for from the console (``c``, SIGUSR1, the request file) is saved with
 ``trainer.save_checkpoint`` (into ``RUN_DIR/checkpoints/`` unless ``dirpath`` says) and
 reported; a stop (``s``, SIGTERM, Ctrl-C) saves one and ends ``fit`` with
-``trainer.should_stop``, normally, exit status 0. A run this callback opened it finishes at
-the end of ``fit``. Resuming (``fit(ckpt_path=...)``) is said in the history. One process
-(no multi-device strategy).
+``trainer.should_stop``, normally, exit status 0. The run is opened when ``fit`` sets up
+(after the strategy has started the job's processes, before it installs its signal
+handlers) and finished at its end. Resuming (``fit(ckpt_path=...)``) is said in the history.
+
+Several processes (``strategy="ddp"``, any launcher: Lightning's own, torchrun, ``srun``):
+the callback as given to ``Trainer(callbacks=[...])`` runs on every rank, and every rank
+opens the run (:mod:`rundir.job`: rank 0 owns it, the others write nothing). Each step's
+``run.log`` agrees the requests over the strategy's process group, so every rank reads the
+same decision at the same step: on a checkpoint, ``trainer.save_checkpoint`` runs on every
+rank (Lightning's own collective save) and ``run.checkpoint_saved`` on every rank, rank 0
+reporting it once all have returned; on a stop, every rank saves and sets ``should_stop``,
+and every rank exits 0. Lightning's own SIGTERM handler is put aside for ``fit`` there (it
+broadcasts from inside the handler, at whatever point each rank is, which can deadlock the
+job): the run's agreed stop answers SIGTERM instead, whichever rank it reached.
 
 Under SLURM with Lightning's auto-requeue (its ``SLURMEnvironment``, the default there)
 SIGUSR1 stays Lightning's: ``#SBATCH --signal=USR1@90`` still saves ``hpc_ckpt_N.ckpt`` and
@@ -53,23 +64,37 @@ class _Hooks:
 
     def __init__(self, run: "str | Path | Run", config: dict[str, Any] | None = None,
                  dirpath: "str | Path | None" = None):
-        from ..run import Run, open_run
+        from ..run import Run
 
-        # Opened now, before fit installs Lightning's own SIGTERM handler, which then
-        # calls ours as well.
-        self.owned = not isinstance(run, Run)
-        self.run = open_run(run, config) if self.owned else run
-        self.dirpath = Path(dirpath) if dirpath is not None else self.run.path / EXTERNAL_CHECKPOINTS_DIR
+        self._opened: Run | None = run if isinstance(run, Run) else None
+        self.owned = self._opened is None
+        self._path = run.path if isinstance(run, Run) else Path(run)
+        self._config = config
+        self.dirpath = Path(dirpath) if dirpath is not None else self._path / EXTERNAL_CHECKPOINTS_DIR
         self._logged = -1
         self._requeues = _RequeueWatch()
 
+    @property
+    def run(self) -> "Run":
+        if self._opened is None:
+            raise RuntimeError("RundirCallback: the run is opened when Trainer.fit sets up")
+        return self._opened
+
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        # Before fit installs its handlers: SIGUSR1 left free for Lightning's requeue.
-        if stage == "fit" and _requeue_signal(trainer) in CHECKPOINT_SIGNALS:
-            self.run.leave_checkpoint_signal()
+        # Now: the strategy has started the job's processes (a rank knows its rank), and fit
+        # has not installed its signal handlers yet (Lightning's SIGTERM then calls ours too).
+        if stage != "fit":
+            return
+        if self._opened is None:
+            from ..run import open_run
+            self._opened = open_run(self._path, self._config)
+        if _requeue_signal(trainer) in CHECKPOINT_SIGNALS:
+            self.run.leave_checkpoint_signal()      # SIGUSR1 left free for Lightning's requeue
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._requeues.watch(trainer)
+        if trainer.world_size > 1:
+            _sigterm_to_the_run(trainer)
         step, last = trainer.global_step, self.run.last_step
         if trainer.ckpt_path is not None or (last is not None and step < last):
             self.run.resumed(step, trainer.ckpt_path)
@@ -107,6 +132,8 @@ class _Hooks:
         # handler (SIGTERMException, exit status 0): the stop is still ours, with its checkpoint.
         reason = None if isinstance(exception, SIGTERMException) and self.run.stop_requested \
             else f"error: {type(exception).__name__}"
+        if self._opened is None:
+            return                          # fit failed before it set up: no run was opened
         try:
             self._report_requeues()
             if reason is None:
@@ -118,7 +145,7 @@ class _Hooks:
                 self.run.finish(reason if reason is not None else self._stop_reason())
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self.owned and stage == "fit":
+        if self.owned and stage == "fit" and self._opened is not None:
             self._report_requeues()
             self.run.finish(self._stop_reason())
 
@@ -157,6 +184,17 @@ class _RequeueWatch:
         del self.saved[:count]
         self.requeued = self.requeued or bool(taken)
         return taken
+
+
+def _sigterm_to_the_run(trainer: Any) -> None:
+    """With several processes, SIGTERM goes back to the handler fit found (the run's) for the
+    rest of ``fit``: Lightning's own broadcasts from inside the handler, wherever each rank is
+    (a collective out of step with the other ranks'), and kills its launcher's other ranks; the
+    run's agreed stop ends every rank at one step, each with the final checkpoint."""
+    connector = getattr(trainer, "_signal_connector", None)
+    original = getattr(connector, "_original_handlers", {}).get(signal.SIGTERM)
+    if callable(original):
+        signal.signal(signal.SIGTERM, original)
 
 
 def _requeue_signal(trainer: Any) -> Any:
