@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from .checkpoint import CheckpointInfo, inspect_checkpoint
+from .checkpoint import CheckpointInfo, inspect_listed
 from .config import ConfigError, RunConfig, load_run_config
 from .external import ExternalCheckpoint, external_checkpoints
 from .filesystems import fresh_stamp
@@ -141,7 +141,7 @@ def _checkpoints(run: Path) -> tuple[list[CheckpointInfo], int]:
     except OSError:
         return [], 0
     names.sort()
-    infos = [inspect_checkpoint(run / name) for name in names[-CHECKPOINTS_INSPECTED:]]
+    infos = [info for name in names[-CHECKPOINTS_INSPECTED:] if (info := inspect_listed(run / name)) is not None]
     return sorted(infos, key=lambda i: (i.step, i.path.name)), len(names)
 
 

@@ -161,8 +161,9 @@ class TrainerRecord:
     launcher_pid: int | None = None
     slurm: SlurmPlacement | None = None
     run_dir: RunDirId | None = None       # the directory it trains, as its host sees it
-    # The launch (job) it belongs to, shared by every rank's record (rundir/ranks.py): records of an
-    # earlier launch of the same directory are never read as this one's.
+    # The launch (job) it belongs to: a run API job's launch_key (rundir.job), the key its other ranks
+    # join by; andrea-train's random launch id. Every rank's record carries it too (rundir/ranks.py):
+    # records of an earlier launch of the same directory are never read as this one's.
     launch: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)     # another writer's keys, kept as they came
 

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.checkpoint import said_checkpoints
 from rundir.identity import open_directory
 from rundir.external import external_checkpoints
 from rundir.config import RunSection
@@ -141,6 +142,7 @@ class RunReader:
         self.log = LogTail(self.run_dir / TRAINER_LOG)
         self.requests = CheckpointRequests()     # the checkpoints asked for, settled at each read
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
+        self._said: dict[str, bool] = {}      # the trainer's word of its newest checkpoints (its history)
         self._storage_at = 0.0
         self._ckpt_written = 0.0                # mtime of the newest checkpoint file
         self._sources = SourceCache()           # arm source checks, between reads of .state.json
@@ -234,9 +236,15 @@ class RunReader:
         return {"config": config, "config_error": error}
 
     def _part_history(self, read: _Read) -> dict:
-        return {"history": self._history.read(read.now, read.notices, first=read.prev is None,
-                                              config=read.values["config"],
-                                              prev=read.prev.history if read.prev else None)}
+        history = self._history.read(read.now, read.notices, first=read.prev is None, config=read.values["config"],
+                                     prev=read.prev.history if read.prev else None)
+        if read.prev is not None and history.events is not read.prev.history.events:
+            # The trainer's word of a checkpoint written or pruned: the checkpoints are looked at
+            # again, though a network mount's cached listing may show no change yet.
+            said = said_checkpoints(history.events)
+            if said != self._said:
+                read.kinds = read.kinds | {CHECKPOINTS}
+        return {"history": history}
 
     def _part_trainer(self, read: _Read) -> dict:
         # The trainer before the history and the checkpoints: one that exits writes its last
@@ -249,6 +257,7 @@ class RunReader:
         return {"trainer": trainer}
 
     def _part_checkpoints(self, read: _Read) -> dict:
+        self._said = said_checkpoints(read.values["history"].events)
         return {"checkpoints": self._checkpoints(read.prev)}
 
     def _part_external(self, read: _Read) -> dict:
@@ -431,7 +440,7 @@ class RunReader:
         """Every ``step_*.bin``, as :func:`rundir.list_checkpoints` sees them, but inspecting
         only files whose ``.bin`` or ``.json`` changed since the last read, and keeping no
         sidecar contents (the console never shows them)."""
-        stamps = checkpoint_stamps(self.run_dir)
+        stamps = checkpoint_stamps(self.run_dir, self._said)
         # The newest .bin or .json written: a checkpoint landing is progress (see _stall).
         self._ckpt_written = max((max(b[0], s[0] if s else 0) for b, s in stamps.values()), default=0) / 1e9
         old = self._ckpt_cache
