@@ -166,7 +166,9 @@ class TrainerRecord:
     # several processes); REQUESTS_BY_FILE, only through the request file (its SIGUSR1 is a
     # framework's own: Lightning's SLURM save-and-requeue).
     checkpoint_requests: str | None = None
-    # A run API job's launch (rundir.job.launch_key): the key its other ranks join by.
+    # The launch (job) it belongs to: a run API job's launch_key (rundir.job), the key its other ranks
+    # join by; andrea-train's random launch id. Every rank's record carries it too (rundir/ranks.py):
+    # records of an earlier launch of the same directory are never read as this one's.
     launch: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)     # another writer's keys, kept as they came
 
