@@ -13,19 +13,20 @@ it, also atomically, and carries that checksum. A ``.bin`` without a ``.json`` i
 from __future__ import annotations
 
 import binascii
+import errno
 import os
 import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Mapping
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 
 import numpy as np
 
 from .atomic import atomic_write_chunks, atomic_write_json
-from .filesystems import filesystem_of
+from .filesystems import filesystem_of, fresh_stamp
 from .safe_read import RESUME_JSON_MAX, open_regular, read_json_object
-from .layout import CHECKPOINT_NAME, checkpoint_name, is_checkpoint_bin, is_checkpoint_file, sidecar_name
+from .layout import CHECKPOINT_NAME, EVENT_CHECKPOINT, EVENT_PRUNE, checkpoint_name, is_checkpoint_bin, is_checkpoint_file, sidecar_name
 from .resume_record import FORMAT_VERSION, ResumeRecord, ResumeState, parse_resume_record  # noqa: F401
 
 HEADER = struct.Struct("<ii")
@@ -37,6 +38,10 @@ WRITE_CHUNK_BYTES = 16 << 20
 SLOW_WRITE_ENV = "ANDREA_TEST_SLOW_WRITE"
 
 Status = Literal["complete", "foreign", "invalid"]
+
+# How many of the trainer's newest checkpoint names (its history's word) a listing is checked
+# against: more than a mount caches a listing for (sshfs 20 s, NFS up to 60 s) at one a second.
+SAID_LAST = 64
 
 
 class CheckpointError(ValueError):
@@ -78,6 +83,19 @@ class CheckpointInfo:
 def inspect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     """Quick validity (docs/contract.md#the-checkpoint-binary-format) without reading the arrays; never raises."""
     path = path if isinstance(path, Path) else Path(path)
+    info = inspect_listed(path)
+    if info is None:
+        match = CHECKPOINT_NAME.match(path.name)
+        return CheckpointInfo(path, int(match.group(1)) if match else -1, 0, 0.0, "invalid",
+                              f"cannot read: {os.strerror(errno.ENOENT)}")
+    return info
+
+
+def inspect_listed(path: str | os.PathLike[str]) -> CheckpointInfo | None:
+    """:func:`inspect_checkpoint` of a file a listing named, None when it does not exist: a
+    checkpoint pruned or moved since (a network mount's cached listing still names it for a
+    while) is gone, never invalid. Never raises."""
+    path = path if isinstance(path, Path) else Path(path)
     match = CHECKPOINT_NAME.match(path.name)
     name_step = int(match.group(1)) if match else -1
     try:
@@ -90,6 +108,8 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
             os.close(fd)
     except ValueError as err:
         return CheckpointInfo(path, name_step, 0, 0.0, "invalid", str(err))
+    except FileNotFoundError:
+        return None
     except OSError as err:
         return CheckpointInfo(path, name_step, 0, 0.0, "invalid", f"cannot read: {err.strerror}")
 
@@ -127,7 +147,7 @@ def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[CheckpointInfo]:
         entries = [e for e in os.scandir(run_dir) if is_checkpoint_bin(e.name)]
     except OSError:
         return []
-    infos = [inspect_checkpoint(e.path) for e in entries]
+    infos = [info for e in entries if (info := inspect_listed(e.path)) is not None]
     return sorted(infos, key=lambda i: (i.step, i.path.name))
 
 
@@ -135,12 +155,58 @@ def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[CheckpointInfo]:
 CheckpointStamp = tuple[tuple[int, int], "tuple[int, int] | None"]
 
 
-def checkpoint_stamps(run_dir: str | os.PathLike[str]) -> dict[str, CheckpointStamp]:
+def said_checkpoints(events: Iterable[Any], last: int = SAID_LAST) -> dict[str, bool]:
+    """What the trainer's own word, its history's events, says of its newest checkpoints:
+    ``{name: True}`` for one it wrote (a ``checkpoint`` event), ``{name: False}`` for one
+    it pruned since (a ``prune`` event's steps); the ``last`` newest names said, at most."""
+    said: dict[str, bool] = {}
+    for ev in events:
+        if ev.event == EVENT_CHECKPOINT and isinstance(ev.data.get("path"), str):
+            names, exists = [Path(ev.data["path"]).name], True
+        elif ev.event == EVENT_PRUNE and isinstance(ev.data.get("steps"), list):
+            names, exists = [checkpoint_name(s) for s in ev.data["steps"] if type(s) is int and s >= 0], False
+        else:
+            continue
+        for name in names:
+            said.pop(name, None)
+            said[name] = exists
+    return dict(list(said.items())[-last:])
+
+
+def _opened_stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size) from a fresh open: the server's word, not a cached listing's."""
+    stamp = fresh_stamp(path)
+    return (stamp[2], stamp[1]) if stamp is not None else None
+
+
+def checkpoint_stamps(run_dir: str | os.PathLike[str], said: Mapping[str, bool] | None = None
+                      ) -> dict[str, CheckpointStamp]:
     """``{name: stamp}`` of every ``step_*.bin``: one directory scan and stats, no file read.
 
     A checkpoint can vanish between the listing and a stat (retention, an operator): it
-    is simply left out.
+    is simply left out. ``said`` (:func:`said_checkpoints`) is the trainer's word, against
+    which the listing is checked: a network mount may serve a cached listing for a while,
+    missing a checkpoint just written and naming one just pruned. One the trainer wrote
+    that the listing misses is looked up by its name and included when it opens; one it
+    pruned that the listing names is included only when it still opens.
     """
+    stamps = _listed_stamps(run_dir)
+    base = Path(run_dir)
+    for name, exists in (said or {}).items():
+        if exists == (name in stamps) or not is_checkpoint_bin(name):
+            continue
+        stamp = _opened_stamp(base / name)
+        if not exists:
+            if stamp is None:
+                del stamps[name]
+            continue
+        if stamp is not None:
+            side = _opened_stamp(base / sidecar_name(name))
+            stamps[name] = (stamp, side)
+    return stamps
+
+
+def _listed_stamps(run_dir: str | os.PathLike[str]) -> dict[str, CheckpointStamp]:
     try:
         entries = {e.name: e for e in os.scandir(run_dir) if is_checkpoint_file(e.name)}
     except OSError:
@@ -170,7 +236,8 @@ def checkpoints_since(run_dir: str | os.PathLike[str], baseline: Mapping[str, Ch
     counts as new once the ``.json`` is there."""
     stamps = checkpoint_stamps(run_dir) if stamps is None else stamps
     base = Path(run_dir)
-    infos = [inspect_checkpoint(base / name) for name, stamp in stamps.items() if baseline.get(name) != stamp]
+    infos = [info for name, stamp in stamps.items()
+             if baseline.get(name) != stamp and (info := inspect_listed(base / name)) is not None]
     return sorted(infos, key=lambda i: (i.step, i.path.name))
 
 

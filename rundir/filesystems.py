@@ -59,11 +59,15 @@ class Filesystem:
     name: str
     events: bool
     shared: bool
+    listing: str = ""       # how long its mount may serve a cached directory listing (listing_cache)
 
     @property
     def watched_by(self) -> str:
-        """How a run on it is followed, as the status line says it."""
-        return "events" if self.events else f"polling · {self.name}"
+        """How a run on it is followed, as the status says it."""
+        how = "events" if self.events else f"polling · {self.name}"
+        if self.listing:
+            how += f" ({self.listing}: checkpoints are known from the trainer's history, each confirmed by opening it)"
+        return how
 
 
 LOCAL_DISK = Filesystem("local", events=True, shared=False)
@@ -145,3 +149,56 @@ def fresh_stamp(path: str | os.PathLike[str]) -> Stamp | None:
 def forced_polling(fs: Filesystem) -> Filesystem:
     """``fs`` followed by polling whatever it promises (``--poll``)."""
     return fs if not fs.events else Filesystem(fs.name, events=False, shared=fs.shared)
+
+
+MOUNTINFO = "/proc/self/mountinfo"
+SSHFS_DIR_CACHE_S = 20          # sshfs's default dir_cache timeout (cache_timeout)
+NFS_ACDIRMAX_S = 60             # the NFS client's default acdirmax
+
+
+def _mount_of(path: str) -> tuple[str, dict[str, str]] | None:
+    """The filesystem type and options (mount and superblock options together) of the mount
+    holding ``path``, from this process's mount table; None where it cannot be read."""
+    try:
+        with open(MOUNTINFO, "rb") as fh:
+            lines = fh.read(4 << 20).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    best: tuple[int, str, dict[str, str]] | None = None
+    for line in lines:
+        fields = line.split(" ")
+        if "-" not in fields or len(fields) < 6:
+            continue
+        sep = fields.index("-")
+        point = fields[4].encode().decode("unicode_escape")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if not inside or (best is not None and len(point) < best[0]) or len(fields) < sep + 4:
+            continue
+        options = {}
+        for opt in (fields[5] + "," + fields[sep + 3]).split(","):
+            key, _, value = opt.partition("=")
+            options[key] = value
+        best = (len(point), fields[sep + 1], options)
+    return (best[1], best[2]) if best is not None else None
+
+
+def listing_cache(path: str | os.PathLike[str]) -> str:
+    """What the mount holding ``path`` says of its cached directory listings, "" when it keeps
+    none (or cannot be told): sshfs caches them for 20 s unless mounted with ``-o
+    dir_cache=no`` (its options are the sshfs process's own, not in the mount table); an NFS
+    client caches lookups and directory attributes up to ``acdirmax`` (60 s) unless
+    ``lookupcache=none``/``positive``, ``actimeo=0`` or ``noac``. Meanwhile a listing can
+    miss a file just written and name one just removed."""
+    mount = _mount_of(os.path.realpath(os.fspath(path)))
+    if mount is None:
+        return ""
+    kind, options = mount
+    if kind == "fuse.sshfs":
+        return f"sshfs may cache directory listings for up to {SSHFS_DIR_CACHE_S} s unless mounted with -o dir_cache=no"
+    if kind in ("nfs", "nfs4"):
+        if "noac" in options or options.get("actimeo") == "0" or options.get("lookupcache") in ("none", "pos",
+                                                                                                   "positive"):
+            return ""
+        limit = options.get("acdirmax", options.get("actimeo", str(NFS_ACDIRMAX_S)))
+        return f"NFS may cache directory listings for up to {limit} s (lookupcache=positive or actimeo=0 avoid it)"
+    return ""

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .checkpoint import CheckpointInfo, inspect_checkpoint
+from .checkpoint import CheckpointInfo, inspect_listed
 from .config import ConfigError, RunConfig, load_run_config
 from .external import ExternalCheckpoint, external_checkpoints
 from .filesystems import fresh_stamp
@@ -28,6 +28,7 @@ from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EV
                      PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
 from .pivot_files import read_journal
 from .process import Verification, verify_trainer
+from .ranks import judge_ranks, read_ranks
 from .runs import RunsListing, list_runs
 from .sidecars import read_state
 from .storage import directory_size
@@ -76,6 +77,7 @@ class RunSummary:
     # The newest checkpoint in the trainer's own format (a run API loop's) that the history's
     # tail reports; the overview shows it where the run has none of ours.
     newest_external: ExternalCheckpoint | None = None
+    problem_ranks: int = 0              # ranks of the job with a problem (rundir.ranks: dead, stopped, ...)
 
     @property
     def key(self) -> str:
@@ -151,7 +153,7 @@ def _checkpoints(run: Path) -> tuple[list[CheckpointInfo], int]:
     except OSError:
         return [], 0
     names.sort()
-    infos = [inspect_checkpoint(run / name) for name in names[-CHECKPOINTS_INSPECTED:]]
+    infos = [info for name in names[-CHECKPOINTS_INSPECTED:] if (info := inspect_listed(run / name)) is not None]
     return sorted(infos, key=lambda i: (i.step, i.path.name)), len(names)
 
 
@@ -255,6 +257,8 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
         if now - latest > threshold:
             stalled = True
             problems.insert(0, f"trainer STALLED: no new step for {now - latest:.0f} s")
+    problem_ranks = _rank_problems(run, now)
+    problems[:0] = problem_ranks
     problems.extend(_tail_problems(tail, newest))
     invalid = [c for c in checkpoints if c.status == "invalid"]
     if invalid:
@@ -284,7 +288,13 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     return RunSummary(run, run.name, v.state, v.reason, v.record.pid if v.record else None, stalled, last_step,
                       _ema(tail.loss), rate, tokens, max_steps, eta,
                       newest, n_checkpoints, used, approximate, last_activity, tail.format, tuple(problems), finished,
-                      next(reversed(external_checkpoints(tail.events)), None))
+                      next(reversed(external_checkpoints(tail.events)), None), len(problem_ranks))
+
+
+def _rank_problems(run: Path, now: float) -> list[str]:
+    """A line per rank of the job with a problem (rundir.ranks), naming it and its host."""
+    return [f"rank {s.record.rank} on {s.record.host}: {s.verdict}: {s.why}"
+            for s in judge_ranks(read_ranks(run).records, now) if s.problem]
 
 
 def summarize_runs(root: str | os.PathLike[str], now: float | None = None,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rundir.history import HistoryEvent, limits
 from rundir.spikes import Spike
-from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
+from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON, is_error_stop
 
 from .format import LINE_LIMIT, format_counter, format_size, printable, stall_text
 from .levels import Level
@@ -75,8 +75,13 @@ KINDS: dict[str, FindingKind] = {kind.name: kind for kind in (
     FindingKind("sidecar", W),                                  # .state.json or .samples.json unreadable
     FindingKind("spike", W, alert=True, history_fact=True, noun="loss spikes"),
     FindingKind("resume", E, alert=True, history_fact=True, noun="diverged resumes"),
+    # One rank of a job of several processes (rundir/ranks.py's verdicts): "rank_" + the verdict.
+    FindingKind("rank_dead", E, alert=True, noun="dead ranks"),
+    FindingKind("rank_stopped", E, alert=True, noun="stopped ranks"),
+    FindingKind("rank_silent", E, alert=True, noun="silent ranks"),
+    FindingKind("rank_behind", W, alert=True, noun="ranks behind"),
+    FindingKind("rank_straggling", W, alert=True, noun="straggling ranks"),
 )}
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -146,6 +151,7 @@ def derive_problems(snap: RunSnapshot) -> tuple[Finding, ...]:
     if snap.dir_state == "unreadable":
         return tuple(out)               # every file in it is unreadable for that one reason
     out += _trainer_problems(snap)
+    out += rank_findings(snap)
     if snap.pending_pivot:
         out.append(Finding("pending", Level.WARNING, snap.pending_pivot))
     if snap.pending_rollback:
@@ -197,6 +203,16 @@ def _trainer_problems(snap: RunSnapshot) -> list[Finding]:
     if stop is not None:
         out.append(Finding("divergence", Level.ERROR, divergence_text(stop.step, stop.data)))
     return out
+
+
+def rank_findings(snap: RunSnapshot) -> list[Finding]:
+    """A finding per rank with a problem, naming the rank and its host, errors first."""
+    ranks = snap.ranks
+    out = [Finding(f"rank_{s.verdict}", KINDS[f"rank_{s.verdict}"].level,
+                   f"rank {s.record.rank} on {printable(s.record.host, 60)}: {s.verdict}: {s.why}",
+                   f"rank:{ranks.launch}:{s.record.rank}:{s.verdict}", s.record.step)
+           for s in ranks.statuses if f"rank_{s.verdict}" in KINDS]
+    return sorted(out, key=lambda f: f.level is not Level.ERROR)
 
 
 def _file_problems(snap: RunSnapshot) -> list[Finding]:
@@ -271,6 +287,7 @@ def derive_alerts(snap: RunSnapshot) -> tuple[Finding, ...]:
     exited = _abnormal_exit(snap)
     if exited is not None:
         out.append(exited)
+    out += rank_findings(snap)
     for first, last in _nonfinite_runs(h.nonfinite_steps):
         where = f"step {first:,}" if first == last else f"steps {first:,}..{last:,}"
         out.append(Finding("nonfinite", Level.ERROR, f"non-finite loss at {where}", f"nonfinite:{first}", first))
@@ -310,19 +327,6 @@ def stall_finding(snap: RunSnapshot) -> Finding | None:
     return None
 
 
-def error_stop(events: Any) -> HistoryEvent | None:
-    """The ``stop`` event of the newest trainer process when it says an error stopped it
-    (``"reason": "error: ValueError"``, as the run API writes for an exception); None when
-    the newest process stopped otherwise or has not stopped."""
-    for ev in reversed(events):
-        if ev.event in (EVENT_START, EVENT_RESUME):
-            return None
-        if ev.event == EVENT_STOP:
-            reason = ev.data.get("reason")
-            return ev if isinstance(reason, str) and reason.startswith("error") else None
-    return None
-
-
 def error_stop_text(ev: HistoryEvent) -> str:
     """``the trainer stopped with an error at step 120: ValueError (see its log)``."""
     reason = printable(str(ev.data.get("reason", "error")), LINE_LIMIT)
@@ -342,7 +346,7 @@ def _abnormal_exit(snap: RunSnapshot) -> Finding | None:
         return None
     for ev in reversed(snap.history.events):
         if ev.event == EVENT_STOP:
-            if error_stop([ev]) is None:
+            if not is_error_stop(ev.data.get("reason")):
                 return None
             return Finding("exit", Level.ERROR, error_stop_text(ev), f"exit:line:{ev.line}", ev.step,
                            ended_pid=_started_pid(snap, ev.line))

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.checkpoint import said_checkpoints
 from rundir.identity import open_directory
 from rundir.external import external_checkpoints
 from rundir.config import RunSection
@@ -32,12 +33,13 @@ from rundir.storage import measure as measure_storage
 from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, HISTORY, LOG, LOSS_JSON,
                            RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
+from rundir.ranks import judge_ranks, read_ranks
 
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level
 from ..model.markers import derive_markers
-from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
-                              RunSnapshot, TrainerView)
+from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RanksView,
+                              RetentionView, RunSnapshot, TrainerView)
 from .changes import describe_changes, pending_rollback
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
@@ -140,6 +142,7 @@ class RunReader:
         self.log = LogTail(self.run_dir / TRAINER_LOG)
         self.requests = CheckpointRequests()     # the checkpoints asked for, settled at each read
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
+        self._said: dict[str, bool] = {}      # the trainer's word of its newest checkpoints (its history)
         self._storage_at = 0.0
         self._ckpt_written = 0.0                # mtime of the newest checkpoint file
         self._sources = SourceCache()           # arm source checks, between reads of .state.json
@@ -233,9 +236,15 @@ class RunReader:
         return {"config": config, "config_error": error}
 
     def _part_history(self, read: _Read) -> dict:
-        return {"history": self._history.read(read.now, read.notices, first=read.prev is None,
-                                              config=read.values["config"],
-                                              prev=read.prev.history if read.prev else None)}
+        history = self._history.read(read.now, read.notices, first=read.prev is None, config=read.values["config"],
+                                     prev=read.prev.history if read.prev else None)
+        if read.prev is not None and history.events is not read.prev.history.events:
+            # The trainer's word of a checkpoint written or pruned: the checkpoints are looked at
+            # again, though a network mount's cached listing may show no change yet.
+            said = said_checkpoints(history.events)
+            if said != self._said:
+                read.kinds = read.kinds | {CHECKPOINTS}
+        return {"history": history}
 
     def _part_trainer(self, read: _Read) -> dict:
         # The trainer before the history and the checkpoints: one that exits writes its last
@@ -248,6 +257,7 @@ class RunReader:
         return {"trainer": trainer}
 
     def _part_checkpoints(self, read: _Read) -> dict:
+        self._said = said_checkpoints(read.values["history"].events)
         return {"checkpoints": self._checkpoints(read.prev)}
 
     def _part_external(self, read: _Read) -> dict:
@@ -266,6 +276,11 @@ class RunReader:
         if read.kinds & {TRAINER, HISTORY, CHECKPOINTS}:
             trainer = self._stall(trainer, read.now)
         return {"trainer": trainer}
+
+    def _part_ranks(self, read: _Read) -> dict:
+        """Every rank's record of the job, and each one's verdict (rundir.ranks)."""
+        got = read_ranks(self.run_dir)
+        return {"ranks": RanksView(judge_ranks(got.records, read.now), got.launch, got.earlier, got.errors)}
 
     def _part_arms(self, read: _Read) -> dict:
         return {"arms": self._arms(read.values["config"])}
@@ -425,7 +440,7 @@ class RunReader:
         """Every ``step_*.bin``, as :func:`rundir.list_checkpoints` sees them, but inspecting
         only files whose ``.bin`` or ``.json`` changed since the last read, and keeping no
         sidecar contents (the console never shows them)."""
-        stamps = checkpoint_stamps(self.run_dir)
+        stamps = checkpoint_stamps(self.run_dir, self._said)
         # The newest .bin or .json written: a checkpoint landing is progress (see _stall).
         self._ckpt_written = max((max(b[0], s[0] if s else 0) for b, s in stamps.values()), default=0) / 1e9
         old = self._ckpt_cache
@@ -503,6 +518,7 @@ PARTS: tuple[Part, ...] = (
     Part("external", ("external_checkpoints",), frozenset({HISTORY}), RunReader._part_external),
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
+    Part("ranks", ("ranks",), frozenset({TRAINER}), RunReader._part_ranks),
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
     Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
     Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),

@@ -27,12 +27,13 @@ import math
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import watchfiles
 
-from rundir.filesystems import Filesystem, Stamp, filesystem_of, forced_polling, fresh_stamp
+from rundir.filesystems import Filesystem, Stamp, filesystem_of, forced_polling, fresh_stamp, listing_cache
 from rundir.layout import ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, KNOWN_NAMES, TRAINER, is_temporary, kind_of
 
 from ..model.levels import Level
@@ -124,6 +125,7 @@ def watch_run(run_dir: Path, post: Callable[[frozenset[str]], None], stop: threa
             existed = True
         fs = filesystem_of(run_dir)
         fs = forced_polling(fs) if poll else fs
+        fs = replace(fs, listing=listing_cache(run_dir)) if fs.shared else fs
         # Taken before the announcement: a change made once the run is said to be followed
         # differs from it, so the poll (or the safety poll) sees it even before inotify watches.
         fingerprint = RunFingerprint(run_dir, list_always=not fs.events)

@@ -224,6 +224,24 @@ def test_means_of_huge_values_do_not_overflow(tmp_path):
     assert [b[5] for b in buckets] == pytest.approx([1e308 / 2 + 1.5e308 / 2, -1e308 / 2 + 2.0 / 2])
 
 
+def test_arms_past_the_cap_are_one_others_series_of_their_pulls_together(make_run_dir):
+    """40 arms drawn in turn, the first 8 twice as often: the 32 drawn most get series of their
+    own (in the history's order), the other 8 one series, whose share is theirs together."""
+    from console.model.series import MAX_ARM_SERIES
+
+    arms = tuple(f"arm-{i:02d}" for i in range(40))
+    run = make_run_dir(steps=4000, arms=arms[:8] + arms)
+    h = read(run).history
+    shares = [n for n in available(h) if n.startswith("share/")]
+    assert MAX_ARM_SERIES == 32
+    assert shares == [f"share/{arm}" for arm in arms[:32]] + ["share/8 other arms"], shares
+    _, others = series_values(h, "share/8 other arms")
+    _, first = series_values(h, "share/arm-00")
+    assert others[-1] == pytest.approx(8 / 48, abs=0.02) and first[-1] == pytest.approx(2 / 48, abs=0.02)
+    text = console(str(run), "--once").stdout
+    assert "share/8 other arms" in text and "share/arm-39" not in text
+
+
 def test_the_series_table_never_takes_a_figure_from_an_abandoned_step(tmp_path):
     """Steps 1..60 with an eval at 20 and 50; a rollback from 60 to 30; the resumed trainer
     runs 31..45: the table's last loss is step 45's and the last eval step 20's (the rollback

@@ -10,7 +10,8 @@ import pytest
 
 from rundir import (CheckpointError, ResumeState, inspect_checkpoint, latest_resumable, list_checkpoints,
                             open_checkpoint, read_sidecar, verify_checksum, write_checkpoint)
-from rundir.checkpoint import file_checksum, sidecar_path
+from rundir.checkpoint import checkpoint_stamps, file_checksum, inspect_listed, said_checkpoints, sidecar_path
+from rundir.history.records import HistoryEvent
 
 
 def arrays(n, seed=0):
@@ -118,3 +119,23 @@ def test_rejects_wrong_dtype_and_mismatched_lengths(tmp_path):
     with pytest.raises(CheckpointError, match="m has 9 values"):
         write_checkpoint(tmp_path, 1, w, m[:9], v)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_trainers_word_checks_a_listing_and_a_vanished_file_is_gone_not_invalid(tmp_path):
+    for step in (100, 200, 300):
+        write_checkpoint(tmp_path, step, *arrays(4))
+    events = [HistoryEvent("checkpoint", s, 0.0, i, {"path": f"step_000{s}.bin", "reason": "cadence"})
+              for i, s in enumerate((100, 200, 300))]
+    events.append(HistoryEvent("prune", 300, 0.0, 9, {"steps": [100], "bytes": 1}))
+    said = said_checkpoints(events)
+    assert said == {"step_000200.bin": True, "step_000300.bin": True, "step_000100.bin": False}
+    # The pruned one still opens (a prune killed half-way): it is listed as it is.
+    assert set(checkpoint_stamps(tmp_path, said)) == {"step_000100.bin", "step_000200.bin", "step_000300.bin"}
+    os.unlink(tmp_path / "step_000100.bin")
+    assert inspect_listed(tmp_path / "step_000100.bin") is None
+    assert inspect_checkpoint(tmp_path / "step_000100.bin").status == "invalid"     # asked for by name: it is not there
+    assert [c.step for c in list_checkpoints(tmp_path)] == [200, 300]
+    # Said and absent: looked up by name, left out; the listing's own are all there.
+    os.unlink(tmp_path / "step_000300.bin")
+    assert set(checkpoint_stamps(tmp_path, said)) == {"step_000200.bin"}
+    assert said_checkpoints(events, last=1) == {"step_000100.bin": False}

@@ -80,7 +80,7 @@ class StatusLine(Static):
                 text.append(f"{format_size(snap.storage.free)} free", style="bold red" if snap.storage.too_full else "")
         if self.watched_by.startswith("polling"):
             text.append(*SEP)
-            text.append(self.watched_by, style="grey62")
+            text.append(self.watched_by.split(" (")[0], style="grey62")     # the status pane says the rest
         if text.plain != self._shown:
             self._shown = text.plain
             self.update(text, layout=False)
