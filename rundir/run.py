@@ -37,6 +37,7 @@ with nothing there, a call after :meth:`Run.finish`.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import signal
 import threading
@@ -54,7 +55,8 @@ from .process import RunLock, RunLockedError
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
 from .signals import RequestWatch, SignalFlags, SignalRequests
-from .trainer_record import RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record, write_trainer_record
+from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
+                             write_trainer_record)
 
 ENGINE = "rundir.open_run"          # the start event's "engine": who wrote the history
 _FIELDS = ("loss", "lr", "grad_norm", "tokens")
@@ -139,6 +141,12 @@ class _ProcessHandlers:
                 signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
             self.previous.clear()
 
+    def release(self, sig: signal.Signals) -> None:
+        """Stop handling ``sig`` in this process: its previous handler is put back now (a
+        framework's, installed later, takes it from then on)."""
+        if sig in self.previous:
+            signal.signal(sig, self.previous.pop(sig))
+
     def handle(self, signum: int, frame: Any) -> None:
         # A second Ctrl-C while a stop is pending interrupts at once, for a loop that never looks.
         if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
@@ -159,6 +167,9 @@ class _RunSignalFlags(SignalFlags):
 
     def restore(self, exiting_on_stop: bool = False) -> None:
         _HANDLERS.remove(self, exiting_on_stop)
+
+    def release(self, sig: signal.Signals) -> None:
+        _HANDLERS.release(sig)
 
 
 class Run:
@@ -281,6 +292,7 @@ class Run:
         self._dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tail = read_history_tail(self.path / LOSS_JSON)
         self._last_step: int | None = int(tail.step[-1]) if len(tail.step) else None
+        self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._history = LossHistoryWriter(self.path / LOSS_JSON)
         self._log_fd = open_for_append(self.path / TRAINER_LOG)
         if config_text is not None:
@@ -323,10 +335,12 @@ class Run:
             if not tokens_value.is_integer():
                 raise RunError(f"run.log: tokens = {tokens_value!r} is not a whole number")
             record["tokens"] = int(tokens_value)
+        if step == last and self._step_record is not None and self._step_record["step"] == step:
+            record = {**self._step_record, **record}        # the step's values in several calls: one line
         record["time"] = time.time()
         if self._ranks.owner:
             self._history.append(record)
-        self._last_step = step
+        self._last_step, self._step_record = step, record
         self._logs += 1
         self._agree()
 
@@ -455,7 +469,21 @@ class Run:
                 self._last_step > step else None
             self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
-        self._last_step = step
+        self._last_step, self._step_record = step, None
+
+    def leave_checkpoint_signal(self) -> None:
+        """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM
+        save-and-requeue): this run's handler is taken away, the previous one put back, and
+        ``.trainer.json`` says that the console asks for a checkpoint through the request
+        file (``checkpoint_requests``: ``"file"``), which :attr:`checkpoint_requested` still
+        takes. Call it before the framework installs its handler (on every rank: each gives
+        the signal up; rank 0 rewrites the record)."""
+        self._open("run.leave_checkpoint_signal")
+        for sig in CHECKPOINT_SIGNALS:
+            self._signals.release(sig)
+        if self._ranks.owner and self.record.checkpoint_requests != REQUESTS_BY_FILE:      # a member writes nothing
+            self.record = dataclasses.replace(self.record, checkpoint_requests=REQUESTS_BY_FILE)
+            write_trainer_record(self.path, self.record)
 
     @property
     def last_step(self) -> int | None:
