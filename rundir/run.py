@@ -39,7 +39,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -48,13 +47,14 @@ from typing import Any, Mapping
 from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
-from .job import JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher, wait_for_owner
+from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
+                  wait_for_owner)
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
                      EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
 from .process import RunLock, RunLockedError
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
-from .signals import RequestWatch, SignalFlags, SignalRequests
+from .signals import RequestWatch, SharedSignalFlags, SignalRequests
 from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
                              write_trainer_record)
 
@@ -119,59 +119,6 @@ def _step(where: str, step: Any) -> int:
     return step
 
 
-class _ProcessHandlers:
-    """The process's SIGUSR1/SIGTERM/SIGINT handlers, shared by every run open in it: installed
-    by the first, put back by the last to finish; a signal is noted in every open run's flags."""
-
-    def __init__(self) -> None:
-        self.runs: list[Any] = []
-        self.previous: dict[signal.Signals, Any] = {}
-
-    def add(self, flags: Any) -> None:
-        if not self.runs:
-            for sig in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS):
-                self.previous[sig] = signal.signal(sig, self.handle)
-        self.runs.append(flags)
-
-    def remove(self, flags: Any, exiting_on_stop: bool) -> None:
-        if flags in self.runs:
-            self.runs.remove(flags)
-        if not self.runs:
-            for sig, handler in self.previous.items():
-                signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
-            self.previous.clear()
-
-    def release(self, sig: signal.Signals) -> None:
-        """Stop handling ``sig`` in this process: its previous handler is put back now (a
-        framework's, installed later, takes it from then on)."""
-        if sig in self.previous:
-            signal.signal(sig, self.previous.pop(sig))
-
-    def handle(self, signum: int, frame: Any) -> None:
-        # A second Ctrl-C while a stop is pending interrupts at once, for a loop that never looks.
-        if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
-            raise KeyboardInterrupt
-        for flags in list(self.runs):
-            flags._handle(signum, frame)
-
-
-_HANDLERS = _ProcessHandlers()
-
-
-class _RunSignalFlags(SignalFlags):
-    """A run's flags (:class:`rundir.signals.SignalFlags`), set through the process's shared handlers."""
-
-    def install(self) -> "_RunSignalFlags":
-        _HANDLERS.add(self)
-        return self
-
-    def restore(self, exiting_on_stop: bool = False) -> None:
-        _HANDLERS.remove(self, exiting_on_stop)
-
-    def release(self, sig: signal.Signals) -> None:
-        _HANDLERS.release(sig)
-
-
 class Run:
     """A run directory trained by this process (see the module's text). Use
     :func:`open_run`; also a context manager (``with rundir.open_run(...) as run:``), whose
@@ -198,6 +145,7 @@ class Run:
         self._stop_read = False                 # stop_requested answered True since the stop was taken
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
+        self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
         self._pending_names: tuple[list[int], list[str]] = ([], [])
         self._every = self._until = 1           # logs between agreement points (agreed), and left to the next
@@ -217,7 +165,7 @@ class Run:
             self._lock.acquire()
         except RunLockedError as err:
             raise RunError(f"open_run: {err}") from None
-        self._signals = _RunSignalFlags()
+        self._signals = SharedSignalFlags()
         try:
             self._start(text)
         except BaseException:
@@ -243,7 +191,7 @@ class Run:
             self.record = wait_for_owner(self.path, self._ranks, timeout)
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
-        self._signals = _RunSignalFlags().install()
+        self._signals = SharedSignalFlags().install()
         if group_ready():
             self._share_history_step()
         else:
@@ -292,7 +240,6 @@ class Run:
         self._dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tail = read_history_tail(self.path / LOSS_JSON)
         self._last_step: int | None = int(tail.step[-1]) if len(tail.step) else None
-        self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._history = LossHistoryWriter(self.path / LOSS_JSON)
         self._log_fd = open_for_append(self.path / TRAINER_LOG)
         if config_text is not None:
