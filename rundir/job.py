@@ -25,6 +25,7 @@ import hashlib
 import os
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -35,6 +36,14 @@ JOIN_TIMEOUT_S = 120.0          # how long a member waits for rank 0's record of
 JOIN_POLL_S = 0.05
 _LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
                "SLURM_STEP_ID")
+
+
+# The newest collectives' tensors, kept referenced from Python: gloo's worker thread lets go of a
+# finished collective's tensor after waking the caller, and where Python had already let go, that
+# release needs the GIL; at the interpreter's exit, right after the run's last all-reduce, that
+# aborted the process ("terminate called without an active exception", SIGABRT; see
+# trainer/distributed.py's close()). Kept here, gloo's release is only a count going down.
+_KEPT: deque[Any] = deque(maxlen=8)
 
 
 class JobError(RuntimeError):
@@ -160,6 +169,7 @@ def _reduce_max(values: Sequence[int], ranks: JobRanks, where: str, async_op: bo
     backend = str(dist.get_backend())
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     tensor = torch.tensor(list(values), dtype=torch.int64, device=device)
+    _KEPT.append(tensor)
     return tensor, dist.all_reduce(tensor, op=dist.ReduceOp.MAX, async_op=async_op)
 
 
