@@ -24,7 +24,7 @@
                                            per-tensor statistics of a checkpoint's weights, m and v
     andrea-console RUN_DIR --rollback [--to STEP] [--skip-batches N] [--yes]
                                            go back past the newest loss spike, step by step
-    andrea-console RUN_DIR|RUNS_DIR --serve [--host H] [--port N] [--allow-control]
+    andrea-console RUN_DIR|RUNS_DIR --serve [--host H] [--port N] [--allow-control] [--max-tabs N]
                                            the dashboard (or overview) in a browser, read-only
                                            unless --allow-control (then a token in the URL)
     andrea-console RUN_DIR|RUNS_DIR --read-only
@@ -59,7 +59,7 @@ from rundir.text import printable, strict_json_value
 from . import tune_environment
 from .model.format import X_AXES
 from .read.prefetch import start_history_prefetch
-from .web import SERVE_HOST, SERVE_PORT
+from .web import DEFAULT_MAX_TABS, MAX_TABS_LIMIT, SERVE_HOST, SERVE_PORT
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130                  # 128 + SIGINT, as a shell reports a Ctrl-C
@@ -109,6 +109,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
     """The options of the modes: serving, rollback, alerts, pivot, start."""
     p.add_argument("--host", metavar="H", help=f"--serve: the address to listen on (default {SERVE_HOST})")
     p.add_argument("--port", type=int, metavar="N", help=f"--serve: the port (default {SERVE_PORT}; 0: any free one)")
+    p.add_argument("--max-tabs", type=int, metavar="N",
+                   help=f"--serve: at most N browser tabs at once, each its own console process (default "
+                        f"{DEFAULT_MAX_TABS}); one more gets a page saying so")
     p.add_argument("--allow-control", action="store_true",
                    help="--serve: the browser's c, s, p, r act on the run; the URL then needs the token printed "
                         "at start (403 without it); off localhost, asks first (--yes does not ask)")
@@ -301,10 +304,13 @@ def _main(argv: list[str] | None) -> int:
 
 def _serve_usage(args: argparse.Namespace) -> str | None:
     """Why the --serve and --read-only options do not go together as given (None: they do)."""
-    if (args.host is not None or args.port is not None or args.allow_control) and not args.serve:
-        return "--host, --port and --allow-control go with --serve"
+    if (args.host is not None or args.port is not None or args.allow_control
+            or args.max_tabs is not None) and not args.serve:
+        return "--host, --port, --allow-control and --max-tabs go with --serve"
     if args.read_only and args.allow_control:
         return "--read-only and --allow-control contradict each other"
+    if args.max_tabs is not None and not 1 <= args.max_tabs <= MAX_TABS_LIMIT:
+        return f"--max-tabs {args.max_tabs}: expected 1 to {MAX_TABS_LIMIT}"
     if args.port is not None and not 0 <= args.port <= 65535:
         return f"--port {args.port}: expected 0 to 65535 (0: any free port)"
     changes = [flag for flag, on in (("--start", args.start), ("--checkpoint", args.checkpoint),

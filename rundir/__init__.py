@@ -14,6 +14,7 @@ One module per file kind:
 - :mod:`.process`     ``.lock``, verifying and signalling the trainer
 - :mod:`.config`      ``run.toml``
 - :mod:`.run`         the run API: any training loop operated as andrea-train is (``open_run``); :mod:`.integrations` its framework callbacks
+- :mod:`.job`         the run API's job of several processes: each one's rank, their launch, the all-reduce they agree by
 - :mod:`.external`    a trainer's own checkpoints, as ``external_checkpoint`` events
 - :mod:`.sources`     the arms' data sources; :mod:`.zombies` arms whose data is gone
 - :mod:`.atomic`      atomic replacement, the only way these files are rewritten

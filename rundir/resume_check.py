@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .history import HistoryEvent, Superseded
-from .layout import EVENT_RESUME, EVENT_START
+from .layout import EVENT_RESUME, EVENT_ROLLBACK, EVENT_START
 
 # The settings a resume is compared on with the process before it: another value
 # computes other floats.
@@ -115,6 +115,21 @@ def _rerun_end(event: HistoryEvent) -> int | None:
     return end if isinstance(end, int) and not isinstance(end, bool) else None
 
 
+def _abandoned_before(superseded: Superseded, pairs: np.ndarray, rollbacks: list[HistoryEvent]) -> np.ndarray:
+    """Which replaced lines of ``pairs`` a rollback before the resume abandoned: a line for a
+    step after the rollback's checkpoint (``to_step``), up to its ``from_step``, written before
+    it (the same rule as :func:`rundir.abandoned.abandoned_mask`). The process before the resume
+    never ran those steps, so a new line for one is no rerun to compare with it."""
+    out = np.zeros(len(pairs), dtype=bool)
+    steps, times = superseded.get("step")[pairs], superseded.get("old_time")[pairs]
+    for ev in rollbacks:
+        to_step, from_step = ev.data.get("to_step"), ev.data.get("from_step")
+        if ev.time is None or not isinstance(to_step, int) or not isinstance(from_step, int):
+            continue
+        out |= (steps > to_step) & (steps <= from_step) & (times < ev.time)
+    return out
+
+
 def check_resumes(events: Iterable[HistoryEvent], superseded: Superseded, last_step: int | None,
                   ) -> list[ResumeCheck]:
     """A verdict for every resume event that re-ran logged steps (or says it will)."""
@@ -132,7 +147,11 @@ def check_resumes(events: Iterable[HistoryEvent], superseded: Superseded, last_s
         lo = int(np.searchsorted(rows, ev.row))
         hi = int(np.searchsorted(rows, later.row)) if later is not None and later.row >= 0 else len(rows)
         mine = np.arange(lo, hi)[steps[lo:hi] > from_step]
+        abandoned = _abandoned_before(superseded, mine, [r for r in events[:i] if r.event == EVENT_ROLLBACK])
         end = _rerun_end(ev)
+        if abandoned.any():
+            mine = mine[~abandoned]
+            end = int(steps[mine].max()) if len(mine) else None     # a "rerun" of abandoned steps is none
         if not len(mine) and end is None:
             continue                                # nothing was run again
         same = _same(superseded.get("old_loss")[mine], superseded.get("new_loss")[mine]) \

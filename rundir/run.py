@@ -17,6 +17,13 @@ events (:class:`~rundir.history.LossHistoryWriter`). A ``.checkpoint_request.jso
 to it is taken as a SIGUSR1 is. Checkpoints stay in the trainer's own format; each one
 reported is an ``external_checkpoint`` event (:mod:`rundir.external`).
 
+In a job of several processes every rank opens the run (:mod:`rundir.job`): global rank 0
+owns it as above; the others join as members once its record of their launch is there, and
+write nothing. Each :meth:`Run.log` then agrees the requests any rank received over the
+job's process group (one small all-reduce), so every rank reads the same answer at the
+same step; :meth:`Run.checkpoint_saved` is called by every rank, and rank 0 reports the
+checkpoint once all have written their part.
+
 Handlers only set flags: the loop reads :attr:`Run.checkpoint_requested` and
 :attr:`Run.stop_requested` at its step boundary. A second Ctrl-C (SIGINT) while a stop is
 pending interrupts at once (``KeyboardInterrupt``), for a loop that does not look.
@@ -39,23 +46,32 @@ from typing import Any, Mapping
 from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
-from .layout import (EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, LOSS_JSON,
-                     RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
+from .job import JOIN_TIMEOUT_S, JobError, all_max, job_ranks, launch_key, torchrun_launcher, wait_for_owner
+from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
+                     EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
 from .process import RunLock, RunLockedError
 from .safe_read import open_for_append
-from .trainer_record import RunDirId, TrainerRecord, remove_trainer_record, write_trainer_record
+from .signals import STOP_NAMES as _STOP_NAMES
+from .signals import RequestWatch, SignalFlags, SignalRequests
+from .trainer_record import RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record, write_trainer_record
 
 ENGINE = "rundir.open_run"          # the start event's "engine": who wrote the history
 _FIELDS = ("loss", "lr", "grad_norm", "tokens")
+_STOP_ORDER = tuple(sig.name for sig in STOP_SIGNALS)     # SIGTERM, SIGINT: the agreement's slots
+_ANOTHER_RANK = "SIGUSR1 (another rank)"      # a checkpoint only other ranks received
+_UNLOOKED = "signal (the loop did not look at run.stop_requested)"
 
 
 class RunError(RuntimeError):
     """A bad use of the run API; the message is one line saying what and why."""
 
 
-def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = None) -> "Run":
-    """Start training ``path`` (created if needed) as its one trainer; see :class:`Run`."""
-    return Run(path, config)
+def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = None,
+             join_timeout: float = JOIN_TIMEOUT_S) -> "Run":
+    """Start training ``path`` (created if needed) as its one trainer, or as one rank of a job
+    of several processes (every rank calls it; rank 0 owns the directory, the others wait up to
+    ``join_timeout`` seconds for it); see :class:`Run`."""
+    return Run(path, config, join_timeout)
 
 
 def _number(key: str, value: Any) -> float | int:
@@ -94,51 +110,124 @@ def _step(where: str, step: Any) -> int:
     return step
 
 
-def _signal_flags() -> Any:
-    """The trainer's flag-only handlers (:class:`rundir.signals.SignalFlags`, torch-free), and
-    a second SIGINT that interrupts at once, for a loop that never looks at the flags."""
-    from .signals import SignalFlags
+class _ProcessHandlers:
+    """The process's SIGUSR1/SIGTERM/SIGINT handlers, shared by every run open in it: installed
+    by the first, put back by the last to finish; a signal is noted in every open run's flags."""
 
-    class RunSignalFlags(SignalFlags):
-        def _handle(self, signum: int, frame: Any) -> None:
-            if signum == signal.SIGINT and signal.SIGINT.name in self._names:
-                raise KeyboardInterrupt
-            super()._handle(signum, frame)
+    def __init__(self) -> None:
+        self.runs: list[Any] = []
+        self.previous: dict[signal.Signals, Any] = {}
 
-    return RunSignalFlags()
+    def add(self, flags: Any) -> None:
+        if not self.runs:
+            for sig in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS):
+                self.previous[sig] = signal.signal(sig, self.handle)
+        self.runs.append(flags)
+
+    def remove(self, flags: Any, exiting_on_stop: bool) -> None:
+        if flags in self.runs:
+            self.runs.remove(flags)
+        if not self.runs:
+            for sig, handler in self.previous.items():
+                signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
+            self.previous.clear()
+
+    def handle(self, signum: int, frame: Any) -> None:
+        # A second Ctrl-C while a stop is pending interrupts at once, for a loop that never looks.
+        if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
+            raise KeyboardInterrupt
+        for flags in list(self.runs):
+            flags._handle(signum, frame)
+
+
+_HANDLERS = _ProcessHandlers()
+
+
+class _RunSignalFlags(SignalFlags):
+    """A run's flags (:class:`rundir.signals.SignalFlags`), set through the process's shared handlers."""
+
+    def install(self) -> "_RunSignalFlags":
+        _HANDLERS.add(self)
+        return self
+
+    def restore(self, exiting_on_stop: bool = False) -> None:
+        _HANDLERS.remove(self, exiting_on_stop)
 
 
 class Run:
     """A run directory trained by this process (see the module's text). Use
     :func:`open_run`; also a context manager (``with rundir.open_run(...) as run:``), whose
-    exit is :meth:`finish`."""
+    exit is :meth:`finish`.
 
-    def __init__(self, path: str | os.PathLike[str], config: Mapping[str, Any] | None = None):
+    In a job of several processes every rank opens it: :attr:`rank` and :attr:`world_size`
+    say where this process stands (:mod:`rundir.job`), :attr:`is_owner` whether it is global
+    rank 0, the one that writes the run directory."""
+
+    def __init__(self, path: str | os.PathLike[str], config: Mapping[str, Any] | None = None,
+                 join_timeout: float = JOIN_TIMEOUT_S):
         if threading.current_thread() is not threading.main_thread():
             raise RunError("open_run: call it from the main thread (signal handlers can only be installed there)")
+        try:
+            self._ranks = job_ranks()
+        except JobError as err:
+            raise RunError(f"open_run: {err}") from None
         self.path = Path(path)
+        self._pid = os.getpid()                 # the opener: a forked child touches nothing of the run
+        self._closed = False
+        self._lost: str | None = None           # set by the lock's heartbeat when another trainer took the run
+        self._requests = self._stop = self._checkpoint = 0      # taken, and taken when last saved
+        self._stopping = False
+        self._stop_read = False                 # stop_requested answered True since the stop was taken
+        self._stop_taken_at = 0                 # the log() count when the stop was taken
+        self._logs = 0
+        self._dir_fd = self._log_fd = -1
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise RunError(f"open_run: cannot create {self.path}: {err.strerror}") from None
+        if not self._ranks.owner:
+            self._join(join_timeout)
+            return
         text = self._config_text(config)
-        self._lost: str | None = None           # set by the lock's heartbeat when another trainer took the run
         self._lock = RunLock(self.path, on_lost=self._lock_lost)
         try:
             self._lock.acquire()
         except RunLockedError as err:
             raise RunError(f"open_run: {err}") from None
-        self._closed = False
-        self._requests = self._stop = self._checkpoint = 0      # taken, and taken when last saved
-        self._stopping = False
-        self._dir_fd = self._log_fd = -1
-        self._signals = _signal_flags()
+        self._signals = _RunSignalFlags()
         try:
             self._start(text)
         except BaseException:
             self._release(remove_record=True)
             raise
         atexit.register(self._at_exit)
+
+    def _join(self, timeout: float) -> None:
+        """A member (rank > 0): once rank 0 of this launch owns the directory, its history's
+        step; it writes nothing, and takes signals into the job's agreement."""
+        try:
+            self.record = wait_for_owner(self.path, self._ranks, timeout)
+        except JobError as err:
+            raise RunError(f"open_run: {err}") from None
+        tail = read_history_tail(self.path / LOSS_JSON)
+        self._last_step = int(tail.step[-1]) if len(tail.step) else None
+        self._signals = _RunSignalFlags().install()
+
+    @property
+    def rank(self) -> int:
+        """This process's global rank (0 with one process)."""
+        return self._ranks.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes of the job (1 with one process)."""
+        return self._ranks.world_size
+
+    @property
+    def is_owner(self) -> bool:
+        """Global rank 0: it holds the lock and writes the history, the events, ``.trainer.json``,
+        ``run.toml`` and ``trainer.log``; the other ranks write none of them."""
+        return self._ranks.owner
 
     def _config_text(self, config: Mapping[str, Any] | None) -> str | None:
         """The run.toml to write (None: keep the one there); refuses andrea-train's own run."""
@@ -161,8 +250,6 @@ class Run:
             raise RunError(f"open_run: {err}") from None
 
     def _start(self, config_text: str | None) -> None:
-        from .signals import RequestWatch
-
         # Held open for the run's lifetime: how the console verifies a trainer (rundir.identity),
         # whatever its command line says.
         self._dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -174,12 +261,17 @@ class Run:
             from .atomic import atomic_write_bytes
             atomic_write_bytes(self.path / RUN_TOML, config_text.encode("utf-8"))
         self._signals.install()                 # before the record: a recorded trainer handles signals
-        self.record = TrainerRecord.for_this_process(run_dir=RunDirId.of_fd(self._dir_fd))
+        ranks = self._ranks
+        job: dict[str, Any] = {"rank": 0, "world_size": ranks.world_size, "launcher_pid": torchrun_launcher(),
+                               "launch": launch_key(ranks)} if ranks.distributed else {}
+        self.record = TrainerRecord.for_this_process(run_dir=RunDirId.of_fd(self._dir_fd),
+                                                     slurm=SlurmPlacement.from_env(), **job)
         write_trainer_record(self.path, self.record)
         self._watch = RequestWatch(self.path, self.record, self._say)
         step = self._last_step or 0
-        self._event(EVENT_START, step, f"start: pid {self.record.pid}, history at step {step}", engine=ENGINE,
-                    pid=self.record.pid)
+        self._event(EVENT_START, step, f"start: pid {self.record.pid}, history at step {step}"
+                    + (f", {ranks.world_size} processes" if ranks.distributed else ""), engine=ENGINE,
+                    pid=self.record.pid, **({"world_size": ranks.world_size} if ranks.distributed else {}))
 
     # -- what the loop calls ---------------------------------------------------------
     def log(self, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None, tokens: Any = None,
@@ -206,54 +298,110 @@ class Run:
                 raise RunError(f"run.log: tokens = {tokens_value!r} is not a whole number")
             record["tokens"] = int(tokens_value)
         record["time"] = time.time()
-        self._history.append(record)
+        if self._ranks.owner:
+            self._history.append(record)
         self._last_step = step
+        self._logs += 1
+        self._agree()
+
+    def agree(self) -> None:
+        """Take the job's decision now: the requests any rank received (a signal, or rank 0's
+        request file) become :attr:`checkpoint_requested` and :attr:`stop_requested` on every
+        rank. :meth:`log` calls it once per call; with several processes it is one small
+        all-reduce, so every rank calls it (through :meth:`log`) the same number of times. A
+        stop the loop has not looked at (:attr:`stop_requested`) by the next call ends the
+        run here: its ``stop`` event, then ``SystemExit(0)`` on every rank."""
+        self._open("run.agree")
+        self._agree()
+
+    def _agree(self) -> None:
+        ignored = self._stopping and not self._stop_read and self._logs > self._stop_taken_at
+        if not self._ranks.distributed:
+            if ignored:
+                self._end_unlooked_stop()
+            self._poll()
+            return
+        if self._ranks.owner:
+            self._watch.poll(self._signals)
+        local = self._signals.take()
+        mine = [int(local.checkpoint)] + [int(name in local.names) for name in _STOP_ORDER] + [int(ignored)]
+        try:
+            agreed = all_max(mine, self._ranks, "run.log")
+        except JobError as err:
+            raise RunError(str(err)) from None
+        names = list(local.names) + [n for n, a, m in zip(_STOP_ORDER, agreed[1:3], mine[1:3]) if a and not m]
+        local = SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
+        if agreed[0] and not mine[0] and not local.stop:
+            local.names.append(_ANOTHER_RANK)
+        ignored = bool(agreed[3])
+        if ignored:
+            self._end_unlooked_stop()
+        self._taken(local)
 
     @property
     def checkpoint_requested(self) -> bool:
-        """A checkpoint was asked for (SIGUSR1, the request file, or a stop) and not saved yet."""
+        """A checkpoint was asked for (SIGUSR1, the request file, or a stop) and not saved yet.
+        With several processes: the job's decision at the last :meth:`log`, the same on every rank."""
         self._poll()
         return self._requests > self._checkpoint
 
     @property
     def stop_requested(self) -> bool:
         """SIGTERM or SIGINT arrived: save a checkpoint (:attr:`checkpoint_requested` says so
-        until one is reported), then stop."""
+        until one is reported), then stop. With several processes: the job's decision at the
+        last :meth:`log`, the same on every rank."""
         self._poll()
+        self._stop_read = self._stop_read or self._stopping
         return self._stopping
 
     def checkpoint_saved(self, step: int, path: str | os.PathLike[str], checksum: str | None = None) -> None:
         """A checkpoint in this trainer's own format (a file or a directory) is complete at
-        ``path``: its ``external_checkpoint`` event, fsynced; it answers the requests taken so far."""
+        ``path``: its ``external_checkpoint`` event, fsynced; it answers the requests taken so far.
+        With several processes every rank calls it, at the same step, once its part is written:
+        rank 0 reports the checkpoint once every rank has (one all-reduce)."""
         self._open("run.checkpoint_saved")
         step = _step("run.checkpoint_saved", step)
+        if checksum is not None and not isinstance(checksum, str):
+            raise RunError(f"run.checkpoint_saved: checksum {_shown(checksum)} is not a string")
+        if self._ranks.distributed:
+            try:
+                high, low = all_max([step, -step], self._ranks, "run.checkpoint_saved")
+            except JobError as err:
+                raise RunError(str(err)) from None
+            if high != -low:
+                raise RunError(f"run.checkpoint_saved: the ranks report steps {-low} to {high}: call it at the same "
+                               "step on every rank")
+        answers = self._requests > self._checkpoint
+        self._checkpoint = self._requests
+        if not self._ranks.owner:
+            return
         target = Path(path)
         try:
             size = saved_size(target)
         except OSError as err:
             raise RunError(f"run.checkpoint_saved: {target}: {err.strerror}") from None
-        if checksum is not None and not isinstance(checksum, str):
-            raise RunError(f"run.checkpoint_saved: checksum {_shown(checksum)} is not a string")
-        answers = self._requests > self._checkpoint
         shown = self._recorded_path(target)
         fields: dict[str, Any] = {"path": shown, "size": size, "reason": "signal" if answers else "schedule"}
         if checksum is not None:
             fields["checksum"] = checksum
+        if self._ranks.distributed:
+            fields["world_size"] = self._ranks.world_size
         self._event(EVENT_EXTERNAL_CHECKPOINT, step, f"checkpoint {shown} at step {step} ({size:,} bytes)"
+                    + (f", written by {self._ranks.world_size} processes" if self._ranks.distributed else "")
                     + (", as requested" if answers else ""), **fields)
         self._history.fsync()
-        self._checkpoint = self._requests
 
     def resumed(self, step: int, path: str | os.PathLike[str] | None = None) -> None:
         """Training continues after ``step`` (restored from the checkpoint at ``path``): the
         ``resume`` event; the steps after it are logged again."""
         self._open("run.resumed")
         step = _step("run.resumed", step)
-        shown = self._recorded_path(Path(path)) if path is not None else None
-        rerun = {"from": step + 1, "to": self._last_step} if self._last_step is not None and \
-            self._last_step > step else None
-        self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
-                    from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
+        if self._ranks.owner:
+            shown = self._recorded_path(Path(path)) if path is not None else None
+            rerun = {"from": step + 1, "to": self._last_step} if self._last_step is not None and \
+                self._last_step > step else None
+            self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
+                        from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
         self._last_step = step
 
     @property
@@ -263,8 +411,12 @@ class Run:
 
     def finish(self, reason: str | None = None) -> None:
         """The ``stop`` event; the record removed, the lock released, the handlers put back.
-        Safe to call twice."""
-        if self._closed:
+        Safe to call twice; in a forked child of the process that opened the run, nothing."""
+        if self._closed or os.getpid() != self._pid:
+            return
+        if not self._ranks.owner:
+            self._closed = True
+            self._signals.restore(exiting_on_stop=reason == _UNLOOKED)
             return
         if self._lost is not None:              # the record and the history are the new holder's now
             self._release(remove_record=False)
@@ -275,10 +427,10 @@ class Run:
             reason = "signal" if self._stopping else "finished"
         try:
             self._event(EVENT_STOP, self._last_step or 0, f"stop ({reason}) at step {self._last_step or 0}",
-                        reason=reason)
+                        reason="signal" if reason == _UNLOOKED else reason)
             self._history.fsync()
         finally:
-            self._release(remove_record=True)
+            self._release(remove_record=True, exiting_on_stop=reason == _UNLOOKED)
             atexit.unregister(self._at_exit)
 
     def __enter__(self) -> "Run":
@@ -294,6 +446,9 @@ class Run:
     def _open(self, where: str) -> None:
         if self._closed:
             raise RunError(f"{where}: the run is finished (run.finish() was called)")
+        if os.getpid() != self._pid:
+            raise RunError(f"{where}: this process (pid {os.getpid()}) is a fork of pid {self._pid}, which opened "
+                           "the run: only that process writes it")
         if self._lost is not None:
             raise RunError(f"{where}: {self._lost}: another trainer took this run over, and this one writes "
                            "nothing more")
@@ -304,20 +459,33 @@ class Run:
         self._lost = why
 
     def _poll(self) -> None:
-        if self._closed:
+        """One process: what arrived, taken now. Several: nothing (the decision is :meth:`agree`'s)."""
+        if self._closed or self._ranks.distributed or os.getpid() != self._pid:
             return
         self._watch.poll(self._signals)
-        if not self._signals.pending:
+        if self._signals.pending:
+            self._taken(self._signals.take())
+
+    def _taken(self, taken: SignalRequests) -> None:
+        """Requests taken (on every rank the same, with several processes): rank 0's events."""
+        if not taken:
             return
-        taken = self._signals.take()
-        stop_names = {sig.name for sig in STOP_SIGNALS}
         step = self._last_step or 0
-        for name in taken.names:
-            action = "stop" if name in stop_names else "checkpoint"
+        for name in taken.names if self._ranks.owner else ():
+            action = "stop" if name in _STOP_NAMES else "checkpoint"
             self._event(EVENT_SIGNAL, step, f"{name} received: {action} at step {step}", signal=name, action=action)
         if taken.checkpoint or (taken.stop and not self._stopping):
             self._requests += 1
-        self._stopping = self._stopping or taken.stop
+        if taken.stop and not self._stopping:
+            self._stopping, self._stop_taken_at = True, self._logs
+
+    def _end_unlooked_stop(self) -> None:
+        """A stop the loop did not look at by the next :meth:`log`: the run ends here, exit 0."""
+        if self._ranks.owner:
+            self._say("the loop did not look at run.stop_requested after the stop: run.log ends the process "
+                      "(exit 0)")
+        self.finish(_UNLOOKED)
+        raise SystemExit(0)
 
     def _recorded_path(self, target: Path) -> str:
         """Relative to the run directory when it lies inside it, else absolute."""
@@ -339,7 +507,7 @@ class Run:
         except OSError:
             pass
 
-    def _release(self, remove_record: bool) -> None:
+    def _release(self, remove_record: bool, exiting_on_stop: bool = False) -> None:
         """Everything this run holds let go, each step whatever the others did (an NFS close can
         report a writeback error): the first error is raised after the lock is released."""
         self._closed = True
@@ -348,7 +516,7 @@ class Run:
         if remove_record and getattr(self, "record", None) is not None:
             steps.append(lambda: remove_trainer_record(self.path, self.record.pid))
         steps += [lambda fd=fd: os.close(fd) for fd in (self._dir_fd, self._log_fd) if fd >= 0]
-        steps += [self._signals.restore, self._lock.release]
+        steps += [lambda: self._signals.restore(exiting_on_stop), self._lock.release]
         self._dir_fd = self._log_fd = -1
         errors: list[BaseException] = []
         for step in steps:
@@ -360,7 +528,7 @@ class Run:
             raise errors[0]
 
     def _at_exit(self) -> None:
-        """A script that returns without :meth:`finish`: finished for it."""
+        """A script that returns without :meth:`finish`: finished for it (not in a forked child)."""
         self.finish("exit without run.finish()")
 
 

@@ -161,6 +161,8 @@ class TrainerRecord:
     launcher_pid: int | None = None
     slurm: SlurmPlacement | None = None
     run_dir: RunDirId | None = None       # the directory it trains, as its host sees it
+    # A run API job's launch (rundir.job.launch_key): the key its other ranks join by.
+    launch: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)     # another writer's keys, kept as they came
 
     @classmethod
@@ -202,13 +204,13 @@ class TrainerRecord:
         optional = {"start_ticks": self.start_ticks, "boot_id": self.boot_id, "rank": self.rank,
                     "world_size": self.world_size, "launcher_pid": self.launcher_pid,
                     "slurm": self.slurm.to_dict() if self.slurm else None,
-                    "run_dir": self.run_dir.to_dict() if self.run_dir else None}
+                    "run_dir": self.run_dir.to_dict() if self.run_dir else None, "launch": self.launch}
         data.update({key: value for key, value in optional.items() if value is not None})
         return data
 
 
 _OPTIONAL_INTS = ("start_ticks", "rank", "world_size", "launcher_pid")
-_TYPED_KEYS = frozenset(RECORD_KEYS) | frozenset(_OPTIONAL_INTS) | {"boot_id", "slurm", "run_dir"}
+_TYPED_KEYS = frozenset(RECORD_KEYS) | frozenset(_OPTIONAL_INTS) | {"boot_id", "slurm", "run_dir", "launch"}
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -234,11 +236,12 @@ def parse_trainer_record(data: dict[str, Any]) -> tuple[TrainerRecord | None, st
         return None, f"{TRAINER_JSON}: host {host!r} is not a host name"
     if not isinstance(started, (int, float)) or isinstance(started, bool):
         return None, f"{TRAINER_JSON}: started {started!r} is not a number"
-    boot_id = data.get("boot_id")
+    boot_id, launch = data.get("boot_id"), data.get("launch")
     return TrainerRecord(pid=pid, create_time=float(ctime), host=host, argv=argv, started=float(started),
                          boot_id=boot_id if isinstance(boot_id, str) and boot_id else None,
                          slurm=SlurmPlacement.from_value(data.get("slurm")),
                          run_dir=RunDirId.from_value(data.get("run_dir")),
+                         launch=launch if isinstance(launch, str) and launch else None,
                          extra={k: v for k, v in data.items() if k not in _TYPED_KEYS},
                          **{key: _int_or_none(data.get(key)) for key in _OPTIONAL_INTS}), None
 

@@ -265,8 +265,10 @@ def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHi
     if ckpt.status == "foreign":
         fresh.insert(0, f"foreign checkpoint ({ckpt.reason}): samplers, RNG and bandit start fresh")
     rerun = None
-    if history.last_step is not None and history.last_step > ckpt.step:
-        rerun = {"from": ckpt.step + 1, "to": history.last_step}
+    # The steps the process before logged after the checkpoint: up to the head (the newest step
+    # line's); steps after it were abandoned by a rollback, not run by that process.
+    if history.head_step is not None and history.head_step > ckpt.step:
+        rerun = {"from": ckpt.step + 1, "to": history.head_step}
     exact = not fresh
     reset = list(state.reset)
     if exact and reset:         # say what was restored, so that a reset asked for does not read as a loss

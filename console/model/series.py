@@ -12,6 +12,9 @@ other numeric key a trainer writes: ``val_loss``, ``mfu``...); some are derived:
 - ``share/<arm>``: the fraction of the last :data:`SHARE_WINDOW` steps that drew that arm;
 - ``p/<arm>``: the probability the bandit gave the arm, at each step that drew it (the
   ``p`` of the step lines);
+- at most :data:`MAX_ARM_SERIES` arms get these, those with the most pulls; the rest are
+  one more arm, ``<family>/N other arms``, their pulls together (a history with 10,000
+  arm names made 20,000 series of every step: memory arms x steps);
 - ``eval_loss``: the held-out loss (an ``eval_loss`` column, else another engine's ``val_loss``,
   else the trainer's ``eval`` lines), and ``eval_loss/<arm>`` each arm's (their ``per_arm``).
 
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
 
 RATE_WINDOW = 50            # steps: tokens/s and steps/s are measured over this many steps
 SHARE_WINDOW = 100          # steps: an arm's share of pulls is that of this many steps
+MAX_ARM_SERIES = 32         # arms with series of their own; the others share one
 # Columns that are axes or raw inputs of a derived series, not series of their own.
 NOT_SERIES = frozenset({"step", "time", "tokens", "arm", "p"})
 # The full layout's grid of small plots, unless run.toml's [console] plots says otherwise.
@@ -134,16 +138,43 @@ def _steps_per_s(h: "HistoryView", name: str) -> Values:
     return _rate(h, h.step.astype(np.float64))
 
 
-def _arm_code(h: "HistoryView", name: str) -> int:
+def others_name(count: int) -> str:
+    """The arm that stands for the ``count`` arms without series of their own."""
+    return f"{count:,} other arms"
+
+
+def arm_groups(h: "HistoryView") -> dict[str, np.ndarray]:
+    """The arms that get series, each with the codes (into ``arm_names``) it stands for: the
+    :data:`MAX_ARM_SERIES` drawn most (in the history's order), then the others as one."""
+    memo = _memo(h)
+    if "arm_groups" not in memo:
+        groups: dict[str, np.ndarray] = {}
+        if h.arm_column is not None and len(h.arm_column):
+            named = np.array([i for i, arm in enumerate(h.arm_names) if arm], np.int64)
+            pulls = np.bincount(h.arm_column[h.arm_column >= 0], minlength=len(h.arm_names))[named]
+            drawn = named[pulls > 0]
+            top = np.sort(named[np.argsort(-pulls, kind="stable")[:MAX_ARM_SERIES]]) \
+                if len(drawn) > MAX_ARM_SERIES else drawn
+            groups = {h.arm_names[code]: np.array([code]) for code in top.tolist()}
+            rest = np.setdiff1d(drawn, top)
+            if len(rest):
+                groups[others_name(len(rest))] = rest
+        memo["arm_groups"] = groups
+    return memo["arm_groups"]
+
+
+def _arm_rows(h: "HistoryView", name: str) -> np.ndarray:
+    """Which rows drew the arm (or the arms) of a family series ``name``."""
     arm = name.split(FAMILY_SEP, 1)[1]
-    if h.arm_column is None or arm not in h.arm_names or not arm:
+    codes = arm_groups(h).get(arm)
+    if codes is None:
         raise UnknownSeries(f"unknown series {name!r}: no arm {arm!r} in the history")
-    return h.arm_names.index(arm)
+    assert h.arm_column is not None
+    return h.arm_column == codes[0] if len(codes) == 1 else np.isin(h.arm_column, codes)
 
 
 def _share(h: "HistoryView", name: str) -> Values:
-    code = _arm_code(h, name)
-    hits = np.cumsum(h.arm_column == code, dtype=np.float64)
+    hits = np.cumsum(_arm_rows(h, name), dtype=np.float64)
     share = hits.copy()
     share[SHARE_WINDOW:] -= hits[:-SHARE_WINDOW]        # the pulls of the last SHARE_WINDOW rows
     share[:SHARE_WINDOW] /= np.arange(1, min(len(hits), SHARE_WINDOW) + 1)
@@ -152,9 +183,8 @@ def _share(h: "HistoryView", name: str) -> Values:
 
 
 def _prob(h: "HistoryView", name: str) -> Values:
-    code = _arm_code(h, name)
+    mine = _arm_rows(h, name)
     steps, p = _column(h, "p")
-    mine = h.arm_column == code
     return steps[mine], p[mine]
 
 
@@ -208,11 +238,19 @@ def _names(h: "HistoryView") -> frozenset[str]:
 def available(h: "HistoryView") -> list[str]:
     """The history's series, in the picker's order: the table's, then each arm's, then the
     other numeric columns."""
+    memo = _memo(h)
+    if "available" not in memo:
+        memo["available"] = _available(h)
+        memo["available_set"] = frozenset(memo["available"])
+    return memo["available"]
+
+
+def _available(h: "HistoryView") -> list[str]:
     names = _names(h)
     out = [s.name for s in SERIES.values() if s.needs and set(s.needs) <= names]
     if names & {"eval_loss", "val_loss"}:
         out.insert(1, "eval_loss")
-    arms = [a for a in h.arm_names if a] if h.arm_column is not None and len(h.arm_column) else []
+    arms = list(arm_groups(h))
     for family in FAMILIES.values():
         if set(family.needs) <= names:
             out += [f"{family.name}{FAMILY_SEP}{arm}" for arm in arms]
@@ -227,7 +265,8 @@ def series_values(h: "HistoryView", name: str) -> Values:
     memo = _memo(h)
     if name in memo:
         return memo[name]
-    if name not in available(h):
+    available(h)
+    if name not in memo["available_set"]:
         have = ", ".join(available(h)) or "none"
         raise UnknownSeries(f"unknown series {name!r}; this history has: {have}")
     spec = spec_of(name)

@@ -17,7 +17,7 @@ import numpy as np
 
 from rundir.text import printable
 
-from .series import available, series_values, spec_of, value_at
+from .series import available, on_rows, series_values, spec_of, value_at
 from .units import unit_of
 
 if TYPE_CHECKING:
@@ -77,9 +77,26 @@ def _first(values: np.ndarray, extreme) -> int:
     return int(np.argmax(values == extreme(values)))
 
 
+def _kept(h: "HistoryView", name: str, steps: np.ndarray) -> np.ndarray | None:
+    """Which points of series ``name`` (at ``steps``) are not abandoned (a rollback's, or after
+    the head: :func:`rundir.abandoned.abandoned_mask`); None: all of them."""
+    if name in h.series_names():
+        abandoned = h.abandoned(name)
+        if abandoned is not None and len(abandoned) != len(steps):
+            abandoned = on_rows(h, steps, h.abandoned_rows)
+    else:                                   # derived from the step lines: their rows' mask
+        abandoned = on_rows(h, steps, h.abandoned_rows)
+    return ~abandoned if abandoned is not None and abandoned.any() else None
+
+
 def series_row(h: "HistoryView", name: str, zoom: tuple[int, int] | None = None,
                cursor: int | None = None) -> SeriesRow:
+    """One series' figures over the steps of ``zoom``; a step the run left behind (a rollback
+    abandoned it, or it lies after the head) is none of them: the last value is where the run is."""
     steps, values = series_values(h, name)
+    kept = _kept(h, name, steps)
+    if kept is not None:
+        steps, values = steps[kept], values[kept]
     if zoom is not None:
         lo, hi = np.searchsorted(steps, zoom[0], "left"), np.searchsorted(steps, zoom[1], "right")
         steps, values = steps[lo:hi], values[lo:hi]

@@ -41,7 +41,8 @@ from yarl import URL
 from rundir.text import printable
 
 from ..actions.supervise import reap_children
-from . import SERVE_HOST, SERVE_PORT
+from . import DEFAULT_MAX_TABS, SERVE_HOST, SERVE_PORT
+from .limits import ConnectionGuard, RateLimitedErrors, connection_cap
 
 TOKEN_PARAM = "token"
 # A tab's console is asked to quit when its tab closes; it is killed if it has not ended this
@@ -204,14 +205,16 @@ def _int_param(value: str | None, default: int, low: int, high: int) -> int:
 class DashboardServer:
     """The aiohttp application: ``/`` the page, ``/ws`` one tab's console, ``/static``."""
 
-    def __init__(self, tab_argv: list[str], title: str, gate: Gate, say: Say):
+    def __init__(self, tab_argv: list[str], title: str, gate: Gate, say: Say, max_tabs: int):
         self.tab_argv, self.title, self.gate, self.say = tab_argv, title, gate, say
         self.page = Template(PAGE_FILE.read_text(encoding="utf-8"))
         self.tabs: dict[TabProcess, web.WebSocketResponse] = {}
         self.downloads = DownloadManager()
+        self.max_tabs = max_tabs
+        self.guard = ConnectionGuard(connection_cap(max_tabs))
 
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._check])
+        app = web.Application(middlewares=[self.guard.middleware, self._check])
         app.add_routes([web.get("/", self.index), web.get("/ws", self.websocket),
                         web.static("/static", STATIC_DIR)])
         return app
@@ -226,7 +229,21 @@ class DashboardServer:
                 raise web.HTTPForbidden(text=f"403 Forbidden: {why}\n")
         return await handler(request)
 
+    def _tabs_full(self, request: web.Request) -> web.Response | None:
+        """A page saying why, where every tab this server runs is open (None: one is free)."""
+        if len(self.tabs) < self.max_tabs:
+            return None
+        self.say(f"refused {request.method} {printable(request.path, 80)} from {request.remote}: "
+                 f"{len(self.tabs)} tabs open, the most --max-tabs allows")
+        why = (f"{len(self.tabs)} tabs are open on this server, the most it runs (each runs a console process; "
+               "--max-tabs sets the number): close one and reload")
+        return web.Response(status=503, text=f"503 Service Unavailable: {why}\n",
+                            headers={"Cache-Control": "no-store", "Retry-After": "10"})
+
     async def index(self, request: web.Request) -> web.Response:
+        full = self._tabs_full(request)
+        if full is not None:
+            return full
         # The websocket at the host the browser used: behind `ssh -L 9000:...` that is
         # localhost:9000, not this server's own address.
         websocket_url = f"{'wss' if request.secure else 'ws'}://{request.host}/ws"
@@ -240,7 +257,10 @@ class DashboardServer:
                                 path="/")
         return response
 
-    async def websocket(self, request: web.Request) -> web.WebSocketResponse:
+    async def websocket(self, request: web.Request) -> web.StreamResponse:
+        full = self._tabs_full(request)         # before any process starts
+        if full is not None:
+            return full
         width = _int_param(request.query.get("width"), 80, 20, 1000)
         height = _int_param(request.query.get("height"), 24, 5, 500)
         ws = web.WebSocketResponse(heartbeat=15)
@@ -298,11 +318,14 @@ class DashboardServer:
         runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
         await runner.setup()
         await web.SockSite(runner, sock).start()
-        reaper = asyncio.create_task(_reap_every(REAP_S))
+        asyncio.get_running_loop().set_exception_handler(RateLimitedErrors(self.say))
+        assert runner.server is not None
+        tasks = [asyncio.create_task(_reap_every(REAP_S)), asyncio.create_task(self.guard.run(runner.server))]
         try:
             await stop.wait()
         finally:
-            reaper.cancel()
+            for task in tasks:
+                task.cancel()
             ended = await self.end_tabs()
             await runner.cleanup()
         return ended
@@ -367,7 +390,8 @@ def serve(target: Path, args: argparse.Namespace, fail: Callable[[str, int], int
         print(f"andrea-console: {text}", file=sys.stderr, flush=True)
 
     server = DashboardServer(tab_command(target, args), f"andrea-console · {target.resolve().name}",
-                             Gate(token, loopback, port), say)
+                             Gate(token, loopback, port), say,
+                             DEFAULT_MAX_TABS if args.max_tabs is None else args.max_tabs)
     mode = ("with control (c, s, p, r act; the token is printed only here)" if token
             else "read-only (--allow-control to signal from the browser)")
     say(f"serving {printable(str(target), None)} {mode}; each browser tab runs its own console; Ctrl-C stops")

@@ -10,6 +10,7 @@ sequences and text), and :func:`screen_text` is that stream without the escapes.
 from __future__ import annotations
 
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -111,13 +112,16 @@ class Served:
     """``andrea-console TARGET --serve --port 0 [ARGS]`` in a session of its own; ``url`` is
     the line it prints. ``interrupt()`` is Ctrl-C at its terminal."""
 
-    def __init__(self, target: Path, *args: str, log_dir: Path | None = None):
+    def __init__(self, target: Path, *args: str, log_dir: Path | None = None, open_files: int | None = None):
+        """``open_files``: the server's descriptor limit (RLIMIT_NOFILE), where a test needs it low."""
         log_dir = log_dir or target.parent
         self.log_path = log_dir / f"serve-{os.getpid()}-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "console", str(target), "--serve", "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                     start_new_session=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                     preexec_fn=None if open_files is None else lambda: resource.setrlimit(
+                                         resource.RLIMIT_NOFILE, (open_files, open_files)))
         self.url = self._first_line()
 
     def _first_line(self) -> str:

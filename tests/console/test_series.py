@@ -222,3 +222,52 @@ def test_means_of_huge_values_do_not_overflow(tmp_path):
         buckets = bucket_table(h, "loss", StepRange(), 2)
     assert row.mean == pytest.approx(1e308 / 4 + 1.5e308 / 4 - 1e308 / 4 + 2.0 / 4)
     assert [b[5] for b in buckets] == pytest.approx([1e308 / 2 + 1.5e308 / 2, -1e308 / 2 + 2.0 / 2])
+
+
+def test_arms_past_the_cap_are_one_others_series_of_their_pulls_together(make_run_dir):
+    """40 arms drawn in turn, the first 8 twice as often: the 32 drawn most get series of their
+    own (in the history's order), the other 8 one series, whose share is theirs together."""
+    from console.model.series import MAX_ARM_SERIES
+
+    arms = tuple(f"arm-{i:02d}" for i in range(40))
+    run = make_run_dir(steps=4000, arms=arms[:8] + arms)
+    h = read(run).history
+    shares = [n for n in available(h) if n.startswith("share/")]
+    assert MAX_ARM_SERIES == 32
+    assert shares == [f"share/{arm}" for arm in arms[:32]] + ["share/8 other arms"], shares
+    _, others = series_values(h, "share/8 other arms")
+    _, first = series_values(h, "share/arm-00")
+    assert others[-1] == pytest.approx(8 / 48, abs=0.02) and first[-1] == pytest.approx(2 / 48, abs=0.02)
+    text = console(str(run), "--once").stdout
+    assert "share/8 other arms" in text and "share/arm-39" not in text
+
+
+def test_the_series_table_never_takes_a_figure_from_an_abandoned_step(tmp_path):
+    """Steps 1..60 with an eval at 20 and 50; a rollback from 60 to 30; the resumed trainer
+    runs 31..45: the table's last loss is step 45's and the last eval step 20's (the rollback
+    abandoned 46..60 and the eval at 50), in the model, --json and --once."""
+    from console.model.series_summary import series_row
+
+    run = tmp_path / "run"
+    run.mkdir()
+    clock = iter(range(10_000))
+
+    def step(s, loss):
+        return {"step": s, "loss": loss, "lr": 1e-3, "grad_norm": 1.0, "arm": "a", "tokens": s,
+                "time": EPOCH + next(clock)}
+    records = [step(s, 2.0 + s / 1000) for s in range(1, 61)]
+    records.insert(20, {"event": "eval", "step": 20, "eval_loss": 2.5, "time": EPOCH + next(clock)})
+    records.insert(51, {"event": "eval", "step": 50, "eval_loss": 9.5, "time": EPOCH + next(clock)})
+    records.append({"event": "rollback", "step": 30, "from_step": 60, "to_step": 30, "time": EPOCH + next(clock)})
+    records += [step(s, 3.0 + s / 1000) for s in range(31, 46)]
+    (run / ".loss.json").write_text("".join(json.dumps(r) + "\n" for r in records))
+    h = RunReader(run, now=lambda: EPOCH + 10_000).read()[0].history
+    loss, ev = series_row(h, "loss"), series_row(h, "eval_loss")
+    assert (loss.last_step, loss.last, loss.points) == (45, pytest.approx(3.045), 45)
+    assert (ev.last_step, ev.last, ev.max) == (20, 2.5, 2.5)
+    listed = {s["name"]: s for s in json.loads(console(run, "--json").stdout)["series"]}
+    assert (listed["loss"]["last_step"], listed["loss"]["last"]) == (45, pytest.approx(3.045))
+    assert (listed["eval_loss"]["last_step"], listed["eval_loss"]["last"]) == (20, 2.5)
+    once = console(run, "--once").stdout
+    row = next(line.split() for line in once.splitlines() if line.startswith("  eval_loss "))
+    assert row[1] == "2.5" or row[1].startswith("2.5"), row

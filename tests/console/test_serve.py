@@ -64,7 +64,9 @@ async def test_a_read_only_overview_refuses_c_and_s_on_the_selected_run(tmp_path
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--host", "0.0.0.0"], "--host, --port and --allow-control go with --serve"),
+    (["--host", "0.0.0.0"], "--host, --port, --allow-control and --max-tabs go with --serve"),
+    (["--max-tabs", "2"], "--host, --port, --allow-control and --max-tabs go with --serve"),
+    (["--serve", "--max-tabs", "0"], "--max-tabs 0: expected 1 to 256"),
     (["--serve", "--start"], "--start: refused: this console is read-only"),
     (["--read-only", "--stop"], "--stop: refused: this console is read-only"),
     (["--read-only", "--serve", "--allow-control"], "contradict"),
@@ -181,3 +183,101 @@ def test_a_server_killed_with_sigkill_leaves_no_tab_console(tmp_path):
         tabs = asyncio.run(tab_then_kill())
         assert len(tabs) == 1
         browser.wait_until(lambda: not processes_naming(tmp_path), what="the tab's console to end")
+
+
+# -- the server's limits: tabs, idle connections, its descriptor limit ----------------
+
+async def _first_frame(ws, text: str) -> None:
+    import aiohttp
+
+    drawn = ""
+    while text not in drawn:
+        message = await asyncio.wait_for(ws.receive(), browser.START_S)
+        assert message.type == aiohttp.WSMsgType.BINARY, message
+        drawn += message.data.decode(errors="replace")
+
+
+def test_a_tab_past_max_tabs_gets_a_page_saying_why_and_no_console(tmp_path):
+    import aiohttp
+
+    run = make_run(tmp_path / "run", steps=10)
+    with browser.Served(run, "--max-tabs", "1") as served:
+        async def second_tab_while_one_is_open() -> tuple[int, str, int, int]:
+            async with aiohttp.ClientSession() as session:
+                async with session.ws_connect(served.base + "ws?width=100&height=30") as ws:
+                    await _first_frame(ws, "10 steps")
+                    async with session.get(served.base) as page:
+                        text = await page.text()
+                    refused = await session.get(served.base + "ws?width=80&height=24", headers={
+                        "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+                    return page.status, text, refused.status, len(served.tabs())
+
+        page_status, text, ws_status, tabs = asyncio.run(second_tab_while_one_is_open())
+        assert (page_status, ws_status, tabs) == (503, 503, 1), (page_status, ws_status, tabs)
+        assert "1 tabs are open on this server, the most it runs" in text and "--max-tabs" in text, text
+        browser.wait_until(lambda: not served.tabs(), what="the tab's console to end")
+        assert status_of(served.base) == 200           # the tab closed: there is room again
+        assert served.interrupt() == 0
+    assert "the most --max-tabs allows" in served.output()
+
+
+def test_half_sent_requests_at_the_descriptor_limit_leave_the_server_answering(tmp_path):
+    """300 connections that send half a request's headers, against a server allowed 128
+    descriptors: it keeps accepting (the oldest idle connections closed first), answers a
+    normal GET meanwhile, closes the half-sent ones once idle past the bound, and its error
+    log stays a few lines (it was a traceback per refused accept)."""
+    import socket
+
+    run = make_run(tmp_path / "run", steps=10)
+    with browser.Served(run, open_files=128) as served:
+        host, port = served.base.split("://", 1)[1].rstrip("/").split(":")
+        held = []
+        for _ in range(300):
+            sock = socket.create_connection((host, int(port)), timeout=60)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            held.append(sock)
+        assert status_of(served.base) == 200
+        assert served.proc.poll() is None
+
+        def closed_by_server(sock: socket.socket) -> bool:
+            sock.settimeout(0.05)
+            try:
+                return sock.recv(1) == b""
+            except TimeoutError:
+                return False
+            except OSError:
+                return True
+
+        browser.wait_until(lambda: all(closed_by_server(sock) for sock in held),
+                           what="the half-sent requests to be closed", detail=served.output)
+        for sock in held:
+            sock.close()
+        assert status_of(served.base) == 200
+        assert served.interrupt() == 0
+    log = served.output()
+    assert len(log.splitlines()) < 40, log
+    assert "Traceback" not in log, log
+
+
+def test_the_error_log_says_a_repeated_error_once_per_period_with_a_count():
+    from console.web.limits import RateLimitedErrors
+
+    said: list[str] = []
+    now = [100.0]
+    errors = RateLimitedErrors(said.append, every=10.0, clock=lambda: now[0])
+    for _ in range(500):
+        errors(None, {"message": "socket.accept() out of system resource", "exception": OSError(24, "Too many")})
+    errors(None, {"message": "another"})
+    now[0] += 10.0
+    errors(None, {"message": "socket.accept() out of system resource"})
+    assert said == ["socket.accept() out of system resource: OSError: [Errno 24] Too many", "another",
+                    "socket.accept() out of system resource (499 more like it in the last 10 s)"]
+
+
+def test_the_connection_cap_stays_under_the_descriptor_limit():
+    from console.web.limits import connection_cap
+
+    assert connection_cap(8, 256) == 256 - 48 - 32
+    assert connection_cap(8, 1_000_000) == 1024
+    assert connection_cap(8, 40) == 10             # never below the tabs it must serve

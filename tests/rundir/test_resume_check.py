@@ -109,3 +109,34 @@ def test_superseded_lines_survive_a_hand_over_and_are_bounded(tmp_path):
     carried = LossHistory.from_state_dict(meta, columns)
     assert checks(carried) == checks(history)
     assert 0 < MAX_SUPERSEDED <= 100_000
+
+
+def test_a_resume_after_a_rollback_is_not_compared_with_the_abandoned_steps(tmp_path):
+    """Steps 1..60; a rollback from 60 to 30 abandons 31..60; the trainer resumes from 30
+    (batches skipped), runs 31..45 and is killed; a resume from its checkpoint at 40 runs
+    41..70: 41..45 are run again (compared), 46..60 replace steps the rollback abandoned, never
+    run by the process before it, so no rerun to compare (the demo's "resume at 639 DIVERGED
+    at step 640")."""
+    clock = iter(range(10_000))
+
+    def timed(step, loss=None):
+        return {**line(step, loss), "time": 1000.0 + next(clock)}
+
+    records = [process("start", 0), *(timed(s) for s in range(1, 61))]
+    records.append({"event": "rollback", "step": 30, "from_step": 60, "to_step": 30, "time": 1000.0 + next(clock)})
+    records.append(process("resume", 30, from_step=30, skip_batches=7, rerun=None))
+    records += [timed(s, loss=3.0 + s / 100) for s in range(31, 46)]
+    records.append(process("resume", 40, from_step=40, rerun={"from": 41, "to": 45}))
+    records += [timed(s, loss=3.0 + s / 100) for s in range(41, 71)]
+    for pieces in (1, 4):
+        history = history_of(tmp_path / str(pieces), records, pieces)
+        [check] = checks(history)            # the rollback's resume re-ran nothing: 31..45 were abandoned
+        assert (check.from_step, check.compared, check.identical, check.complete) == (40, 5, True, True), check.text()
+        assert check.text() == "resume at 40 verified: 5 steps identical"
+
+    # A resume that (by the history's last step) says it runs abandoned steps again is no rerun either.
+    records[-31] = process("resume", 40, from_step=40, rerun={"from": 41, "to": 60})
+    history = history_of(tmp_path / "claimed", records)
+    assert [c.compared for c in checks(history)] == [5]
+    records = records[:-30]                                 # 41..45 not yet run again: pending
+    assert [(c.compared, c.verdict) for c in checks(history_of(tmp_path / "early", records))] == [(0, "pending")]
