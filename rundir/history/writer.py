@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from .. import fence
 from ..safe_read import file_kind, open_nofollow
 from .records import nonfinite_label
 
@@ -39,6 +40,7 @@ class LossHistoryWriter:
         if isinstance(loss, float) and (label := nonfinite_label(loss)):
             record = {**record, "loss": None, "nonfinite": label}
         line = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        fence.check()              # a lock holder that may have been taken over writes nothing
         os.write(self._fd, line)
 
     def step(self, step: int, loss: float, lr: float, grad_norm: float, arm: str, tokens: int,
