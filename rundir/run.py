@@ -134,10 +134,11 @@ class _ProcessHandlers:
                 signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
             self.previous.clear()
 
-    def release(self, sig: signal.Signals) -> None:
-        """Stop handling ``sig`` in this process: its previous handler is put back now (a
-        framework's, installed later, takes it from then on)."""
-        if sig in self.previous:
+    def release(self, flags: Any, sig: signal.Signals) -> None:
+        """``flags``' run leaves ``sig`` to another handler (a framework's); once every run
+        here has, the handler from before the first run is put back."""
+        flags._released.add(sig)
+        if sig in self.previous and all(sig in other._released for other in self.runs):
             signal.signal(sig, self.previous.pop(sig))
 
     def handle(self, signum: int, frame: Any) -> None:
@@ -145,7 +146,8 @@ class _ProcessHandlers:
         if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
             raise KeyboardInterrupt
         for flags in list(self.runs):
-            flags._handle(signum, frame)
+            if signum not in flags._released:
+                flags._handle(signum, frame)
 
 
 _HANDLERS = _ProcessHandlers()
@@ -155,14 +157,15 @@ class _RunSignalFlags(SignalFlags):
     """A run's flags (:class:`rundir.signals.SignalFlags`), set through the process's shared handlers."""
 
     def install(self) -> "_RunSignalFlags":
+        self._released: set[signal.Signals] = set()
         _HANDLERS.add(self)
         return self
 
+    def release(self, sig: signal.Signals) -> None:
+        _HANDLERS.release(self, sig)
+
     def restore(self, exiting_on_stop: bool = False) -> None:
         _HANDLERS.remove(self, exiting_on_stop)
-
-    def release(self, sig: signal.Signals) -> None:
-        _HANDLERS.release(sig)
 
 
 class Run:

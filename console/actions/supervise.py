@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 
-from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, latest_resumable,
+from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, inspect_checkpoint,
+                    latest_resumable,
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
+from rundir.external import ExternalCheckpoint
 from rundir.identity import run_lock_holder
 from rundir.run_lock import live_lock_owner
 from rundir.process import trainer_alive
@@ -35,7 +37,7 @@ from rundir.text import printable
 
 from .. import launch_environment
 from ..model.checkpoint_wait import CheckpointWait, WaitEnd
-from ..read.landing import ExternalSince
+from ..read.landing import AnswerSince, ExternalSince
 
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
@@ -226,15 +228,24 @@ def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, t
     record = result.verification.record
     pid = record.pid if record is not None else None
     alive = _Liveness(run_dir, result.verification)
-    own = ExternalSince(run_dir, result.sent_at)
+    own, answer = ExternalSince(run_dir, result.sent_at), AnswerSince(run_dir, result.sent_at)
+
+    def landed() -> tuple[CheckpointInfo | None, ExternalCheckpoint | None]:
+        """The trainer's answer where its history names one, else (another engine) any new file."""
+        name = answer.name()
+        if answer.reports:
+            info = inspect_checkpoint(run_dir / name) if name is not None else None
+            return (info if info is not None and info.status == "complete" else None), own()
+        return newest_complete_since(run_dir, result.baseline), own()
+
     while time.monotonic() < deadline:
         if cancelled():
             return CheckpointWait(WaitEnd.CANCELLED, pid=pid)
-        info, external = newest_complete_since(run_dir, result.baseline), own()
+        info, external = landed()
         if info is not None or external is not None:
             return CheckpointWait(WaitEnd.LANDED, info, pid=pid, external=external)
         if record is not None and not alive():
-            info, external = newest_complete_since(run_dir, result.baseline), own()
+            info, external = landed()
             return CheckpointWait(WaitEnd.LANDED, info, pid=pid, external=external) if info or external else \
                 CheckpointWait(WaitEnd.TRAINER_EXITED, pid=pid)
         time.sleep(POLL_S)

@@ -18,7 +18,7 @@ from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILE
                            STOP_REQUEUE, is_error_stop)
 
 from ..model.checkpoint_wait import CheckpointWait
-from ..model.findings import LISTED, many, names_and_more
+from ..model.findings import LISTED, error_stop_text, many, names_and_more
 from ..model.format import format_counter, format_size, printable, stall_text
 from ..model.snapshot import Notice, RunSnapshot
 from .landing import external_details, landing_text
@@ -177,14 +177,14 @@ def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[N
     if (t0.state, t0.pid) != (t1.state, t1.pid):
         if t1.state == "running":
             out.append(Notice(now, f"trainer running: pid {t1.pid} verified", "good"))
+        elif t0.state == "running" and t1.state == "stopped" and snap.error_stop is not None:
+            out.append(Notice(now, error_stop_text(snap.error_stop), "error"))
         elif t0.state == "running" and t1.state == "stopped":
             final = snap.newest_checkpoint
             name = final.path.name if final else snap.external_checkpoints[-1].path if snap.external_checkpoints \
                 else None
-            failed = snap.error_stop
-            how = f"with an error ({printable(failed.data.get('reason'))}; see trainer.log)" if failed else "cleanly"
-            out.append(Notice(now, f"trainer exited {how} (pid {t0.pid} removed its record)"
-                              + (f"; final checkpoint {printable(name)}" if name else ""), "error" if failed else "good"))
+            out.append(Notice(now, f"trainer exited cleanly (pid {t0.pid} removed its record)"
+                              + (f"; final checkpoint {printable(name)}" if name else ""), "good"))
             if final is not None:           # our checkpoint: --start resumes it (a run API loop resumes itself)
                 out.append(Notice(now, f"to resume: andrea-console {printable(shlex.quote(str(snap.run_dir)))} --start"
                                        f" (it goes on from {printable(final.path.name)})", "info"))

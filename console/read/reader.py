@@ -33,12 +33,13 @@ from rundir.storage import measure as measure_storage
 from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, HISTORY, LOG, LOSS_JSON,
                            RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
+from rundir.ranks import judge_ranks, read_ranks
 
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level
 from ..model.markers import derive_markers
-from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
-                              RunSnapshot, TrainerView)
+from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RanksView,
+                              RetentionView, RunSnapshot, TrainerView)
 from .changes import describe_changes, pending_rollback
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
@@ -276,6 +277,11 @@ class RunReader:
             trainer = self._stall(trainer, read.now)
         return {"trainer": trainer}
 
+    def _part_ranks(self, read: _Read) -> dict:
+        """Every rank's record of the job, and each one's verdict (rundir.ranks)."""
+        got = read_ranks(self.run_dir)
+        return {"ranks": RanksView(judge_ranks(got.records, read.now), got.launch, got.earlier, got.errors)}
+
     def _part_arms(self, read: _Read) -> dict:
         return {"arms": self._arms(read.values["config"])}
 
@@ -512,6 +518,7 @@ PARTS: tuple[Part, ...] = (
     Part("external", ("external_checkpoints",), frozenset({HISTORY}), RunReader._part_external),
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
+    Part("ranks", ("ranks",), frozenset({TRAINER}), RunReader._part_ranks),
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
     Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
     Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),
