@@ -15,7 +15,8 @@ the SLURM job and step, the world size).
 
 **Agreement.** :func:`all_max` all-reduces (MAX) a few integers over the default process
 group: a CPU tensor, or one on the current CUDA device where the group's only backend is
-NCCL. Every rank calls it at the same points, or the job waits in it.
+NCCL; :class:`PendingMax` starts one and waits for it later, so that its round trip overlaps
+the step. Every rank calls them at the same points, or the job waits in them.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ def _dist() -> Any:
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
     return dist
+
+
+def group_ready() -> bool:
+    """Whether torch.distributed's default process group is initialized (torch never imported here)."""
+    return _dist() is not None
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
@@ -142,11 +148,7 @@ def wait_for_owner(path: Path, ranks: JobRanks, timeout: float) -> TrainerRecord
         time.sleep(JOIN_POLL_S)
 
 
-def all_max(values: Sequence[int], ranks: JobRanks, where: str) -> list[int]:
-    """The elementwise MAX of ``values`` over every rank (a collective: every rank calls it
-    at the same point); ``values`` itself with one process."""
-    if not ranks.distributed:
-        return list(values)
+def _reduce_max(values: Sequence[int], ranks: JobRanks, where: str, async_op: bool) -> tuple[Any, Any]:
     dist = _dist()
     if dist is None:
         raise JobError(f"{where}: this process is {ranks.describe()}, but torch.distributed's process group is not "
@@ -155,9 +157,29 @@ def all_max(values: Sequence[int], ranks: JobRanks, where: str) -> list[int]:
     backend = str(dist.get_backend())
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     tensor = torch.tensor(list(values), dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor, dist.all_reduce(tensor, op=dist.ReduceOp.MAX, async_op=async_op)
+
+
+def all_max(values: Sequence[int], ranks: JobRanks, where: str) -> list[int]:
+    """The elementwise MAX of ``values`` over every rank (a collective: every rank calls it
+    at the same point); ``values`` itself with one process."""
+    if not ranks.distributed:
+        return list(values)
+    tensor, _ = _reduce_max(values, ranks, where, async_op=False)
     return [int(v) for v in tensor.tolist()]
 
 
-__all__ = ["JOIN_TIMEOUT_S", "JobError", "JobRanks", "all_max", "job_ranks", "launch_key", "torchrun_launcher",
+class PendingMax:
+    """An all-reduce (MAX) started and not waited for: :meth:`result` waits (every rank
+    started it at the same point, so every rank waits for the same one)."""
+
+    def __init__(self, values: Sequence[int], ranks: JobRanks, where: str):
+        self._tensor, self._work = _reduce_max(values, ranks, where, async_op=True)
+
+    def result(self) -> list[int]:
+        self._work.wait()
+        return [int(v) for v in self._tensor.tolist()]
+
+
+__all__ = ["JOIN_TIMEOUT_S", "JobError", "JobRanks", "PendingMax", "all_max", "group_ready", "job_ranks", "launch_key", "torchrun_launcher",
            "wait_for_owner"]

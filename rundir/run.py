@@ -19,9 +19,10 @@ reported is an ``external_checkpoint`` event (:mod:`rundir.external`).
 
 In a job of several processes every rank opens the run (:mod:`rundir.job`): global rank 0
 owns it as above; the others join as members once its record of their launch is there, and
-write nothing. Each :meth:`Run.log` then agrees the requests any rank received over the
-job's process group (one small all-reduce), so every rank reads the same answer at the
-same step; :meth:`Run.checkpoint_saved` is called by every rank, and rank 0 reports the
+write nothing. :meth:`Run.log` agrees the requests any rank received over the job's
+process group, every K-th call (:data:`AGREE_EVERY_S`: one small all-reduce, started at one
+point and waited for at the next), so every rank reads the same answer at the same step;
+:meth:`Run.checkpoint_saved` is called by every rank, and rank 0 reports the
 checkpoint once all have written their part.
 
 Handlers only set flags: the loop reads :attr:`Run.checkpoint_requested` and
@@ -47,7 +48,7 @@ from typing import Any, Mapping
 from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
-from .job import JOIN_TIMEOUT_S, JobError, all_max, job_ranks, launch_key, torchrun_launcher, wait_for_owner
+from .job import JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher, wait_for_owner
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
                      EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
 from .process import RunLock, RunLockedError
@@ -62,6 +63,12 @@ _FIELDS = ("loss", "lr", "grad_norm", "tokens")
 _STOP_ORDER = tuple(sig.name for sig in STOP_SIGNALS)     # SIGTERM, SIGINT: the agreement's slots
 _ANOTHER_RANK = "SIGUSR1 (another rank)"      # a checkpoint only other ranks received
 _UNLOOKED = "signal (the loop did not look at run.stop_requested)"
+# With several processes the ranks agree at every K-th run.log, K set by rank 0 so that the
+# points are about this far apart (and agreed with the decision): a request reaches the loop
+# within two points, and the all-reduce, started at one point and waited for at the next, has
+# finished meanwhile.
+AGREE_EVERY_S = 0.1
+AGREE_MAX_EVERY = 1000
 
 
 class RunError(RuntimeError):
@@ -194,6 +201,10 @@ class Run:
         self._stop_read = False                 # stop_requested answered True since the stop was taken
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
+        self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
+        self._pending_names: tuple[list[int], list[str]] = ([], [])
+        self._every = self._until = 1           # logs between agreement points (agreed), and left to the next
+        self._point = (time.monotonic(), 0)     # the last agreement point: when, at which log count
         self._dir_fd = self._log_fd = -1
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -215,6 +226,17 @@ class Run:
             self._release(remove_record=True)
             raise
         atexit.register(self._at_exit)
+        if self._ranks.distributed and group_ready():
+            self._share_history_step()
+
+    def _share_history_step(self) -> None:
+        """With the process group there: rank 0's history step at open, on every rank (one
+        all-reduce, which is also where the members and rank 0 meet), so every rank refuses a
+        step that goes back alike. Without it, a member reads the history's tail at its join,
+        before rank 0 can log a step (its first run.log needs the group)."""
+        mine = (self._last_step + 1 if self._last_step is not None else 0) if self._ranks.owner else 0
+        shared = all_max([mine], self._ranks, "open_run")[0]
+        self._last_step = shared - 1 if shared else None
 
     def _join(self, timeout: float) -> None:
         """A member (rank > 0): once rank 0 of this launch owns the directory, its history's
@@ -223,9 +245,12 @@ class Run:
             self.record = wait_for_owner(self.path, self._ranks, timeout)
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
-        tail = read_history_tail(self.path / LOSS_JSON)
-        self._last_step = int(tail.step[-1]) if len(tail.step) else None
         self._signals = _RunSignalFlags().install()
+        if group_ready():
+            self._share_history_step()
+        else:
+            tail = read_history_tail(self.path / LOSS_JSON)
+            self._last_step = int(tail.step[-1]) if len(tail.step) else None
 
     @property
     def rank(self) -> int:
@@ -319,12 +344,9 @@ class Run:
         self._agree()
 
     def agree(self) -> None:
-        """Take the job's decision now: the requests any rank received (a signal, or rank 0's
-        request file) become :attr:`checkpoint_requested` and :attr:`stop_requested` on every
-        rank. :meth:`log` calls it once per call; with several processes it is one small
-        all-reduce, so every rank calls it (through :meth:`log`) the same number of times. A
-        stop the loop has not looked at (:attr:`stop_requested`) by the next call ends the
-        run here: its ``stop`` event, then ``SystemExit(0)`` on every rank."""
+        """What :meth:`log` does after its line: take the job's decision (one process: what
+        arrived; several: see the module's text), and end a run whose loop did not look at a
+        stop. For a loop that decides at another point than its ``run.log``, every rank alike."""
         self._open("run.agree")
         self._agree()
 
@@ -335,22 +357,52 @@ class Run:
                 self._end_unlooked_stop()
             self._poll()
             return
+        self._until -= 1
+        if self._until > 0:
+            return
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._apply(pending.result(), self._pending_names)
         if self._ranks.owner:
             self._watch.poll(self._signals)
         local = self._signals.take()
-        mine = [int(local.checkpoint)] + [int(name in local.names) for name in _STOP_ORDER] + [int(ignored)]
+        mine = [int(local.checkpoint)] + [int(name in local.names) for name in _STOP_ORDER] + [int(ignored),
+                                                                                              self._next_every()]
         try:
-            agreed = all_max(mine, self._ranks, "run.log")
+            self._pending, self._pending_names = PendingMax(mine, self._ranks, "run.log"), (mine, local.names)
         except JobError as err:
             raise RunError(str(err)) from None
-        names = list(local.names) + [n for n, a, m in zip(_STOP_ORDER, agreed[1:3], mine[1:3]) if a and not m]
-        local = SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
-        if agreed[0] and not mine[0] and not local.stop:
-            local.names.append(_ANOTHER_RANK)
-        ignored = bool(agreed[3])
-        if ignored:
+        self._until = self._every
+
+    def _next_every(self) -> int:
+        """Rank 0's proposal (the others send 0) of the logs between agreement points: about
+        :data:`AGREE_EVERY_S` of its steps, so that the agreement costs a fast loop nothing."""
+        now, logs = time.monotonic(), self._logs
+        (then, before), self._point = self._point, (now, logs)
+        if not self._ranks.owner or logs <= before:
+            return 0
+        return max(1, min(AGREE_MAX_EVERY, int(AGREE_EVERY_S * (logs - before) / max(now - then, 1e-9))))
+
+    def _apply(self, agreed: list[int], sent: tuple[list[int], list[str]]) -> None:
+        """The job's answer to what every rank sent (this rank: ``sent``), the same on every rank."""
+        mine, names = sent
+        names = list(names) + [n for n, a, m in zip(_STOP_ORDER, agreed[1:3], mine[1:3]) if a and not m]
+        taken = SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
+        if agreed[0] and not mine[0] and not taken.stop:
+            taken.names.append(_ANOTHER_RANK)
+        self._every = max(1, agreed[4])
+        if agreed[3]:
             self._end_unlooked_stop()
-        self._taken(local)
+        self._taken(taken)
+
+    def _settle(self) -> None:
+        """The agreement still in flight waited for (every rank ends with the same one), its answer dropped."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception:                   # noqa: BLE001  (a group already destroyed: nothing to wait for)
+                pass
 
     @property
     def checkpoint_requested(self) -> bool:
@@ -442,6 +494,7 @@ class Run:
         Safe to call twice; in a forked child of the process that opened the run, nothing."""
         if self._closed or os.getpid() != self._pid:
             return
+        self._settle()
         if not self._ranks.owner:
             self._closed = True
             self._signals.restore(exiting_on_stop=reason == _UNLOOKED)
