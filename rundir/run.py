@@ -54,6 +54,7 @@ from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME
 from .process import RunLock, RunLockedError
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
+from .signals import PROCESS_HANDLERS as _HANDLERS
 from .signals import RequestWatch, SignalFlags, SignalRequests
 from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
                              write_trainer_record)
@@ -119,60 +120,18 @@ def _step(where: str, step: Any) -> int:
     return step
 
 
-class _ProcessHandlers:
-    """The process's SIGUSR1/SIGTERM/SIGINT handlers, shared by every run open in it: installed
-    by the first, put back by the last to finish; a signal is noted in every open run's flags."""
-
-    def __init__(self) -> None:
-        self.runs: list[Any] = []
-        self.previous: dict[signal.Signals, Any] = {}
-
-    def add(self, flags: Any) -> None:
-        if not self.runs:
-            for sig in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS):
-                self.previous[sig] = signal.signal(sig, self.handle)
-        self.runs.append(flags)
-
-    def remove(self, flags: Any, exiting_on_stop: bool) -> None:
-        if flags in self.runs:
-            self.runs.remove(flags)
-        if not self.runs:
-            for sig, handler in self.previous.items():
-                signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
-            self.previous.clear()
-
-    def release(self, flags: Any, sig: signal.Signals) -> None:
-        """``flags``' run leaves ``sig`` to another handler (a framework's); once every run
-        here has, the handler from before the first run is put back."""
-        flags._released.add(sig)
-        if sig in self.previous and all(sig in other._released for other in self.runs):
-            signal.signal(sig, self.previous.pop(sig))
-
-    def handle(self, signum: int, frame: Any) -> None:
-        # A second Ctrl-C while a stop is pending interrupts at once, for a loop that never looks.
-        if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
-            raise KeyboardInterrupt
-        for flags in list(self.runs):
-            if signum not in flags._released:
-                flags._handle(signum, frame)
-
-
-_HANDLERS = _ProcessHandlers()
-
-
 class _RunSignalFlags(SignalFlags):
     """A run's flags (:class:`rundir.signals.SignalFlags`), set through the process's shared handlers."""
 
     def install(self) -> "_RunSignalFlags":
-        self._released: set[signal.Signals] = set()
         _HANDLERS.add(self)
         return self
 
-    def release(self, sig: signal.Signals) -> None:
-        _HANDLERS.release(self, sig)
-
     def restore(self, exiting_on_stop: bool = False) -> None:
         _HANDLERS.remove(self, exiting_on_stop)
+
+    def release(self, sig: signal.Signals) -> None:
+        _HANDLERS.release(sig)
 
 
 class Run:

@@ -162,12 +162,14 @@ class TrainerRecord:
     launcher_pid: int | None = None
     slurm: SlurmPlacement | None = None
     run_dir: RunDirId | None = None       # the directory it trains, as its host sees it
-    # A run API job's launch (rundir.job.launch_key): the key its other ranks join by.
-    launch: str | None = None
     # How it takes a checkpoint request: None, by SIGUSR1 (and the request file when it has
     # several processes); REQUESTS_BY_FILE, only through the request file (its SIGUSR1 is a
     # framework's own: Lightning's SLURM save-and-requeue).
     checkpoint_requests: str | None = None
+    # The launch (job) it belongs to: a run API job's launch_key (rundir.job), the key its other ranks
+    # join by; andrea-train's random launch id. Every rank's record carries it too (rundir/ranks.py):
+    # records of an earlier launch of the same directory are never read as this one's.
+    launch: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)     # another writer's keys, kept as they came
 
     @classmethod
@@ -224,7 +226,7 @@ class TrainerRecord:
 
 _OPTIONAL_INTS = ("start_ticks", "rank", "world_size", "launcher_pid")
 _TYPED_KEYS = frozenset(RECORD_KEYS) | frozenset(_OPTIONAL_INTS) | {"boot_id", "slurm", "run_dir", "launch",
-                                                                       "checkpoint_requests"}
+                                                                   "checkpoint_requests"}
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -10,7 +10,8 @@ from rundir.ranks import RankStatus
 from .format import format_age, format_size, printable
 
 # The columns of a rank's row: (header, width); the pane and --once share them.
-COLUMNS = (("rank", 5), ("host", 12), ("step", 8), ("ms/step", 7), ("vs med", 6), ("data", 4), ("cpu", 5),
+# 75 columns in all: a row fits an 80-column terminal inside a pane's border and scroll bar.
+COLUMNS = (("rank", 5), ("host", 10), ("step", 7), ("ms", 6), ("vs med", 6), ("data", 4), ("cpu", 4),
            ("rss", 9), ("beat", 5), ("verdict", 10))
 
 
@@ -19,10 +20,12 @@ def _ms(seconds: float | None) -> str:
 
 
 def rank_cells(status: RankStatus, now: float) -> tuple[str, ...]:
-    """A rank's cells, in :data:`COLUMNS`' order (no pid, no clock: the age of its heartbeat)."""
+    """A rank's cells, in :data:`COLUMNS`' order (no pid, no clock: the age of its heartbeat); ``ms``
+    is the step's wall time, ``vs med`` its work per step against the ranks' median, ``data`` the
+    share of the step spent drawing the batch."""
     rec = status.record
     share = rec.data_share
-    return (str(rec.rank), printable(rec.host, 12), "-" if rec.step is None else f"{rec.step:,}", _ms(rec.step_s),
+    return (str(rec.rank), printable(rec.host, 10), "-" if rec.step is None else f"{rec.step:,}", _ms(rec.step_s),
             "-" if status.slower_by is None else f"{status.slower_by * 100:+.0f}%",
             "-" if share is None else f"{share * 100:.0f}%",
             "-" if rec.cpu_percent is None else f"{rec.cpu_percent:.0f}%", format_size(rec.rss),

@@ -292,6 +292,12 @@ class ConsoleApp(App[None]):
         # [ and ] move between the readable ones (from an invalid one too: it stands at its step).
         self.push_screen(InspectorScreen(info.path, [c.path for c in checkpoints if c.status != "invalid"]))
 
+    def action_ranks(self) -> None:
+        """Every rank of the job, worst first, kept fresh while open."""
+        from .screens.ranks_screen import RanksScreen
+
+        self.push_screen(RanksScreen())
+
     @work(exclusive=True, group="rollback-screen")
     async def action_rollback(self) -> None:
         pending = await asyncio.to_thread(pending_rollback, self.run_dir)
