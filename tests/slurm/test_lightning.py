@@ -19,6 +19,7 @@ from tests.trainer.trainer_runs import ROOT, events, step_lines, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
+
 def test_lightning_keeps_its_requeue_and_the_console_checkpoints_and_stops_the_job(slurm, tmp_path):
     run = tmp_path / "lightning-job"
     r = subprocess.run(["sbatch", "--parsable", f"--chdir={ROOT}", f"--output={tmp_path / 'job.out'}",
