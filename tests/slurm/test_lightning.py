@@ -80,3 +80,40 @@ def test_lightning_keeps_its_requeue_and_the_console_checkpoints_and_stops_the_j
         assert events(run, "stop")[-1]["reason"] == "signal"
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def test_a_lightning_ddp_job_of_two_tasks_checkpoints_and_ends_completed(slurm, tmp_path):
+    """The same example as a job of 2 srun tasks (Lightning's SLURMEnvironment: each task a rank,
+    gloo): the callback opens the run on both, the console's c lands one checkpoint through the
+    request file, s (SIGTERM to the step's tasks) ends both ranks and the job COMPLETED 0:0, and
+    the history holds every step once."""
+    run = tmp_path / "lightning-ddp-job"
+    r = subprocess.run(["sbatch", "--parsable", f"--chdir={ROOT}", f"--output={tmp_path / 'job.out'}",
+                        "--ntasks-per-node=2", str(EXAMPLES / "lightning.sbatch"), str(run), "--devices", "2",
+                        "--steps", "100000000"],
+                       capture_output=True, text=True, timeout=60, env={**job_env(), "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
+
+    def output() -> str:
+        return (tmp_path / "job.out").read_text(errors="replace")[-3000:] if (tmp_path / "job.out").exists() else ""
+    try:
+        def training() -> bool:
+            record, _ = read_trainer_record(run)
+            return record is not None and record.world_size == 2 and len(step_lines(run)) > 5
+        wait_for(training, timeout=180, what=f"job {job_id} training on 2 ranks ({output()})")
+        r = elsewhere(str(run), "--checkpoint", "--timeout", "120")
+        assert r.returncode == 0, r.stderr + output()
+        assert ".checkpoint_request.json" in r.stderr and Path(r.stdout.strip()).exists()
+        at = events(run, "external_checkpoint")[0]["step"]
+        wait_for(lambda: step_lines(run)[-1]["step"] > at + 5, timeout=60, what="training going on")
+        r = elsewhere(str(run), "--stop", "--timeout", "120")
+        assert r.returncode == 0, r.stderr + output()
+        assert job_end(job_id) == ("COMPLETED", "0:0"), output()
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    steps = [line["step"] for line in step_lines(run)]
+    assert steps == list(range(steps[0], steps[0] + len(steps))), "a step written twice, or missing"
+    saved = events(run, "external_checkpoint")
+    assert [e["reason"] for e in saved] == ["signal", "signal"] and saved[-1]["step"] == steps[-1]
+    assert all(e.get("world_size") == 2 for e in saved)
