@@ -97,6 +97,9 @@ def job_ranks(env: Mapping[str, str] | None = None) -> JobRanks:
         if world is None or world <= 1:
             continue
         rank = _int(env, rank_var)
+        if rank_var not in env:
+            raise JobError(f"{world_var}={world} but {rank_var} is not set: initialize torch.distributed's process "
+                           "group first (its rank is then used), or launch with torchrun")
         if rank is None or rank >= world:
             raise JobError(f"{rank_var}={env.get(rank_var, '')!r} is not a rank of {world_var}={world}")
         return JobRanks(rank, world, _int(env, local_var) or 0, f"{rank_var}/{world_var}")

@@ -39,7 +39,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import signal
 import sys
 import threading
 import time
@@ -49,14 +48,14 @@ from typing import Any, Mapping
 from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
-from .job import JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher, wait_for_owner
+from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
+                  wait_for_owner)
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
                      EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
 from .process import RunLock, RunLockedError
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
-from .signals import PROCESS_HANDLERS as _HANDLERS
-from .signals import RequestWatch, SignalFlags, SignalRequests
+from .signals import RequestWatch, SharedSignalFlags, SignalRequests
 from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
                              write_trainer_record)
 
@@ -121,20 +120,6 @@ def _step(where: str, step: Any) -> int:
     return step
 
 
-class _RunSignalFlags(SignalFlags):
-    """A run's flags (:class:`rundir.signals.SignalFlags`), set through the process's shared handlers."""
-
-    def install(self) -> "_RunSignalFlags":
-        _HANDLERS.add(self)
-        return self
-
-    def restore(self, exiting_on_stop: bool = False) -> None:
-        _HANDLERS.remove(self, exiting_on_stop)
-
-    def release(self, sig: signal.Signals) -> None:
-        _HANDLERS.release(sig)
-
-
 class Run:
     """A run directory trained by this process (see the module's text). Use
     :func:`open_run`; also a context manager (``with rundir.open_run(...) as run:``), whose
@@ -162,6 +147,7 @@ class Run:
         self._stop_read = False                 # stop_requested answered True since the stop was taken
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
+        self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
         self._pending_names: tuple[list[int], list[str]] = ([], [])
         self._every = self._until = 1           # logs between agreement points (agreed), and left to the next
@@ -173,6 +159,7 @@ class Run:
             raise RunError(f"open_run: cannot create {self.path}: {err.strerror}") from None
         if not self._ranks.owner:
             self._join(join_timeout)
+            atexit.register(self._at_exit)      # the agreement in flight waited for, the handlers put back
             return
         text = self._config_text(config)
         self._lock = RunLock(self.path, on_lost=self._lock_lost)
@@ -180,7 +167,7 @@ class Run:
             self._lock.acquire()
         except RunLockedError as err:
             raise RunError(f"open_run: {err}") from None
-        self._signals = _RunSignalFlags()
+        self._signals = SharedSignalFlags()
         try:
             self._start(text)
         except BaseException:
@@ -206,7 +193,7 @@ class Run:
             self.record = wait_for_owner(self.path, self._ranks, timeout)
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
-        self._signals = _RunSignalFlags().install()
+        self._signals = SharedSignalFlags().install()
         if group_ready():
             self._share_history_step()
         else:
@@ -297,10 +284,12 @@ class Run:
             if not tokens_value.is_integer():
                 raise RunError(f"run.log: tokens = {tokens_value!r} is not a whole number")
             record["tokens"] = int(tokens_value)
+        if step == last and self._step_record is not None and self._step_record["step"] == step:
+            record = {**self._step_record, **record}        # the step's values in several calls: one line
         record["time"] = time.time()
         if self._ranks.owner:
             self._history.append(record)
-        self._last_step = step
+        self._last_step, self._step_record = step, record
         self._logs += 1
         self._agree()
 
@@ -429,7 +418,7 @@ class Run:
                 self._last_step > step else None
             self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
-        self._last_step = step
+        self._last_step, self._step_record = step, None
 
     def leave_checkpoint_signal(self) -> None:
         """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM
@@ -459,6 +448,7 @@ class Run:
         if not self._ranks.owner:
             self._closed = True
             self._signals.restore(exiting_on_stop=reason == _UNLOOKED)
+            atexit.unregister(self._at_exit)
             return
         if self._lost is not None:              # the record and the history are the new holder's now
             self._release(remove_record=False)

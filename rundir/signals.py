@@ -112,10 +112,9 @@ class SignalFlags:
         self.restore()
 
 
-class ProcessHandlers:
-    """The process's SIGUSR1/SIGTERM/SIGINT handlers, shared by every run API run open in it
-    (:mod:`rundir.run`): installed by the first, put back by the last to finish; a signal is
-    noted in every open run's flags."""
+class _ProcessHandlers:
+    """The process's SIGUSR1/SIGTERM/SIGINT handlers, shared by every run open in it: installed
+    by the first, put back by the last to finish; a signal is noted in every open run's flags."""
 
     def __init__(self) -> None:
         self.runs: list[Any] = []
@@ -149,7 +148,23 @@ class ProcessHandlers:
             flags._handle(signum, frame)
 
 
-PROCESS_HANDLERS = ProcessHandlers()     # the process's one registry (rundir/run.py's runs)
+_HANDLERS = _ProcessHandlers()
+
+
+class SharedSignalFlags(SignalFlags):
+    """One run API run's flags (rundir/run.py), set through the process's shared handlers: several
+    runs open in one process each get every signal, and the handlers from before the first are
+    put back when the last is restored."""
+
+    def install(self) -> "SharedSignalFlags":
+        _HANDLERS.add(self)
+        return self
+
+    def restore(self, exiting_on_stop: bool = False) -> None:
+        _HANDLERS.remove(self, exiting_on_stop)
+
+    def release(self, sig: signal.Signals) -> None:
+        _HANDLERS.release(sig)
 
 
 class RequestWatch:
