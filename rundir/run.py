@@ -39,6 +39,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -138,6 +139,7 @@ class Run:
             raise RunError(f"open_run: {err}") from None
         self.path = Path(path)
         self._pid = os.getpid()                 # the opener: a forked child touches nothing of the run
+        self._failed_before = getattr(sys, "last_value", None)     # an interactive session's earlier error
         self._closed = False
         self._lost: str | None = None           # set by the lock's heartbeat when another trainer took the run
         self._requests = self._stop = self._checkpoint = 0      # taken, and taken when last saved
@@ -559,7 +561,11 @@ class Run:
 
     def _at_exit(self) -> None:
         """A script that returns without :meth:`finish`: finished for it (not in a forked child),
-        a stop taken being a stop on a signal still."""
+        a stop taken being a stop on a signal still, and one ended by an uncaught exception (a
+        framework's error: the interpreter printed it and set ``sys.last_value``) an error."""
+        failed = getattr(sys, "last_value", None)
+        if failed is not None and failed is not self._failed_before:
+            self.finish("interrupted" if isinstance(failed, KeyboardInterrupt) else f"error: {type(failed).__name__}")
         self.finish("signal" if self._stopping else "exit without run.finish()")
 
 
