@@ -81,6 +81,11 @@ def test_a_rank_stopped_by_a_signal_then_killed_is_named_with_its_host(trainer_r
         assert "rank 0" not in check.stdout
         once = console(run, "--once").stdout
         assert "ranks        2 ranks on 1 node" in once and "stopped" in once
+        stacks = console(run, "--stacks")      # rank 0 waits for rank 1 in a collective; rank 1 cannot answer
+        assert stacks.returncode == 1, stacks.stdout + stacks.stderr
+        [rank0] = [line for line in stacks.stdout.splitlines() if line.startswith("rank 0: ")]
+        assert any(call in rank0 for call in ("all_reduce", "broadcast", "backward")), rank0
+        assert f"rank 1 on {host}: no answer: stopped: stopped by a signal (state T)" in stacks.stdout
         overview = json.loads(console(run.parent, "--json").stdout)
         assert [r["problem_ranks"] for r in overview["runs"] if r["run"] == run.name] == [1]
 
