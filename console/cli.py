@@ -487,7 +487,7 @@ def _import_output(args: argparse.Namespace) -> None:
 
 
 def _signal(run_dir: Path, args: argparse.Namespace) -> int:
-    from .actions.supervise import WaitEnd, send, wait_for_checkpoint, wait_for_exit
+    from .actions.supervise import WaitEnd, send, stop_error, wait_for_checkpoint, wait_for_exit
     from .read.landing import landed_text
 
     result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
@@ -508,6 +508,8 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
         return _fail(f"interrupted while waiting; the {'checkpoint' if args.checkpoint else 'stop'} was asked for "
                      "and goes on without this wait", EXIT_INTERRUPTED)
     print(printable(text, None))
+    if exited and stop_error(run_dir, result) is not None:
+        return EXIT_REFUSED                 # it stopped, but failed doing it: said as an error
     return EXIT_OK if exited else EXIT_TIMEOUT
 
 

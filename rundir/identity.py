@@ -19,9 +19,10 @@ line spells it (:func:`trainer_directory`): a trainer keeps its run directory op
 run moved or renamed under it trains on, and is still its trainer's, at its new name. The
 directory is the same when its ``(st_dev, st_ino)`` is: a symlink, a kernel bind mount or
 ``/scratch`` against ``/lustre/scratch`` reach it under another spelling with the same
-identity. A FUSE view of it (bindfs) has another device: there a file created under a random
-name through this spelling that appears, the same inode, in the trainer's open directory
-proves them one directory.
+identity. A FUSE view of it (bindfs, an sshfs mount of this host) has another device, and
+sshfs other inode numbers: there a file created under a random name through this spelling,
+holding a random token, that appears with it in the trainer's open directory proves them one
+directory.
 
 Where flock is refused (:mod:`rundir.run_lock`), the run's lock is its ``.lock-owner.json``,
 naming the holder's pid and start: on this host that record, the live process it names and
@@ -154,26 +155,34 @@ def _directory_fds(pid: int) -> list[tuple[Path, tuple[int, int]]]:
     return found
 
 
-# Proven across a FUSE view: (pid, start ticks, its directory's identity, this one's) -> proven.
+# Shown across a FUSE view: (pid, start ticks, its directory's identity, this one's) -> same or not.
 _PROVEN_SAME: dict[tuple[int, int | None, tuple[int, int], tuple[int, int]], bool] = {}
 
 
-def _same_through_probe(here: Path, there: Path) -> bool:
+def _same_through_probe(here: Path, there: Path) -> bool | None:
     """Whether directory ``there`` (another process's open descriptor) is ``here`` seen through
-    another filesystem view: a file created in ``here`` under a random name is in ``there``,
-    the same inode. Needs write access to ``here``; never raises."""
-    name = f"{TMP_PREFIX}same-directory-{secrets.token_hex(8)}.{os.getpid()}"
+    another filesystem view: a file created in ``here`` under a random name, holding a random
+    token, is in ``there`` with that token. By what the directory holds, not by inode numbers:
+    sshfs numbers its files its own way. None when no probe could be made here (it needs write
+    access to ``here``); never raises."""
+    token = secrets.token_hex(8)
+    name = f"{TMP_PREFIX}same-directory-{token}.{os.getpid()}"
     try:
         fd = os.open(here / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError:
-        return False
+        return None
     try:
-        ino = os.fstat(fd).st_ino
-        os.close(fd)
         try:
-            return os.stat(there / name).st_ino == ino
+            os.write(fd, token.encode())
+        finally:
+            os.close(fd)
+        try:
+            with open(there / name, "rb") as fh:
+                return fh.read(64) == token.encode()
         except OSError:
             return False
+    except OSError:
+        return None
     finally:
         try:
             os.unlink(here / name)
@@ -184,7 +193,8 @@ def _same_through_probe(here: Path, there: Path) -> bool:
 def trainer_directory(pid: int, run_dir: str | os.PathLike[str]) -> tuple[Path | None, str]:
     """``(/proc/PID/fd/N, "")`` when process ``pid`` holds ``run_dir`` itself open, however
     either side spells it: the same ``(st_dev, st_ino)``, or (a FUSE view of the same
-    directory) the same directory by :func:`_same_through_probe`; else ``(None, why)``."""
+    directory: bindfs, an sshfs mount of this host) the same directory by
+    :func:`_same_through_probe`; else ``(None, why)``."""
     try:
         st = os.stat(run_dir)
     except OSError as err:
@@ -195,16 +205,25 @@ def trainer_directory(pid: int, run_dir: str | os.PathLike[str]) -> tuple[Path |
         if identity == here:
             return path, ""
     ticks = read_start_ticks(pid)
+    unknown = False
     for path, identity in held:
-        if identity[1] != st.st_ino:
-            continue       # a view of the same directory keeps its inode number (bindfs does)
+        if identity[0] == here[0]:
+            continue            # the same filesystem, another inode: another directory
         key = (pid, ticks, identity, here)
-        if _PROVEN_SAME.get(key) or _same_through_probe(Path(run_dir), path):
-            if len(_PROVEN_SAME) > 256:
-                _PROVEN_SAME.clear()
-            _PROVEN_SAME[key] = True
+        same = _PROVEN_SAME.get(key)
+        if same is None:
+            same = _same_through_probe(Path(run_dir), path)
+            if same is not None:
+                if len(_PROVEN_SAME) > 256:
+                    _PROVEN_SAME.clear()
+                _PROVEN_SAME[key] = same
+        if same:
             return path, ""
-    return None, f"pid {pid} does not name this run directory (it does not hold it open)"
+        unknown = unknown or same is None
+    if unknown:
+        return None, (f"pid {pid} may train this run directory under another path, but that cannot be shown "
+                      "(a probe file needs write access here); run the console on the trainer's own path")
+    return None, f"pid {pid} does not name this run directory (it does not hold it open, under any path)"
 
 
 def holds_run_lock(pid: int, run_dir: str | os.PathLike[str], view: Path | None = None) -> tuple[bool, str]:

@@ -61,6 +61,12 @@ SIDECAR_SUFFIX = ".json"
 CHECKPOINT_NAME = re.compile(r"\Astep_([0-9]{6,})\.bin\Z")   # ASCII digits; no trailing newline
 
 
+def is_error_stop(reason: object) -> bool:
+    """Whether a ``stop`` event's reason says the trainer failed (``error: RuntimeError``): an
+    exit to be said as an error, never as a clean one."""
+    return isinstance(reason, str) and reason.startswith(STOP_ERROR)
+
+
 def checkpoint_name(step: int) -> str:
     """``step_NNNNNN.bin``: the step zero-padded to 6 digits (wider past 999,999)."""
     return f"{CHECKPOINT_PREFIX}{step:06d}{CHECKPOINT_SUFFIX}"
@@ -163,6 +169,8 @@ EVENT_SIGNAL = "signal"
 EVENT_PIVOT = "pivot"
 EVENT_ZOMBIE = "zombie"
 EVENT_STOP = "stop"
+STOP_ERROR = "error"                # a stop event's reason that starts with it: the trainer failed ("error: OSError")
+STOP_REQUEUE = "requeue"            # a stop event's reason: a framework saved and requeued its SLURM job (Lightning)
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"
 EVENT_EVAL = "eval"                 # a held-out eval: eval_loss, per_arm, windows (trainer/evaluation.py writes it, rundir/history/evals.py reads it)

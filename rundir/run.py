@@ -36,6 +36,7 @@ with nothing there, a call after :meth:`Run.finish`.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import signal
 import threading
@@ -53,7 +54,8 @@ from .process import RunLock, RunLockedError
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
 from .signals import RequestWatch, SignalFlags, SignalRequests
-from .trainer_record import RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record, write_trainer_record
+from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
+                             write_trainer_record)
 
 ENGINE = "rundir.open_run"          # the start event's "engine": who wrote the history
 _FIELDS = ("loss", "lr", "grad_norm", "tokens")
@@ -132,6 +134,12 @@ class _ProcessHandlers:
                 signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
             self.previous.clear()
 
+    def release(self, sig: signal.Signals) -> None:
+        """Stop handling ``sig`` in this process: its previous handler is put back now (a
+        framework's, installed later, takes it from then on)."""
+        if sig in self.previous:
+            signal.signal(sig, self.previous.pop(sig))
+
     def handle(self, signum: int, frame: Any) -> None:
         # A second Ctrl-C while a stop is pending interrupts at once, for a loop that never looks.
         if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
@@ -152,6 +160,9 @@ class _RunSignalFlags(SignalFlags):
 
     def restore(self, exiting_on_stop: bool = False) -> None:
         _HANDLERS.remove(self, exiting_on_stop)
+
+    def release(self, sig: signal.Signals) -> None:
+        _HANDLERS.release(sig)
 
 
 class Run:
@@ -404,6 +415,20 @@ class Run:
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
         self._last_step = step
 
+    def leave_checkpoint_signal(self) -> None:
+        """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM
+        save-and-requeue): this run's handler is taken away, the previous one put back, and
+        ``.trainer.json`` says that the console asks for a checkpoint through the request
+        file (``checkpoint_requests``: ``"file"``), which :attr:`checkpoint_requested` still
+        takes. Call it before the framework installs its handler (on every rank: each gives
+        the signal up; rank 0 rewrites the record)."""
+        self._open("run.leave_checkpoint_signal")
+        for sig in CHECKPOINT_SIGNALS:
+            self._signals.release(sig)
+        if self._ranks.owner and self.record.checkpoint_requests != REQUESTS_BY_FILE:      # a member writes nothing
+            self.record = dataclasses.replace(self.record, checkpoint_requests=REQUESTS_BY_FILE)
+            write_trainer_record(self.path, self.record)
+
     @property
     def last_step(self) -> int | None:
         """The newest step logged (or the history's, when it was opened)."""
@@ -528,8 +553,9 @@ class Run:
             raise errors[0]
 
     def _at_exit(self) -> None:
-        """A script that returns without :meth:`finish`: finished for it (not in a forked child)."""
-        self.finish("exit without run.finish()")
+        """A script that returns without :meth:`finish`: finished for it (not in a forked child),
+        a stop taken being a stop on a signal still."""
+        self.finish("signal" if self._stopping else "exit without run.finish()")
 
 
 __all__ = ["ENGINE", "Run", "RunError", "open_run"]

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .checkpoint import CheckpointInfo, inspect_listed
 from .config import ConfigError, RunConfig, load_run_config
 from .external import ExternalCheckpoint, external_checkpoints
 from .filesystems import fresh_stamp
-from .history import HistoryTail, read_history_tail
+from .history import HistoryEvent, HistoryTail, read_history_tail
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
                      PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
 from .pivot_files import read_journal
@@ -107,6 +107,17 @@ def rate_per_s(x: np.ndarray, t: np.ndarray, since: float = -math.inf) -> float 
     # In Python floats: times of ±1e308 (a hostile file) overflow to inf, refused below, without a warning.
     rate = (float(x[-1]) - float(x[0])) / (float(t[-1]) - float(t[0]))
     return rate if math.isfinite(rate) and rate >= 0 else None      # a count that went back is no speed
+
+
+def stopped(events: Sequence[HistoryEvent]) -> bool:
+    """Whether the newest trainer process logged its ``stop`` (of any reason): after it the
+    run makes no progress, so it has no speed and no ETA until a ``start`` or ``resume``."""
+    for ev in reversed(events):
+        if ev.event == EVENT_STOP:
+            return True
+        if ev.event in (EVENT_START, EVENT_RESUME):
+            return False
+    return False
 
 
 def eta_seconds(max_steps: int | None, last_step: int | None, steps_per_s: float | None) -> float | None:
@@ -267,7 +278,7 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     if journal_error or journal is not None:
         problems.append(journal_error or f"a polish pivot is unfinished (last completed stage: {journal.stage})")
     last_step = int(tail.step[-1]) if len(tail.step) else None
-    rate = rate_per_s(tail.step, tail.time)
+    rate = rate_per_s(tail.step, tail.time) if not stopped(tail.events) else None
     max_steps = config.run.max_steps if config is not None and config.run.max_steps else None
     eta = eta_seconds(max_steps, last_step, rate) if v.ok else None
     tokens = int(tail.tokens[-1]) if len(tail.tokens) and tail.tokens[-1] >= 0 else None

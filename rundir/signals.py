@@ -68,6 +68,12 @@ class SignalFlags:
             signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
         self._previous.clear()
 
+    def release(self, sig: signal.Signals) -> None:
+        """Stop handling ``sig``: its previous handler is put back now (another handler, a
+        framework's, takes it from then on)."""
+        if sig in self._previous:
+            signal.signal(sig, self._previous.pop(sig))
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # Only a flag: the work happens at the next step boundary.
         self._names.append(signal.Signals(signum).name)

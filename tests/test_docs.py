@@ -35,8 +35,9 @@ PATTERN_CONSTANTS = {"TMP_PREFIX", "CHECKPOINT_PREFIX", "CHECKPOINT_SUFFIX", "SI
                      "PIVOT_ARCHIVE_PREFIX", "ROLLBACK_ARCHIVE_PREFIX", "RANK_RECORD_PREFIX", "RANK_RECORD_SUFFIX",
                      "STACKS_ANSWER_PREFIX", "STACKS_ANSWER_SUFFIX"}
 RANK_PLACEHOLDER = "NNNNN"
-# String constants of layout.py that name no file: the signal label of a taken checkpoint request.
-NOT_FILE_NAMES = {"CHECKPOINT_REQUESTED"}
+# String constants of layout.py that name no file: the signal label of a taken checkpoint request,
+# the stop event's reasons.
+NOT_FILE_NAMES = {"CHECKPOINT_REQUESTED", "STOP_ERROR", "STOP_REQUEUE"}
 
 
 # -- reading markdown ------------------------------------------------------------------

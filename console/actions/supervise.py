@@ -23,18 +23,21 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 
-from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, latest_resumable,
+from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, inspect_checkpoint,
+                    latest_resumable,
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
+from rundir.external import ExternalCheckpoint
 from rundir.identity import run_lock_holder
 from rundir.run_lock import live_lock_owner
 from rundir.process import trainer_alive
 from rundir.history import read_history_tail
-from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
+from rundir.layout import (CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG,
+                           is_error_stop)
 from rundir.text import printable
 
 from .. import launch_environment
 from ..model.checkpoint_wait import CheckpointWait, WaitEnd
-from ..read.landing import ExternalSince
+from ..read.landing import AnswerSince, ExternalSince
 
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
@@ -225,15 +228,24 @@ def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, t
     record = result.verification.record
     pid = record.pid if record is not None else None
     alive = _Liveness(run_dir, result.verification)
-    own = ExternalSince(run_dir, result.sent_at)
+    own, answer = ExternalSince(run_dir, result.sent_at), AnswerSince(run_dir, result.sent_at)
+
+    def landed() -> tuple[CheckpointInfo | None, ExternalCheckpoint | None]:
+        """The trainer's answer where its history names one, else (another engine) any new file."""
+        name = answer.name()
+        if answer.reports:
+            info = inspect_checkpoint(run_dir / name) if name is not None else None
+            return (info if info is not None and info.status == "complete" else None), own()
+        return newest_complete_since(run_dir, result.baseline), own()
+
     while time.monotonic() < deadline:
         if cancelled():
             return CheckpointWait(WaitEnd.CANCELLED, pid=pid)
-        info, external = newest_complete_since(run_dir, result.baseline), own()
+        info, external = landed()
         if info is not None or external is not None:
             return CheckpointWait(WaitEnd.LANDED, info, pid=pid, external=external)
         if record is not None and not alive():
-            info, external = newest_complete_since(run_dir, result.baseline), own()
+            info, external = landed()
             return CheckpointWait(WaitEnd.LANDED, info, pid=pid, external=external) if info or external else \
                 CheckpointWait(WaitEnd.TRAINER_EXITED, pid=pid)
         time.sleep(POLL_S)
@@ -277,8 +289,12 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
     parts = [f"trainer pid {record.pid} exited"]
     if child is not None:
         parts[0] += f" with code {child.returncode}"
-    after = verify_trainer(run_dir)
-    parts[0] += " cleanly (it removed .trainer.json)" if after.state == "stopped" else f", leaving a {after.state} record"
+    after, failed = verify_trainer(run_dir), stop_error(run_dir, result)
+    if failed is not None:
+        parts[0] += f" with an error ({printable(failed)}; see trainer.log)"
+    else:
+        parts[0] += " cleanly (it removed .trainer.json)" if after.state == "stopped" else \
+            f", leaving a {after.state} record"
     final = newest_complete_since(run_dir, result.baseline)
     if final is not None:
         parts.append(f"final checkpoint {final.path}")
@@ -289,6 +305,17 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
     else:
         parts.append("no new checkpoint was written")
     return True, "; ".join(parts)
+
+
+def stop_error(run_dir: str | os.PathLike[str], result: SignalResult) -> str | None:
+    """The reason of the trainer's ``stop`` event written after the signal when it says the
+    trainer failed (``error: ...``: its stop or its checkpoint failed in the framework), else None."""
+    tail = read_history_tail(Path(run_dir) / LOSS_JSON)
+    stop = next((e for e in reversed(tail.events) if e.event == EVENT_STOP), None)
+    if stop is None or (stop.time or 0.0) < result.sent_at - 1.0:         # 1 s: two hosts' clocks
+        return None
+    reason = stop.data.get("reason")
+    return reason if is_error_stop(reason) else None
 
 
 def stop_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult) -> CheckpointInfo | None:

@@ -21,7 +21,7 @@ from rundir.ranks import RankStatus, summary_line
 from rundir.resume_check import ResumeCheck
 from rundir.spikes import Spike
 from rundir.storage import Storage
-from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP
+from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, is_error_stop
 
 from .findings import Finding, derive_alerts, derive_problems
 from .format import LINE_LIMIT, printable
@@ -348,6 +348,17 @@ class RunSnapshot:
         for ev in reversed(self.history.events):
             if ev.event == EVENT_STOP:
                 return ev if ev.data.get("reason") == "nonfinite" else None
+            if ev.event in (EVENT_START, EVENT_RESUME):
+                return None
+        return None
+
+    @cached_property
+    def error_stop(self) -> HistoryEvent | None:
+        """The trainer's last ``stop`` event when its reason says the trainer failed (``error:
+        ...``: a framework's error), else None."""
+        for ev in reversed(self.history.events):
+            if ev.event == EVENT_STOP:
+                return ev if is_error_stop(ev.data.get("reason")) else None
             if ev.event in (EVENT_START, EVENT_RESUME):
                 return None
         return None

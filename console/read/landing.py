@@ -1,10 +1,14 @@
 """The one detector of a requested checkpoint's landing, and the one wording of a landing.
 
 A checkpoint is asked for with SIGUSR1: the dashboard's key, the overview's, ``--checkpoint``.
-It has landed when a complete checkpoint's file is not as it was when the signal was sent
-(:func:`lands`: its stamp differs from the request's baseline, as
-:func:`rundir.newest_complete_since` finds it), or when the trainer reports one in its own
-format at or after the signal (:func:`answers`, :class:`ExternalSince`).
+It has landed when the trainer's history names the checkpoint that answered it
+(:func:`answer_to`: the ``signal`` event it logged when it took the request, and the
+checkpoint that answered it), and that checkpoint is complete; never a scheduled one that
+merely landed meanwhile, as a network mount's late listing can make it seem. A trainer that
+says no checkpoint in its history (another engine): when a complete checkpoint's file is not
+as it was when the signal was sent (:func:`lands`: its stamp differs from the request's
+baseline, as :func:`rundir.newest_complete_since` finds it). Or when the trainer reports one
+in its own format at or after the signal (:func:`answers`, :class:`ExternalSince`).
 
 - The dashboard's reader keeps its requests in a :class:`CheckpointRequests` and settles
   them at each read (it looks at the checkpoints anyway).
@@ -21,12 +25,13 @@ import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from rundir import CheckpointStamp
 from rundir.external import ExternalCheckpoint, external_checkpoints
 from rundir.history import read_history_tail
-from rundir.layout import LOSS_JSON
+from rundir.history.records import HistoryEvent
+from rundir.layout import EVENT_CHECKPOINT, EVENT_SIGNAL, LOSS_JSON
 
 from ..model.checkpoint_wait import CheckpointWait, WaitEnd
 from ..model.format import format_size, printable
@@ -52,6 +57,31 @@ def lands(request: CheckpointRequest, name: str, stamp: CheckpointStamp | None) 
     """Whether complete checkpoint ``name``, now at ``stamp``, answers ``request``: it was
     written or completed since the signal."""
     return request.baseline.get(name) != stamp
+
+
+def answer_to(events: Sequence[HistoryEvent], sent_at: float) -> str | None:
+    """The checkpoint (its ``.bin`` name) that the trainer's own history says answered a
+    request sent at ``sent_at`` (this host's clock; the trainer's, on its host): the history's
+    first ``signal`` event asking a checkpoint at or after it, answered by the checkpoint whose
+    write it came during (the event before it) or else by the next ``checkpoint`` event. None:
+    not answered yet. A scheduled checkpoint that merely landed meanwhile answers nothing."""
+    asked = next((i for i, ev in enumerate(events) if ev.event == EVENT_SIGNAL and ev.time is not None and
+                  ev.time >= sent_at and ev.data.get("action") in ("checkpoint", "stop")), None)
+    if asked is None:
+        return None
+    if events[asked].data.get("during_checkpoint") is True:
+        before = (ev for ev in reversed(events[:asked]) if ev.event == EVENT_CHECKPOINT)
+        found = next(before, None)
+    else:
+        found = next((ev for ev in events[asked + 1:] if ev.event == EVENT_CHECKPOINT), None)
+    path = found.data.get("path") if found is not None else None
+    return Path(path).name if isinstance(path, str) else None
+
+
+def reports_checkpoints(events: Sequence[HistoryEvent]) -> bool:
+    """Whether the trainer says its checkpoints in its history (ours does; another engine may
+    only write the files, and its landing is then told by the files alone)."""
+    return any(ev.event == EVENT_CHECKPOINT for ev in events)
 
 
 def answers(request_sent_at: float, external: ExternalCheckpoint) -> bool:
@@ -102,6 +132,29 @@ class ExternalSince:
         return self._found
 
 
+class AnswerSince:
+    """The checkpoint the trainer's history names as the answer to a request sent at ``since``
+    (:func:`answer_to`), the history's tail read again only when the file changed. ``None``
+    from :meth:`name` while unanswered; :attr:`reports` whether the history says checkpoints at all."""
+
+    def __init__(self, run_dir: Path, since: float):
+        self.path, self.since = Path(run_dir) / LOSS_JSON, since
+        self._stamp: tuple[int, int] | None = None
+        self.reports, self._name = False, None
+
+    def name(self) -> str | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self._name
+        if (st.st_size, st.st_mtime_ns) != self._stamp:
+            self._stamp = (st.st_size, st.st_mtime_ns)
+            events = read_history_tail(self.path).events
+            self.reports = self.reports or reports_checkpoints(events)
+            self._name = answer_to(events, self.since) or self._name
+        return self._name
+
+
 class CheckpointRequests:
     """The dashboard's requests waiting for their checkpoint. Safe to change from any thread
     (the signal's job) while one thread reads (:meth:`settle`)."""
@@ -142,7 +195,14 @@ class CheckpointRequests:
                     answered[name] = requests[0]
                     settled.update(id(r) for r in requests)
 
-            if prev is not None and snap.checkpoints is not prev.checkpoints:
+            events = snap.history.events
+            if reports_checkpoints(events):          # the trainer's word names the answer
+                complete = {c.path.name for c in snap.checkpoints if c.status == "complete"}
+                for r in self._requests:
+                    name = answer_to(events, r.sent_at)
+                    if name is not None and name in complete:
+                        land(name, [r])
+            elif prev is not None and snap.checkpoints is not prev.checkpoints:
                 for c in snap.checkpoints:
                     if c.status == "complete":
                         stamp = stamp_of(c.path.name)

@@ -16,6 +16,7 @@ from console.read.changes import UNFINISHED_S, describe_changes
 from console.model.checkpoint_wait import CheckpointWait, WaitEnd
 from console.read.landing import CheckpointRequest, landed_text
 from console.read.reader import RunReader
+from rundir.history.records import HistoryEvent
 from rundir.layout import CHECKPOINTS
 from tests.rundirs import EPOCH, make_run
 
@@ -98,6 +99,12 @@ def test_every_request_one_checkpoint_answers_is_settled_and_a_remote_trainer_is
     pid = 4242
     before, complete = (dataclasses.replace(s, trainer=dataclasses.replace(s.trainer, pid=pid))
                         for s in (before, complete))
+    # The trainer's history says it took the request and which checkpoint answered it.
+    answer = (HistoryEvent("signal", 200, WRITTEN - 0.3, 0, {"signal": "SIGUSR1", "action": "checkpoint",
+                                                             "during_checkpoint": False}),
+              HistoryEvent("checkpoint", 200, WRITTEN, 0, {"path": "step_000200.bin", "reason": "signal"}))
+    complete = dataclasses.replace(complete, history=dataclasses.replace(
+        complete.history, events=tuple(e for e in complete.history.events if e.event != "checkpoint") + answer))
     requests = CheckpointRequests()
     baseline = {"step_000100.bin": ("as it was",)}                   # the older checkpoint, unchanged
     stamp_of = lambda name: baseline.get(name, ("written since",))       # noqa: E731

@@ -14,7 +14,7 @@ from rundir import LossHistory, verify_trainer
 from rundir.external import external_checkpoints
 from rundir.layout import LOSS_JSON
 from tests.console.test_cli import console
-from tests.ddp_jobs import ROOT, TorchrunJob
+from tests.ddp_jobs import ROOT, torchrun
 
 
 def history(run: Path) -> LossHistory:
@@ -29,7 +29,7 @@ def steps(run: Path) -> int:
 
 def test_a_ddp_loop_checkpoints_on_every_rank_and_stops_with_exit_0(tmp_path):
     run = tmp_path / "ddp"
-    with TorchrunJob(ROOT / "examples" / "ddp_loop.py", str(run), "--steps", "100000000",
+    with torchrun(ROOT / "examples" / "ddp_loop.py", str(run), "--steps", "100000000",
                      out=tmp_path / "job.out") as job:
         job.until(lambda: verify_trainer(run).ok and steps(run) > 5, "rank 0 verified and training")
         assert len(job.workers()) == 2
@@ -58,7 +58,7 @@ def test_a_ddp_loop_checkpoints_on_every_rank_and_stops_with_exit_0(tmp_path):
 
 def test_a_job_that_does_not_get_there_fails_with_every_ranks_stacks(tmp_path):
     run = tmp_path / "ddp"
-    with TorchrunJob(ROOT / "examples" / "ddp_loop.py", str(run), "--steps", "100000000",
+    with torchrun(ROOT / "examples" / "ddp_loop.py", str(run), "--steps", "100000000",
                      out=tmp_path / "job.out") as job:
         job.until(lambda: steps(run) > 5, "training")
         try:

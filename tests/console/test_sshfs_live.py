@@ -18,6 +18,7 @@ import pytest
 from console.tui.app import ConsoleApp
 from console.tui.widgets import StatusPane
 from rundir import verify_trainer
+from rundir.history import read_history_tail
 from rundir.layout import is_checkpoint_bin, sidecar_name
 from tests.console.conftest import until
 from tests.console.trainer_proc import ROOT, train_command
@@ -100,5 +101,37 @@ async def test_checkpoints_through_sshfs_defaults_shown_in_time_and_a_pruned_one
                 assert "invalid" not in check.stdout + check.stderr, check.stdout + check.stderr
                 time.sleep(1.0)
             assert len([n for n in os.listdir(node) if is_checkpoint_bin(n)]) <= 3, "keep_last 2 did not prune"
+        finally:
+            trainer.close()
+
+
+def signal_answers(run: Path) -> list[str]:
+    """The checkpoints the trainer wrote for a signal, by its own history."""
+    events = read_history_tail(run / ".loss.json").events
+    return [ev.data["path"] for ev in events if ev.event == "checkpoint" and ev.data.get("reason") == "signal"]
+
+
+def test_checkpoint_and_stop_through_sshfs_on_the_same_host_name_the_answer(tmp_path):
+    """The trainer is on this host, its directory reached through the mount under another path,
+    device and inode numbers: it is this run's trainer all the same (a probe file shows the
+    directory it holds is this one), so ``--checkpoint`` and ``--stop`` work, and the landing
+    said is the checkpoint that answered the request, never a scheduled one."""
+    node = tmp_path / "node" / "run"
+    node.parent.mkdir(parents=True)
+    with sshfs(node.parent, tmp_path / "laptop") as laptop:
+        trainer = CheckpointingTrainer(node, every=150)
+        try:
+            run = laptop / "run"
+            for _ in range(2):
+                asked = subprocess.run([sys.executable, "-m", "console", str(run), "--checkpoint"], cwd=ROOT,
+                                       capture_output=True, text=True, timeout=120)
+                said = asked.stdout + asked.stderr
+                assert asked.returncode == 0, said
+                answers = signal_answers(node)
+                assert answers and f"checkpoint landed: {answers[-1]}" in said, (said, answers)
+            stop = subprocess.run([sys.executable, "-m", "console", str(run), "--stop"], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=120)
+            assert stop.returncode == 0, stop.stdout + stop.stderr
+            assert trainer.proc.wait(60) == 0, trainer.output()
         finally:
             trainer.close()

@@ -89,6 +89,34 @@ def test_signals_and_the_request_file_set_flags_answered_by_a_saved_checkpoint(t
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL      # the handlers put back
 
 
+def test_a_run_that_leaves_sigusr1_to_a_framework_is_asked_through_the_request_file(tmp_path):
+    """Lightning's SLURM requeue keeps SIGUSR1: the run puts the previous handler back, its
+    record says so, and the console's checkpoint request (signal_trainer, SIGUSR1) becomes the
+    request file, taken as before; SIGUSR1 itself reaches the framework's handler only."""
+    run_dir, got = tmp_path / "x", []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+    try:
+        with open_run(run_dir) as run:
+            run.log(1, loss=1.0)
+            run.leave_checkpoint_signal()
+            assert json.loads((run_dir / TRAINER_JSON).read_text())["checkpoint_requests"] == "file"
+            os.kill(os.getpid(), signal.SIGUSR1)
+            until(lambda: got, what="the framework's handler")
+            assert not run.checkpoint_requested
+            console = subprocess.run([sys.executable, "-c", "import rundir, signal, sys; v = rundir.signal_trainer("
+                                      "sys.argv[1], signal.SIGUSR1); print(v.ok, v.requested, v.reason)", str(run_dir)],
+                                     capture_output=True, text=True, timeout=60, cwd=ROOT)
+            assert console.stdout.startswith("True True"), console.stdout + console.stderr
+            until(lambda: run.checkpoint_requested, what="the request taken")
+            (run_dir / "own.pt").write_bytes(b"y" * 10)
+            run.checkpoint_saved(1, run_dir / "own.pt")
+        assert len(got) == 1 and signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL     # the framework's, kept
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    signals = [e.data["signal"] for e in history(run_dir).events if e.event == "signal"]
+    assert signals == ["checkpoint request"]
+
+
 def test_a_second_ctrl_c_interrupts_a_loop_that_does_not_look(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         with open_run(tmp_path / "x"):
