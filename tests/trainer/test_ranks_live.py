@@ -75,6 +75,12 @@ def test_a_rank_stopped_by_a_signal_then_killed_is_named_with_its_host(trainer_r
         assert {r["verdict"] for r in listed["ranks"]} <= {"ok", "straggling"}
         assert listed["ranks_summary"]["text"].startswith("2 ranks on 1 node")
 
+        os.kill(pids[0], signal.SIGSTOP)         # the recorded process itself: once said "healthy"
+        check = wait_for(lambda: (c := console(run, "--check")).returncode == 2 and "rank 0" in c.stdout and c,
+                         timeout=60, what="--check naming rank 0")
+        assert f"rank 0 on {host}: stopped" in check.stdout
+        os.kill(pids[0], signal.SIGCONT)
+
         os.kill(pids[1], signal.SIGSTOP)
         onset = time.monotonic()
         check = wait_for(lambda: (c := console(run, "--check")).returncode == 2 and "rank 1" in c.stdout and c,
