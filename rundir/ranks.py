@@ -41,7 +41,7 @@ HEARTBEAT_S = 2.0               # how often a rank rewrites its record
 SILENT_AFTER_S = 6.0            # a rank of another host unheard for this long (3 heartbeats) is silent
 BEHIND_AFTER_S = 5.0            # the leader finished a later step this long after a rank's last
 STRAGGLER_FACTOR = 1.5          # work per step over this times the median: straggling
-STRAGGLER_FLOOR_S = 0.005       # ... and longer than the median by at least this (noise of tiny steps)
+STRAGGLER_FLOOR_S = 0.010       # ... and longer than the median by at least this (noise of tiny steps)
 MAX_RANKS = 65536               # records read from one directory at most
 
 # The verdicts, worst first (the order the console lists ranks in).
