@@ -72,6 +72,14 @@ class RankRecord:
     rss: int | None = None
     gpu: dict[str, float] = field(default_factory=dict)    # gpu_util, gpu_mem_used, gpu_power_w, gpu_temp_c
     exit_code: int | None = None        # set by the rank's last write, as it exits
+    written: float | None = None        # the file's mtime as read (the file server's clock; not in the file)
+
+    @property
+    def last_heard(self) -> float:
+        """When the rank was last heard of: the later of its heartbeat (its own clock) and its
+        file's mtime (the server's), as the lock's heartbeat is judged: a rank whose clock lags
+        is not taken for silent."""
+        return max(self.heartbeat, self.written or 0.0)
 
     @property
     def data_share(self) -> float | None:
@@ -160,6 +168,10 @@ def read_ranks(run_dir: str | os.PathLike[str], launch: str | None = None) -> Ra
         if rec is None or rec.rank != rank_of_record(name):
             errors.append(f"{name}: {why or 'its rank is not its name'}")
             continue
+        try:
+            rec = replace(rec, written=os.stat(run_dir / name).st_mtime)
+        except OSError:
+            pass
         records.append(rec)
     if launch is None and records:
         launch = max(records, key=lambda r: r.started).launch        # the launch started last
@@ -255,7 +267,7 @@ def _verdict(status: RankStatus, now: float, process_state: ProcessState, median
             return replace(status, verdict="stopped", why=f"stopped by a signal (state T); kill -CONT {rec.pid} "
                                                            "resumes it")
     else:
-        quiet = now - rec.heartbeat
+        quiet = now - rec.last_heard
         if quiet > SILENT_AFTER_S:
             return replace(status, verdict="silent", why=f"no heartbeat for {quiet:.0f} s (frozen, killed or cut "
                                                           f"off; on {rec.host}, not looked up from here)")
