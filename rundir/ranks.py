@@ -29,11 +29,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import psutil
-
 from .layout import rank_of_record
 from .safe_read import read_json_object
-from .trainer_record import read_boot_id, read_start_ticks, read_trainer_record
+from .trainer_record import read_boot_id, read_trainer_record
 
 RANK_RECORD_VERSION = 1
 RANK_RECORD_MAX = 64 * 1024
@@ -202,19 +200,22 @@ ProcessState = Callable[[RankRecord], str]      # "running", "stopped", "gone"
 
 def local_process_state(rec: RankRecord) -> str:
     """A rank of this host and boot: ``stopped`` (state T or t), ``gone`` (no such process, a
-    zombie, or another process with its pid), else ``running``."""
+    zombie, or another process with its pid), else ``running``: one read of ``/proc/PID/stat``
+    (its state, field 3, and its start ticks, field 22)."""
     try:
-        proc = psutil.Process(rec.pid)
-        status = proc.status()
-    except psutil.Error:
+        with open(f"/proc/{rec.pid}/stat", "rb") as fh:
+            stat = fh.read(4096)
+    except OSError:
         return "gone"
-    if status == psutil.STATUS_ZOMBIE or status == psutil.STATUS_DEAD:
+    # The command name (field 2) is in parentheses and may hold spaces or ")".
+    rest = stat[stat.rfind(b")") + 1:].split()
+    try:
+        state, ticks = rest[0], int(rest[19])
+    except (IndexError, ValueError):
         return "gone"
-    if rec.start_ticks is not None and read_start_ticks(rec.pid) not in (None, rec.start_ticks):
+    if state in (b"Z", b"X", b"x") or (rec.start_ticks is not None and ticks != rec.start_ticks):
         return "gone"
-    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-        return "stopped"
-    return "running"
+    return "stopped" if state in (b"T", b"t") else "running"
 
 
 @dataclass(frozen=True)
