@@ -266,6 +266,7 @@ class Run:
         self._dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tail = read_history_tail(self.path / LOSS_JSON)
         self._last_step: int | None = int(tail.step[-1]) if len(tail.step) else None
+        self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._history = LossHistoryWriter(self.path / LOSS_JSON)
         self._log_fd = open_for_append(self.path / TRAINER_LOG)
         if config_text is not None:
@@ -308,10 +309,12 @@ class Run:
             if not tokens_value.is_integer():
                 raise RunError(f"run.log: tokens = {tokens_value!r} is not a whole number")
             record["tokens"] = int(tokens_value)
+        if step == last and self._step_record is not None and self._step_record["step"] == step:
+            record = {**self._step_record, **record}        # the step's values in several calls: one line
         record["time"] = time.time()
         if self._ranks.owner:
             self._history.append(record)
-        self._last_step = step
+        self._last_step, self._step_record = step, record
         self._logs += 1
         self._agree()
 
@@ -413,7 +416,7 @@ class Run:
                 self._last_step > step else None
             self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
-        self._last_step = step
+        self._last_step, self._step_record = step, None
 
     def leave_checkpoint_signal(self) -> None:
         """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM

@@ -23,6 +23,7 @@ from .config import ConfigError, RunConfig, load_run_config
 from .external import ExternalCheckpoint, external_checkpoints
 from .filesystems import fresh_stamp
 from .history import HistoryEvent, HistoryTail, read_history_tail
+from .history.records import nonfinite_mask
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
                      PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
 from .pivot_files import read_journal
@@ -179,7 +180,7 @@ def _tail_problems(tail: HistoryTail, newest: CheckpointInfo | None) -> list[str
         out.append(f"{LOSS_JSON}: {tail.bad_lines} unreadable line(s) among the newest")
     if tail.torn_tail:
         out.append(f"{LOSS_JSON}: torn last line ({tail.torn_tail} bytes)")
-    nonfinite = int(np.count_nonzero(~np.isfinite(tail.loss)))
+    nonfinite = int(np.count_nonzero(nonfinite_mask(tail.loss)))
     if nonfinite:
         out.append(f"{LOSS_JSON}: {nonfinite} non-finite loss value(s) among the newest steps")
     return out

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.abandoned import live_pivot_steps
 from rundir.checkpoint import said_checkpoints
 from rundir.identity import open_directory
 from rundir.external import external_checkpoints
@@ -30,8 +31,8 @@ from rundir.run_summary import RATE_STEPS, stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_RESUME, HISTORY, LOG, LOSS_JSON,
-                           RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known,
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_PIVOT, EVENT_RESUME, HISTORY, LOG,
+                           LOSS_JSON, RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known,
                            is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
 from rundir.ranks import judge_ranks, read_ranks
@@ -297,6 +298,10 @@ class RunReader:
 
     def _part_guided(self, read: _Read) -> dict:
         pivots, pending_pivot = read_pivots(self.run_dir)
+        # A pivot a rollback went back past is abandoned: the run no longer stands on it.
+        gone = {ev.step for ev in read.values["history"].events if ev.event == EVENT_PIVOT} \
+            - set(live_pivot_steps(read.values["history"].events))
+        pivots = tuple(p for p in pivots if p.step not in gone)
         return {"pivots": pivots, "pending_pivot": pending_pivot, "pending_rollback": pending_rollback(self.run_dir)}
 
     def _part_retention(self, read: _Read) -> dict:
@@ -523,7 +528,8 @@ PARTS: tuple[Part, ...] = (
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
     Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
     Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),
-    Part("guided", ("pivots", "pending_pivot", "pending_rollback"), frozenset({DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}),
+    Part("guided", ("pivots", "pending_pivot", "pending_rollback"),
+         frozenset({DIRECTORY, CONFIG, CHECKPOINTS, TRAINER, HISTORY}),
          RunReader._part_guided),
     Part("retention", ("retention",), frozenset({CHECKPOINTS, CONFIG, DIRECTORY}), RunReader._part_retention),
     Part("storage", ("storage",), frozenset({CHECKPOINTS, CONFIG, DIRECTORY}), RunReader._part_storage,

@@ -247,3 +247,37 @@ def test_a_run_whose_lock_was_taken_over_writes_nothing_more(tmp_path):
     run.finish()
     assert (tmp_path / "x" / ".loss.json").stat().st_size == size        # no stop event of ours
     assert (tmp_path / "x" / ".trainer.json").exists()                    # not ours to remove any more
+
+
+def test_a_step_logged_in_several_calls_is_one_step_whose_fields_merge(tmp_path):
+    """run.log(s, loss=...) then run.log(s, val_loss=...): one step with both (the newest line,
+    written with the fields of the calls before it); no rewind, no non-finite loss, no resume
+    check compares the two lines; a step with no loss at all is absent, not non-finite."""
+    from console.actions.alerts import check_report
+    from console.read.reader import RunReader
+
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        for s in range(1, 201):
+            run.log(s, loss=3.0 - s / 100 if s % 10 == 0 else None, lr=1e-3)
+            if s % 50 == 0:
+                run.log(s, val_loss=2.5)
+    with open_run(run_dir) as run:                          # a second process: a resume from 150
+        run.resumed(150)
+        for s in range(151, 211):
+            run.log(s, loss=3.0 - s / 100 if s % 10 == 0 else None, lr=1e-3)
+            if s % 50 == 0:
+                run.log(s, val_loss=2.4)
+                run.log(s, loss=0.5)                        # a later call's value wins
+    h = history(run_dir)
+    assert h.nonfinite == 0 and h.rewind_count == 1         # the resume's, none for a repeated step
+    at = {int(s): i for i, s in enumerate(h.step)}
+    assert h.loss[at[200]] == 0.5 and h.loss[at[100]] == pytest.approx(2.0)
+    lines = [json.loads(line) for line in (run_dir / LOSS_JSON).read_text().splitlines()]
+    last_100 = [rec for rec in lines if rec.get("step") == 100 and "event" not in rec][-1]
+    assert last_100["loss"] == pytest.approx(2.0) and last_100["val_loss"] == 2.5
+    snap, _ = RunReader(run_dir).read()
+    assert snap.history.last_step == 210 and snap.history.last_loss == pytest.approx(0.9)
+    assert [c.verdict for c in snap.history.resume_checks if c.verdict == "diverged"] == []
+    code, lines = check_report(snap)
+    assert code == 0, lines
