@@ -147,7 +147,7 @@ def test_each_bad_use_is_one_clear_line(tmp_path):
         assert "extra" in _one_line(err)
         with pytest.raises(RunError) as err:
             run.log(1.5, loss=1.0)
-        assert "not a non-negative integer" in _one_line(err)
+        assert "is not an integer from 0 to 2**63 - 1" in _one_line(err)
         run.log(5, loss=1.0)
         with pytest.raises(RunError) as err:
             run.log(3, loss=1.0)
@@ -281,3 +281,41 @@ def test_a_step_logged_in_several_calls_is_one_step_whose_fields_merge(tmp_path)
     assert [c.verdict for c in snap.history.resume_checks if c.verdict == "diverged"] == []
     code, lines = check_report(snap)
     assert code == 0, lines
+
+
+def test_hostile_inputs_are_each_one_clear_line_and_write_nothing(tmp_path):
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        run.log(1, loss=2.0)
+        before = (run_dir / LOSS_JSON).read_bytes()
+        cases = [
+            (lambda: run.log(2, loss=1.0, m=2**64), "run.log: m = 18446744073709551616 is past 64 bits"),
+            (lambda: run.log(2**63, loss=1.0), "run.log: step 9223372036854775808 is not an integer from 0 to 2**63 - 1"),
+            (lambda: run.checkpoint_saved(2**64, run_dir / LOSS_JSON), "run.checkpoint_saved: step 18446744073709551616"),
+            (lambda: run.checkpoint_saved(2, bytes(run_dir / LOSS_JSON)), "run.checkpoint_saved: path b'"),
+            (lambda: run.log(2, loss=1.0, event=3.0), "run.log: a metric may not be named 'event'"),
+            (lambda: run.log(2, loss=1.0, time=3.0), "run.log: a metric may not be named 'time'"),
+            (lambda: run.log(2, loss=1.0, **{'a"b': 1.0}), "run.log: metric name 'a\"b' is empty or holds a quote"),
+            (lambda: run.log(2, loss=1.0, **{"a\\b": 1.0}), "holds a quote, a backslash or a control character"),
+            (lambda: run.log(2, loss=1.0, **{"a\x01b": 1.0}), "holds a quote, a backslash or a control character"),
+        ]
+        for call, says in cases:
+            with pytest.raises(RunError) as caught:
+                call()
+            assert says in str(caught.value) and "\n" not in str(caught.value), (says, str(caught.value))
+        assert (run_dir / LOSS_JSON).read_bytes() == before          # nothing written
+        run.log(2, loss=1.0, m=2**62)                                # the run goes on
+    looped: dict = {}
+    looped["self"] = looped
+    deep: dict = {}
+    node = deep
+    for _ in range(1000):
+        node["k"] = {}
+        node = node["k"]
+    for config in (looped, deep):
+        with pytest.raises(RunError, match=r"^open_run: the config is nested more than 32 levels deep \(or holds "
+                                           r"itself\)$"):
+            open_run(tmp_path / "y", config=config)
+    with pytest.raises(RunError, match=r"^open_run: path b'.* is not text \(a str or a pathlib.Path\)$"):
+        open_run(bytes(tmp_path / "z"))
+    assert not (tmp_path / "z").exists()
