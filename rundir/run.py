@@ -186,6 +186,7 @@ class Run:
         self._stop_read = False                 # stop_requested answered True since the stop was taken
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
+        self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._dir_fd = self._log_fd = -1
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -261,7 +262,6 @@ class Run:
         self._dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tail = read_history_tail(self.path / LOSS_JSON)
         self._last_step: int | None = int(tail.step[-1]) if len(tail.step) else None
-        self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._history = LossHistoryWriter(self.path / LOSS_JSON)
         self._log_fd = open_for_append(self.path / TRAINER_LOG)
         if config_text is not None:
