@@ -319,3 +319,32 @@ def test_hostile_inputs_are_each_one_clear_line_and_write_nothing(tmp_path):
     with pytest.raises(RunError, match=r"^open_run: path b'.* is not text \(a str or a pathlib.Path\)$"):
         open_run(bytes(tmp_path / "z"))
     assert not (tmp_path / "z").exists()
+
+
+def test_a_checkpoint_saved_over_one_path_is_one_checkpoint(tmp_path, monkeypatch):
+    """nanoGPT saves over one ckpt.pt: one checkpoint, its newest step, in the listing (the
+    console's --json and --once read it); another path is another. A directory too big to be one
+    checkpoint ("/") is refused in one line, not walked whole."""
+    from rundir import external
+    from tests.console.test_cli import console
+
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        for step in (100, 200, 300):
+            run.log(step, loss=2.0)
+            (run_dir / "ckpt.pt").write_bytes(b"w" * step)
+            run.checkpoint_saved(step, run_dir / "ckpt.pt")
+        (run_dir / "best.pt").write_bytes(b"b")
+        run.checkpoint_saved(250, run_dir / "best.pt")
+        big = tmp_path / "big"
+        big.mkdir()
+        for i in range(60):
+            (big / str(i)).write_bytes(b"")
+        monkeypatch.setattr(external, "MAX_CHECKPOINT_ENTRIES", 50)
+        with pytest.raises(RunError, match="holds more than 50 entries: not one checkpoint"):
+            run.checkpoint_saved(300, big)
+    listed = external_checkpoints(history(run_dir).events)
+    assert [(e.path, e.step, e.size) for e in listed] == [("ckpt.pt", 300, 300), ("best.pt", 250, 1)]
+    data = json.loads(console(run_dir, "--json").stdout)
+    assert [(e["path"], e["step"]) for e in data["external_checkpoints"]] == [("ckpt.pt", 300), ("best.pt", 250)]
+    assert "checkpoints (2)" in console(run_dir, "--once").stdout
