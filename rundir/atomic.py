@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
+from . import fence
 from .layout import TMP_PREFIX
 
 # Large durable writes queue their writeback chunk by chunk (on Linux, fadvise
@@ -123,6 +124,7 @@ def atomic_write_chunks(path: str | os.PathLike[str],
     path = Path(path)
     total = 0
     limit = _enospc_limit()
+    fence.check()                               # a lock holder that may have been taken over writes nothing
     fd, tmp = create_temp(path)
     try:
         for chunk in chunks:
@@ -149,6 +151,7 @@ def atomic_write_chunks(path: str | os.PathLike[str],
         raise
     os.close(fd)
     try:
+        fence.check()                           # nor lands a write begun before (a long checkpoint)
         os.replace(tmp, path)
     except BaseException:
         _unlink_quietly(tmp)

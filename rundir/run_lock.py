@@ -46,6 +46,7 @@ from typing import Any, Callable, Literal
 
 import psutil
 
+from . import fence
 from .atomic import atomic_write_json, dumps_json
 from .layout import LOCK_FILE, LOCK_OWNER_FILE, LOCK_TAKEOVER_FILE
 from .safe_read import PID_RECORD_MAX, parse_json, read_bytes
@@ -53,12 +54,15 @@ from .text import printable
 from .trainer_record import process_start, read_boot_id, read_start_ticks, read_trainer_record
 
 __all__ = ["DEFAULT_STALE_AFTER", "FLOCK_REFUSED", "LockOwner", "RunLock", "RunLockedError", "configured_stale_after",
-           "heartbeat_age", "live_lock_owner", "lock_owner_state", "read_lock_owner"]
+           "heartbeat_age", "live_lock_owner", "lock_owner_state", "read_lock_owner", "takeover_after"]
 
 DEFAULT_STALE_AFTER = 120.0          # seconds without a heartbeat before another host's lock file is stale
 # The errnos a filesystem answers flock(2) with when it does not do it at all.
 FLOCK_REFUSED = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
 _MIN_BEAT_S = 0.25
+TAKEOVER_MARGIN = 0.25               # a taker waits the bound and this share of it more...
+MIN_MARGIN_S = 0.5                   # ...and at least this long
+LOCK_RECORD_BYTES = 1024             # a lock file's record, padded with spaces: rewritten in place whole
 
 
 class RunLockedError(RuntimeError):
@@ -140,6 +144,13 @@ def _read(path: Path) -> _Seen | None:
     return _Seen(owner, st.st_mtime, (owner.token if owner else None, st.st_ino, st.st_mtime_ns, st.st_size))
 
 
+def _record(owner: LockOwner) -> bytes:
+    """A lock file's bytes: the record, padded with spaces to :data:`LOCK_RECORD_BYTES`, so that
+    a rewrite in place covers the whole of the one before (JSON ignores the trailing spaces)."""
+    data = dumps_json(owner.to_dict())
+    return data + b" " * max(LOCK_RECORD_BYTES - len(data), 0)
+
+
 def read_lock_owner(run_dir: str | os.PathLike[str]) -> tuple[LockOwner | None, float | None]:
     """``RUN_DIR/.lock-owner.json``'s owner and modification time; ``(None, None)`` when there is
     none, ``(None, mtime)`` when it names no holder (being written, or damaged)."""
@@ -182,9 +193,17 @@ def lock_owner_state(owner: LockOwner | None, mtime: float, stale_after: float,
         return "held", f"{owner.describe()} is running"
     age = heartbeat_age(owner, mtime, now)
     who = owner.describe() if owner is not None else "a lock file naming no holder"
-    if age > stale_after:
-        return "stale", f"{who}: no heartbeat for {age:.0f} s (run.lock_stale_after = {stale_after:g})"
+    if age > takeover_after(stale_after):
+        return "stale", (f"{who}: no heartbeat for {age:.0f} s (run.lock_stale_after = {stale_after:g}, "
+                         f"and a margin of {takeover_after(stale_after) - stale_after:g} s)")
     return "held", f"{who}, heartbeat {max(age, 0.0):.0f} s ago"
+
+
+def takeover_after(stale_after: float) -> float:
+    """How old another host's heartbeat must be before its lock file is taken over: the bound,
+    past which its holder writes nothing more (:mod:`rundir.fence`), plus a margin for the two
+    hosts' clocks (they must agree to within it) and a write under way when the bound passed."""
+    return stale_after + max(stale_after * TAKEOVER_MARGIN, MIN_MARGIN_S)
 
 
 def live_lock_owner(run_dir: str | os.PathLike[str]) -> LockOwner | None:
@@ -233,6 +252,9 @@ class RunLock:
         self._fd: int | None = None
         self._dir_fd: int | None = None
         self._owner: LockOwner | None = None
+        self._owner_fd: int | None = None        # the lock file this holder wrote: its heartbeat rewrites it in place
+        self._confirmed = 0.0                    # monotonic: when its last heartbeat confirmed was stamped
+        self._losing = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
@@ -281,10 +303,11 @@ class RunLock:
 
     def _acquire_file(self) -> None:
         self._bound()                       # a bad run.lock_stale_after is refused before anything is written
+        stamped = time.monotonic()
         owner = LockOwner.for_this_process()
         for _ in range(3):
             try:
-                fd = os.open(self.owner_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(self.owner_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 seen = _read(self.owner_path)
                 if seen is None:
@@ -293,18 +316,33 @@ class RunLock:
                 if state == "held":
                     raise self._locked(None, f"{why}; flock is refused here: the lock is {LOCK_OWNER_FILE}") from None
                 self._take_over(seen, owner, why)
+                fd = self._open_own(owner)
                 break
             try:
-                os.write(fd, dumps_json(owner.to_dict()))
+                os.write(fd, _record(owner))
                 os.fsync(fd)
-            finally:
+            except BaseException:
                 os.close(fd)
+                raise
             break
         else:
             raise self._locked(None, f"{LOCK_OWNER_FILE} keeps changing")
-        self._owner, self.mode = owner, "file"
+        self._owner, self._owner_fd, self._confirmed, self.mode = owner, fd, stamped, "file"
         self._hold_directory()
+        fence.register(self._fence)
         self._start_heartbeat()
+
+    def _open_own(self, owner: LockOwner) -> int:
+        """The lock file just written by a takeover, opened to be rewritten in place; it must
+        still be ``owner``'s (another starter may have come between)."""
+        fd = os.open(self.owner_path, os.O_RDWR)
+        seen = _read(self.owner_path)
+        if seen is None or seen.owner is None or seen.owner.token != owner.token or \
+                seen.fingerprint[1] != os.fstat(fd).st_ino:
+            os.close(fd)
+            raise self._locked(seen.owner.describe() if seen is not None and seen.owner else None,
+                               f"; {LOCK_OWNER_FILE} changed")
+        return fd
 
     def _take_over(self, seen: _Seen, owner: LockOwner, why: str) -> None:
         """Replace the stale lock file ``seen`` with ``owner``'s, under the takeover file."""
@@ -350,8 +388,15 @@ class RunLock:
         self._beat.start()
 
     def _heartbeat(self, interval: float) -> None:
+        """Every ``interval``: the lock file must still be this holder's; its record is rewritten
+        in place, through the descriptor of the file this holder wrote (so that a write stalled
+        past a takeover lands in the file that was replaced, never over the new holder's), and
+        read back: the beat is confirmed only when the file under the name is this holder's."""
         while not self._stop.wait(interval):
-            assert self._owner is not None
+            assert self._owner is not None and self._owner_fd is not None
+            stamped = time.monotonic()
+            if self.lost is not None or self._fence_age(stamped) is not None:
+                return            # lost, or past the bound: the fence says it at the next write
             try:
                 seen = _read(self.owner_path)
             except OSError:
@@ -359,22 +404,57 @@ class RunLock:
             # There but unreadable (a read error, a copy caught half-written) is no proof of another
             # holder: beat, as when it reads as this trainer's.
             if seen is None or (seen.owner is not None and seen.owner.token != self._owner.token):
-                holder = seen.owner.describe() if seen is not None and seen.owner is not None else "nobody"
-                self.lost = f"{self.run_dir / LOCK_OWNER_FILE} is no longer this trainer's lock (it names {holder})"
-                if self.on_lost is not None:
-                    self.on_lost(self.lost)
+                self._taken(seen)
                 return
             self._owner = LockOwner(**{**self._owner.to_dict(), "heartbeat": time.time()})
             try:
-                atomic_write_json(self.owner_path, self._owner.to_dict(), durable=False)
+                os.pwrite(self._owner_fd, _record(self._owner), 0)
+                again = _read(self.owner_path)
+                ino = os.fstat(self._owner_fd).st_ino
             except OSError:
                 continue          # a full disk or a lost mount: the next beat tries again
+            if again is not None and again.owner is not None and again.owner.token != self._owner.token:
+                self._taken(again)
+                return
+            if again is not None and again.owner is not None and again.fingerprint[1] == ino:
+                self._confirmed = stamped
+
+    def _taken(self, seen: _Seen | None) -> None:
+        holder = seen.owner.describe() if seen is not None and seen.owner is not None else "nobody"
+        self._lose(f"{self.run_dir / LOCK_OWNER_FILE} is no longer this trainer's lock (it names {holder})")
+
+    def _fence_age(self, now: float) -> float | None:
+        """How long ago this holder's last confirmed heartbeat was stamped, when that is past the
+        bound (another host may take the lock over soon after); else None."""
+        age = now - self._confirmed
+        return age if age > self._bound() else None
+
+    def _fence(self) -> None:
+        """Before each write of the run's files (:mod:`rundir.fence`): raises
+        :class:`~rundir.fence.LockLostError` once the lock is lost or may be."""
+        if self.lost is None:
+            age = self._fence_age(time.monotonic())
+            if age is None:
+                return
+            self._lose(f"{self.run_dir / LOCK_OWNER_FILE}: this trainer's heartbeat was last confirmed {age:.1f} s "
+                       f"ago, past run.lock_stale_after = {self._bound():g} s: another trainer may take the run over")
+        raise fence.LockLostError(self.lost)
+
+    def _lose(self, why: str) -> None:
+        """Lost, once: :attr:`lost` says why and ``on_lost`` is told (andrea-train exits there)."""
+        with self._losing:
+            if self.lost is not None:
+                return
+            self.lost = why
+        if self.on_lost is not None:
+            self.on_lost(why)
 
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)     # closing drops the flock
             self._fd = None
         if self._owner is not None:
+            fence.unregister(self._fence)
             self._stop.set()
             if self._beat is not None:
                 self._beat.join()
@@ -382,6 +462,9 @@ class RunLock:
             if seen is not None and seen.owner is not None and seen.owner.token == self._owner.token:
                 self.owner_path.unlink(missing_ok=True)
             self._owner = self._beat = None
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
         if self._dir_fd is not None:
             os.close(self._dir_fd)
             self._dir_fd = None

@@ -16,6 +16,11 @@ always unmounts it with ``fusermount3 -u``). What it does that a local disk does
   offsets: an NFS client that learns a size before the data. Writes made through this
   mount are its own, known to it, and read back as written (close-to-open). Every open
   file is ``direct_io``, so a re-read reaches this process and never a cached page of NULs.
+- ``stall_control``: a file of lines ``PID NAME``; a write to, or a rename onto, a file named
+  NAME by process PID is held until its line is removed, as a server that stalls one
+  client's writes (an NFS hiccup) holds them; the process's other threads go on. The kernel
+  holds the file's inode lock meanwhile, so another host's rename of that file goes through
+  a second mount of the backing directory (another client, as another host has).
 - No change events: inotify on the mount reports only what is done through the mount, so a
   write to the backing directory (another client's) raises no event at a reader of the
   mount. That is true by construction; nothing here suppresses events.
@@ -88,10 +93,11 @@ def _operations_class():
     class NetFS(mfusepy.Operations):
         use_ns = True
 
-        def __init__(self, backing: str, refuse_flock: bool, nul_window: float):
+        def __init__(self, backing: str, refuse_flock: bool, nul_window: float, stall_control: str = ""):
             self.backing = backing
             self.refuse_flock = refuse_flock
             self.nul_window = nul_window
+            self.stall_control = stall_control
             self._growth: dict[tuple[int, int], _Growth] = {}
             self._lock = threading.Lock()
 
@@ -205,7 +211,24 @@ def _operations_class():
         def unlink(self, path):
             return os.unlink(self._path(path))
 
+        def _stall(self, path: str) -> None:
+            """Hold a write or rename of ``path`` by a process the stall control names (a line
+            ``PID NAME``) until the line is gone: a server that stalls one client's writes."""
+            if not self.stall_control:
+                return
+            tid = mfusepy.fuse_get_context()[2]
+            line = f"{_thread_group(tid)} {os.path.basename(path)}"
+            while True:
+                try:
+                    with open(self.stall_control, encoding="utf-8") as fh:
+                        if line not in fh.read().splitlines():
+                            return
+                except OSError:
+                    return
+                time.sleep(0.05)
+
         def rename(self, old, new):
+            self._stall(new)
             return os.rename(self._path(old), self._path(new))
 
         def symlink(self, target, source):
@@ -229,6 +252,7 @@ def _operations_class():
             return self._blank(fi.fh, os.pread(fi.fh, size, offset), offset, path)
 
         def write(self, path, data, offset, fi):
+            self._stall(path)
             written = os.pwrite(fi.fh, data, offset)
             self._own_write(fi.fh, offset + written, path)
             return written
@@ -261,7 +285,20 @@ def _operations_class():
     return NetFS
 
 
-def serve(backing: str, mountpoint: str, refuse_flock: bool, attr_timeout: float, nul_window: float) -> None:
+def _thread_group(tid: int) -> int:
+    """The process a thread id belongs to (a FUSE request names the calling thread)."""
+    try:
+        with open(f"/proc/{tid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return tid
+
+
+def serve(backing: str, mountpoint: str, refuse_flock: bool, attr_timeout: float, nul_window: float,
+          stall_control: str = "") -> None:
     """Mount and serve in the foreground until unmounted."""
     os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
     import mfusepy
@@ -270,7 +307,7 @@ def serve(backing: str, mountpoint: str, refuse_flock: bool, attr_timeout: float
     if not refuse_flock:
         # No handlers at all: the kernel then takes flock and fcntl locks itself, on this mount.
         cls = type("NetFSLocking", (cls,), {"flock": None, "lock": None})
-    mfusepy.FUSE(cls(backing, refuse_flock, nul_window), mountpoint, raw_fi=True, foreground=True,
+    mfusepy.FUSE(cls(backing, refuse_flock, nul_window, stall_control), mountpoint, raw_fi=True, foreground=True,
                  nothreads=False, attr_timeout=attr_timeout, entry_timeout=attr_timeout,
                  negative_timeout=attr_timeout, fsname="netfs", default_permissions=True,
                  use_ino=True)     # the backing inode numbers, as every NFS client shows the server's fileid
@@ -296,7 +333,7 @@ def unmount(mountpoint: Path) -> None:
 
 @contextlib.contextmanager
 def mounted(backing: Path, mountpoint: Path, *, refuse_flock: bool = False, attr_timeout: float = 1.0,
-            nul_window: float = 0.0) -> Iterator[Path]:
+            nul_window: float = 0.0, stall_control: Path | None = None) -> Iterator[Path]:
     """Mount ``backing`` at ``mountpoint`` (created if need be) in a child process for the
     ``with`` block; unmounted and the child ended however the block ends."""
     mountpoint.mkdir(parents=True, exist_ok=True)
@@ -304,6 +341,8 @@ def mounted(backing: Path, mountpoint: Path, *, refuse_flock: bool = False, attr
             f"--attr-timeout={attr_timeout}", f"--nul-window={nul_window}"]
     if refuse_flock:
         argv.append("--refuse-flock")
+    if stall_control is not None:
+        argv.append(f"--stall-control={stall_control}")
     env = dict(os.environ, FUSE_LIBRARY_NAME="fuse3")
     root = Path(__file__).resolve().parent.parent
     child = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL)
@@ -332,8 +371,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--refuse-flock", action="store_true")
     parser.add_argument("--attr-timeout", type=float, default=1.0)
     parser.add_argument("--nul-window", type=float, default=0.0)
+    parser.add_argument("--stall-control", default="")
     args = parser.parse_args(argv)
-    serve(args.backing, args.mountpoint, args.refuse_flock, args.attr_timeout, args.nul_window)
+    serve(args.backing, args.mountpoint, args.refuse_flock, args.attr_timeout, args.nul_window, args.stall_control)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from .. import fence
 from ..safe_read import file_kind, open_nofollow
 from .records import nonfinite_label
 
@@ -42,6 +43,7 @@ class LossHistoryWriter:
         if isinstance(loss, float) and (label := nonfinite_label(loss)):
             record = {**record, "loss": None, "nonfinite": label}
         line = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        fence.check()              # a lock holder that may have been taken over writes nothing
         if self._cut:                   # a cut line we could not take back: end it, or it swallows this one
             os.write(self._fd, b"\n")
             self._cut = False
