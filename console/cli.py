@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         # Ctrl-C: one line, not a traceback. What a mode had done stays done (a pivot or a
         # rollback keeps its journal, and the next run of it carries on).
         return _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:         # the reader of stdout went away (`--csv | head -2`): nothing is wrong,
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())    # and the exit's flush stays quiet
+        return EXIT_OK
 
 
 def _stacks(run_dir: Path) -> int:
@@ -464,12 +467,11 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
         from .plot.canvas import PlotOptions
-        from .text.run_report import render_text
+        from .text.run_report import render_metric_text, render_text
 
-        sys.stdout.write(render_text(snap, now, width=max(40, args.width),
-                                     options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
-                                                         log_y=args.log_y),
-                                     metric=args.metric or "loss", step_range=step_range))
+        options, width = PlotOptions(smoothing=args.smooth, x_axis=args.x_axis, log_y=args.log_y), max(40, args.width)
+        sys.stdout.write(render_metric_text(snap, width, options=options, metric=args.metric, step_range=step_range)
+                         if args.metric is not None else render_text(snap, now, width, options=options))
     if snap.dir_unusable:
         return _fail(f"{run_dir}: {snap.dir_text}", EXIT_USAGE)
     return EXIT_OK
