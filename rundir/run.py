@@ -39,6 +39,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -52,6 +53,8 @@ from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, jo
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
                      EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
 from .process import RunLock, RunLockedError
+from .run_inputs import RunError, int64, metric_name, text_path
+from .run_inputs import shown as _shown
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
 from .signals import RequestWatch, SharedSignalFlags, SignalRequests
@@ -71,10 +74,6 @@ AGREE_EVERY_S = 0.1
 AGREE_MAX_EVERY = 1000
 
 
-class RunError(RuntimeError):
-    """A bad use of the run API; the message is one line saying what and why."""
-
-
 def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = None,
              join_timeout: float = JOIN_TIMEOUT_S) -> "Run":
     """Start training ``path`` (created if needed) as its one trainer, or as one rank of a job
@@ -86,8 +85,10 @@ def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = No
 def _number(key: str, value: Any) -> float | int:
     """A step line's value: an int or float as it is, a numpy or torch scalar by ``item()``."""
     kind = type(value)
-    if kind is float or kind is int:
+    if kind is float:
         return value
+    if kind is int:
+        return int64(key, value)
     if kind is not bool:
         item = getattr(value, "item", None)
         if callable(item):
@@ -96,15 +97,10 @@ def _number(key: str, value: Any) -> float | int:
             except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
                 raise RunError(f"run.log: {key} is {_shown(value)}, not a single number") from None
             if type(value) in (int, float):
-                return value
+                return int64(key, value) if type(value) is int else value
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value) if isinstance(value, float) else int(value)
+            return float(value) if isinstance(value, float) else int64(key, int(value))
     raise RunError(f"run.log: {key} = {_shown(value)} is not a number")
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _step(where: str, step: Any) -> int:
@@ -114,8 +110,8 @@ def _step(where: str, step: Any) -> int:
             step = item() if callable(item) and not isinstance(step, bool) else step
         except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
             pass
-    if type(step) is not int or step < 0:
-        raise RunError(f"{where}: step {_shown(step)} is not a non-negative integer")
+    if type(step) is not int or not 0 <= step < 2**63:
+        raise RunError(f"{where}: step {_shown(step)} is not an integer from 0 to 2**63 - 1")
     return step
 
 
@@ -136,8 +132,9 @@ class Run:
             self._ranks = job_ranks()
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
-        self.path = Path(path)
+        self.path = text_path("open_run", path)
         self._pid = os.getpid()                 # the opener: a forked child touches nothing of the run
+        self._failed_before = getattr(sys, "last_value", None)     # an interactive session's earlier error
         self._closed = False
         self._lost: str | None = None           # set by the lock's heartbeat when another trainer took the run
         self._requests = self._stop = self._checkpoint = 0      # taken, and taken when last saved
@@ -264,7 +261,7 @@ class Run:
         """A step line (docs/contract.md#lossjson-the-history): numbers only (``arm`` may be a string), and a
         step that never goes back unless :meth:`resumed` said where training went back to."""
         self._open("run.log")
-        step = step if type(step) is int and step >= 0 else _step("run.log", step)
+        step = step if type(step) is int and 0 <= step < 2**63 else _step("run.log", step)
         last = self._last_step
         if last is not None and step < last:
             raise RunError(f"run.log: step {step} goes back (the history is at step {last}); call "
@@ -274,6 +271,7 @@ class Run:
             if value is not None:
                 record[key] = value if type(value) is float else _number(key, value)
         for key, value in more.items():
+            metric_name(key)
             if value is not None:
                 record[key] = value if type(value) is float or key == "arm" and type(value) is str \
                     else _number(key, value)
@@ -389,7 +387,7 @@ class Run:
         self._checkpoint = self._requests
         if not self._ranks.owner:
             return
-        target = Path(path)
+        target = text_path("run.checkpoint_saved", path)
         try:
             size = saved_size(target)
         except OSError as err:
@@ -559,7 +557,11 @@ class Run:
 
     def _at_exit(self) -> None:
         """A script that returns without :meth:`finish`: finished for it (not in a forked child),
-        a stop taken being a stop on a signal still."""
+        a stop taken being a stop on a signal still, and one ended by an uncaught exception (a
+        framework's error: the interpreter printed it and set ``sys.last_value``) an error."""
+        failed = getattr(sys, "last_value", None)
+        if failed is not None and failed is not self._failed_before:
+            self.finish("interrupted" if isinstance(failed, KeyboardInterrupt) else f"error: {type(failed).__name__}")
         self.finish("signal" if self._stopping else "exit without run.finish()")
 
 

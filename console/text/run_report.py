@@ -198,6 +198,20 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     return "\n".join(printable(line, None) for line in lines) + "\n"
 
 
+def render_metric_text(snap: RunSnapshot, width: int = 100, plot_height: int = 8, options: PlotOptions | None = None,
+                       metric: str = "loss", step_range: StepRange = StepRange()) -> str:
+    """``--once --metric NAME``: the one series, its plot over ``step_range`` and its summary
+    row, not the whole report."""
+    h = snap.history
+    lines = [f"andrea-console · run {printable(snap.name)} · {printable(metric, LINE_LIMIT)}", ""]
+    if h.n_steps:
+        lines.extend(_plot_lines(snap, width, plot_height, options, metric, step_range))
+        lines.extend(series_table_lines(h, metric))
+    else:
+        lines.append("no steps yet")
+    return "\n".join(printable(line, None) for line in lines) + "\n"
+
+
 def _plot_lines(snap: RunSnapshot, width: int, plot_height: int, options: PlotOptions | None, metric: str,
                 step_range: StepRange) -> list[str]:
     """The plot of series ``metric`` over ``step_range``, with its legend line, as text."""

@@ -147,7 +147,7 @@ def test_each_bad_use_is_one_clear_line(tmp_path):
         assert "extra" in _one_line(err)
         with pytest.raises(RunError) as err:
             run.log(1.5, loss=1.0)
-        assert "not a non-negative integer" in _one_line(err)
+        assert "is not an integer from 0 to 2**63 - 1" in _one_line(err)
         run.log(5, loss=1.0)
         with pytest.raises(RunError) as err:
             run.log(3, loss=1.0)
@@ -281,3 +281,70 @@ def test_a_step_logged_in_several_calls_is_one_step_whose_fields_merge(tmp_path)
     assert [c.verdict for c in snap.history.resume_checks if c.verdict == "diverged"] == []
     code, lines = check_report(snap)
     assert code == 0, lines
+
+
+def test_hostile_inputs_are_each_one_clear_line_and_write_nothing(tmp_path):
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        run.log(1, loss=2.0)
+        before = (run_dir / LOSS_JSON).read_bytes()
+        cases = [
+            (lambda: run.log(2, loss=1.0, m=2**64), "run.log: m = 18446744073709551616 is past 64 bits"),
+            (lambda: run.log(2**63, loss=1.0), "run.log: step 9223372036854775808 is not an integer from 0 to 2**63 - 1"),
+            (lambda: run.checkpoint_saved(2**64, run_dir / LOSS_JSON), "run.checkpoint_saved: step 18446744073709551616"),
+            (lambda: run.checkpoint_saved(2, bytes(run_dir / LOSS_JSON)), "run.checkpoint_saved: path b'"),
+            (lambda: run.log(2, loss=1.0, event=3.0), "run.log: a metric may not be named 'event'"),
+            (lambda: run.log(2, loss=1.0, time=3.0), "run.log: a metric may not be named 'time'"),
+            (lambda: run.log(2, loss=1.0, **{'a"b': 1.0}), "run.log: metric name 'a\"b' is empty or holds a quote"),
+            (lambda: run.log(2, loss=1.0, **{"a\\b": 1.0}), "holds a quote, a backslash or a control character"),
+            (lambda: run.log(2, loss=1.0, **{"a\x01b": 1.0}), "holds a quote, a backslash or a control character"),
+        ]
+        for call, says in cases:
+            with pytest.raises(RunError) as caught:
+                call()
+            assert says in str(caught.value) and "\n" not in str(caught.value), (says, str(caught.value))
+        assert (run_dir / LOSS_JSON).read_bytes() == before          # nothing written
+        run.log(2, loss=1.0, m=2**62)                                # the run goes on
+    looped: dict = {}
+    looped["self"] = looped
+    deep: dict = {}
+    node = deep
+    for _ in range(1000):
+        node["k"] = {}
+        node = node["k"]
+    for config in (looped, deep):
+        with pytest.raises(RunError, match=r"^open_run: the config is nested more than 32 levels deep \(or holds "
+                                           r"itself\)$"):
+            open_run(tmp_path / "y", config=config)
+    with pytest.raises(RunError, match=r"^open_run: path b'.* is not text \(a str or a pathlib.Path\)$"):
+        open_run(bytes(tmp_path / "z"))
+    assert not (tmp_path / "z").exists()
+
+
+def test_a_checkpoint_saved_over_one_path_is_one_checkpoint(tmp_path, monkeypatch):
+    """nanoGPT saves over one ckpt.pt: one checkpoint, its newest step, in the listing (the
+    console's --json and --once read it); another path is another. A directory too big to be one
+    checkpoint ("/") is refused in one line, not walked whole."""
+    from rundir import external
+    from tests.console.test_cli import console
+
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        for step in (100, 200, 300):
+            run.log(step, loss=2.0)
+            (run_dir / "ckpt.pt").write_bytes(b"w" * step)
+            run.checkpoint_saved(step, run_dir / "ckpt.pt")
+        (run_dir / "best.pt").write_bytes(b"b")
+        run.checkpoint_saved(250, run_dir / "best.pt")
+        big = tmp_path / "big"
+        big.mkdir()
+        for i in range(60):
+            (big / str(i)).write_bytes(b"")
+        monkeypatch.setattr(external, "MAX_CHECKPOINT_ENTRIES", 50)
+        with pytest.raises(RunError, match="holds more than 50 entries: not one checkpoint"):
+            run.checkpoint_saved(300, big)
+    listed = external_checkpoints(history(run_dir).events)
+    assert [(e.path, e.step, e.size) for e in listed] == [("ckpt.pt", 300, 300), ("best.pt", 250, 1)]
+    data = json.loads(console(run_dir, "--json").stdout)
+    assert [(e["path"], e["step"]) for e in data["external_checkpoints"]] == [("ckpt.pt", 300), ("best.pt", 250)]
+    assert "checkpoints (2)" in console(run_dir, "--once").stdout
