@@ -6,7 +6,11 @@
   live, the worst case), at one scan per REFRESH_S: the share of a core (target <= 5%);
 - the step the dashboard shows against the step the file holds, through a FUSE mount of
   the run directory (bindfs, as a login node sees a compute node's writes; needs bindfs and
-  /dev/fuse): the largest and the median lag over the run (target: the largest <= 2 s).
+  /dev/fuse): the largest and the median lag over the run (target: the largest <= 2 s);
+- the newest checkpoint the dashboard shows through sshfs with its default options (listings
+  cached for 20 s), a real trainer checkpointing every second or two with keep_last 2: how
+  late each checkpoint is shown after its ``checkpoint`` event, the largest and the median
+  (target: the largest <= 3 s; needs sshfs and sshd, run as root).
 
 ``python -m bench poll``.
 """
@@ -14,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -28,6 +33,7 @@ from bench.common import Result
 ROOT = Path(__file__).resolve().parents[1]
 WATCH_S = 8.0
 LAG_S = 12.0
+CKPT_S = 40.0         # watching a trainer that checkpoints every second or two through sshfs
 RUNS = 100
 
 # A stand-in trainer: one step line every 50 ms, its time the wall clock, until killed.
@@ -161,10 +167,80 @@ def fuse_lag(tmp: Path) -> list[Result]:
             Result("poll", "step shown through a FUSE mount, median lag", median, "s")]
 
 
+async def _shown_checkpoints(run: Path, seconds: float) -> list[tuple[float, int]]:
+    """(wall time, newest complete checkpoint shown) for every snapshot of a headless dashboard."""
+    from console.tui.app import ConsoleApp
+
+    shown: list[tuple[float, int]] = []
+
+    class Recording(ConsoleApp):
+        def on_snapshot_ready(self, message) -> None:
+            super().on_snapshot_ready(message)
+            steps = [c.step for c in message.snapshot.checkpoints if c.status == "complete"]
+            shown.append((time.time(), max(steps, default=-1)))
+
+    app = Recording(run, tick=2.0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(seconds)
+    return shown
+
+
+def sshfs_checkpoint_lag(tmp: Path) -> list[Result]:
+    """A real trainer checkpointing every ~1-2 s with keep_last 2, watched through sshfs with its
+    default options (listings cached 20 s): how late each checkpoint is shown as the newest,
+    from its ``checkpoint`` event (the moment it was complete)."""
+    from tests.console.trainer_proc import train_command
+    from tests.mounts import sshfs, sshfs_missing
+
+    what = "newest checkpoint shown through sshfs (default options)"
+    missing = sshfs_missing()
+    if missing:
+        return [Result("poll", f"{what}: not measured ({missing})", 0.0, "s")]
+    node = tmp / "sshfs-node" / "run"
+    node.parent.mkdir(parents=True)
+    with open(tmp / "trainer.out", "wb") as log:
+        trainer = subprocess.Popen(train_command(node, "--checkpoint-every", "150", "--keep-last", "2"), cwd=ROOT,
+                                   stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 120
+        while not (node.is_dir() and any(n.startswith("step_") and n.endswith(".json") for n in os.listdir(node))):
+            if trainer.poll() is not None or time.monotonic() > deadline:
+                return [Result("poll", f"{what}: not measured (the trainer did not checkpoint)", 0.0, "s")]
+            time.sleep(0.2)
+        with sshfs(node.parent, tmp / "sshfs-laptop") as laptop:
+            shown = asyncio.run(_shown_checkpoints(laptop / "run", CKPT_S))
+    finally:
+        trainer.terminate()
+        trainer.wait(60)
+    landed = []
+    for line in (node / ".loss.json").read_bytes().splitlines():    # every event line, not the tail's
+        record = json.loads(line) if b'"event":"checkpoint"' in line else {}
+        if isinstance(record.get("time"), float) and isinstance(record.get("step"), int):
+            landed.append((record["time"], record["step"]))
+    settled = shown[0][0] + 2.0 if shown else 0.0        # after start-up's first read
+    lags, never = [], 0
+    for at, step in landed:
+        if at < settled or at > shown[-1][0] - 5.0:
+            continue
+        first = next((t for t, newest in shown if newest >= step), None)
+        if first is None:
+            continue
+        if not any(newest == step for _, newest in shown):
+            never += 1                                   # a newer one was shown first: never the newest
+        lags.append(max(first - at, 0.0))
+    if not lags:
+        return [Result("poll", f"{what}: no checkpoint landed while watched", 0.0, "s")]
+    worst, median = max(lags), statistics.median(lags)
+    return [Result("poll", f"{what}, largest lag ({len(lags)} checkpoints, {never} never shown as newest)", worst,
+                   "s", target="<= 3 s", met=worst <= 3.0),
+            Result("poll", f"{what}, median lag", median, "s")]
+
+
 def run() -> list[Result]:
     with tempfile.TemporaryDirectory(prefix="andrea-bench-poll-") as tmp:
         tmp_path = Path(tmp)
-        return [watcher_share(tmp_path), overview_share(tmp_path), *fuse_lag(tmp_path)]
+        return [watcher_share(tmp_path), overview_share(tmp_path), *fuse_lag(tmp_path),
+                *sshfs_checkpoint_lag(tmp_path)]
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
                                            one series as CSV, every step (or N buckets)
     andrea-console RUN_DIR --check         print the problems; exit 0 healthy, 1 warnings, 2 errors
     andrea-console RUNS_DIR --check        the same for every run: one line per run with a problem
+    andrea-console RUN_DIR --stacks        every rank's Python stacks (a job of several processes), folded
     andrea-console RUN_DIR --checkpoint    SIGUSR1 (or a checkpoint request), wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
     andrea-console RUN_DIR --pivot [--cap ARM=X]... [--floor ARM=Y]... [--drop ARM]... [--yes]
@@ -100,6 +101,9 @@ def _add_modes(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--serve", action="store_true",
                       help="serve the dashboard (the overview for a runs directory) to web browsers, each tab its "
                            "own console, read-only unless --allow-control; prints the URL; Ctrl-C stops")
+    mode.add_argument("--stacks", action="store_true",
+                      help="every rank's Python stacks, all threads, asked through the run directory (a job of "
+                           "several processes); identical ones folded; exit 1 when a rank could not answer")
     mode.add_argument("--check", action="store_true",
                       help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring); "
                            "on a runs directory, one line per run with a problem and the worst run's status")
@@ -223,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+def _stacks(run_dir: Path) -> int:
+    from .commands.stacks_cli import run_stacks
+
+    return run_stacks(run_dir)
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     run_dir = Path(args.run_dir)
@@ -232,12 +242,10 @@ def _main(argv: list[str] | None) -> int:
         return _fail("--sbatch goes with --slurm", EXIT_USAGE)
     if not 0.0 <= args.smooth < 1.0:
         return _fail(f"--smooth {args.smooth}: expected 0 <= BETA < 1", EXIT_USAGE)
-    if args.stall_after is not None:
-        if not args.stall_after > 0:           # also refuses nan
-            return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
+    if args.stall_after is not None and not args.stall_after > 0:       # also refuses nan
+        return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
     if args.spike_window is not None:
         from rundir.config import MIN_WINDOW   # only when asked: run.toml's schema is not start-up's
-
         if args.spike_window < MIN_WINDOW:
             return _fail(f"--spike-window {args.spike_window}: expected an integer >= {MIN_WINDOW}", EXIT_USAGE)
     if args.spike_k is not None and not (math.isfinite(args.spike_k) and args.spike_k > 0):
@@ -267,7 +275,7 @@ def _main(argv: list[str] | None) -> int:
         return _fail(bad_path, EXIT_USAGE)
     inspect = args.inspect is not None or args.against
     dashboard = not (args.once or args.json or args.csv or args.check or inspect or args.checkpoint or args.stop
-                     or args.pivot or args.pivot_rollback or args.rollback)
+                     or args.pivot or args.pivot_rollback or args.rollback or args.stacks)
     if args.serve:
         return _serve(run_dir, args)
     # A console in a browser tab of --serve draws through Textual's web driver (named by
@@ -279,6 +287,8 @@ def _main(argv: list[str] | None) -> int:
         from .commands.overview_cli import run_overview
 
         return run_overview(run_dir, args, _fail)
+    if args.stacks:
+        return _stacks(run_dir)
     if inspect:
         from .commands.inspect_cli import run_inspect
         return run_inspect(run_dir, args)
@@ -453,12 +463,10 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(strict_json_value({"run": snap.name, **data}), indent=2) + "\n")
     elif args.json:
         from .text.run_report import to_json
-
         sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
         from .plot.canvas import PlotOptions
         from .text.run_report import render_metric_text, render_text
-
         options, width = PlotOptions(smoothing=args.smooth, x_axis=args.x_axis, log_y=args.log_y), max(40, args.width)
         sys.stdout.write(render_metric_text(snap, width, options=options, metric=args.metric, step_range=step_range)
                          if args.metric is not None else render_text(snap, now, width, options=options))

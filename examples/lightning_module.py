@@ -2,6 +2,7 @@
 
     python examples/lightning_module.py runs/lightning [--steps N]      # then: andrea-console runs/lightning
     python examples/lightning_module.py runs/lightning --devices 2      # DDP: 2 CPU processes (gloo)
+    sbatch examples/slurm/lightning.sbatch runs/lightning               # a job Lightning requeues itself
 
 With ``--devices 2`` Lightning's launcher starts the second process (this script again), and
 the callback, given once to the Trainer, runs on both: every rank opens the run, rank 0 writes
@@ -46,8 +47,10 @@ def main() -> None:
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sin().sum(1, keepdim=True)), batch_size=64,
                                        shuffle=True)
     model = Regressor()
+    # default_root_dir: where Lightning's own SLURM requeue saves (hpc_ckpt_N.ckpt) and resumes from.
     trainer = L.Trainer(max_steps=args.steps, accelerator="cpu", devices=args.devices,
-                        strategy="ddp" if args.devices > 1 else "auto", logger=False, enable_checkpointing=False,
+                        strategy="ddp" if args.devices > 1 else "auto", default_root_dir=f"{args.run_dir}/lightning",
+                        logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[RundirCallback(args.run_dir, config=dict(model.hparams))])
     trainer.fit(model, data)

@@ -125,7 +125,10 @@ def rollback_archive_name(to_step: int, utc_stamp: str) -> str:
 # The kinds of files a change can touch; a reader re-reads only the kinds it is given.
 HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY = (
     "history", "checkpoints", "state", "samples", "trainer", "log", "config", "directory")
-ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY})
+# The ranks' records and stacks answers: rewritten every few seconds by every rank, so a kind of
+# their own (re-read when they change and at the trainer's tick, never making the rest read again).
+RANKS = "ranks"
+ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY, RANKS})
 
 KNOWN_NAMES = {RUN_TOML: CONFIG, LOSS_JSON: HISTORY, STATE_JSON: STATE, SAMPLES_JSON: SAMPLES,
                TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, LOCK_OWNER_FILE: TRAINER,
@@ -150,7 +153,7 @@ def kind_of(name: str) -> str | None:
     if is_checkpoint_file(name):
         return CHECKPOINTS
     if is_rank_file(name):
-        return TRAINER
+        return RANKS
     return KNOWN_NAMES.get(name, DIRECTORY)
 
 

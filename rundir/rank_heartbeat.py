@@ -24,6 +24,7 @@ from typing import Any, Callable
 import psutil
 
 from .atomic import atomic_write_json, create_temp
+from .fence import LockLostError
 from .layout import STACKS_REQUEST, rank_record_name, stacks_answer_name
 from .ranks import HEARTBEAT_S, RankRecord
 from .safe_read import read_json_object
@@ -121,6 +122,8 @@ class RankHeartbeat:
             atomic_write_json(self.path, self.record(exit_code).to_dict(), durable=False)
         except OSError:
             self.write_errors += 1          # a full disk or a vanished directory: the next beat tries again
+        except LockLostError:
+            self.write_errors += 1          # rank 0's lock may be lost: it writes nothing more (rundir.fence)
 
     def _run(self) -> None:
         next_write = time.monotonic() + self.interval

@@ -29,19 +29,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import psutil
-
 from .layout import rank_of_record
 from .safe_read import read_json_object
-from .trainer_record import read_boot_id, read_start_ticks, read_trainer_record
+from .trainer_record import read_boot_id, read_trainer_record
 
 RANK_RECORD_VERSION = 1
 RANK_RECORD_MAX = 64 * 1024
 HEARTBEAT_S = 2.0               # how often a rank rewrites its record
-SILENT_AFTER_S = 8.0            # a rank of another host unheard for this long is silent
+SILENT_AFTER_S = 6.0            # a rank of another host unheard for this long (3 heartbeats) is silent
 BEHIND_AFTER_S = 5.0            # the leader finished a later step this long after a rank's last
 STRAGGLER_FACTOR = 1.5          # work per step over this times the median: straggling
-STRAGGLER_FLOOR_S = 0.005       # ... and longer than the median by at least this (noise of tiny steps)
+STRAGGLER_FLOOR_S = 0.010       # ... and longer than the median by at least this (noise of tiny steps)
 MAX_RANKS = 65536               # records read from one directory at most
 
 # The verdicts, worst first (the order the console lists ranks in).
@@ -72,6 +70,14 @@ class RankRecord:
     rss: int | None = None
     gpu: dict[str, float] = field(default_factory=dict)    # gpu_util, gpu_mem_used, gpu_power_w, gpu_temp_c
     exit_code: int | None = None        # set by the rank's last write, as it exits
+    written: float | None = None        # the file's mtime as read (the file server's clock; not in the file)
+
+    @property
+    def last_heard(self) -> float:
+        """When the rank was last heard of: the later of its heartbeat (its own clock) and its
+        file's mtime (the server's), as the lock's heartbeat is judged: a rank whose clock lags
+        is not taken for silent."""
+        return max(self.heartbeat, self.written or 0.0)
 
     @property
     def data_share(self) -> float | None:
@@ -160,6 +166,10 @@ def read_ranks(run_dir: str | os.PathLike[str], launch: str | None = None) -> Ra
         if rec is None or rec.rank != rank_of_record(name):
             errors.append(f"{name}: {why or 'its rank is not its name'}")
             continue
+        try:
+            rec = replace(rec, written=os.stat(run_dir / name).st_mtime)
+        except OSError:
+            pass
         records.append(rec)
     if launch is None and records:
         launch = max(records, key=lambda r: r.started).launch        # the launch started last
@@ -190,19 +200,22 @@ ProcessState = Callable[[RankRecord], str]      # "running", "stopped", "gone"
 
 def local_process_state(rec: RankRecord) -> str:
     """A rank of this host and boot: ``stopped`` (state T or t), ``gone`` (no such process, a
-    zombie, or another process with its pid), else ``running``."""
+    zombie, or another process with its pid), else ``running``: one read of ``/proc/PID/stat``
+    (its state, field 3, and its start ticks, field 22)."""
     try:
-        proc = psutil.Process(rec.pid)
-        status = proc.status()
-    except psutil.Error:
+        with open(f"/proc/{rec.pid}/stat", "rb") as fh:
+            stat = fh.read(4096)
+    except OSError:
         return "gone"
-    if status == psutil.STATUS_ZOMBIE or status == psutil.STATUS_DEAD:
+    # The command name (field 2) is in parentheses and may hold spaces or ")".
+    rest = stat[stat.rfind(b")") + 1:].split()
+    try:
+        state, ticks = rest[0], int(rest[19])
+    except (IndexError, ValueError):
         return "gone"
-    if rec.start_ticks is not None and read_start_ticks(rec.pid) not in (None, rec.start_ticks):
+    if state in (b"Z", b"X", b"x") or (rec.start_ticks is not None and ticks != rec.start_ticks):
         return "gone"
-    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
-        return "stopped"
-    return "running"
+    return "stopped" if state in (b"T", b"t") else "running"
 
 
 @dataclass(frozen=True)
@@ -255,7 +268,7 @@ def _verdict(status: RankStatus, now: float, process_state: ProcessState, median
             return replace(status, verdict="stopped", why=f"stopped by a signal (state T); kill -CONT {rec.pid} "
                                                            "resumes it")
     else:
-        quiet = now - rec.heartbeat
+        quiet = now - rec.last_heard
         if quiet > SILENT_AFTER_S:
             return replace(status, verdict="silent", why=f"no heartbeat for {quiet:.0f} s (frozen, killed or cut "
                                                           f"off; on {rec.host}, not looked up from here)")

@@ -19,9 +19,10 @@ reported is an ``external_checkpoint`` event (:mod:`rundir.external`).
 
 In a job of several processes every rank opens the run (:mod:`rundir.job`): global rank 0
 owns it as above; the others join as members once its record of their launch is there, and
-write nothing. Each :meth:`Run.log` then agrees the requests any rank received over the
-job's process group (one small all-reduce), so every rank reads the same answer at the
-same step; :meth:`Run.checkpoint_saved` is called by every rank, and rank 0 reports the
+write nothing. :meth:`Run.log` agrees the requests any rank received over the job's
+process group, every K-th call (:data:`AGREE_EVERY_S`: one small all-reduce, started at one
+point and waited for at the next), so every rank reads the same answer at the same step;
+:meth:`Run.checkpoint_saved` is called by every rank, and rank 0 reports the
 checkpoint once all have written their part.
 
 Handlers only set flags: the loop reads :attr:`Run.checkpoint_requested` and
@@ -38,7 +39,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -47,7 +48,8 @@ from typing import Any, Mapping
 from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
-from .job import JOIN_TIMEOUT_S, JobError, all_max, job_ranks, launch_key, torchrun_launcher, wait_for_owner
+from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
+                  wait_for_owner)
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
                      EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
 from .process import RunLock, RunLockedError
@@ -55,7 +57,7 @@ from .run_inputs import RunError, int64, metric_name, text_path
 from .run_inputs import shown as _shown
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
-from .signals import RequestWatch, SignalFlags, SignalRequests
+from .signals import RequestWatch, SharedSignalFlags, SignalRequests
 from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
                              write_trainer_record)
 
@@ -64,6 +66,12 @@ _FIELDS = ("loss", "lr", "grad_norm", "tokens")
 _STOP_ORDER = tuple(sig.name for sig in STOP_SIGNALS)     # SIGTERM, SIGINT: the agreement's slots
 _ANOTHER_RANK = "SIGUSR1 (another rank)"      # a checkpoint only other ranks received
 _UNLOOKED = "signal (the loop did not look at run.stop_requested)"
+# With several processes the ranks agree at every K-th run.log, K set by rank 0 so that the
+# points are about this far apart (and agreed with the decision): a request reaches the loop
+# within two points, and the all-reduce, started at one point and waited for at the next, has
+# finished meanwhile.
+AGREE_EVERY_S = 0.1
+AGREE_MAX_EVERY = 1000
 
 
 def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = None,
@@ -107,59 +115,6 @@ def _step(where: str, step: Any) -> int:
     return step
 
 
-class _ProcessHandlers:
-    """The process's SIGUSR1/SIGTERM/SIGINT handlers, shared by every run open in it: installed
-    by the first, put back by the last to finish; a signal is noted in every open run's flags."""
-
-    def __init__(self) -> None:
-        self.runs: list[Any] = []
-        self.previous: dict[signal.Signals, Any] = {}
-
-    def add(self, flags: Any) -> None:
-        if not self.runs:
-            for sig in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS):
-                self.previous[sig] = signal.signal(sig, self.handle)
-        self.runs.append(flags)
-
-    def remove(self, flags: Any, exiting_on_stop: bool) -> None:
-        if flags in self.runs:
-            self.runs.remove(flags)
-        if not self.runs:
-            for sig, handler in self.previous.items():
-                signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
-            self.previous.clear()
-
-    def release(self, sig: signal.Signals) -> None:
-        """Stop handling ``sig`` in this process: its previous handler is put back now (a
-        framework's, installed later, takes it from then on)."""
-        if sig in self.previous:
-            signal.signal(sig, self.previous.pop(sig))
-
-    def handle(self, signum: int, frame: Any) -> None:
-        # A second Ctrl-C while a stop is pending interrupts at once, for a loop that never looks.
-        if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
-            raise KeyboardInterrupt
-        for flags in list(self.runs):
-            flags._handle(signum, frame)
-
-
-_HANDLERS = _ProcessHandlers()
-
-
-class _RunSignalFlags(SignalFlags):
-    """A run's flags (:class:`rundir.signals.SignalFlags`), set through the process's shared handlers."""
-
-    def install(self) -> "_RunSignalFlags":
-        _HANDLERS.add(self)
-        return self
-
-    def restore(self, exiting_on_stop: bool = False) -> None:
-        _HANDLERS.remove(self, exiting_on_stop)
-
-    def release(self, sig: signal.Signals) -> None:
-        _HANDLERS.release(sig)
-
-
 class Run:
     """A run directory trained by this process (see the module's text). Use
     :func:`open_run`; also a context manager (``with rundir.open_run(...) as run:``), whose
@@ -179,6 +134,7 @@ class Run:
             raise RunError(f"open_run: {err}") from None
         self.path = text_path("open_run", path)
         self._pid = os.getpid()                 # the opener: a forked child touches nothing of the run
+        self._failed_before = getattr(sys, "last_value", None)     # an interactive session's earlier error
         self._closed = False
         self._lost: str | None = None           # set by the lock's heartbeat when another trainer took the run
         self._requests = self._stop = self._checkpoint = 0      # taken, and taken when last saved
@@ -187,6 +143,10 @@ class Run:
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
         self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
+        self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
+        self._pending_names: tuple[list[int], list[str]] = ([], [])
+        self._every = self._until = 1           # logs between agreement points (agreed), and left to the next
+        self._point = (time.monotonic(), 0)     # the last agreement point: when, at which log count
         self._dir_fd = self._log_fd = -1
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -194,6 +154,7 @@ class Run:
             raise RunError(f"open_run: cannot create {self.path}: {err.strerror}") from None
         if not self._ranks.owner:
             self._join(join_timeout)
+            atexit.register(self._at_exit)      # the agreement in flight waited for, the handlers put back
             return
         text = self._config_text(config)
         self._lock = RunLock(self.path, on_lost=self._lock_lost)
@@ -201,13 +162,24 @@ class Run:
             self._lock.acquire()
         except RunLockedError as err:
             raise RunError(f"open_run: {err}") from None
-        self._signals = _RunSignalFlags()
+        self._signals = SharedSignalFlags()
         try:
             self._start(text)
         except BaseException:
             self._release(remove_record=True)
             raise
         atexit.register(self._at_exit)
+        if self._ranks.distributed and group_ready():
+            self._share_history_step()
+
+    def _share_history_step(self) -> None:
+        """With the process group there: rank 0's history step at open, on every rank (one
+        all-reduce, which is also where the members and rank 0 meet), so every rank refuses a
+        step that goes back alike. Without it, a member reads the history's tail at its join,
+        before rank 0 can log a step (its first run.log needs the group)."""
+        mine = (self._last_step + 1 if self._last_step is not None else 0) if self._ranks.owner else 0
+        shared = all_max([mine], self._ranks, "open_run")[0]
+        self._last_step = shared - 1 if shared else None
 
     def _join(self, timeout: float) -> None:
         """A member (rank > 0): once rank 0 of this launch owns the directory, its history's
@@ -216,9 +188,12 @@ class Run:
             self.record = wait_for_owner(self.path, self._ranks, timeout)
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
-        tail = read_history_tail(self.path / LOSS_JSON)
-        self._last_step = int(tail.step[-1]) if len(tail.step) else None
-        self._signals = _RunSignalFlags().install()
+        self._signals = SharedSignalFlags().install()
+        if group_ready():
+            self._share_history_step()
+        else:
+            tail = read_history_tail(self.path / LOSS_JSON)
+            self._last_step = int(tail.step[-1]) if len(tail.step) else None
 
     @property
     def rank(self) -> int:
@@ -315,12 +290,9 @@ class Run:
         self._agree()
 
     def agree(self) -> None:
-        """Take the job's decision now: the requests any rank received (a signal, or rank 0's
-        request file) become :attr:`checkpoint_requested` and :attr:`stop_requested` on every
-        rank. :meth:`log` calls it once per call; with several processes it is one small
-        all-reduce, so every rank calls it (through :meth:`log`) the same number of times. A
-        stop the loop has not looked at (:attr:`stop_requested`) by the next call ends the
-        run here: its ``stop`` event, then ``SystemExit(0)`` on every rank."""
+        """What :meth:`log` does after its line: take the job's decision (one process: what
+        arrived; several: see the module's text), and end a run whose loop did not look at a
+        stop. For a loop that decides at another point than its ``run.log``, every rank alike."""
         self._open("run.agree")
         self._agree()
 
@@ -331,22 +303,52 @@ class Run:
                 self._end_unlooked_stop()
             self._poll()
             return
+        self._until -= 1
+        if self._until > 0:
+            return
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._apply(pending.result(), self._pending_names)
         if self._ranks.owner:
             self._watch.poll(self._signals)
         local = self._signals.take()
-        mine = [int(local.checkpoint)] + [int(name in local.names) for name in _STOP_ORDER] + [int(ignored)]
+        mine = [int(local.checkpoint)] + [int(name in local.names) for name in _STOP_ORDER] + [int(ignored),
+                                                                                              self._next_every()]
         try:
-            agreed = all_max(mine, self._ranks, "run.log")
+            self._pending, self._pending_names = PendingMax(mine, self._ranks, "run.log"), (mine, local.names)
         except JobError as err:
             raise RunError(str(err)) from None
-        names = list(local.names) + [n for n, a, m in zip(_STOP_ORDER, agreed[1:3], mine[1:3]) if a and not m]
-        local = SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
-        if agreed[0] and not mine[0] and not local.stop:
-            local.names.append(_ANOTHER_RANK)
-        ignored = bool(agreed[3])
-        if ignored:
+        self._until = self._every
+
+    def _next_every(self) -> int:
+        """Rank 0's proposal (the others send 0) of the logs between agreement points: about
+        :data:`AGREE_EVERY_S` of its steps, so that the agreement costs a fast loop nothing."""
+        now, logs = time.monotonic(), self._logs
+        (then, before), self._point = self._point, (now, logs)
+        if not self._ranks.owner or logs <= before:
+            return 0
+        return max(1, min(AGREE_MAX_EVERY, int(AGREE_EVERY_S * (logs - before) / max(now - then, 1e-9))))
+
+    def _apply(self, agreed: list[int], sent: tuple[list[int], list[str]]) -> None:
+        """The job's answer to what every rank sent (this rank: ``sent``), the same on every rank."""
+        mine, names = sent
+        names = list(names) + [n for n, a, m in zip(_STOP_ORDER, agreed[1:3], mine[1:3]) if a and not m]
+        taken = SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
+        if agreed[0] and not mine[0] and not taken.stop:
+            taken.names.append(_ANOTHER_RANK)
+        self._every = max(1, agreed[4])
+        if agreed[3]:
             self._end_unlooked_stop()
-        self._taken(local)
+        self._taken(taken)
+
+    def _settle(self) -> None:
+        """The agreement still in flight waited for (every rank ends with the same one), its answer dropped."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception:                   # noqa: BLE001  (a group already destroyed: nothing to wait for)
+                pass
 
     @property
     def checkpoint_requested(self) -> bool:
@@ -438,9 +440,11 @@ class Run:
         Safe to call twice; in a forked child of the process that opened the run, nothing."""
         if self._closed or os.getpid() != self._pid:
             return
+        self._settle()
         if not self._ranks.owner:
             self._closed = True
             self._signals.restore(exiting_on_stop=reason == _UNLOOKED)
+            atexit.unregister(self._at_exit)
             return
         if self._lost is not None:              # the record and the history are the new holder's now
             self._release(remove_record=False)
@@ -553,7 +557,11 @@ class Run:
 
     def _at_exit(self) -> None:
         """A script that returns without :meth:`finish`: finished for it (not in a forked child),
-        a stop taken being a stop on a signal still."""
+        a stop taken being a stop on a signal still, and one ended by an uncaught exception (a
+        framework's error: the interpreter printed it and set ``sys.last_value``) an error."""
+        failed = getattr(sys, "last_value", None)
+        if failed is not None and failed is not self._failed_before:
+            self.finish("interrupted" if isinstance(failed, KeyboardInterrupt) else f"error: {type(failed).__name__}")
         self.finish("signal" if self._stopping else "exit without run.finish()")
 
 

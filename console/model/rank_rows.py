@@ -19,6 +19,11 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.0f}" if seconds < 10 else f"{seconds:.0f}s"
 
 
+def _age(seconds: float) -> str:
+    """The heartbeat's age; ``ahead`` when its clock runs ahead of this machine's."""
+    return "ahead" if seconds < 0 else format_age(seconds)
+
+
 def rank_cells(status: RankStatus, now: float) -> tuple[str, ...]:
     """A rank's cells, in :data:`COLUMNS`' order (no pid, no clock: the age of its heartbeat); ``ms``
     is the step's wall time, ``vs med`` its work per step against the ranks' median, ``data`` the
@@ -29,7 +34,7 @@ def rank_cells(status: RankStatus, now: float) -> tuple[str, ...]:
             "-" if status.slower_by is None else f"{status.slower_by * 100:+.0f}%",
             "-" if share is None else f"{share * 100:.0f}%",
             "-" if rec.cpu_percent is None else f"{rec.cpu_percent:.0f}%", format_size(rec.rss),
-            format_age(now - rec.heartbeat), status.verdict)
+            _age(now - rec.last_heard), status.verdict)
 
 
 def rank_line(status: RankStatus, now: float) -> str:
@@ -48,5 +53,5 @@ def rank_json(status: RankStatus, now: float) -> dict[str, Any]:
             "step": rec.step, "step_time": rec.step_time, "step_s": rec.step_s, "work_s": rec.work_s,
             "data_s": rec.data_s, "data_share": rec.data_share, "slower_by": status.slower_by,
             "behind_by": status.behind_by, "cpu_percent": rec.cpu_percent, "rss": rec.rss, "gpu": dict(rec.gpu),
-            "heartbeat": rec.heartbeat, "heartbeat_age": now - rec.heartbeat, "started": rec.started,
+            "heartbeat": rec.heartbeat, "heartbeat_age": now - rec.last_heard, "started": rec.started,
             "exit_code": rec.exit_code, "launch": rec.launch}

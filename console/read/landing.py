@@ -29,7 +29,8 @@ from typing import Callable, Sequence
 
 from rundir import CheckpointStamp
 from rundir.external import ExternalCheckpoint, external_checkpoints
-from rundir.history import read_history_tail
+from rundir.history import HistoryTail, read_history_tail
+from rundir.history.limits import TAIL_BYTES
 from rundir.history.records import HistoryEvent
 from rundir.layout import EVENT_CHECKPOINT, EVENT_SIGNAL, LOSS_JSON
 
@@ -110,24 +111,45 @@ def landed_text(wait: CheckpointWait) -> str:
     return landing_text(printable(wait.external.path), wait.external.step, external_details(wait.external.size))
 
 
+class _NewLines:
+    """The history's tail, wide enough for every line written since the last read: a fast loop
+    (a step a millisecond) writes more than a tail's worth between two looks of a busy console,
+    and a checkpoint's event that scrolled out of a fixed tail was never seen."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self._seen = os.stat(path).st_size
+        except OSError:
+            self._seen = 0
+        self._stamp: tuple[int, int] | None = None
+
+    def read(self) -> HistoryTail | None:
+        """The tail, or None when the file is as it was at the last read (or unreadable)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if (st.st_size, st.st_mtime_ns) == self._stamp:
+            return None
+        self._stamp = (st.st_size, st.st_mtime_ns)
+        grown, self._seen = max(0, st.st_size - self._seen), st.st_size
+        return read_history_tail(self.path, grown + TAIL_BYTES)
+
+
 class ExternalSince:
     """The newest checkpoint in the trainer's own format (an ``external_checkpoint`` event of
     the history, :mod:`rundir.external`) reported at or after ``since`` (the trainer's clock,
     this host's); the history's tail is read again only when the file changed."""
 
     def __init__(self, run_dir: Path, since: float):
-        self.path, self.since = Path(run_dir) / LOSS_JSON, since
-        self._stamp: tuple[int, int] | None = None
+        self.since, self._lines = since, _NewLines(Path(run_dir) / LOSS_JSON)
         self._found: ExternalCheckpoint | None = None
 
     def __call__(self) -> ExternalCheckpoint | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return self._found
-        if (st.st_size, st.st_mtime_ns) != self._stamp:
-            self._stamp = (st.st_size, st.st_mtime_ns)
-            found = [e for e in external_checkpoints(read_history_tail(self.path).events) if answers(self.since, e)]
+        tail = self._lines.read()
+        if tail is not None:
+            found = [e for e in external_checkpoints(tail.events) if answers(self.since, e)]
             self._found = found[-1] if found else self._found
         return self._found
 
@@ -138,18 +160,13 @@ class AnswerSince:
     from :meth:`name` while unanswered; :attr:`reports` whether the history says checkpoints at all."""
 
     def __init__(self, run_dir: Path, since: float):
-        self.path, self.since = Path(run_dir) / LOSS_JSON, since
-        self._stamp: tuple[int, int] | None = None
+        self.since, self._lines = since, _NewLines(Path(run_dir) / LOSS_JSON)
         self.reports, self._name = False, None
 
     def name(self) -> str | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return self._name
-        if (st.st_size, st.st_mtime_ns) != self._stamp:
-            self._stamp = (st.st_size, st.st_mtime_ns)
-            events = read_history_tail(self.path).events
+        tail = self._lines.read()
+        if tail is not None:
+            events = tail.events
             self.reports = self.reports or reports_checkpoints(events)
             self._name = answer_to(events, self.since) or self._name
         return self._name

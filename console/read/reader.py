@@ -31,8 +31,9 @@ from rundir.run_summary import RATE_STEPS, stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_PIVOT, EVENT_RESUME, HISTORY, LOG, LOSS_JSON,
-                           RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_PIVOT, EVENT_RESUME, HISTORY, LOG,
+                           LOSS_JSON, RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known,
+                           is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
 
@@ -522,7 +523,7 @@ PARTS: tuple[Part, ...] = (
     Part("external", ("external_checkpoints",), frozenset({HISTORY}), RunReader._part_external),
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
-    Part("ranks", ("ranks",), frozenset({TRAINER}), RunReader._part_ranks),
+    Part("ranks", ("ranks",), frozenset({TRAINER, RANKS}), RunReader._part_ranks),
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
     Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
     Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),

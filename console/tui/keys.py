@@ -120,12 +120,16 @@ JOB_KEYS = (
         "its work per step against the median, the batch's share, CPU, RSS, heartbeat age and verdict (dead, "
         "stopped, silent, behind, straggling); from 110 columns a step-lag strip; Escape, k or q closes it",
         shown=False),
+    Key("K", "app.stacks", "stacks", "every rank's Python stacks, all threads (asked through the run directory; "
+        "the same stacks folded, a rank that cannot answer said with why), as --stacks prints them; Escape closes",
+        shown=False),
 )
 
 # The ranks screen's own keys (k on the dashboard).
 RANKS_SCREEN_KEYS = (
     Key("escape", "close", "close", "close", display="Esc", priority=True),
     Key("k", "close", "close", "", shown=False, priority=True),
+    Key("K", "app.stacks", "stacks", "", shown=False),
 )
 
 # Bound on the plots themselves: they act only while a plot is focused.

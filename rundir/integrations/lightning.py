@@ -59,8 +59,9 @@ def _build() -> type:
 
 class _Hooks:
     """Logs, checkpoints and stops a Lightning ``fit`` for the console. ``run``: a run
-    directory (opened here, with ``config``) or a :class:`~rundir.run.Run` opened by the
-    caller (who finishes it). (``RundirCallback`` is this and ``lightning.pytorch.Callback``.)"""
+    directory (opened with ``config`` when ``fit`` sets up, on every rank) or a
+    :class:`~rundir.run.Run` opened by the caller (who finishes it). (``RundirCallback`` is this
+    and ``lightning.pytorch.Callback``.)"""
 
     def __init__(self, run: "str | Path | Run", config: dict[str, Any] | None = None,
                  dirpath: "str | Path | None" = None):

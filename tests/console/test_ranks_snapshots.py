@@ -4,6 +4,7 @@ table is read), the clock is fixed, and nothing on screen names a pid or a path.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ def job(tmp_path: Path, world: int) -> Path:
                          step_time=now - 1 - (3000 - step) * 0.05, step_s=0.05, work_s=work, data_s=0.004,
                          cpu_percent=97.0 + rank % 3, rss=(2000 + rank) << 20)
         atomic_write_json(run / rank_record_name(rank), rec.to_dict())
+        os.utime(run / rank_record_name(rank), (beat, beat))          # written at its heartbeat
     return run
 
 

@@ -84,6 +84,6 @@ def test_a_job_that_never_looks_at_the_stop_is_ended_by_the_next_log_on_every_ra
         assert job.wait("torchrun's exit after the stop") == 0, job.output()[-4000:]
     h = history(run)
     saved = external_checkpoints(h.events)
-    assert len(saved) == 1 and saved[0].reason == "signal" and h.step[-1] == saved[0].step + 1
+    assert len(saved) == 1 and saved[0].reason == "signal" and h.step[-1] > saved[0].step
     assert h.events[-1].event == "stop" and h.events[-1].data["reason"] == "signal"
     assert "did not look at run.stop_requested" in (run / "trainer.log").read_text()

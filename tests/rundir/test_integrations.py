@@ -177,3 +177,39 @@ def test_a_stop_that_fails_in_the_framework_is_said_as_an_error(tmp_path):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+FAILING_HF = '''
+import sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+from rundir.integrations.transformers import RundirCallback
+
+class Fails(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 3:
+            raise RuntimeError("the framework failed")
+
+ids = torch.randint(0, 64, (64, 16), generator=torch.Generator().manual_seed(0))
+data = [{"input_ids": row, "labels": row} for row in ids]
+model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+args = TrainingArguments(output_dir=sys.argv[1] + "/checkpoints", max_steps=100, per_device_train_batch_size=4,
+                         logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=data, callbacks=[RundirCallback(sys.argv[1]), Fails()]).train()
+'''
+
+
+def test_a_hugging_face_trainer_that_fails_is_said_as_an_error(tmp_path):
+    """The Trainer has no hook for its own failure: the exception that ends the script is the
+    run's stop reason (``error: RuntimeError``, from the run API's exit hook), and the console
+    says an error (``--check`` exit 2), never a clean exit."""
+    run_dir = tmp_path / "run"
+    script = tmp_path / "failing_hf.py"
+    script.write_text(FAILING_HF)
+    done = subprocess.run([sys.executable, str(script), str(run_dir)], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT, env=ENV)
+    assert done.returncode == 1 and "the framework failed" in done.stderr, done.stderr[-3000:]
+    stops = [json.loads(line) for line in (run_dir / LOSS_JSON).read_text().splitlines() if '"event":"stop"' in line]
+    assert [s["reason"] for s in stops] == ["error: RuntimeError"], stops
+    check = console(run_dir, "--check")
+    assert check.returncode == 2 and "the trainer stopped with an error" in check.stdout, check.stdout

@@ -2,13 +2,15 @@
 as the README says to use it (the callback given once, to the Trainer): Lightning
 ``strategy="ddp"`` (Lightning's own launcher) and a Hugging Face ``Trainer`` under torchrun.
 The console's own paths operate them: the history is written once (no step twice),
-``--checkpoint`` lands a checkpoint written at one step and training goes on, ``--stop`` ends
+``--checkpoint`` lands a complete checkpoint written at one step and training goes on, ``--stop`` ends
 every rank with exit 0. A job that does not get somewhere fails with its ranks' stacks
 (tests/ddp_jobs.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -60,8 +62,10 @@ def operated(job: Job, run: Path, *args: str):
     return r
 
 
-def operate(job: Job, run: Path) -> int:
-    """--checkpoint, training on, --stop; the step the checkpoint landed at."""
+def operate(job: Job, run: Path, stacks: bool = False) -> int:
+    """--checkpoint, training on, --stop; the step the checkpoint landed at. ``stacks``: also
+    check, while it trains, that a job stuck would fail with both ranks' stacks (LightningJob's
+    ranks found, each dumping its stack on SIGUSR2, and going on)."""
     job.until(lambda: verify_trainer(run).ok and steps(run) > 5, "rank 0 verified and training")
     assert len(job.workers()) == 2
     record, _ = read_trainer_record(run)
@@ -72,6 +76,9 @@ def operate(job: Job, run: Path) -> int:
     assert landed.exists() and landed.parent.parent == run, r.stdout
     at = external_checkpoints(history(run).events)[0].step
     job.until(lambda: history(run).step[-1] > at + 5, "training going on after the checkpoint")
+    if stacks:
+        message = str(job.stuck("a check of the stacks"))
+        assert message.count("Current thread") == 2 and "lightning_module.py" in message, message[-3000:]
     r = operated(job, run, "--stop")
     assert "exited cleanly" in r.stdout and "final checkpoint" in r.stdout, r.stdout
     return at
@@ -94,11 +101,14 @@ def test_lightning_ddp_checkpoints_on_every_rank_and_stops_every_rank_with_exit_
     run = tmp_path / "lightning"
     with LightningJob([sys.executable, str(EXAMPLES / "lightning_module.py"), str(run), "--devices", "2", "--steps",
                        "100000000"], tmp_path / "job.out") as job:
-        at = operate(job, run)
+        at = operate(job, run, stacks=True)
         assert job.wait("the fit's exit after the stop") == 0, job.output()[-4000:]
         assert not job.workers() and "Traceback" not in job.output(), job.output()[-4000:]
     saved = written_once(run, at)
     assert [Path(e.path).name for e in saved] == [f"step-{e.step}.ckpt" for e in saved]
+    for e in saved:                     # whole (a torch.save zip, every member's CRC good), never unpickled
+        with zipfile.ZipFile(run / e.path) as ckpt:
+            assert ckpt.testzip() is None and any(n.endswith("/data.pkl") for n in ckpt.namelist())
 
 
 def test_a_hugging_face_trainer_under_torchrun_checkpoints_and_stops_with_exit_0(tmp_path):
@@ -108,4 +118,6 @@ def test_a_hugging_face_trainer_under_torchrun_checkpoints_and_stops_with_exit_0
         assert job.wait("torchrun's exit after the stop") == 0, job.output()[-4000:]
     saved = written_once(run, at)
     assert [Path(e.path).name for e in saved] == [f"checkpoint-{e.step}" for e in saved]
-    assert all((run / e.path / "model.safetensors").exists() for e in saved)
+    for e in saved:                     # whole, and of the step it was reported at
+        state = json.loads((run / e.path / "trainer_state.json").read_text())
+        assert state["global_step"] == e.step and (run / e.path / "model.safetensors").stat().st_size > 0

@@ -141,3 +141,28 @@ def test_a_stacks_request_is_answered_by_the_heartbeat_thread_with_every_threads
         assert not answer.exists()                   # one request, one answer
     finally:
         beat.close(0)
+
+
+def test_rank_files_are_known_names_of_their_own_kind():
+    from rundir.layout import RANKS, STACKS_REQUEST, is_known, kind_of, stacks_answer_name
+
+    for name in (rank_record_name(3), stacks_answer_name(12), STACKS_REQUEST):
+        assert is_known(name) and kind_of(name) == RANKS
+    assert not is_known(".rank-3.json") and kind_of(".rank-3.json") != RANKS       # not the 5-digit spelling
+
+
+def test_a_heartbeat_whose_lock_may_be_lost_writes_nothing_and_goes_on(tmp_path):
+    from rundir import fence
+
+    def lost():
+        raise fence.LockLostError("taken over")
+
+    beat = RankHeartbeat(tmp_path, 0, 2, 0, "L")
+    fence.register(lost)
+    try:
+        beat.write()
+        assert beat.write_errors == 1 and not (tmp_path / rank_record_name(0)).exists()
+    finally:
+        fence.unregister(lost)
+    beat.write()
+    assert (tmp_path / rank_record_name(0)).exists()

@@ -25,6 +25,8 @@ def test_the_rank_comes_from_the_launchers_environment():
     assert job_ranks({**srun, "RANK": "0", "WORLD_SIZE": "2"}).source == "RANK/WORLD_SIZE"   # torchrun under srun
     with pytest.raises(JobError, match="RANK='2' is not a rank of WORLD_SIZE=2"):
         job_ranks({"RANK": "2", "WORLD_SIZE": "2"})
+    with pytest.raises(JobError, match="WORLD_SIZE=2 but RANK is not set: initialize torch.distributed's process"):
+        job_ranks({"WORLD_SIZE": "2", "LOCAL_RANK": "0", "NODE_RANK": "0"})     # Lightning's launcher, before init
 
 
 def test_a_member_joins_rank_0s_directory_and_writes_nothing(tmp_path, monkeypatch):

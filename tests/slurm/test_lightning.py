@@ -1,5 +1,5 @@
-"""A Lightning fit with the run API's callback as a SLURM job (the real cluster of
-tests/slurm/cluster.py), operated by a console on "another node": SLURM's SIGUSR1 stays
+"""A Lightning fit with the run API's callback as a SLURM job (examples/slurm/lightning.sbatch on
+the real cluster of tests/slurm/cluster.py), operated by a console on "another node": SLURM's SIGUSR1 stays
 Lightning's save-and-requeue, the console's ``c`` checkpoints without requeueing (through the
 request file) and ``s`` ends the job COMPLETED 0:0."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,45 +14,16 @@ import pytest
 from rundir import read_trainer_record
 from rundir.layout import STOP_REQUEUE
 from rundir.slurm import query_job
-from tests.slurm.test_jobs import elsewhere, job_end, job_env, job_state
+from tests.slurm.test_jobs import EXAMPLES, elsewhere, job_end, job_env, job_state
 from tests.trainer.trainer_runs import ROOT, events, step_lines, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
-FIT = '''
-import sys, time
-import lightning as L
-import torch
-from rundir.integrations.lightning import RundirCallback
-
-class Tiny(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Linear(8, 1)
-    def training_step(self, batch, batch_idx):
-        time.sleep(0.02)                    # a step of some length: a history of modest size
-        return self.net(batch[0]).pow(2).mean()
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-torch.set_num_threads(1)
-run_dir = sys.argv[1]
-data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(256, 8)), batch_size=8)
-L.Trainer(max_steps=1_000_000, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-          enable_progress_bar=False, enable_model_summary=False, default_root_dir=f"{run_dir}/lightning",
-          callbacks=[RundirCallback(run_dir)]).fit(Tiny(), data)
-'''
-
 
 def test_lightning_keeps_its_requeue_and_the_console_checkpoints_and_stops_the_job(slurm, tmp_path):
     run = tmp_path / "lightning-job"
-    script = tmp_path / "fit.py"
-    script.write_text(FIT)
-    batch = tmp_path / "fit.sh"
-    batch.write_text(f"#!/bin/bash\nsrun {sys.executable} {script} {run}\n")
-    batch.chmod(0o755)
-    r = subprocess.run(["sbatch", "--parsable", "--requeue", "--ntasks-per-node=1", f"--chdir={ROOT}",
-                        "--open-mode=append", f"--output={tmp_path / 'job.out'}", str(batch)],
+    r = subprocess.run(["sbatch", "--parsable", f"--chdir={ROOT}", f"--output={tmp_path / 'job.out'}",
+                        str(EXAMPLES / "lightning.sbatch"), str(run), "--steps", "100000000"],
                        capture_output=True, text=True, timeout=60, env={**job_env(), "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().split(";")[0]
@@ -110,3 +80,40 @@ def test_lightning_keeps_its_requeue_and_the_console_checkpoints_and_stops_the_j
         assert events(run, "stop")[-1]["reason"] == "signal"
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
+
+
+def test_a_lightning_ddp_job_of_two_tasks_checkpoints_and_ends_completed(slurm, tmp_path):
+    """The same example as a job of 2 srun tasks (Lightning's SLURMEnvironment: each task a rank,
+    gloo): the callback opens the run on both, the console's c lands one checkpoint through the
+    request file, s (SIGTERM to the step's tasks) ends both ranks and the job COMPLETED 0:0, and
+    the history holds every step once."""
+    run = tmp_path / "lightning-ddp-job"
+    r = subprocess.run(["sbatch", "--parsable", f"--chdir={ROOT}", f"--output={tmp_path / 'job.out'}",
+                        "--ntasks-per-node=2", str(EXAMPLES / "lightning.sbatch"), str(run), "--devices", "2",
+                        "--steps", "100000000"],
+                       capture_output=True, text=True, timeout=60, env={**job_env(), "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
+
+    def output() -> str:
+        return (tmp_path / "job.out").read_text(errors="replace")[-3000:] if (tmp_path / "job.out").exists() else ""
+    try:
+        def training() -> bool:
+            record, _ = read_trainer_record(run)
+            return record is not None and record.world_size == 2 and len(step_lines(run)) > 5
+        wait_for(training, timeout=180, what=f"job {job_id} training on 2 ranks ({output()})")
+        r = elsewhere(str(run), "--checkpoint", "--timeout", "120")
+        assert r.returncode == 0, r.stderr + output()
+        assert ".checkpoint_request.json" in r.stderr and Path(r.stdout.strip()).exists()
+        at = events(run, "external_checkpoint")[0]["step"]
+        wait_for(lambda: step_lines(run)[-1]["step"] > at + 5, timeout=60, what="training going on")
+        r = elsewhere(str(run), "--stop", "--timeout", "120")
+        assert r.returncode == 0, r.stderr + output()
+        assert job_end(job_id) == ("COMPLETED", "0:0"), output()
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    steps = [line["step"] for line in step_lines(run)]
+    assert steps == list(range(steps[0], steps[0] + len(steps))), "a step written twice, or missing"
+    saved = events(run, "external_checkpoint")
+    assert [e["reason"] for e in saved] == ["signal", "signal"] and saved[-1]["step"] == steps[-1]
+    assert all(e.get("world_size") == 2 for e in saved)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,9 +15,11 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from rundir.ranks import read_ranks
 from rundir.trainer_record import read_trainer_record
+from tests.trainer.test_ddp import console_on, free_port, start_node
 from tests.trainer.trainer_runs import ROOT, stop_process, wait_for
 
 NPROC = 2
@@ -72,6 +75,12 @@ def test_a_rank_stopped_by_a_signal_then_killed_is_named_with_its_host(trainer_r
         assert {r["verdict"] for r in listed["ranks"]} <= {"ok", "straggling"}
         assert listed["ranks_summary"]["text"].startswith("2 ranks on 1 node")
 
+        os.kill(pids[0], signal.SIGSTOP)         # the recorded process itself: once said "healthy"
+        check = wait_for(lambda: (c := console(run, "--check")).returncode == 2 and "rank 0" in c.stdout and c,
+                         timeout=60, what="--check naming rank 0")
+        assert f"rank 0 on {host}: stopped" in check.stdout
+        os.kill(pids[0], signal.SIGCONT)
+
         os.kill(pids[1], signal.SIGSTOP)
         onset = time.monotonic()
         check = wait_for(lambda: (c := console(run, "--check")).returncode == 2 and "rank 1" in c.stdout and c,
@@ -81,6 +90,11 @@ def test_a_rank_stopped_by_a_signal_then_killed_is_named_with_its_host(trainer_r
         assert "rank 0" not in check.stdout
         once = console(run, "--once").stdout
         assert "ranks        2 ranks on 1 node" in once and "stopped" in once
+        stacks = console(run, "--stacks")      # rank 0 waits for rank 1 in a collective; rank 1 cannot answer
+        assert stacks.returncode == 1, stacks.stdout + stacks.stderr
+        [rank0] = [line for line in stacks.stdout.splitlines() if line.startswith("rank 0: ")]
+        assert any(call in rank0 for call in ("all_reduce", "broadcast", "backward")), rank0
+        assert f"rank 1 on {host}: no answer: stopped: stopped by a signal (state T)" in stacks.stdout
         overview = json.loads(console(run.parent, "--json").stdout)
         assert [r["problem_ranks"] for r in overview["runs"] if r["run"] == run.name] == [1]
 
@@ -97,3 +111,53 @@ def test_a_rank_stopped_by_a_signal_then_killed_is_named_with_its_host(trainer_r
             except OSError:
                 pass
         stop_process(proc)
+
+
+def test_a_rank_slowed_by_a_fault_hook_is_named_straggling(trainer_run):
+    run = trainer_run("ranks-straggler")
+    proc = start_launcher(run, "--checkpoint-every", "100000", env={"ANDREA_TEST_SLOW_RANK": "1:0.05"})
+    try:
+        wait_for(lambda: live_ranks(run), timeout=120, what="both ranks' records")
+        check = wait_for(lambda: (c := console(run, "--check")).returncode == 1 and "straggling" in c.stdout and c,
+                         timeout=60, what="--check naming the straggler")
+        assert f"warning: rank 1 on {socket.gethostname()}: straggling: " in check.stdout
+        assert "rank 0" not in check.stdout
+        assert "slowest rank 1, +" in json.loads(console(run, "--json").stdout)["ranks_summary"]["text"]
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="simulating nodes needs unshare --uts, as root")
+def test_a_frozen_rank_on_another_node_is_named_by_its_heartbeat_from_a_third(trainer_run):
+    """Two "nodes" (UTS namespaces with their own host names) train one job in a shared run
+    directory; a console on a third names rank 1, frozen, as silent by its heartbeat: its pid is
+    never looked up from there. A console on rank 1's own node says it is stopped."""
+    run = trainer_run("ranks-two-nodes")
+    port = free_port()
+    nodes = {name: start_node(name, run, port, "--checkpoint-every", "100000") for name in ("node0", "node1")}
+    try:
+        pids = wait_for(lambda: live_ranks(run), timeout=180, what="both nodes' ranks")
+        records = {r.rank: r for r in read_ranks(run).records}
+        listed = json.loads(console_on("node2", run, "--json").stdout)
+        assert {(r["rank"], r["host"], r["local"]) for r in listed["ranks"]} == \
+            {(0, records[0].host, False), (1, records[1].host, False)}
+        assert listed["ranks_summary"]["text"].startswith("2 ranks on 2 nodes")
+        os.kill(pids[1], signal.SIGSTOP)
+        onset = time.monotonic()
+        check = wait_for(lambda: (c := console_on("node2", run, "--check")).returncode == 2 and "silent" in c.stdout
+                         and c, timeout=60, what="the third node naming rank 1 silent")
+        assert time.monotonic() - onset < ONSET_S + 2       # the bound, and a console's start on a loaded machine
+        assert f"rank 1 on {records[1].host}: silent: no heartbeat for " in check.stdout
+        assert "not looked up from here" in check.stdout and "rank 0" not in check.stdout
+        own = console_on(records[1].host, run, "--check")
+        assert f"rank 1 on {records[1].host}: stopped" in own.stdout
+    finally:
+        for pid in (read_ranks(run).records and [r.pid for r in read_ranks(run).records]):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        for proc in nodes.values():
+            stop_process(proc)

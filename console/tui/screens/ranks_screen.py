@@ -24,7 +24,7 @@ class RanksScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         pane = RanksPane(id="ranks-pane")
-        pane.border_subtitle = "Esc / k / q close"
+        pane.border_subtitle = "K stacks · Esc / k / q close"
         yield pane
 
     def on_mount(self) -> None:
