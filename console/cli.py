@@ -440,12 +440,10 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(strict_json_value({"run": snap.name, **data}), indent=2) + "\n")
     elif args.json:
         from .text.run_report import to_json
-
         sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
         from .plot.canvas import PlotOptions
         from .text.run_report import render_metric_text, render_text
-
         options, width = PlotOptions(smoothing=args.smooth, x_axis=args.x_axis, log_y=args.log_y), max(40, args.width)
         sys.stdout.write(render_metric_text(snap, width, options=options, metric=args.metric, step_range=step_range)
                          if args.metric is not None else render_text(snap, now, width, options=options))

@@ -8,12 +8,12 @@ spike among them."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .history import HistoryEvent
-from .layout import EVENT_PIVOT, EVENT_ROLLBACK
+from .layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
 
 
 def head_rows(steps: np.ndarray, head_step: int | None) -> int:
@@ -70,3 +70,18 @@ def live_pivot_steps(events: Iterable[HistoryEvent]) -> list[int]:
     events = list(events)
     return [ev.step for ev in events if ev.event == EVENT_PIVOT and isinstance(ev.step, int)
             and rolled_back_past(events, ev.step, ev.time) is None]
+
+
+def run_head(head_step: int | None, events: Sequence[HistoryEvent], rows_read: int) -> int | None:
+    """Where the run is: the step of the newest step line (``head_step``), unless a ``rollback``
+    or ``resume`` came after every step line: then the step it went back to (its ``to_step``,
+    or the resume's ``from_step``), until the resumed trainer logs its first step."""
+    for ev in reversed(events):
+        if ev.row < rows_read:
+            break                               # a step line came after it: the head is that line's
+        if ev.event in (EVENT_ROLLBACK, EVENT_RESUME):
+            back = ev.data.get("to_step" if ev.event == EVENT_ROLLBACK else "from_step")
+            if isinstance(back, int) and not isinstance(back, bool) and head_step is not None and back < head_step:
+                return back
+            return head_step
+    return head_step

@@ -58,6 +58,13 @@ class PivotJournal(StagedJournal):
     relaunch: dict[str, Any] | None = None
 
 
+def unfinished_text(journal: PivotJournal | None) -> str:
+    """The one wording of an unfinished pivot, for every view that says it (the problems, the
+    overview, a rollback's refusal)."""
+    stage = f" (last completed stage: {journal.stage})" if journal is not None else ""
+    return f"a polish pivot is unfinished{stage}: p or --pivot completes it, --pivot-rollback undoes it"
+
+
 def read_journal(run_dir: str | os.PathLike[str]) -> tuple[PivotJournal | None, str | None]:
     """``(journal, None)``, ``(None, None)`` when no pivot is under way, or ``(None, reason)``."""
     return read_staged(run_dir, PivotJournal)

@@ -26,7 +26,7 @@ from .history import HistoryEvent, HistoryTail, read_history_tail
 from .history.records import nonfinite_mask
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
                      PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
-from .pivot_files import read_journal
+from .pivot_files import read_journal, unfinished_text
 from .process import Verification, verify_trainer
 from .ranks import judge_ranks, read_ranks
 from .runs import RunsListing, list_runs
@@ -277,7 +277,7 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
             problems.append(f"{len(zombies):,} zombie arms; {name}: {reason}")
     journal, journal_error = read_journal(run)
     if journal_error or journal is not None:
-        problems.append(journal_error or f"a polish pivot is unfinished (last completed stage: {journal.stage})")
+        problems.append(journal_error or unfinished_text(journal))
     last_step = int(tail.step[-1]) if len(tail.step) else None
     rate = rate_per_s(tail.step, tail.time) if not stopped(tail.events) else None
     max_steps = config.run.max_steps if config is not None and config.run.max_steps else None

@@ -35,6 +35,7 @@ from rundir.abandoned import abandoned_mask, live_pivot_steps
 from rundir.config import AlertsConfig
 from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD, RUN_TOML
 from rundir.pivot_files import read_journal as read_pivot_journal
+from rundir.pivot_files import unfinished_text
 from rundir.rollback_files import (Loss, RollbackError, RollbackJournal, check_skip_batches, choose_checkpoint,
                                    lost_training, read_rollback_journal, set_aside_checkpoints,
                                    write_rollback_journal)
@@ -212,8 +213,7 @@ class RollbackRunner(JournalledRunner):
             return journal
         pivot, pivot_error = read_pivot_journal(self.run_dir)
         if pivot is not None or pivot_error:
-            raise StepFailed("a polish pivot is unfinished: complete it (--pivot) or roll it back (--pivot-rollback) "
-                             "first; nothing changed")
+            raise StepFailed(f"{unfinished_text(pivot)}; finish it first: nothing changed")
         proposal = propose_rollback(self.run_dir, self.request)
         self.report("plan", proposal.describe())
         if not self.confirm(f"Roll back to step {proposal.to_step:,}, skipping {proposal.skip_batches:,} batches "

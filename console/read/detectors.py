@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rundir import HistoryEvent, HistoryUpdate, LossHistory, RunConfig
-from rundir.layout import EVENT_RESUME, EVENT_START
+from rundir.layout import EVENT_RESUME, EVENT_ROLLBACK, EVENT_START
 from rundir.resume_check import ResumeCheck, check_resumes
 from rundir.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector
 
@@ -42,7 +42,7 @@ class HistoryFindings:
         # would wait ~0.1 s for them) and reads again once that frame is painted.
         self.grad_after_first = False
         self.grad_pending = False
-        self._processes: list[HistoryEvent] = []     # start and resume events, in file order
+        self._processes: list[HistoryEvent] = []     # start, resume and rollback events, in file order
         self._events_seen = 0
         self._checks: tuple[ResumeCheck, ...] = ()
         self._told: set[tuple[int, str]] = set()       # (resume line, verdict) already noticed
@@ -79,7 +79,8 @@ class HistoryFindings:
         events = history.events
         if len(events) < self._events_seen:
             self._processes, self._events_seen = [], 0
-        self._processes += [e for e in events[self._events_seen:] if e.event in (EVENT_START, EVENT_RESUME)]
+        self._processes += [e for e in events[self._events_seen:]
+                            if e.event in (EVENT_START, EVENT_RESUME, EVENT_ROLLBACK)]   # the resume check's events
         self._events_seen = len(events)
         if update.changed or first:
             checks = tuple(check_resumes(self._processes, history.superseded, history.last_step))

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from rundir import HistoryUpdate, LossHistory, RunConfig
-from rundir.abandoned import head_rows
+from rundir.abandoned import head_rows, run_head
 from rundir.layout import EVENT_RESUME, EVENT_START, LOSS_JSON
 from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stopped
 
@@ -185,7 +185,7 @@ class HistoryPart:
         # Where the run is: its head (the step of the newest step line), not the largest step,
         # which after a rollback or a resume from an older checkpoint belongs to an earlier
         # segment whose steps have not been run again yet.
-        rows = head_rows(h.step, h.head_step)
+        rows = head_rows(h.step, run_head(h.head_step, h.events, h.rows_read))
         head = int(h.step[rows - 1]) if rows else None
         last_loss = _last_finite(loss[:rows])
         tokens = h.tokens

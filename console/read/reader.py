@@ -34,7 +34,7 @@ from rundir.storage import measure as measure_storage
 from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_PIVOT, EVENT_RESUME, HISTORY, LOG,
                            LOSS_JSON, RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known,
                            is_temporary)
-from rundir.pivot_files import list_pivots, policy_text, read_journal
+from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
 
 from ..model.format import LINE_LIMIT, printable
@@ -92,8 +92,7 @@ def read_pivots(run_dir: Path) -> tuple[tuple[PivotEntry, ...], str | None]:
     journal, error = read_journal(run_dir)
     if error:
         return tuple(entries), error
-    pending = (f"a polish pivot is unfinished (last completed stage: {journal.stage}); p or --pivot completes "
-               "it, --pivot-rollback undoes it") if journal else None
+    pending = unfinished_text(journal) if journal else None
     return tuple(entries), pending
 
 

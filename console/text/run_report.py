@@ -294,7 +294,9 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
         "storage": {"used": s.used, "approximate": s.approximate, "free": s.free, "checkpoint_size": s.checkpoint_size,
                     "checkpoints_that_fit": s.checkpoints_that_fit, "growth_per_s": _num(s.growth_per_s),
                     "full_in_s": _num(s.full_in_s), "too_full": s.too_full} if (s := snap.storage) else None,
-        "newest_checkpoint": str(snap.newest_checkpoint.path) if snap.newest_checkpoint else None,
+        # The one --once and the status line name (ours, else the newest in the trainer's own format).
+        "newest_checkpoint": str(snap.newest_checkpoint.path) if snap.newest_checkpoint else
+        snap.external_checkpoints[-1].path if snap.external_checkpoints else None,
         "pivots": [{"step": p.step, "archive": p.archive, "stage": p.stage, "policy": p.policy} for p in snap.pivots],
         "pending_pivot": snap.pending_pivot,
         "pending_rollback": snap.pending_rollback,

@@ -149,3 +149,23 @@ def test_a_rollback_past_a_pivot_warns_and_the_pivot_is_no_longer_listed(make_ru
     out = console(run, "--once").stdout
     assert "P = 450" not in out and "pivots (" not in out, out
     assert json.loads(console(run, "--json").stdout)["pivots"] == []
+
+
+def test_an_unfinished_pivot_is_worded_once(make_run_dir):
+    """The problems list, the overview and a rollback's refusal say an unfinished pivot in one
+    wording (rundir.pivot_files.unfinished_text)."""
+    from console.read.reader import RunReader
+    from rundir.pivot_files import PivotJournal, unfinished_text, write_journal
+    from rundir.run_summary import summarize_run
+
+    run = make_run_dir(**SPIKY)
+    journal = PivotJournal(stage="config_written", started=1.0, old_policy={}, new_policy={})
+    write_journal(run, journal)
+    said = unfinished_text(journal)
+    assert said == ("a polish pivot is unfinished (last completed stage: config_written): p or --pivot completes it, "
+                    "--pivot-rollback undoes it")
+    snap, _ = RunReader(run).read()
+    assert [p.text for p in snap.problems if p.kind == "pending"] == [said]
+    assert said in summarize_run(run).problems
+    r = console(run, "--rollback", "--to", "300", "--yes")
+    assert r.returncode != 0 and said in r.stderr, r.stderr

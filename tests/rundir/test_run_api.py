@@ -347,4 +347,6 @@ def test_a_checkpoint_saved_over_one_path_is_one_checkpoint(tmp_path, monkeypatc
     assert [(e.path, e.step, e.size) for e in listed] == [("ckpt.pt", 300, 300), ("best.pt", 250, 1)]
     data = json.loads(console(run_dir, "--json").stdout)
     assert [(e["path"], e["step"]) for e in data["external_checkpoints"]] == [("ckpt.pt", 300), ("best.pt", 250)]
-    assert "checkpoints (2)" in console(run_dir, "--once").stdout
+    assert data["newest_checkpoint"] == "best.pt"             # the one --once names, as --once does
+    once = console(run_dir, "--once").stdout
+    assert "checkpoints (2)" in once and "checkpoint   best.pt (step 250, " in once
