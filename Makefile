@@ -38,19 +38,23 @@ test: lint
 bench: install
 	$(BIN)/python -m bench
 
-# The long reliability runs: the kill -9 campaign at 1,000 kills (about 1 h 30 min on 2 CPUs) and the
-# readers' fuzzing at 10,000 cases a property; the figures are printed at the end.
+# The long reliability runs: the kill -9 campaign at 1,000 kills (about 1 h 30 min on 2 CPUs), the
+# readers' fuzzing at 10,000 cases a property, and the dashboard's memory on a live run for 30 minutes;
+# the figures are printed at the end.
 # Smaller: make soak KILL9_KILLS=5 FUZZ_EXAMPLES=200. The run directories stay in
 # SOAK_TMP afterwards (pytest's numbered temporary directories would be removed by the
 # next pytest run on this machine, even one running beside the soak).
 KILL9_KILLS ?= 1000
 FUZZ_EXAMPLES ?= 10000
 SOAK_TMP ?= /tmp/andrea-soak
+# The dashboard's memory soak (bench soak): 30 minutes of 200 lines a second.
+SOAK_S ?= 1800
 soak: install
 	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:xdist -q \
 		--basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py \
 		tests/console/test_plot_any_float.py tests/rundir/test_mirror_hostile.py \
 		tests/rundir/test_mirror_shared.py
+	ANDREA_SOAK_S=$(SOAK_S) $(BIN)/python -m bench soak
 
 screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots

@@ -90,10 +90,23 @@ def serve(run_dir: str, seconds: float) -> None:
     from console.tui.app import ConsoleApp
 
     app = ConsoleApp(run_dir)
+    # ANDREA_TRACE_GROWTH=S: what Python allocated between S seconds in and the end, by line,
+    # printed to stderr (bench soak's way of saying what grows).
+    trace_from = float(os.environ.get("ANDREA_TRACE_GROWTH", "0") or 0)
 
     async def main() -> None:
         async with app.run_test(size=(140, 45), notifications=False) as pilot:
-            await asyncio.sleep(seconds)
+            if trace_from:
+                import tracemalloc
+
+                tracemalloc.start()
+                await asyncio.sleep(trace_from)
+                before = tracemalloc.take_snapshot()
+                await asyncio.sleep(max(0.0, seconds - trace_from))
+                for stat in tracemalloc.take_snapshot().compare_to(before, "lineno")[:12]:
+                    print(f"growth: {stat}", file=sys.stderr, flush=True)
+            else:
+                await asyncio.sleep(seconds)
             await pilot.press("q")
 
     asyncio.run(main())

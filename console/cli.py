@@ -14,6 +14,7 @@
                                            one series as CSV, every step (or N buckets)
     andrea-console RUN_DIR --check         print the problems; exit 0 healthy, 1 warnings, 2 errors
     andrea-console RUNS_DIR --check        the same for every run: one line per run with a problem
+    andrea-console RUN_DIR --stacks        every rank's Python stacks (a job of several processes), folded
     andrea-console RUN_DIR --checkpoint    SIGUSR1 (or a checkpoint request), wait for the checkpoint, print its path
     andrea-console RUN_DIR --stop          SIGTERM, wait for the trainer to exit
     andrea-console RUN_DIR --pivot [--cap ARM=X]... [--floor ARM=Y]... [--drop ARM]... [--yes]
@@ -100,6 +101,9 @@ def _add_modes(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--serve", action="store_true",
                       help="serve the dashboard (the overview for a runs directory) to web browsers, each tab its "
                            "own console, read-only unless --allow-control; prints the URL; Ctrl-C stops")
+    mode.add_argument("--stacks", action="store_true",
+                      help="every rank's Python stacks, all threads, asked through the run directory (a job of "
+                           "several processes); identical ones folded; exit 1 when a rank could not answer")
     mode.add_argument("--check", action="store_true",
                       help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring); "
                            "on a runs directory, one line per run with a problem and the worst run's status")
@@ -218,6 +222,15 @@ def main(argv: list[str] | None = None) -> int:
         # Ctrl-C: one line, not a traceback. What a mode had done stays done (a pivot or a
         # rollback keeps its journal, and the next run of it carries on).
         return _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:         # the reader of stdout went away (`--csv | head -2`): nothing is wrong,
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())    # and the exit's flush stays quiet
+        return EXIT_OK
+
+
+def _stacks(run_dir: Path) -> int:
+    from .commands.stacks_cli import run_stacks
+
+    return run_stacks(run_dir)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -229,12 +242,10 @@ def _main(argv: list[str] | None) -> int:
         return _fail("--sbatch goes with --slurm", EXIT_USAGE)
     if not 0.0 <= args.smooth < 1.0:
         return _fail(f"--smooth {args.smooth}: expected 0 <= BETA < 1", EXIT_USAGE)
-    if args.stall_after is not None:
-        if not args.stall_after > 0:           # also refuses nan
-            return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
+    if args.stall_after is not None and not args.stall_after > 0:       # also refuses nan
+        return _fail(f"--stall-after {args.stall_after}: expected a number of seconds > 0", EXIT_USAGE)
     if args.spike_window is not None:
         from rundir.config import MIN_WINDOW   # only when asked: run.toml's schema is not start-up's
-
         if args.spike_window < MIN_WINDOW:
             return _fail(f"--spike-window {args.spike_window}: expected an integer >= {MIN_WINDOW}", EXIT_USAGE)
     if args.spike_k is not None and not (math.isfinite(args.spike_k) and args.spike_k > 0):
@@ -264,7 +275,7 @@ def _main(argv: list[str] | None) -> int:
         return _fail(bad_path, EXIT_USAGE)
     inspect = args.inspect is not None or args.against
     dashboard = not (args.once or args.json or args.csv or args.check or inspect or args.checkpoint or args.stop
-                     or args.pivot or args.pivot_rollback or args.rollback)
+                     or args.pivot or args.pivot_rollback or args.rollback or args.stacks)
     if args.serve:
         return _serve(run_dir, args)
     # A console in a browser tab of --serve draws through Textual's web driver (named by
@@ -276,6 +287,8 @@ def _main(argv: list[str] | None) -> int:
         from .commands.overview_cli import run_overview
 
         return run_overview(run_dir, args, _fail)
+    if args.stacks:
+        return _stacks(run_dir)
     if inspect:
         from .commands.inspect_cli import run_inspect
         return run_inspect(run_dir, args)
@@ -454,12 +467,11 @@ def _write_report(run_dir: Path, args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(strict_json_value(to_json(snap, now)), indent=2, default=str) + "\n")
     else:
         from .plot.canvas import PlotOptions
-        from .text.run_report import render_text
+        from .text.run_report import render_metric_text, render_text
 
-        sys.stdout.write(render_text(snap, now, width=max(40, args.width),
-                                     options=PlotOptions(smoothing=args.smooth, x_axis=args.x_axis,
-                                                         log_y=args.log_y),
-                                     metric=args.metric or "loss", step_range=step_range))
+        options, width = PlotOptions(smoothing=args.smooth, x_axis=args.x_axis, log_y=args.log_y), max(40, args.width)
+        sys.stdout.write(render_metric_text(snap, width, options=options, metric=args.metric, step_range=step_range)
+                         if args.metric is not None else render_text(snap, now, width, options=options))
     if snap.dir_unusable:
         return _fail(f"{run_dir}: {snap.dir_text}", EXIT_USAGE)
     return EXIT_OK
@@ -477,7 +489,7 @@ def _import_output(args: argparse.Namespace) -> None:
 
 
 def _signal(run_dir: Path, args: argparse.Namespace) -> int:
-    from .actions.supervise import WaitEnd, send, wait_for_checkpoint, wait_for_exit
+    from .actions.supervise import WaitEnd, send, stop_error, wait_for_checkpoint, wait_for_exit
     from .read.landing import landed_text
 
     result = send(run_dir, CHECKPOINT_SIGNAL if args.checkpoint else STOP_SIGNAL)
@@ -498,6 +510,8 @@ def _signal(run_dir: Path, args: argparse.Namespace) -> int:
         return _fail(f"interrupted while waiting; the {'checkpoint' if args.checkpoint else 'stop'} was asked for "
                      "and goes on without this wait", EXIT_INTERRUPTED)
     print(printable(text, None))
+    if exited and stop_error(run_dir, result) is not None:
+        return EXIT_REFUSED                 # it stopped, but failed doing it: said as an error
     return EXIT_OK if exited else EXIT_TIMEOUT
 
 

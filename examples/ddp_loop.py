@@ -10,11 +10,13 @@ its Python stacks (a stuck job's, say) on stderr.
 """
 import argparse
 import faulthandler
+import gc
 import os
 import signal
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn.functional  # noqa: F401  (before the group exists: see the end)
 from torch.nn.parallel import DistributedDataParallel
 
 import rundir
@@ -61,4 +63,9 @@ try:
             if run.stop_requested:
                 break
 finally:
+    # The group really destroyed (gloo's threads joined) while the interpreter is whole, so nothing
+    # may still hold it: the model dropped, cycles collected (as trainer/distributed.py's close()).
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
+    gc.collect()

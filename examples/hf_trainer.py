@@ -1,9 +1,15 @@
 """A Hugging Face Trainer (a tiny randomly initialised GPT-2) that andrea-console operates, through the callback.
 
     python examples/hf_trainer.py runs/hf [--steps N]      # then: andrea-console runs/hf
+    torchrun --standalone --nproc_per_node=2 examples/hf_trainer.py runs/hf      # 2 CPU processes (gloo)
+
+Under torchrun the callback runs on every rank: every rank opens the run, rank 0 writes it.
+``kill -USR2`` on any rank prints its Python stack (a job that does not move says where).
 """
 import argparse
+import faulthandler
 import os
+import signal
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
@@ -30,6 +36,7 @@ def main() -> None:
     parser.add_argument("run_dir")
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     torch.manual_seed(0)
     torch.set_num_threads(1)              # a tiny model: more threads only contend
     model = GPT2LMHeadModel(GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=2, n_head=2))

@@ -12,6 +12,7 @@ One module per file kind:
 - :mod:`.sidecars`    ``.state.json`` and ``.samples.json``
 - :mod:`.trainer_record` ``.trainer.json`` as a typed record, and whether a live process is the one it names
 - :mod:`.process`     ``.lock``, verifying and signalling the trainer
+- :mod:`.ranks`       ``.rank-NNNNN.json``: every rank of a job, read by launch and judged; :mod:`.rank_heartbeat` writes it, :mod:`.stacks` asks every rank for its stacks
 - :mod:`.config`      ``run.toml``
 - :mod:`.run`         the run API: any training loop operated as andrea-train is (``open_run``); :mod:`.integrations` its framework callbacks
 - :mod:`.job`         the run API's job of several processes: each one's rank, their launch, the all-reduce they agree by

@@ -266,12 +266,22 @@ static int arm_index(Scan *sc, const char *name, Py_ssize_t len, int *last)
     return *last = sc->n_arms++;
 }
 
+/* The loss of a line that has none: a quiet NaN whose payload says so (ABSENT_LOSS_BITS of
+   rundir/history/records.py), so that an absent loss is never counted as a non-finite one. */
+static double absent_loss(void)
+{
+    const uint64_t bits = 0x7FF80000A85E0000ULL;
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
 /* One step line (an object) at p, as row `row`: where it ends, or NULL to give up. */
 static const char *scan_line(Scan *sc, const char *p, const char *end, Py_ssize_t row, int *last_arm)
 {
     static const char EMPTY[] = "";
     int64_t step = -1, tokens = -1;
-    double f[4] = {NAN, NAN, NAN, NAN};
+    double f[4] = {absent_loss(), NAN, NAN, NAN};   /* a line without "loss": absent, not non-finite */
     const char *arm_name = EMPTY;
     Py_ssize_t arm_len = 0;
     unsigned seen = 0;
@@ -321,6 +331,7 @@ static const char *scan_line(Scan *sc, const char *p, const char *end, Py_ssize_
                 p = e + 1;
             } else if (code == K_LOSS && end - p >= 4 && !memcmp(p, "null", 4)) {
                 p += 4;                            /* loss: null is NaN */
+                f[0] = NAN;
             } else {
                 const char *e = number_end(p, end, &is_int);
                 if (!e)

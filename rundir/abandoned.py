@@ -13,7 +13,7 @@ from typing import Iterable
 import numpy as np
 
 from .history import HistoryEvent
-from .layout import EVENT_ROLLBACK
+from .layout import EVENT_PIVOT, EVENT_ROLLBACK
 
 
 def head_rows(steps: np.ndarray, head_step: int | None) -> int:
@@ -48,3 +48,25 @@ def abandoned_mask(steps: np.ndarray, times: np.ndarray | None, events: Iterable
         older[lo:hi] = times[lo:hi] < ev.time
         mask = older if mask is None else mask | older
     return mask if mask is not None and mask.any() else None
+
+
+def rolled_back_past(events: Iterable[HistoryEvent], step: int, time: float | None) -> HistoryEvent | None:
+    """The ``rollback`` event that abandoned what happened at ``step`` (at ``time``): one
+    written after it that went back from ``step`` or later to a step before it (the same rule
+    as :func:`abandoned_mask`'s); None when none did, or ``time`` is not known."""
+    if time is None:
+        return None
+    for ev in events:
+        to_step, from_step = ev.data.get("to_step"), ev.data.get("from_step")
+        if ev.event == EVENT_ROLLBACK and ev.time is not None and ev.time > time and isinstance(to_step, int) \
+                and isinstance(from_step, int) and to_step < step <= from_step:
+            return ev
+    return None
+
+
+def live_pivot_steps(events: Iterable[HistoryEvent]) -> list[int]:
+    """The steps of the pivots the run still stands on: each ``pivot`` event no later rollback
+    went back past."""
+    events = list(events)
+    return [ev.step for ev in events if ev.event == EVENT_PIVOT and isinstance(ev.step, int)
+            and rolled_back_past(events, ev.step, ev.time) is None]

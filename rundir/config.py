@@ -463,14 +463,20 @@ def write_run_config(run_dir: str | os.PathLike[str], config: RunConfig) -> Path
     return path
 
 
-def toml_value(value: Any) -> Any:
+# How deep a run API config may nest (a config that holds itself is refused by it too).
+MAX_CONFIG_DEPTH = 32
+
+
+def toml_value(value: Any, depth: int = 0) -> Any:
     """``value`` as TOML can hold it: tables with string keys, arrays, numbers (a numpy or
     torch scalar by its ``item()``), strings, booleans, dates; anything else as its ``str()``.
-    TOML has no null: a None is left out."""
+    TOML has no null: a None is left out. ConfigError past :data:`MAX_CONFIG_DEPTH` levels."""
+    if isinstance(value, (dict, list, tuple, set, frozenset)) and depth >= MAX_CONFIG_DEPTH:
+        raise ConfigError(f"the config is nested more than {MAX_CONFIG_DEPTH} levels deep (or holds itself)")
     if isinstance(value, dict):
-        return {str(k): toml_value(v) for k, v in value.items() if v is not None}
+        return {str(k): toml_value(v, depth + 1) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [toml_value(v) for v in value if v is not None]
+        return [toml_value(v, depth + 1) for v in value if v is not None]
     if isinstance(value, (bool, float, str, datetime.date, datetime.time)):
         return value
     if isinstance(value, int):
@@ -478,7 +484,7 @@ def toml_value(value: Any) -> Any:
     item = getattr(value, "item", None)
     if callable(item) and getattr(value, "ndim", getattr(value, "dim", lambda: 1)) in (0, ()):
         try:
-            return toml_value(item())
+            return toml_value(item(), depth)
         except (TypeError, ValueError, RuntimeError):
             pass
     return str(value)

@@ -11,6 +11,7 @@ lands; it never resumes or rolls back from one: their format is their trainer's.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 from dataclasses import dataclass
@@ -47,9 +48,11 @@ class ExternalCheckpoint:
 
 
 def external_checkpoints(events: Iterable[HistoryEvent]) -> tuple[ExternalCheckpoint, ...]:
-    """Every well-formed ``external_checkpoint`` event, in file order (one without a step or a
-    path is not listed)."""
-    found = []
+    """The trainer's own checkpoints, one per path, oldest first: a path saved over (nanoGPT's
+    one ``ckpt.pt``) is one checkpoint, its newest event's (the file holds that step now, not
+    the ones before it). From every well-formed ``external_checkpoint`` event (one without a
+    step or a path is not listed)."""
+    found: dict[str, ExternalCheckpoint] = {}
     for ev in events:
         if ev.event != EVENT_EXTERNAL_CHECKPOINT or ev.step is None:
             continue
@@ -58,20 +61,31 @@ def external_checkpoints(events: Iterable[HistoryEvent]) -> tuple[ExternalCheckp
         if not isinstance(path, str) or not path:
             continue
         when = ev.time if ev.time is not None and math.isfinite(ev.time) else None
-        found.append(ExternalCheckpoint(ev.step, path, size if is_int(size) and size >= 0 else None, when,
-                                        checksum if isinstance(checksum, str) else None,
-                                        reason if isinstance(reason, str) else ""))
-    return tuple(found)
+        found.pop(path, None)                   # saved over: listed where its newest save falls
+        found[path] = ExternalCheckpoint(ev.step, path, size if is_int(size) and size >= 0 else None, when,
+                                         checksum if isinstance(checksum, str) else None,
+                                         reason if isinstance(reason, str) else "")
+    return tuple(found.values())
+
+
+# A checkpoint directory holds at most this many entries: past it the path is not one
+# checkpoint (a checkpoint_saved(s, "/") must not walk the whole filesystem).
+MAX_CHECKPOINT_ENTRIES = 100_000
 
 
 def saved_size(path: str | os.PathLike[str]) -> int:
     """The bytes of a checkpoint: a file's size, or every regular file's under a directory
-    (symbolic links not followed). Raises OSError when there is nothing there."""
+    (symbolic links not followed, no other filesystem entered). Raises OSError when there is
+    nothing there, or a directory holds more than :data:`MAX_CHECKPOINT_ENTRIES` entries."""
     st = os.stat(path)
     if not os.path.isdir(path):
         return st.st_size
-    total = 0
-    for root, _, files in os.walk(path):
+    total = seen = 0
+    for root, dirs, files in os.walk(path):
+        seen += len(dirs) + len(files)
+        if seen > MAX_CHECKPOINT_ENTRIES:
+            raise OSError(errno.EFBIG, f"holds more than {MAX_CHECKPOINT_ENTRIES:,} entries: not one checkpoint")
+        dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(root, d))]
         for name in files:
             try:
                 total += os.lstat(os.path.join(root, name)).st_size

@@ -15,7 +15,8 @@ the SLURM job and step, the world size).
 
 **Agreement.** :func:`all_max` all-reduces (MAX) a few integers over the default process
 group: a CPU tensor, or one on the current CUDA device where the group's only backend is
-NCCL. Every rank calls it at the same points, or the job waits in it.
+NCCL; :class:`PendingMax` starts one and waits for it later, so that its round trip overlaps
+the step. Every rank calls them at the same points, or the job waits in them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import hashlib
 import os
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -34,6 +36,14 @@ JOIN_TIMEOUT_S = 120.0          # how long a member waits for rank 0's record of
 JOIN_POLL_S = 0.05
 _LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
                "SLURM_STEP_ID")
+
+
+# The newest collectives' tensors, kept referenced from Python: gloo's worker thread lets go of a
+# finished collective's tensor after waking the caller, and where Python had already let go, that
+# release needs the GIL; at the interpreter's exit, right after the run's last all-reduce, that
+# aborted the process ("terminate called without an active exception", SIGABRT; see
+# trainer/distributed.py's close()). Kept here, gloo's release is only a count going down.
+_KEPT: deque[Any] = deque(maxlen=8)
 
 
 class JobError(RuntimeError):
@@ -70,6 +80,11 @@ def _dist() -> Any:
     return dist
 
 
+def group_ready() -> bool:
+    """Whether torch.distributed's default process group is initialized (torch never imported here)."""
+    return _dist() is not None
+
+
 def _int(env: Mapping[str, str], name: str) -> int | None:
     text = env.get(name, "").strip()
     return int(text) if text.isdigit() else None
@@ -91,6 +106,9 @@ def job_ranks(env: Mapping[str, str] | None = None) -> JobRanks:
         if world is None or world <= 1:
             continue
         rank = _int(env, rank_var)
+        if rank_var not in env:
+            raise JobError(f"{world_var}={world} but {rank_var} is not set: initialize torch.distributed's process "
+                           "group first (its rank is then used), or launch with torchrun")
         if rank is None or rank >= world:
             raise JobError(f"{rank_var}={env.get(rank_var, '')!r} is not a rank of {world_var}={world}")
         return JobRanks(rank, world, _int(env, local_var) or 0, f"{rank_var}/{world_var}")
@@ -142,11 +160,7 @@ def wait_for_owner(path: Path, ranks: JobRanks, timeout: float) -> TrainerRecord
         time.sleep(JOIN_POLL_S)
 
 
-def all_max(values: Sequence[int], ranks: JobRanks, where: str) -> list[int]:
-    """The elementwise MAX of ``values`` over every rank (a collective: every rank calls it
-    at the same point); ``values`` itself with one process."""
-    if not ranks.distributed:
-        return list(values)
+def _reduce_max(values: Sequence[int], ranks: JobRanks, where: str, async_op: bool) -> tuple[Any, Any]:
     dist = _dist()
     if dist is None:
         raise JobError(f"{where}: this process is {ranks.describe()}, but torch.distributed's process group is not "
@@ -155,9 +169,30 @@ def all_max(values: Sequence[int], ranks: JobRanks, where: str) -> list[int]:
     backend = str(dist.get_backend())
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     tensor = torch.tensor(list(values), dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    _KEPT.append(tensor)
+    return tensor, dist.all_reduce(tensor, op=dist.ReduceOp.MAX, async_op=async_op)
+
+
+def all_max(values: Sequence[int], ranks: JobRanks, where: str) -> list[int]:
+    """The elementwise MAX of ``values`` over every rank (a collective: every rank calls it
+    at the same point); ``values`` itself with one process."""
+    if not ranks.distributed:
+        return list(values)
+    tensor, _ = _reduce_max(values, ranks, where, async_op=False)
     return [int(v) for v in tensor.tolist()]
 
 
-__all__ = ["JOIN_TIMEOUT_S", "JobError", "JobRanks", "all_max", "job_ranks", "launch_key", "torchrun_launcher",
+class PendingMax:
+    """An all-reduce (MAX) started and not waited for: :meth:`result` waits (every rank
+    started it at the same point, so every rank waits for the same one)."""
+
+    def __init__(self, values: Sequence[int], ranks: JobRanks, where: str):
+        self._tensor, self._work = _reduce_max(values, ranks, where, async_op=True)
+
+    def result(self) -> list[int]:
+        self._work.wait()
+        return [int(v) for v in self._tensor.tolist()]
+
+
+__all__ = ["JOIN_TIMEOUT_S", "JobError", "JobRanks", "PendingMax", "all_max", "group_ready", "job_ranks", "launch_key", "torchrun_launcher",
            "wait_for_owner"]

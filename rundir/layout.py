@@ -38,6 +38,16 @@ CHECKPOINT_REQUEST = ".checkpoint_request.json"
 # Where the run API's framework callbacks (rundir/integrations/) save a trainer's own
 # checkpoints by default: each is an external_checkpoint event of the history.
 EXTERNAL_CHECKPOINTS_DIR = "checkpoints"
+# One record per rank of a job of several processes, rewritten atomically by the rank's heartbeat
+# thread (rundir/rank_heartbeat.py, read by rundir/ranks.py): `.rank-NNNNN.json`, NNNNN the global rank.
+RANK_RECORD_PREFIX = ".rank-"
+RANK_RECORD_SUFFIX = ".json"
+RANK_RECORD_NAME = re.compile(r"\A\.rank-([0-9]{5,})\.json\Z")
+# A console's request for every rank's Python stacks, and each rank's answer (`.stacks-NNNNN.txt`).
+STACKS_REQUEST = ".stacks-request.json"
+STACKS_ANSWER_PREFIX = ".stacks-"
+STACKS_ANSWER_SUFFIX = ".txt"
+STACKS_ANSWER_NAME = re.compile(r"\A\.stacks-([0-9]{5,})\.txt\Z")
 
 # Every rewrite goes through a temporary file in the same directory whose name starts
 # with this; readers ignore such names, and a trainer removes those left by a writer
@@ -49,6 +59,12 @@ CHECKPOINT_PREFIX = "step_"
 CHECKPOINT_SUFFIX = ".bin"
 SIDECAR_SUFFIX = ".json"
 CHECKPOINT_NAME = re.compile(r"\Astep_([0-9]{6,})\.bin\Z")   # ASCII digits; no trailing newline
+
+
+def is_error_stop(reason: object) -> bool:
+    """Whether a ``stop`` event's reason says the trainer failed (``error: RuntimeError``): an
+    exit to be said as an error, never as a clean one."""
+    return isinstance(reason, str) and reason.startswith(STOP_ERROR)
 
 
 def checkpoint_name(step: int) -> str:
@@ -78,6 +94,22 @@ def sidecar_name(bin_name: str) -> str:
     return stem + SIDECAR_SUFFIX
 
 
+def rank_record_name(rank: int) -> str:
+    """``.rank-NNNNN.json``: the record of global rank ``rank`` (zero-padded to 5 digits)."""
+    return f"{RANK_RECORD_PREFIX}{rank:05d}{RANK_RECORD_SUFFIX}"
+
+
+def rank_of_record(name: str) -> int | None:
+    """The rank a well-formed ``.rank-NNNNN.json`` name carries; None for any other name."""
+    match = RANK_RECORD_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def stacks_answer_name(rank: int) -> str:
+    """``.stacks-NNNNN.txt``: rank ``rank``'s answer to a stacks request."""
+    return f"{STACKS_ANSWER_PREFIX}{rank:05d}{STACKS_ANSWER_SUFFIX}"
+
+
 def pivot_archive_name(final_step: int, utc_stamp: str) -> str:
     """``archive/pivot_NNNNNN_<UTC>``, relative to the run directory."""
     return f"{ARCHIVE_DIR}/{PIVOT_ARCHIVE_PREFIX}{final_step:06d}_{utc_stamp}"
@@ -93,7 +125,10 @@ def rollback_archive_name(to_step: int, utc_stamp: str) -> str:
 # The kinds of files a change can touch; a reader re-reads only the kinds it is given.
 HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY = (
     "history", "checkpoints", "state", "samples", "trainer", "log", "config", "directory")
-ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY})
+# The ranks' records and stacks answers: rewritten every few seconds by every rank, so a kind of
+# their own (re-read when they change and at the trainer's tick, never making the rest read again).
+RANKS = "ranks"
+ALL_KINDS = frozenset({HISTORY, CHECKPOINTS, STATE, SAMPLES, TRAINER, LOG, CONFIG, DIRECTORY, RANKS})
 
 KNOWN_NAMES = {RUN_TOML: CONFIG, LOSS_JSON: HISTORY, STATE_JSON: STATE, SAMPLES_JSON: SAMPLES,
                TRAINER_JSON: TRAINER, LOCK_FILE: TRAINER, LOCK_OWNER_FILE: TRAINER,
@@ -106,18 +141,25 @@ def is_temporary(name: str) -> bool:
     return name.startswith(TMP_PREFIX)
 
 
+def is_rank_file(name: str) -> bool:
+    """A rank's record or its answer to a stacks request (the request too)."""
+    return bool(RANK_RECORD_NAME.match(name) or STACKS_ANSWER_NAME.match(name)) or name == STACKS_REQUEST
+
+
 def kind_of(name: str) -> str | None:
     """The kind of a file name in a run directory (None: a temporary file, ignored)."""
     if is_temporary(name):
         return None
     if is_checkpoint_file(name):
         return CHECKPOINTS
+    if is_rank_file(name):
+        return RANKS
     return KNOWN_NAMES.get(name, DIRECTORY)
 
 
 def is_known(name: str) -> bool:
     """A name the contract defines (or a temporary one): anything else is "other files"."""
-    return name in KNOWN_NAMES or is_checkpoint_file(name) or is_temporary(name)
+    return name in KNOWN_NAMES or is_checkpoint_file(name) or is_temporary(name) or is_rank_file(name)
 
 
 # -- history events (docs/contract.md#lossjson-the-history) ----------------------------------------
@@ -130,6 +172,8 @@ EVENT_SIGNAL = "signal"
 EVENT_PIVOT = "pivot"
 EVENT_ZOMBIE = "zombie"
 EVENT_STOP = "stop"
+STOP_ERROR = "error"                # a stop event's reason that starts with it: the trainer failed ("error: OSError")
+STOP_REQUEUE = "requeue"            # a stop event's reason: a framework saved and requeued its SLURM job (Lightning)
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"
 EVENT_EVAL = "eval"                 # a held-out eval: eval_loss, per_arm, windows (trainer/evaluation.py writes it, rundir/history/evals.py reads it)

@@ -215,16 +215,18 @@ def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Veri
     """Send ``sig`` to the verified trainer of ``run_dir``; a process that fails verification
     is never signalled. Returns the verification (``ok`` False: nothing was sent). A trainer
     on another node, in a SLURM job, is signalled with ``scancel`` (see
-    :func:`rundir.slurm.scancel_command`). A SIGUSR1 to a trainer of several processes is a
+    :func:`rundir.slurm.scancel_command`). A SIGUSR1 to a trainer of several processes, or to
+    one whose record says it takes requests by file (its SIGUSR1 is a framework's), is a
     ``.checkpoint_request.json`` instead (``requested`` True), written once the trainer is
     verified, or when it runs on another host with no scheduler to ask (a request signals
     nothing; only the trainer the request names takes it)."""
     verification = verify_trainer(run_dir)
     record = verification.record
     if sig == signal.SIGUSR1 and record is not None and \
-            ((record.distributed and (verification.ok or verification.elsewhere)) or verification.state == "remote"):
-        # Several processes, maybe on several nodes, launched by whatever launcher: rank 0
-        # takes the request from the shared directory (rundir/checkpoint_request.py).
+            ((record.requests_by_file and (verification.ok or verification.elsewhere)) or verification.state == "remote"):
+        # Several processes, maybe on several nodes, launched by whatever launcher, or a SIGUSR1
+        # that means something else to it: rank 0 takes the request from the shared directory
+        # (rundir/checkpoint_request.py).
         return _request_checkpoint(run_dir, verification)
     if not verification.ok:
         return verification

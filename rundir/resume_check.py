@@ -130,6 +130,15 @@ def _abandoned_before(superseded: Superseded, pairs: np.ndarray, rollbacks: list
     return out
 
 
+def _logged_again(superseded: Superseded, pairs: np.ndarray, resumed_at: float) -> np.ndarray:
+    """Which replaced lines of ``pairs`` the resumed process wrote itself (a step's values in
+    several calls, merged into its newest line): written at or after the resume and not after
+    their replacement. A clock that differs between the two processes makes a line of the one
+    before look later than the resume, but then later than its replacement too: compared."""
+    old = superseded.get("old_time")[pairs]
+    return (old >= resumed_at) & (old <= superseded.get("new_time")[pairs])
+
+
 def check_resumes(events: Iterable[HistoryEvent], superseded: Superseded, last_step: int | None,
                   ) -> list[ResumeCheck]:
     """A verdict for every resume event that re-ran logged steps (or says it will)."""
@@ -147,6 +156,8 @@ def check_resumes(events: Iterable[HistoryEvent], superseded: Superseded, last_s
         lo = int(np.searchsorted(rows, ev.row))
         hi = int(np.searchsorted(rows, later.row)) if later is not None and later.row >= 0 else len(rows)
         mine = np.arange(lo, hi)[steps[lo:hi] > from_step]
+        if ev.time is not None:
+            mine = mine[~_logged_again(superseded, mine, ev.time)]
         abandoned = _abandoned_before(superseded, mine, [r for r in events[:i] if r.event == EVENT_ROLLBACK])
         end = _rerun_end(ev)
         if abandoned.any():

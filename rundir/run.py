@@ -19,9 +19,10 @@ reported is an ``external_checkpoint`` event (:mod:`rundir.external`).
 
 In a job of several processes every rank opens the run (:mod:`rundir.job`): global rank 0
 owns it as above; the others join as members once its record of their launch is there, and
-write nothing. Each :meth:`Run.log` then agrees the requests any rank received over the
-job's process group (one small all-reduce), so every rank reads the same answer at the
-same step; :meth:`Run.checkpoint_saved` is called by every rank, and rank 0 reports the
+write nothing. :meth:`Run.log` agrees the requests any rank received over the job's
+process group, every K-th call (:data:`AGREE_EVERY_S`: one small all-reduce, started at one
+point and waited for at the next), so every rank reads the same answer at the same step;
+:meth:`Run.checkpoint_saved` is called by every rank, and rank 0 reports the
 checkpoint once all have written their part.
 
 Handlers only set flags: the loop reads :attr:`Run.checkpoint_requested` and
@@ -36,8 +37,9 @@ with nothing there, a call after :meth:`Run.finish`.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
-import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -46,24 +48,30 @@ from typing import Any, Mapping
 from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
-from .job import JOIN_TIMEOUT_S, JobError, all_max, job_ranks, launch_key, torchrun_launcher, wait_for_owner
+from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
+                  wait_for_owner)
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
                      EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
 from .process import RunLock, RunLockedError
+from .run_inputs import RunError, int64, metric_name, text_path
+from .run_inputs import shown as _shown
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
-from .signals import RequestWatch, SignalFlags, SignalRequests
-from .trainer_record import RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record, write_trainer_record
+from .signals import RequestWatch, SharedSignalFlags, SignalRequests
+from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
+                             write_trainer_record)
 
 ENGINE = "rundir.open_run"          # the start event's "engine": who wrote the history
 _FIELDS = ("loss", "lr", "grad_norm", "tokens")
 _STOP_ORDER = tuple(sig.name for sig in STOP_SIGNALS)     # SIGTERM, SIGINT: the agreement's slots
 _ANOTHER_RANK = "SIGUSR1 (another rank)"      # a checkpoint only other ranks received
 _UNLOOKED = "signal (the loop did not look at run.stop_requested)"
-
-
-class RunError(RuntimeError):
-    """A bad use of the run API; the message is one line saying what and why."""
+# With several processes the ranks agree at every K-th run.log, K set by rank 0 so that the
+# points are about this far apart (and agreed with the decision): a request reaches the loop
+# within two points, and the all-reduce, started at one point and waited for at the next, has
+# finished meanwhile.
+AGREE_EVERY_S = 0.1
+AGREE_MAX_EVERY = 1000
 
 
 def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = None,
@@ -77,8 +85,10 @@ def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = No
 def _number(key: str, value: Any) -> float | int:
     """A step line's value: an int or float as it is, a numpy or torch scalar by ``item()``."""
     kind = type(value)
-    if kind is float or kind is int:
+    if kind is float:
         return value
+    if kind is int:
+        return int64(key, value)
     if kind is not bool:
         item = getattr(value, "item", None)
         if callable(item):
@@ -87,15 +97,10 @@ def _number(key: str, value: Any) -> float | int:
             except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
                 raise RunError(f"run.log: {key} is {_shown(value)}, not a single number") from None
             if type(value) in (int, float):
-                return value
+                return int64(key, value) if type(value) is int else value
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value) if isinstance(value, float) else int(value)
+            return float(value) if isinstance(value, float) else int64(key, int(value))
     raise RunError(f"run.log: {key} = {_shown(value)} is not a number")
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _step(where: str, step: Any) -> int:
@@ -105,53 +110,9 @@ def _step(where: str, step: Any) -> int:
             step = item() if callable(item) and not isinstance(step, bool) else step
         except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
             pass
-    if type(step) is not int or step < 0:
-        raise RunError(f"{where}: step {_shown(step)} is not a non-negative integer")
+    if type(step) is not int or not 0 <= step < 2**63:
+        raise RunError(f"{where}: step {_shown(step)} is not an integer from 0 to 2**63 - 1")
     return step
-
-
-class _ProcessHandlers:
-    """The process's SIGUSR1/SIGTERM/SIGINT handlers, shared by every run open in it: installed
-    by the first, put back by the last to finish; a signal is noted in every open run's flags."""
-
-    def __init__(self) -> None:
-        self.runs: list[Any] = []
-        self.previous: dict[signal.Signals, Any] = {}
-
-    def add(self, flags: Any) -> None:
-        if not self.runs:
-            for sig in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS):
-                self.previous[sig] = signal.signal(sig, self.handle)
-        self.runs.append(flags)
-
-    def remove(self, flags: Any, exiting_on_stop: bool) -> None:
-        if flags in self.runs:
-            self.runs.remove(flags)
-        if not self.runs:
-            for sig, handler in self.previous.items():
-                signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
-            self.previous.clear()
-
-    def handle(self, signum: int, frame: Any) -> None:
-        # A second Ctrl-C while a stop is pending interrupts at once, for a loop that never looks.
-        if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
-            raise KeyboardInterrupt
-        for flags in list(self.runs):
-            flags._handle(signum, frame)
-
-
-_HANDLERS = _ProcessHandlers()
-
-
-class _RunSignalFlags(SignalFlags):
-    """A run's flags (:class:`rundir.signals.SignalFlags`), set through the process's shared handlers."""
-
-    def install(self) -> "_RunSignalFlags":
-        _HANDLERS.add(self)
-        return self
-
-    def restore(self, exiting_on_stop: bool = False) -> None:
-        _HANDLERS.remove(self, exiting_on_stop)
 
 
 class Run:
@@ -171,8 +132,9 @@ class Run:
             self._ranks = job_ranks()
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
-        self.path = Path(path)
+        self.path = text_path("open_run", path)
         self._pid = os.getpid()                 # the opener: a forked child touches nothing of the run
+        self._failed_before = getattr(sys, "last_value", None)     # an interactive session's earlier error
         self._closed = False
         self._lost: str | None = None           # set by the lock's heartbeat when another trainer took the run
         self._requests = self._stop = self._checkpoint = 0      # taken, and taken when last saved
@@ -180,6 +142,11 @@ class Run:
         self._stop_read = False                 # stop_requested answered True since the stop was taken
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
+        self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
+        self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
+        self._pending_names: tuple[list[int], list[str]] = ([], [])
+        self._every = self._until = 1           # logs between agreement points (agreed), and left to the next
+        self._point = (time.monotonic(), 0)     # the last agreement point: when, at which log count
         self._dir_fd = self._log_fd = -1
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -187,6 +154,7 @@ class Run:
             raise RunError(f"open_run: cannot create {self.path}: {err.strerror}") from None
         if not self._ranks.owner:
             self._join(join_timeout)
+            atexit.register(self._at_exit)      # the agreement in flight waited for, the handlers put back
             return
         text = self._config_text(config)
         self._lock = RunLock(self.path, on_lost=self._lock_lost)
@@ -194,13 +162,24 @@ class Run:
             self._lock.acquire()
         except RunLockedError as err:
             raise RunError(f"open_run: {err}") from None
-        self._signals = _RunSignalFlags()
+        self._signals = SharedSignalFlags()
         try:
             self._start(text)
         except BaseException:
             self._release(remove_record=True)
             raise
         atexit.register(self._at_exit)
+        if self._ranks.distributed and group_ready():
+            self._share_history_step()
+
+    def _share_history_step(self) -> None:
+        """With the process group there: rank 0's history step at open, on every rank (one
+        all-reduce, which is also where the members and rank 0 meet), so every rank refuses a
+        step that goes back alike. Without it, a member reads the history's tail at its join,
+        before rank 0 can log a step (its first run.log needs the group)."""
+        mine = (self._last_step + 1 if self._last_step is not None else 0) if self._ranks.owner else 0
+        shared = all_max([mine], self._ranks, "open_run")[0]
+        self._last_step = shared - 1 if shared else None
 
     def _join(self, timeout: float) -> None:
         """A member (rank > 0): once rank 0 of this launch owns the directory, its history's
@@ -209,9 +188,12 @@ class Run:
             self.record = wait_for_owner(self.path, self._ranks, timeout)
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
-        tail = read_history_tail(self.path / LOSS_JSON)
-        self._last_step = int(tail.step[-1]) if len(tail.step) else None
-        self._signals = _RunSignalFlags().install()
+        self._signals = SharedSignalFlags().install()
+        if group_ready():
+            self._share_history_step()
+        else:
+            tail = read_history_tail(self.path / LOSS_JSON)
+            self._last_step = int(tail.step[-1]) if len(tail.step) else None
 
     @property
     def rank(self) -> int:
@@ -279,7 +261,7 @@ class Run:
         """A step line (docs/contract.md#lossjson-the-history): numbers only (``arm`` may be a string), and a
         step that never goes back unless :meth:`resumed` said where training went back to."""
         self._open("run.log")
-        step = step if type(step) is int and step >= 0 else _step("run.log", step)
+        step = step if type(step) is int and 0 <= step < 2**63 else _step("run.log", step)
         last = self._last_step
         if last is not None and step < last:
             raise RunError(f"run.log: step {step} goes back (the history is at step {last}); call "
@@ -289,6 +271,7 @@ class Run:
             if value is not None:
                 record[key] = value if type(value) is float else _number(key, value)
         for key, value in more.items():
+            metric_name(key)
             if value is not None:
                 record[key] = value if type(value) is float or key == "arm" and type(value) is str \
                     else _number(key, value)
@@ -297,20 +280,19 @@ class Run:
             if not tokens_value.is_integer():
                 raise RunError(f"run.log: tokens = {tokens_value!r} is not a whole number")
             record["tokens"] = int(tokens_value)
+        if step == last and self._step_record is not None and self._step_record["step"] == step:
+            record = {**self._step_record, **record}        # the step's values in several calls: one line
         record["time"] = time.time()
         if self._ranks.owner:
             self._history.append(record)
-        self._last_step = step
+        self._last_step, self._step_record = step, record
         self._logs += 1
         self._agree()
 
     def agree(self) -> None:
-        """Take the job's decision now: the requests any rank received (a signal, or rank 0's
-        request file) become :attr:`checkpoint_requested` and :attr:`stop_requested` on every
-        rank. :meth:`log` calls it once per call; with several processes it is one small
-        all-reduce, so every rank calls it (through :meth:`log`) the same number of times. A
-        stop the loop has not looked at (:attr:`stop_requested`) by the next call ends the
-        run here: its ``stop`` event, then ``SystemExit(0)`` on every rank."""
+        """What :meth:`log` does after its line: take the job's decision (one process: what
+        arrived; several: see the module's text), and end a run whose loop did not look at a
+        stop. For a loop that decides at another point than its ``run.log``, every rank alike."""
         self._open("run.agree")
         self._agree()
 
@@ -321,22 +303,52 @@ class Run:
                 self._end_unlooked_stop()
             self._poll()
             return
+        self._until -= 1
+        if self._until > 0:
+            return
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._apply(pending.result(), self._pending_names)
         if self._ranks.owner:
             self._watch.poll(self._signals)
         local = self._signals.take()
-        mine = [int(local.checkpoint)] + [int(name in local.names) for name in _STOP_ORDER] + [int(ignored)]
+        mine = [int(local.checkpoint)] + [int(name in local.names) for name in _STOP_ORDER] + [int(ignored),
+                                                                                              self._next_every()]
         try:
-            agreed = all_max(mine, self._ranks, "run.log")
+            self._pending, self._pending_names = PendingMax(mine, self._ranks, "run.log"), (mine, local.names)
         except JobError as err:
             raise RunError(str(err)) from None
-        names = list(local.names) + [n for n, a, m in zip(_STOP_ORDER, agreed[1:3], mine[1:3]) if a and not m]
-        local = SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
-        if agreed[0] and not mine[0] and not local.stop:
-            local.names.append(_ANOTHER_RANK)
-        ignored = bool(agreed[3])
-        if ignored:
+        self._until = self._every
+
+    def _next_every(self) -> int:
+        """Rank 0's proposal (the others send 0) of the logs between agreement points: about
+        :data:`AGREE_EVERY_S` of its steps, so that the agreement costs a fast loop nothing."""
+        now, logs = time.monotonic(), self._logs
+        (then, before), self._point = self._point, (now, logs)
+        if not self._ranks.owner or logs <= before:
+            return 0
+        return max(1, min(AGREE_MAX_EVERY, int(AGREE_EVERY_S * (logs - before) / max(now - then, 1e-9))))
+
+    def _apply(self, agreed: list[int], sent: tuple[list[int], list[str]]) -> None:
+        """The job's answer to what every rank sent (this rank: ``sent``), the same on every rank."""
+        mine, names = sent
+        names = list(names) + [n for n, a, m in zip(_STOP_ORDER, agreed[1:3], mine[1:3]) if a and not m]
+        taken = SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
+        if agreed[0] and not mine[0] and not taken.stop:
+            taken.names.append(_ANOTHER_RANK)
+        self._every = max(1, agreed[4])
+        if agreed[3]:
             self._end_unlooked_stop()
-        self._taken(local)
+        self._taken(taken)
+
+    def _settle(self) -> None:
+        """The agreement still in flight waited for (every rank ends with the same one), its answer dropped."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception:                   # noqa: BLE001  (a group already destroyed: nothing to wait for)
+                pass
 
     @property
     def checkpoint_requested(self) -> bool:
@@ -375,7 +387,7 @@ class Run:
         self._checkpoint = self._requests
         if not self._ranks.owner:
             return
-        target = Path(path)
+        target = text_path("run.checkpoint_saved", path)
         try:
             size = saved_size(target)
         except OSError as err:
@@ -402,7 +414,21 @@ class Run:
                 self._last_step > step else None
             self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
-        self._last_step = step
+        self._last_step, self._step_record = step, None
+
+    def leave_checkpoint_signal(self) -> None:
+        """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM
+        save-and-requeue): this run's handler is taken away, the previous one put back, and
+        ``.trainer.json`` says that the console asks for a checkpoint through the request
+        file (``checkpoint_requests``: ``"file"``), which :attr:`checkpoint_requested` still
+        takes. Call it before the framework installs its handler (on every rank: each gives
+        the signal up; rank 0 rewrites the record)."""
+        self._open("run.leave_checkpoint_signal")
+        for sig in CHECKPOINT_SIGNALS:
+            self._signals.release(sig)
+        if self._ranks.owner and self.record.checkpoint_requests != REQUESTS_BY_FILE:      # a member writes nothing
+            self.record = dataclasses.replace(self.record, checkpoint_requests=REQUESTS_BY_FILE)
+            write_trainer_record(self.path, self.record)
 
     @property
     def last_step(self) -> int | None:
@@ -414,9 +440,11 @@ class Run:
         Safe to call twice; in a forked child of the process that opened the run, nothing."""
         if self._closed or os.getpid() != self._pid:
             return
+        self._settle()
         if not self._ranks.owner:
             self._closed = True
             self._signals.restore(exiting_on_stop=reason == _UNLOOKED)
+            atexit.unregister(self._at_exit)
             return
         if self._lost is not None:              # the record and the history are the new holder's now
             self._release(remove_record=False)
@@ -528,8 +556,13 @@ class Run:
             raise errors[0]
 
     def _at_exit(self) -> None:
-        """A script that returns without :meth:`finish`: finished for it (not in a forked child)."""
-        self.finish("exit without run.finish()")
+        """A script that returns without :meth:`finish`: finished for it (not in a forked child),
+        a stop taken being a stop on a signal still, and one ended by an uncaught exception (a
+        framework's error: the interpreter printed it and set ``sys.last_value``) an error."""
+        failed = getattr(sys, "last_value", None)
+        if failed is not None and failed is not self._failed_before:
+            self.finish("interrupted" if isinstance(failed, KeyboardInterrupt) else f"error: {type(failed).__name__}")
+        self.finish("signal" if self._stopping else "exit without run.finish()")
 
 
 __all__ = ["ENGINE", "Run", "RunError", "open_run"]

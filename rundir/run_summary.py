@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -22,11 +22,13 @@ from .checkpoint import CheckpointInfo, inspect_listed
 from .config import ConfigError, RunConfig, load_run_config
 from .external import ExternalCheckpoint, external_checkpoints
 from .filesystems import fresh_stamp
-from .history import HistoryTail, read_history_tail
+from .history import HistoryEvent, HistoryTail, read_history_tail
+from .history.records import nonfinite_mask
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
                      PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
 from .pivot_files import read_journal
 from .process import Verification, verify_trainer
+from .ranks import judge_ranks, read_ranks
 from .runs import RunsListing, list_runs
 from .sidecars import read_state
 from .storage import directory_size
@@ -75,6 +77,7 @@ class RunSummary:
     # The newest checkpoint in the trainer's own format (a run API loop's) that the history's
     # tail reports; the overview shows it where the run has none of ours.
     newest_external: ExternalCheckpoint | None = None
+    problem_ranks: int = 0              # ranks of the job with a problem (rundir.ranks: dead, stopped, ...)
 
     @property
     def key(self) -> str:
@@ -105,6 +108,17 @@ def rate_per_s(x: np.ndarray, t: np.ndarray, since: float = -math.inf) -> float 
     # In Python floats: times of ±1e308 (a hostile file) overflow to inf, refused below, without a warning.
     rate = (float(x[-1]) - float(x[0])) / (float(t[-1]) - float(t[0]))
     return rate if math.isfinite(rate) and rate >= 0 else None      # a count that went back is no speed
+
+
+def stopped(events: Sequence[HistoryEvent]) -> bool:
+    """Whether the newest trainer process logged its ``stop`` (of any reason): after it the
+    run makes no progress, so it has no speed and no ETA until a ``start`` or ``resume``."""
+    for ev in reversed(events):
+        if ev.event == EVENT_STOP:
+            return True
+        if ev.event in (EVENT_START, EVENT_RESUME):
+            return False
+    return False
 
 
 def eta_seconds(max_steps: int | None, last_step: int | None, steps_per_s: float | None) -> float | None:
@@ -166,7 +180,7 @@ def _tail_problems(tail: HistoryTail, newest: CheckpointInfo | None) -> list[str
         out.append(f"{LOSS_JSON}: {tail.bad_lines} unreadable line(s) among the newest")
     if tail.torn_tail:
         out.append(f"{LOSS_JSON}: torn last line ({tail.torn_tail} bytes)")
-    nonfinite = int(np.count_nonzero(~np.isfinite(tail.loss)))
+    nonfinite = int(np.count_nonzero(nonfinite_mask(tail.loss)))
     if nonfinite:
         out.append(f"{LOSS_JSON}: {nonfinite} non-finite loss value(s) among the newest steps")
     return out
@@ -243,6 +257,8 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
         if now - latest > threshold:
             stalled = True
             problems.insert(0, f"trainer STALLED: no new step for {now - latest:.0f} s")
+    problem_ranks = _rank_problems(run, now)
+    problems[:0] = problem_ranks
     problems.extend(_tail_problems(tail, newest))
     invalid = [c for c in checkpoints if c.status == "invalid"]
     if invalid:
@@ -263,7 +279,7 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     if journal_error or journal is not None:
         problems.append(journal_error or f"a polish pivot is unfinished (last completed stage: {journal.stage})")
     last_step = int(tail.step[-1]) if len(tail.step) else None
-    rate = rate_per_s(tail.step, tail.time)
+    rate = rate_per_s(tail.step, tail.time) if not stopped(tail.events) else None
     max_steps = config.run.max_steps if config is not None and config.run.max_steps else None
     eta = eta_seconds(max_steps, last_step, rate) if v.ok else None
     tokens = int(tail.tokens[-1]) if len(tail.tokens) and tail.tokens[-1] >= 0 else None
@@ -272,7 +288,13 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     return RunSummary(run, run.name, v.state, v.reason, v.record.pid if v.record else None, stalled, last_step,
                       _ema(tail.loss), rate, tokens, max_steps, eta,
                       newest, n_checkpoints, used, approximate, last_activity, tail.format, tuple(problems), finished,
-                      next(reversed(external_checkpoints(tail.events)), None))
+                      next(reversed(external_checkpoints(tail.events)), None), len(problem_ranks))
+
+
+def _rank_problems(run: Path, now: float) -> list[str]:
+    """A line per rank of the job with a problem (rundir.ranks), naming it and its host."""
+    return [f"rank {s.record.rank} on {s.record.host}: {s.verdict}: {s.why}"
+            for s in judge_ranks(read_ranks(run).records, now) if s.problem]
 
 
 def summarize_runs(root: str | os.PathLike[str], now: float | None = None,

@@ -68,6 +68,12 @@ class SignalFlags:
             signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
         self._previous.clear()
 
+    def release(self, sig: signal.Signals) -> None:
+        """Stop handling ``sig``: its previous handler is put back now (another handler, a
+        framework's, takes it from then on)."""
+        if sig in self._previous:
+            signal.signal(sig, self._previous.pop(sig))
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # Only a flag: the work happens at the next step boundary.
         self._names.append(signal.Signals(signum).name)
@@ -104,6 +110,61 @@ class SignalFlags:
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+
+
+class _ProcessHandlers:
+    """The process's SIGUSR1/SIGTERM/SIGINT handlers, shared by every run open in it: installed
+    by the first, put back by the last to finish; a signal is noted in every open run's flags."""
+
+    def __init__(self) -> None:
+        self.runs: list[Any] = []
+        self.previous: dict[signal.Signals, Any] = {}
+
+    def add(self, flags: Any) -> None:
+        if not self.runs:
+            for sig in (*CHECKPOINT_SIGNALS, *STOP_SIGNALS):
+                self.previous[sig] = signal.signal(sig, self.handle)
+        self.runs.append(flags)
+
+    def remove(self, flags: Any, exiting_on_stop: bool) -> None:
+        if flags in self.runs:
+            self.runs.remove(flags)
+        if not self.runs:
+            for sig, handler in self.previous.items():
+                signal.signal(sig, signal.SIG_IGN if exiting_on_stop and sig in STOP_SIGNALS else handler)
+            self.previous.clear()
+
+    def release(self, sig: signal.Signals) -> None:
+        """Stop handling ``sig`` in this process: its previous handler is put back now (a
+        framework's, installed later, takes it from then on)."""
+        if sig in self.previous:
+            signal.signal(sig, self.previous.pop(sig))
+
+    def handle(self, signum: int, frame: Any) -> None:
+        # A second Ctrl-C while a stop is pending interrupts at once, for a loop that never looks.
+        if signum == signal.SIGINT and any(signal.SIGINT.name in flags._names for flags in self.runs):
+            raise KeyboardInterrupt
+        for flags in list(self.runs):
+            flags._handle(signum, frame)
+
+
+_HANDLERS = _ProcessHandlers()
+
+
+class SharedSignalFlags(SignalFlags):
+    """One run API run's flags (rundir/run.py), set through the process's shared handlers: several
+    runs open in one process each get every signal, and the handlers from before the first are
+    put back when the last is restored."""
+
+    def install(self) -> "SharedSignalFlags":
+        _HANDLERS.add(self)
+        return self
+
+    def restore(self, exiting_on_stop: bool = False) -> None:
+        _HANDLERS.remove(self, exiting_on_stop)
+
+    def release(self, sig: signal.Signals) -> None:
+        _HANDLERS.release(sig)
 
 
 class RequestWatch:

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .config import DEFAULT_K, DEFAULT_WINDOW, MIN_WINDOW  # noqa: F401  (W and k's defaults, run.toml [alerts])
+from .history.records import nonfinite_mask
 
 MAD_FLOOR = 1e-3            # the MAD of a flat loss, relative to its median
 _MAD_FLOOR_ABS = 1e-12
@@ -185,8 +186,10 @@ class SpikeDetector:
     def _read(self, steps: np.ndarray, losses: np.ndarray) -> None:
         ok = np.isfinite(losses)
         if not ok.all():
-            self._nonfinite.extend(steps[~ok])
-            self._changed()
+            bad = nonfinite_mask(losses)          # an absent loss is neither finite nor non-finite
+            if bad.any():
+                self._nonfinite.extend(steps[bad])
+                self._changed()
         lo = len(self._finite)
         self._finite.extend(losses[ok])
         self._finite_steps.extend(steps[ok])

@@ -38,6 +38,7 @@ CREATE_TIME_TOLERANCE = 0.01
 RECORD_KEYS = ("pid", "create_time", "host", "argv", "started")
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 BATCH_STEP = "batch"            # the step id recorded by a trainer that is the batch script's process
+REQUESTS_BY_FILE = "file"       # checkpoint_requests: only through .checkpoint_request.json, never SIGUSR1
 
 # The SLURM placement's fields and the environment variables they come from.
 _SLURM_FROM_ENV = {"job_id": "SLURM_JOB_ID", "step_id": "SLURM_STEP_ID", "cluster": "SLURM_CLUSTER_NAME",
@@ -161,7 +162,13 @@ class TrainerRecord:
     launcher_pid: int | None = None
     slurm: SlurmPlacement | None = None
     run_dir: RunDirId | None = None       # the directory it trains, as its host sees it
-    # A run API job's launch (rundir.job.launch_key): the key its other ranks join by.
+    # How it takes a checkpoint request: None, by SIGUSR1 (and the request file when it has
+    # several processes); REQUESTS_BY_FILE, only through the request file (its SIGUSR1 is a
+    # framework's own: Lightning's SLURM save-and-requeue).
+    checkpoint_requests: str | None = None
+    # The launch (job) it belongs to: a run API job's launch_key (rundir.job), the key its other ranks
+    # join by; andrea-train's random launch id. Every rank's record carries it too (rundir/ranks.py):
+    # records of an earlier launch of the same directory are never read as this one's.
     launch: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)     # another writer's keys, kept as they came
 
@@ -184,6 +191,13 @@ class TrainerRecord:
     def distributed(self) -> bool:
         return (self.world_size or 1) > 1
 
+    @property
+    def requests_by_file(self) -> bool:
+        """Whether the console asks it for a checkpoint through ``.checkpoint_request.json``
+        rather than a SIGUSR1: a trainer of several processes, or one whose SIGUSR1 means
+        something else."""
+        return self.distributed or self.checkpoint_requests == REQUESTS_BY_FILE
+
     def is_process(self, start: ProcessStart) -> bool:
         """Whether a live process that started at ``start`` is the one this record names
         (the pid being the same): by ticks since boot and boot id where both sides have them,
@@ -204,13 +218,15 @@ class TrainerRecord:
         optional = {"start_ticks": self.start_ticks, "boot_id": self.boot_id, "rank": self.rank,
                     "world_size": self.world_size, "launcher_pid": self.launcher_pid,
                     "slurm": self.slurm.to_dict() if self.slurm else None,
-                    "run_dir": self.run_dir.to_dict() if self.run_dir else None, "launch": self.launch}
+                    "run_dir": self.run_dir.to_dict() if self.run_dir else None, "launch": self.launch,
+                    "checkpoint_requests": self.checkpoint_requests}
         data.update({key: value for key, value in optional.items() if value is not None})
         return data
 
 
 _OPTIONAL_INTS = ("start_ticks", "rank", "world_size", "launcher_pid")
-_TYPED_KEYS = frozenset(RECORD_KEYS) | frozenset(_OPTIONAL_INTS) | {"boot_id", "slurm", "run_dir", "launch"}
+_TYPED_KEYS = frozenset(RECORD_KEYS) | frozenset(_OPTIONAL_INTS) | {"boot_id", "slurm", "run_dir", "launch",
+                                                                   "checkpoint_requests"}
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -236,12 +252,13 @@ def parse_trainer_record(data: dict[str, Any]) -> tuple[TrainerRecord | None, st
         return None, f"{TRAINER_JSON}: host {host!r} is not a host name"
     if not isinstance(started, (int, float)) or isinstance(started, bool):
         return None, f"{TRAINER_JSON}: started {started!r} is not a number"
-    boot_id, launch = data.get("boot_id"), data.get("launch")
+    boot_id, launch, requests = data.get("boot_id"), data.get("launch"), data.get("checkpoint_requests")
     return TrainerRecord(pid=pid, create_time=float(ctime), host=host, argv=argv, started=float(started),
                          boot_id=boot_id if isinstance(boot_id, str) and boot_id else None,
                          slurm=SlurmPlacement.from_value(data.get("slurm")),
                          run_dir=RunDirId.from_value(data.get("run_dir")),
                          launch=launch if isinstance(launch, str) and launch else None,
+                         checkpoint_requests=requests if requests == REQUESTS_BY_FILE else None,
                          extra={k: v for k, v in data.items() if k not in _TYPED_KEYS},
                          **{key: _int_or_none(data.get(key)) for key in _OPTIONAL_INTS}), None
 

@@ -1,4 +1,4 @@
-"""A job of several processes under torchrun (gloo on CPU), started by a test: every wait is
+"""A job of several processes under torchrun (gloo on CPU), or one process, started by a test: every wait is
 bounded by its event with a ceiling, and a job that does not get there fails the test with the
 ranks' Python stacks (each worker registers ``faulthandler`` on SIGUSR2; the job sends it,
 then reads the dump from the job's output)."""
@@ -20,14 +20,12 @@ CEILING_S = 60.0
 STACKS_S = 3.0          # how long the workers get to print their stacks
 
 
-class TorchrunJob:
-    """``torchrun --standalone --nproc_per_node N SCRIPT ARGS...``, its output in ``out``."""
+class Job:
+    """A command's processes (``torchrun ...`` or one ``python`` process), its output in ``out``."""
 
-    def __init__(self, script: Path, *args: str, out: Path, nproc: int = 2):
+    def __init__(self, cmd: list[str], out: Path):
         self.out = out
         self._fh = open(out, "wb")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script),
-               *args]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
         self.proc = subprocess.Popen(cmd, stdout=self._fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
                                      start_new_session=True)
@@ -39,6 +37,8 @@ class TorchrunJob:
             children = psutil.Process(self.proc.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return found
+        if not children:
+            return {0: psutil.Process(self.proc.pid)} if self.proc.poll() is None else found
         for child in children:
             try:
                 rank = child.environ().get("RANK")
@@ -92,8 +92,19 @@ class TorchrunJob:
         self.proc.wait()
         self._fh.close()
 
-    def __enter__(self) -> "TorchrunJob":
+    def __enter__(self) -> "Job":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def torchrun(script: Path, *args: str, out: Path, nproc: int = 2) -> Job:
+    """``torchrun --standalone --nproc_per_node NPROC SCRIPT ARGS...`` (gloo on CPU)."""
+    return Job([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script),
+                *args], out)
+
+
+def python(script: Path, *args: str, out: Path) -> Job:
+    """``python SCRIPT ARGS...``: one process."""
+    return Job([sys.executable, str(script), *args], out)

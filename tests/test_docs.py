@@ -32,9 +32,12 @@ PROGRAMS = ("andrea-console", "andrea-train")
 # How the contract writes each of layout.py's name patterns (a step, a UTC stamp, any suffix).
 STEP_PLACEHOLDER, UTC_PLACEHOLDER = "NNNNNN", "<UTC>"
 PATTERN_CONSTANTS = {"TMP_PREFIX", "CHECKPOINT_PREFIX", "CHECKPOINT_SUFFIX", "SIDECAR_SUFFIX",
-                     "PIVOT_ARCHIVE_PREFIX", "ROLLBACK_ARCHIVE_PREFIX"}
-# String constants of layout.py that name no file: the signal label of a taken checkpoint request.
-NOT_FILE_NAMES = {"CHECKPOINT_REQUESTED"}
+                     "PIVOT_ARCHIVE_PREFIX", "ROLLBACK_ARCHIVE_PREFIX", "RANK_RECORD_PREFIX", "RANK_RECORD_SUFFIX",
+                     "STACKS_ANSWER_PREFIX", "STACKS_ANSWER_SUFFIX"}
+RANK_PLACEHOLDER = "NNNNN"
+# String constants of layout.py that name no file: the signal label of a taken checkpoint request,
+# the stop event's reasons.
+NOT_FILE_NAMES = {"CHECKPOINT_REQUESTED", "STOP_ERROR", "STOP_REQUEUE"}
 
 
 # -- reading markdown ------------------------------------------------------------------
@@ -115,7 +118,8 @@ def layout_file_names() -> set[str]:
     checkpoint = layout.checkpoint_name(0).replace("000000", STEP_PLACEHOLDER)
     archives = {f(0, UTC_PLACEHOLDER).replace("000000", STEP_PLACEHOLDER)
                 for f in (layout.pivot_archive_name, layout.rollback_archive_name)}
-    return plain | {checkpoint, layout.sidecar_name(checkpoint), layout.TMP_PREFIX + "*"} | archives
+    ranks = {f(0).replace("00000", RANK_PLACEHOLDER) for f in (layout.rank_record_name, layout.stacks_answer_name)}
+    return plain | {checkpoint, layout.sidecar_name(checkpoint), layout.TMP_PREFIX + "*"} | archives | ranks
 
 
 def layout_event_names() -> set[str]:

@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from rundir.trainer_record import RunDirId, SlurmPlacement
 from rundir.atomic import remove_stale_temps
 from rundir.checkpoint import arrays_checksum
 from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_START, EVENT_ZOMBIE, LOSS_JSON
+from rundir.rank_heartbeat import RankHeartbeat
 from rundir.retention import finish_interrupted_prune
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks
@@ -130,7 +132,9 @@ def _main_distributed(args: argparse.Namespace, ranks: Ranks) -> int:
                     _say_lock_mode(lock)
                     if plan.create_run_toml:
                         write_run_config(run_dir, plan.config)      # the other ranks read it
-                    verdict = {"checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None}
+                    # The launch every rank's record carries, and .trainer.json (rundir/ranks.py).
+                    verdict = {"checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
+                               "launch": uuid.uuid4().hex}
             except BAD_INPUT as err:
                 verdict = {"exit": 2, "message": f"{PROG}: {err}"}
         verdict = ranks.broadcast_json(verdict)
@@ -150,15 +154,28 @@ def _main_distributed(args: argparse.Namespace, ranks: Ranks) -> int:
             return 2
         assert plan is not None
         plan.device = ranks.device(plan.device)
-        return _run(plan, args, ranks)
+        return _run(plan, args, ranks, str(verdict["launch"]))
     finally:
         lock.release()
         ranks.close()
 
 
-def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
-    """Under the lock: set up the outputs, build the state, train, clean up. Under
-    torchrun every rank runs this; rank 0 alone records itself and writes."""
+def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE, launch: str | None = None) -> int:
+    """Under the lock: train (:func:`_run_rank`). Under torchrun every rank runs this and keeps
+    its own record (``.rank-NNNNN.json`` of ``launch``), whose last write says how it ended,
+    and answers stacks requests."""
+    beat = _heartbeat(plan.run_dir, ranks, launch)
+    code = 1
+    try:
+        code = _run_rank(plan, args, ranks, launch, beat)
+        return code
+    finally:
+        if beat is not None:
+            beat.close(code)
+
+
+def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | None, beat: RankHeartbeat | None) -> int:
+    """Set up the outputs, build the state, train, clean up; under torchrun rank 0 alone records itself and writes."""
     # Before .trainer.json: a recorded trainer handles signals. Every rank handles them
     # (torchrun forwards SIGTERM and SIGINT to all) and all ranks agree on them.
     signals = AgreedSignals(SignalFlags(), ranks).install()
@@ -168,7 +185,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
     stopped_on_signal = False
     try:
         if not ranks.writer:
-            stopped_on_signal = _run_other_rank(plan, ranks, signals) == "signal"
+            stopped_on_signal = _run_other_rank(plan, ranks, signals, beat) == "signal"
             return 0
         # Held open from here on: the run's files are reached through it, so that the run
         # trains on (and checkpoints) in its directory wherever that is moved.
@@ -178,8 +195,8 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
             write_run_config(run_dir, plan.config)
         # Under torchrun this is rank 0's worker: the process the console signals. Inside a
         # SLURM job the record names the job too: a console on another node signals through it.
-        placement: dict[str, Any] = {"rank": 0, "world_size": ranks.world_size,
-                                     "launcher_pid": os.getppid()} if ranks.distributed else {}
+        placement: dict[str, Any] = dict(rank=0, world_size=ranks.world_size, launcher_pid=os.getppid(), launch=launch) \
+            if ranks.distributed else {}
         record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), run_dir=RunDirId.of_fd(held.fd),
                                                 **placement)
         write_trainer_record(run_dir, record)
@@ -211,7 +228,8 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         if plan.fresh_bandit:
             _record_pivot(plan, out)
         _record_rollback(plan, out)
-        reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None)
+        reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None,
+                       beat=beat)
         stopped_on_signal = reason == "signal"
         progress.message(f"stopped ({reason}) at step {state.step}")
         return 0
@@ -238,15 +256,22 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE) -> int:
         signals.restore(exiting_on_stop=stopped_on_signal)
 
 
-def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals) -> str:
-    """A rank other than 0: the same state and loop, no writes (:class:`NullOutputs`); why it
-    stopped."""
+def _heartbeat(run_dir: Path, ranks: Ranks, launch: str | None) -> RankHeartbeat | None:
+    """This rank's record and stacks watchdog, started (a job of several processes only)."""
+    if not ranks.distributed or not launch:
+        return None
+    return RankHeartbeat(run_dir, ranks.rank, ranks.world_size, ranks.local_rank, launch).start()
+
+
+def _run_other_rank(plan: Plan, ranks: Ranks, signals: AgreedSignals, beat: RankHeartbeat | None) -> str:
+    """A rank other than 0: the same state and loop, no writes but its own record
+    (:class:`NullOutputs`); why it stopped."""
     configure(plan.threads, plan.device, plan.config.run.strict_determinism)
     state = build_state(plan.config, plan.arms, torch.device(plan.device), plan.checkpoint, plan.fresh_bandit, ranks,
                         plan.skip_batches)
     state.ddp = ranks.wrap(state.model, state.device)
     return train(state, NullOutputs(plan.run_dir), signals, plan.config.run.max_steps,
-                 saved_step=plan.checkpoint.step if plan.checkpoint else None)
+                 saved_step=plan.checkpoint.step if plan.checkpoint else None, beat=beat)
 
 
 def _announce(plan: Plan, state: TrainingState, out: RunOutputs, history: LossHistory) -> None:

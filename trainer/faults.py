@@ -4,6 +4,8 @@ environment variable is set; normal runs never set them.
 - ``ANDREA_TEST_NAN_AT_STEP`` / ``ANDREA_TEST_INF_AT_STEP``: steps (``"30"``,
   ``"30-39"``, ``"5,30-39"``) whose loss is multiplied by NaN / +inf before the
   backward pass, so that the divergence policy is exercised through the real path.
+- ``ANDREA_TEST_SLOW_RANK`` = ``"RANK:SECONDS"``: that rank sleeps SECONDS as it draws each batch
+  (a stalled data loader), so that the console names it straggling (the ranks tests).
 - ``ANDREA_TEST_LOSS_FAULT`` = ``"START:COUNT:FACTOR"``: the loss of steps START to
   START + COUNT - 1 is multiplied by FACTOR (finite) before the backward pass, so that a
   real trainer logs a loss spike (the rollback tests).
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from functools import lru_cache
 
 NAN_ENV = "ANDREA_TEST_NAN_AT_STEP"
 INF_ENV = "ANDREA_TEST_INF_AT_STEP"
 LOSS_FAULT_ENV = "ANDREA_TEST_LOSS_FAULT"
+SLOW_RANK_ENV = "ANDREA_TEST_SLOW_RANK"
 
 
 def _parse_steps(text: str) -> frozenset[int]:
@@ -63,3 +67,19 @@ def loss_factor(step: int) -> float | None:
         return None
     steps, factor = _loss_fault(text)
     return factor if step in steps else None
+
+
+@lru_cache(maxsize=None)
+def _slow_rank(text: str) -> tuple[int, float]:
+    rank, seconds = text.split(":")
+    return int(rank), float(seconds)
+
+
+def slow_batch(rank: int) -> None:
+    """Sleep as ``ANDREA_TEST_SLOW_RANK`` says, when it names ``rank``."""
+    text = os.environ.get(SLOW_RANK_ENV, "")
+    if not text:
+        return
+    slow, seconds = _slow_rank(text)
+    if slow == rank:
+        time.sleep(seconds)

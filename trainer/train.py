@@ -18,10 +18,11 @@ import math
 import torch
 
 from rundir.layout import EVENT_EVAL, EVENT_SIGNAL, EVENT_STOP
+from rundir.rank_heartbeat import NO_HEARTBEAT, NoHeartbeat, RankHeartbeat
 from rundir.retention import RetentionPolicy
 from trainer.checkpointer import Checkpointer, resume_hint
 from trainer.evaluation import HeldOutEval
-from trainer.faults import forced_nonfinite, loss_factor
+from trainer.faults import forced_nonfinite, loss_factor, slow_batch
 from trainer.gpu_figures import GpuSampler, sampler_for
 from trainer.guard import NonfiniteGuard, SafetyStop
 from trainer.outputs import RunOutputs
@@ -34,7 +35,8 @@ EMA_LOSS = 0.98       # smoothing of the displayed EMA loss
 
 
 def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: int = 0,
-          saved_step: int | None = None, ckpt: Checkpointer | None = None, gpu: GpuSampler | None = None) -> str:
+          saved_step: int | None = None, ckpt: Checkpointer | None = None, gpu: GpuSampler | None = None,
+          beat: RankHeartbeat | None = None) -> str:
     """Train until step ``stop_at`` (0: until a stop signal). Returns why it stopped:
     ``"max_steps"`` (a final checkpoint was written) or ``"signal"`` (SIGTERM/SIGINT:
     a checkpoint at the last completed step was written). Raises :class:`SafetyStop`
@@ -44,16 +46,19 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
     complete). Checkpoints go through ``ckpt`` (by default run.toml's: background writes
     unless ``run.async_checkpoint`` is false, pruned by its retention policy). The GPU
     figures come from ``gpu`` (started; by default NVML's sampler of a CUDA device, on
-    rank 0 only), which is closed on the way out."""
+    every rank that keeps a record, else rank 0 only), which is closed on the way out. ``beat``: this
+    rank's record (a job of several processes), stamped at each step (:mod:`rundir.rank_heartbeat`)."""
     run = state.config.run
     ckpt = ckpt or Checkpointer(state, out, signals.mark, run.async_checkpoint,
                                 RetentionPolicy(run.keep_last, run.keep_every), saved_step)
-    if gpu is None and state.ranks.writer:
+    if gpu is None and (state.ranks.writer or beat is not None):
         gpu, why = sampler_for(state.device)
         if why:
             out.progress.message(why)
+    if beat is not None and gpu is not None:
+        beat.gpu = gpu.latest
     try:
-        return _train(state, out, signals, ckpt, stop_at, saved_step, gpu)
+        return _train(state, out, signals, ckpt, stop_at, saved_step, gpu, beat or NO_HEARTBEAT)
     finally:
         ckpt.close()                      # never leave with a write in flight
         if gpu is not None:
@@ -61,7 +66,7 @@ def train(state: TrainingState, out: RunOutputs, signals: SignalFlags, stop_at: 
 
 
 def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Checkpointer, stop_at: int,
-           saved_step: int | None, gpu: GpuSampler | None) -> str:
+           saved_step: int | None, gpu: GpuSampler | None, beat: RankHeartbeat | NoHeartbeat) -> str:
     run, opt_config = state.config.run, state.config.optimizer
     model, optimizer = state.model, state.optimizer
     ranks, forward = state.ranks, state.forward_module     # under torchrun: every rank, in step (distributed.py)
@@ -77,11 +82,15 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
         # ---- one update ----
         model.train()
         arm = ranks.choose_arm(state.bandit)                    # rank 0's draw, broadcast
+        beat.step_begins()                      # the ranks leave the broadcast together: this rank's work from here
         prob = state.bandit.prob[arm]
+        slow_batch(ranks.rank)                  # test-only fault hook: a stalled data loader
         x, y = state.samplers[arm].next_batch(state.device, ranks.rank, ranks.world_size)   # this rank's share
+        beat.batch_drawn()
         optimizer.zero_grad()
         with autocast(state.device, state.precision):
             _, loss = forward(x, y)
+        beat.work_done()                        # before the gradients are exchanged (in backward)
         if (poison := forced_nonfinite(state.step + 1)) is not None:     # test-only fault hook
             loss = loss * poison
         if (factor := loss_factor(state.step + 1)) is not None:          # test-only fault hook: a spike
@@ -96,6 +105,7 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
             optimizer.step(grad)
         state.step += 1
         state.tokens_seen += x.numel() * ranks.world_size
+        beat.step_done(state.step)
 
         # ---- the step boundary ----
         bad = guard.observe(state.step, loss_value, grad_norm)

@@ -88,8 +88,8 @@ def _recent(alert: Finding, last_step: int | None, window: int) -> bool:
 def check_items(snap: RunSnapshot) -> list[tuple[Level | None, str]]:
     """``--check``'s findings in order, each with the level it counts at (None: a fact of
     the history older than the spike window, said as ``past:`` and not counted). Each
-    alert at its level; each problem that no alert says, as a warning (a run directory
-    that is missing or cannot be read counts as an error, said as a warning line)."""
+    alert, and each problem that no alert says, at its kind's level
+    (:data:`console.model.findings.KINDS`: the problems pane's)."""
     window = snap.config.alerts.window if snap.config is not None else DEFAULT_WINDOW
     last = snap.history.last_step
     recent = [alert for alert in snap.alerts if _recent(alert, last, window)]
@@ -100,8 +100,7 @@ def check_items(snap: RunSnapshot) -> list[tuple[Level | None, str]]:
     for problem in snap.problems:
         if problem.spec.alert:
             continue                    # an alert says it, in its own words and at its level
-        directory_error = problem.kind == "directory" and problem.level is Level.ERROR
-        items.append((Level.ERROR if directory_error else Level.WARNING, f"{Level.WARNING}: {problem.text}"))
+        items.append((problem.level, f"{problem.level}: {problem.text}"))
     return items
 
 

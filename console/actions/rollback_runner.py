@@ -31,7 +31,7 @@ import numpy as np
 
 from rundir import (CheckpointInfo, ConfigError, LossHistory, checkpoint_path, inspect_checkpoint, latest_resumable,
                     list_checkpoints, load_run_config, newest_complete_since, verify_checksum, verify_trainer)
-from rundir.abandoned import abandoned_mask
+from rundir.abandoned import abandoned_mask, live_pivot_steps
 from rundir.config import AlertsConfig
 from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD, RUN_TOML
 from rundir.pivot_files import read_journal as read_pivot_journal
@@ -79,6 +79,7 @@ class RollbackProposal:
     skip_batches: int
     loss: Loss
     margin: int
+    pivots_past: tuple[int, ...] = ()      # the pivots after X the rollback goes back past
 
     @property
     def to_step(self) -> int:
@@ -88,7 +89,16 @@ class RollbackProposal:
         why = (f"the newest spike starts at step {self.spike.start:,} (peak {self.spike.peak_loss:.4g} at step "
                f"{self.spike.peak_step:,}, baseline {self.spike.baseline:.4g}); " if self.spike else "")
         return (f"{why}roll back to {self.checkpoint.path.name} (step {self.to_step:,}), each arm skipping its next "
-                f"{self.skip_batches:,} batches; {self.loss.describe()}")
+                f"{self.skip_batches:,} batches; {self.loss.describe()}{self.pivot_warning()}")
+
+    def pivot_warning(self) -> str:
+        """``; WARNING: ...`` when X is before a pivot: the checkpoint holds the policy from before it."""
+        if not self.pivots_past:
+            return ""
+        at = ", ".join(f"{p:,}" for p in self.pivots_past)
+        return (f"; WARNING: step {self.to_step:,} is before the pivot at step {at}: its checkpoint holds the policy "
+                "from before the pivot (caps, floors, arms), while run.toml holds the pivot's, so the trainer "
+                "resumes NOT exactly and the pivot is abandoned")
 
 
 def newest_spike(history: LossHistory, window: int, k: float) -> Spike | None:
@@ -132,7 +142,8 @@ def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) 
     else:
         skip = spike.end - info.step if spike is not None and spike.end > info.step else 0
     loss = lost_training(history, info.step, info.sidecar.tokens_seen if info.sidecar else None)
-    return RollbackProposal(info, spike, skip, loss, alerts.rollback_margin)
+    past = tuple(p for p in live_pivot_steps(history.events) if info.step < p <= last)
+    return RollbackProposal(info, spike, skip, loss, alerts.rollback_margin, past)
 
 
 # Why another engine's run cannot be rolled back: what a resume reads.

@@ -31,7 +31,8 @@ from rundir.identity import run_lock_holder
 from rundir.run_lock import live_lock_owner
 from rundir.process import trainer_alive
 from rundir.history import read_history_tail
-from rundir.layout import CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG
+from rundir.layout import (CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG,
+                           is_error_stop)
 from rundir.text import printable
 
 from .. import launch_environment
@@ -288,8 +289,12 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
     parts = [f"trainer pid {record.pid} exited"]
     if child is not None:
         parts[0] += f" with code {child.returncode}"
-    after = verify_trainer(run_dir)
-    parts[0] += " cleanly (it removed .trainer.json)" if after.state == "stopped" else f", leaving a {after.state} record"
+    after, failed = verify_trainer(run_dir), stop_error(run_dir, result)
+    if failed is not None:
+        parts[0] += f" with an error ({printable(failed)}; see trainer.log)"
+    else:
+        parts[0] += " cleanly (it removed .trainer.json)" if after.state == "stopped" else \
+            f", leaving a {after.state} record"
     final = newest_complete_since(run_dir, result.baseline)
     if final is not None:
         parts.append(f"final checkpoint {final.path}")
@@ -300,6 +305,17 @@ def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout
     else:
         parts.append("no new checkpoint was written")
     return True, "; ".join(parts)
+
+
+def stop_error(run_dir: str | os.PathLike[str], result: SignalResult) -> str | None:
+    """The reason of the trainer's ``stop`` event written after the signal when it says the
+    trainer failed (``error: ...``: its stop or its checkpoint failed in the framework), else None."""
+    tail = read_history_tail(Path(run_dir) / LOSS_JSON)
+    stop = next((e for e in reversed(tail.events) if e.event == EVENT_STOP), None)
+    if stop is None or (stop.time or 0.0) < result.sent_at - 1.0:         # 1 s: two hosts' clocks
+        return None
+    reason = stop.data.get("reason")
+    return reason if is_error_stop(reason) else None
 
 
 def stop_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult) -> CheckpointInfo | None:

@@ -1,8 +1,10 @@
 """What is wrong with a run, as typed records: the problems list and the alerts.
 
 Every finding is a :class:`Finding`: its kind (a row of :data:`KINDS`, which says what the
-kind is: an alert or not, a fact of the history's past, said already by the history read),
-its level, the values it was made from (step, pid, key) and its text, made from them here.
+kind is: its level, an alert or not, a fact of the history's past, said already by the
+history read), the values it was made from (step, pid, key) and its text, made from them here.
+A kind's level is set once, in :data:`KINDS`: the problems pane, the alerts, ``--check`` and
+the overview all say a finding at it (a finding made at another level is refused).
 The panes, ``--once``, ``--json``, ``--check``, the alerts and the event log render these
 records and decide by kind and level only: nothing searches a message's words (a test
 greps the console for that).
@@ -20,9 +22,9 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from rundir.history import limits
+from rundir.history import HistoryEvent, limits
 from rundir.spikes import Spike
-from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON
+from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON, is_error_stop
 
 from .format import LINE_LIMIT, format_counter, format_size, printable, stall_text
 from .levels import Level
@@ -43,34 +45,43 @@ class FindingKind:
     """What a kind of finding is, for everyone who shows or raises it."""
 
     name: str
+    level: Level                 # how serious every finding of this kind is, everywhere it is said
     alert: bool = False          # raised as an alert: an event, the bell, --notify; --check says it at its level
     history_fact: bool = False   # a fact of the history's past: raised only as it happens; "past" once old
     said_by_read: bool = False   # the history read's own notices say it (the first summary leaves it out)
     noun: str = ""               # several of this kind, as one alert names them
 
 
-KINDS: dict[str, FindingKind] = {kind.name: kind for kind in (
-    FindingKind("disk", alert=True, noun="disk problems"),
-    FindingKind("directory"),                                   # missing, not a directory, empty, unreadable
-    FindingKind("trainer"),                                     # a pid record that does not verify
-    FindingKind("exit", alert=True, noun="trainer ends"),       # gone without a clean exit
-    FindingKind("stall", alert=True, noun="stalls"),
-    FindingKind("checkpoint", alert=True, noun="failed checkpoints"),
-    FindingKind("divergence", alert=True, noun="divergence stops"),
-    FindingKind("pending"),                                     # an unfinished pivot or rollback
-    FindingKind("config"),                                      # run.toml cannot be used
-    FindingKind("invalid"),                                     # invalid checkpoint files
-    FindingKind("zombie", alert=True, noun="zombie arms"),
-    FindingKind("history"),                                     # .loss.json cannot be read at all
-    FindingKind("lines", said_by_read=True),                    # unreadable lines, a torn tail
-    FindingKind("nonfinite", alert=True, history_fact=True, said_by_read=True, noun="runs of non-finite loss"),
-    FindingKind("rewind"),                                      # steps went back with no resume event
-    FindingKind("series"),                                      # more numeric keys than are kept as series
-    FindingKind("sidecar"),                                     # .state.json or .samples.json unreadable
-    FindingKind("spike", alert=True, history_fact=True, noun="loss spikes"),
-    FindingKind("resume", alert=True, history_fact=True, noun="diverged resumes"),
-)}
+E, W = Level.ERROR, Level.WARNING
 
+KINDS: dict[str, FindingKind] = {kind.name: kind for kind in (
+    FindingKind("disk", E, alert=True, noun="disk problems"),
+    FindingKind("directory", E),                                # missing, not a directory, unreadable
+    FindingKind("empty", W),                                    # the run directory is empty
+    FindingKind("trainer", W),                                  # a pid record that does not verify
+    FindingKind("exit", E, alert=True, noun="trainer ends"),    # gone without a clean exit, or stopped by an error
+    FindingKind("stall", W, alert=True, noun="stalls"),         # no new step for too long, or suspended (state T)
+    FindingKind("checkpoint", E, alert=True, noun="failed checkpoints"),
+    FindingKind("divergence", E, alert=True, noun="divergence stops"),
+    FindingKind("pending", W),                                  # an unfinished pivot or rollback
+    FindingKind("config", W),                                   # run.toml cannot be used
+    FindingKind("invalid", E),                                  # invalid checkpoint files
+    FindingKind("zombie", E, alert=True, noun="zombie arms"),
+    FindingKind("history", W),                                  # .loss.json cannot be read at all
+    FindingKind("lines", W, said_by_read=True),                 # unreadable lines, a torn tail
+    FindingKind("nonfinite", E, alert=True, history_fact=True, said_by_read=True, noun="runs of non-finite loss"),
+    FindingKind("rewind", W),                                   # steps went back with no resume event
+    FindingKind("series", W),                                   # more numeric keys than are kept as series
+    FindingKind("sidecar", W),                                  # .state.json or .samples.json unreadable
+    FindingKind("spike", W, alert=True, history_fact=True, noun="loss spikes"),
+    FindingKind("resume", E, alert=True, history_fact=True, noun="diverged resumes"),
+    # One rank of a job of several processes (rundir/ranks.py's verdicts): "rank_" + the verdict.
+    FindingKind("rank_dead", E, alert=True, noun="dead ranks"),
+    FindingKind("rank_stopped", E, alert=True, noun="stopped ranks"),
+    FindingKind("rank_silent", E, alert=True, noun="silent ranks"),
+    FindingKind("rank_behind", W, alert=True, noun="ranks behind"),
+    FindingKind("rank_straggling", W, alert=True, noun="straggling ranks"),
+)}
 
 @dataclass(frozen=True)
 class Finding:
@@ -91,6 +102,8 @@ class Finding:
         if self.kind not in KINDS:
             raise ValueError(f"unknown finding kind {self.kind!r}")
         object.__setattr__(self, "level", Level(self.level))
+        if self.level is not KINDS[self.kind].level:
+            raise ValueError(f"a {self.kind!r} finding is at level {KINDS[self.kind].level}, not {self.level}")
         object.__setattr__(self, "text", printable(self.text, LINE_LIMIT))
 
     @property
@@ -138,6 +151,7 @@ def derive_problems(snap: RunSnapshot) -> tuple[Finding, ...]:
     if snap.dir_state == "unreadable":
         return tuple(out)               # every file in it is unreadable for that one reason
     out += _trainer_problems(snap)
+    out += rank_findings(snap)
     if snap.pending_pivot:
         out.append(Finding("pending", Level.WARNING, snap.pending_pivot))
     if snap.pending_rollback:
@@ -163,7 +177,7 @@ def _directory_problems(snap: RunSnapshot) -> list[Finding]:
     elif state == "not a directory":
         out.append(Finding("directory", Level.ERROR, f"{snap.run_dir} is not a directory"))
     elif state == "empty":
-        out.append(Finding("directory", Level.WARNING, "the run directory is empty: nothing has been written yet"))
+        out.append(Finding("empty", Level.WARNING, "the run directory is empty: nothing has been written yet"))
     elif state == "unreadable":
         out.append(Finding("directory", Level.ERROR, f"cannot read the run directory ({snap.dir_reason})"))
         if snap.trainer.pid is not None:        # the trainer that ran it, out of sight
@@ -176,8 +190,12 @@ def _trainer_problems(snap: RunSnapshot) -> list[Finding]:
     t = snap.trainer
     if t.state in ("stale", "unverified", "unreadable"):
         out.append(Finding("trainer", Level.WARNING, f"trainer {t.label}: {t.reason}"))
-    if t.stalled:
-        out.append(Finding("stall", Level.WARNING, f"trainer STALLED: {stall_text(t)}"))
+    stalled = stall_finding(snap)
+    if stalled is not None:
+        out.append(stalled)
+    exited = _abnormal_exit(snap)
+    if exited is not None and t.state != "stale":          # a stale record is said above
+        out.append(exited)
     failed = snap.failed_checkpoint
     if failed is not None:
         out.append(Finding("checkpoint", Level.ERROR, failed_checkpoint_text(failed.step, failed.data)))
@@ -185,6 +203,16 @@ def _trainer_problems(snap: RunSnapshot) -> list[Finding]:
     if stop is not None:
         out.append(Finding("divergence", Level.ERROR, divergence_text(stop.step, stop.data)))
     return out
+
+
+def rank_findings(snap: RunSnapshot) -> list[Finding]:
+    """A finding per rank with a problem, naming the rank and its host, errors first."""
+    ranks = snap.ranks
+    out = [Finding(f"rank_{s.verdict}", KINDS[f"rank_{s.verdict}"].level,
+                   f"rank {s.record.rank} on {printable(s.record.host, 60)}: {s.verdict}: {s.why}",
+                   f"rank:{ranks.launch}:{s.record.rank}:{s.verdict}", s.record.step)
+           for s in ranks.statuses if f"rank_{s.verdict}" in KINDS]
+    return sorted(out, key=lambda f: f.level is not Level.ERROR)
 
 
 def _file_problems(snap: RunSnapshot) -> list[Finding]:
@@ -222,6 +250,9 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
         out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
                            + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None
                               else "")))
+    for check in h.resume_checks:          # as its alert says it: --check and the pane agree
+        if check.verdict == "diverged":
+            out.append(Finding("resume", Level.ERROR, check.text(), f"resume:{check.line}", check.from_step))
     if h.silent_rewind_count:
         out.append(Finding("rewind", Level.WARNING,
                            f"{LOSS_JSON}: the steps went back to step {h.silent_rewinds[-1]:,} with no resume event "
@@ -256,19 +287,20 @@ def derive_alerts(snap: RunSnapshot) -> tuple[Finding, ...]:
     exited = _abnormal_exit(snap)
     if exited is not None:
         out.append(exited)
+    out += rank_findings(snap)
     for first, last in _nonfinite_runs(h.nonfinite_steps):
         where = f"step {first:,}" if first == last else f"steps {first:,}..{last:,}"
         out.append(Finding("nonfinite", Level.ERROR, f"non-finite loss at {where}", f"nonfinite:{first}", first))
     for check in h.resume_checks:
         if check.verdict == "diverged":
             out.append(Finding("resume", Level.ERROR, check.text(), f"resume:{check.line}", check.from_step))
-    if snap.trainer.stalled:
-        out.append(Finding("stall", Level.WARNING, f"trainer STALLED: {stall_text(snap.trainer)}",
-                           f"stall:{snap.trainer.pid}:{h.last_step}", h.last_step))
+    stalled = stall_finding(snap)
+    if stalled is not None:
+        out.append(stalled)
     for spike in h.spikes:
         out.append(Finding("spike", Level.WARNING, spike_text(spike), f"spike:{spike.start}", spike.start))
     for name, reason in snap.zombies.items():
-        out.append(Finding("zombie", Level.WARNING, f"zombie arm {printable(name)}: {printable(reason, LINE_LIMIT)}",
+        out.append(Finding("zombie", Level.ERROR, f"zombie arm {printable(name)}: {printable(reason, LINE_LIMIT)}",
                            f"zombie:{name}"))
     return tuple(out)
 
@@ -284,9 +316,28 @@ def _nonfinite_runs(steps: tuple[int, ...]) -> list[tuple[int, int]]:
     return runs
 
 
+def stall_finding(snap: RunSnapshot) -> Finding | None:
+    """The trainer makes no progress though alive and verified: stalled (no new step past the
+    threshold), or suspended (stopped by a signal or a debugger: state T or t) even before."""
+    t, step = snap.trainer, snap.history.last_step
+    if t.stalled:
+        return Finding("stall", Level.WARNING, f"trainer STALLED: {stall_text(t)}", f"stall:{t.pid}:{step}", step)
+    if t.suspended and t.state == "running":
+        return Finding("stall", Level.WARNING, f"trainer SUSPENDED: {t.suspended}", f"stall:{t.pid}:{step}", step)
+    return None
+
+
+def error_stop_text(ev: HistoryEvent) -> str:
+    """``the trainer stopped with an error at step 120: ValueError (see its log)``."""
+    reason = printable(str(ev.data.get("reason", "error")), LINE_LIMIT)
+    what = reason.partition(":")[2].strip() or reason
+    return f"the trainer stopped with an error at step {format_counter(ev.step)}: {what} (see its log)"
+
+
 def _abnormal_exit(snap: RunSnapshot) -> Finding | None:
-    """The trainer is gone without a clean exit: a stale record (killed, crashed), or a
-    process that wrote no ``stop`` event before it ended."""
+    """The trainer is gone without a clean exit: a stale record (killed, crashed), a
+    process that wrote no ``stop`` event before it ended, or one whose ``stop`` says an
+    error stopped it."""
     t = snap.trainer
     if t.state == "stale":
         return Finding("exit", Level.ERROR, f"the trainer (pid {t.pid}) is gone without a clean exit (killed or "
@@ -295,7 +346,10 @@ def _abnormal_exit(snap: RunSnapshot) -> Finding | None:
         return None
     for ev in reversed(snap.history.events):
         if ev.event == EVENT_STOP:
-            return None
+            if not is_error_stop(ev.data.get("reason")):
+                return None
+            return Finding("exit", Level.ERROR, error_stop_text(ev), f"exit:line:{ev.line}", ev.step,
+                           ended_pid=_started_pid(snap, ev.line))
         if ev.event in (EVENT_START, EVENT_RESUME):
             pid = ev.data.get("pid")
             if not isinstance(pid, int):

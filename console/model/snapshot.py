@@ -17,10 +17,11 @@ import numpy as np
 
 from rundir import CheckpointInfo, HistoryEvent, LossHistory, RunConfig, Sample
 from rundir.external import STATUS as EXTERNAL, ExternalCheckpoint
+from rundir.ranks import RankStatus, summary_line
 from rundir.resume_check import ResumeCheck
 from rundir.spikes import Spike
 from rundir.storage import Storage
-from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP
+from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, is_error_stop
 
 from .findings import Finding, derive_alerts, derive_problems
 from .format import LINE_LIMIT, printable
@@ -197,6 +198,25 @@ class PivotEntry:
         return self.stage == "resumed"
 
 
+@dataclass(frozen=True)
+class RanksView:
+    """Every rank of the job (a job of several processes), worst first (:mod:`rundir.ranks`)."""
+
+    statuses: tuple[RankStatus, ...] = ()
+    launch: str | None = None
+    earlier: int = 0                    # records of an earlier launch, not read as this one's
+    errors: tuple[str, ...] = ()        # unreadable records
+
+    @cached_property
+    def summary(self) -> str:
+        """``2 ranks on 1 node · slowest rank 1, +38% step time``; "" with no ranks."""
+        return summary_line(self.statuses)
+
+    @property
+    def problems(self) -> tuple[RankStatus, ...]:
+        return tuple(s for s in self.statuses if s.problem)
+
+
 # The most specific reason first: what makes a file survive any policy, then the policy's rules.
 RULE_ORDER = ("pivot", "rollback", "resumed", "foreign", "invalid", "every", "last", "newest", "all")
 
@@ -280,6 +300,7 @@ class RunSnapshot:
     # Checkpoints in the trainer's own format, from the history's external_checkpoint events
     # (rundir.external): listed and said, never resumed or rolled back to.
     external_checkpoints: tuple[ExternalCheckpoint, ...] = ()
+    ranks: RanksView = field(default_factory=RanksView)     # every rank of a job of several processes
     # Each part's version: bumped when the reader derives it anew, so that a view drawn from
     # some parts (the plot: history and markers) is redrawn exactly when one of them changed.
     versions: Mapping[str, int] = field(default_factory=dict)
@@ -327,6 +348,17 @@ class RunSnapshot:
         for ev in reversed(self.history.events):
             if ev.event == EVENT_STOP:
                 return ev if ev.data.get("reason") == "nonfinite" else None
+            if ev.event in (EVENT_START, EVENT_RESUME):
+                return None
+        return None
+
+    @cached_property
+    def error_stop(self) -> HistoryEvent | None:
+        """The trainer's last ``stop`` event when its reason says the trainer failed (``error:
+        ...``: a framework's error), else None."""
+        for ev in reversed(self.history.events):
+            if ev.event == EVENT_STOP:
+                return ev if is_error_stop(ev.data.get("reason")) else None
             if ev.event in (EVENT_START, EVENT_RESUME):
                 return None
         return None

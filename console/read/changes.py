@@ -14,10 +14,11 @@ from typing import Any, Mapping, Sequence
 from rundir import CheckpointInfo, HistoryEvent
 from rundir.rollback_files import read_rollback_journal
 from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_EXTERNAL_CHECKPOINT, EVENT_PIVOT,
-                           EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE)
+                           EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE,
+                           STOP_REQUEUE, is_error_stop)
 
 from ..model.checkpoint_wait import CheckpointWait
-from ..model.findings import LISTED, many, names_and_more
+from ..model.findings import LISTED, error_stop_text, many, names_and_more
 from ..model.format import format_counter, format_size, printable, stall_text
 from ..model.snapshot import Notice, RunSnapshot
 from .landing import external_details, landing_text
@@ -176,6 +177,8 @@ def _trainer_changes(prev: RunSnapshot, snap: RunSnapshot, now: float) -> list[N
     if (t0.state, t0.pid) != (t1.state, t1.pid):
         if t1.state == "running":
             out.append(Notice(now, f"trainer running: pid {t1.pid} verified", "good"))
+        elif t0.state == "running" and t1.state == "stopped" and snap.error_stop is not None:
+            out.append(Notice(now, error_stop_text(snap.error_stop), "error"))
         elif t0.state == "running" and t1.state == "stopped":
             final = snap.newest_checkpoint
             name = final.path.name if final else snap.external_checkpoints[-1].path if snap.external_checkpoints \
@@ -229,6 +232,11 @@ def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
     if ev.event == EVENT_STOP and d.get("reason") == "nonfinite":
         return (f"trainer STOPPED{at}: the run diverged ({field('in_a_row', '?')} non-finite steps in a row; "
                 f"last good step {step_field('last_good_step')})"), "error"
+    if ev.event == EVENT_STOP and is_error_stop(d.get("reason")):
+        return f"trainer STOPPED{at} with an error ({field('reason')}; see trainer.log)", "error"
+    if ev.event == EVENT_STOP and d.get("reason") == STOP_REQUEUE:
+        return f"trainer stopped{at} for a SLURM requeue (the framework saved and requeued the job; the next " \
+               "job resumes)", "info"
     if ev.event == EVENT_STOP:
         return f"trainer logged stop{at}" + (f" ({field('reason')})" if d.get("reason") else ""), "info"
     if ev.event == EVENT_SIGNAL:

@@ -23,7 +23,7 @@ import numpy as np
 from rundir import HistoryUpdate, LossHistory, RunConfig
 from rundir.abandoned import head_rows
 from rundir.layout import EVENT_RESUME, EVENT_START, LOSS_JSON
-from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s
+from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stopped
 
 from ..model.findings import LISTED
 from ..model.history_series import series_data
@@ -195,13 +195,14 @@ class HistoryPart:
         tail, since = current_segment(h)
         t_tail = h.time[tail]
         silent = silent_rewinds(h)
-        steps_per_s = rate_per_s(h.step[tail].astype(np.float64), t_tail, since)
+        moving = not stopped(h.events)          # a run whose trainer logged its stop has no speed
+        steps_per_s = rate_per_s(h.step[tail].astype(np.float64), t_tail, since) if moving else None
         return HistoryView(
             version=self._version, format=h.format, n_steps=len(h), last_step=head,
             last_loss=last_loss, tokens=tokens_now, steps_ahead=len(h) - rows,
             steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, head, steps_per_s),
             tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
-            if tokens_now is not None else None,
+            if tokens_now is not None and moving else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
             error=h.error, events=tuple(h.events), step=_frozen(h.step), loss=_frozen(loss), rewinds=self._rewinds,
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),

@@ -27,21 +27,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-import orjson
-
 from rundir import CheckpointStamp
 from rundir.external import ExternalCheckpoint, external_checkpoints
-from rundir.history import read_history_tail
-from rundir.history.records import HistoryEvent, event_of
+from rundir.history import HistoryTail, read_history_tail
+from rundir.history.limits import TAIL_BYTES
+from rundir.history.records import HistoryEvent
 from rundir.layout import EVENT_CHECKPOINT, EVENT_SIGNAL, LOSS_JSON
 
 from ..model.checkpoint_wait import CheckpointWait, WaitEnd
 from ..model.format import format_size, printable
 from ..model.snapshot import RunSnapshot
-
-# How far before the history's end, when a request is sent, its answer is looked for (the
-# checkpoint during whose write the request came may have been said just before).
-ANSWER_LOOKBACK = 256 << 10
 
 # A checkpoint request that no read has seen answered after this long is said unanswered
 # (a 1.46 GB checkpoint written in the background takes tens of seconds on a slow disk).
@@ -85,9 +80,9 @@ def answer_to(events: Sequence[HistoryEvent], sent_at: float) -> str | None:
 
 
 def reports_checkpoints(events: Sequence[HistoryEvent]) -> bool:
-    """Whether the trainer says its checkpoints, and the requests it takes, in its history (ours
-    does; another engine may only write the files, and its landing is then told by the files alone)."""
-    return any(ev.event in (EVENT_CHECKPOINT, EVENT_SIGNAL) for ev in events)
+    """Whether the trainer says its checkpoints in its history (ours does; another engine may
+    only write the files, and its landing is then told by the files alone)."""
+    return any(ev.event == EVENT_CHECKPOINT for ev in events)
 
 
 def answers(request_sent_at: float, external: ExternalCheckpoint) -> bool:
@@ -116,78 +111,64 @@ def landed_text(wait: CheckpointWait) -> str:
     return landing_text(printable(wait.external.path), wait.external.step, external_details(wait.external.size))
 
 
+class _NewLines:
+    """The history's tail, wide enough for every line written since the last read: a fast loop
+    (a step a millisecond) writes more than a tail's worth between two looks of a busy console,
+    and a checkpoint's event that scrolled out of a fixed tail was never seen."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self._seen = os.stat(path).st_size
+        except OSError:
+            self._seen = 0
+        self._stamp: tuple[int, int] | None = None
+
+    def read(self) -> HistoryTail | None:
+        """The tail, or None when the file is as it was at the last read (or unreadable)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        if (st.st_size, st.st_mtime_ns) == self._stamp:
+            return None
+        self._stamp = (st.st_size, st.st_mtime_ns)
+        grown, self._seen = max(0, st.st_size - self._seen), st.st_size
+        return read_history_tail(self.path, grown + TAIL_BYTES)
+
+
 class ExternalSince:
     """The newest checkpoint in the trainer's own format (an ``external_checkpoint`` event of
     the history, :mod:`rundir.external`) reported at or after ``since`` (the trainer's clock,
     this host's); the history's tail is read again only when the file changed."""
 
     def __init__(self, run_dir: Path, since: float):
-        self.path, self.since = Path(run_dir) / LOSS_JSON, since
-        self._stamp: tuple[int, int] | None = None
+        self.since, self._lines = since, _NewLines(Path(run_dir) / LOSS_JSON)
         self._found: ExternalCheckpoint | None = None
 
     def __call__(self) -> ExternalCheckpoint | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return self._found
-        if (st.st_size, st.st_mtime_ns) != self._stamp:
-            self._stamp = (st.st_size, st.st_mtime_ns)
-            found = [e for e in external_checkpoints(read_history_tail(self.path).events) if answers(self.since, e)]
+        tail = self._lines.read()
+        if tail is not None:
+            found = [e for e in external_checkpoints(tail.events) if answers(self.since, e)]
             self._found = found[-1] if found else self._found
         return self._found
 
 
 class AnswerSince:
     """The checkpoint the trainer's history names as the answer to a request sent at ``since``
-    (:func:`answer_to`). The history is read from where it ended a little before the request
-    (:data:`ANSWER_LOOKBACK` bytes before its size then), each time by reopening it (fresh on
-    a network mount, whose cached attributes may hide its growth for a while), only the lines
-    added since. ``None`` from :meth:`name` while unanswered; :attr:`reports` whether the
-    history says checkpoints at all."""
+    (:func:`answer_to`), the history's tail read again only when the file changed. ``None``
+    from :meth:`name` while unanswered; :attr:`reports` whether the history says checkpoints at all."""
 
     def __init__(self, run_dir: Path, since: float):
-        self.path, self.since = Path(run_dir) / LOSS_JSON, since
+        self.since, self._lines = since, _NewLines(Path(run_dir) / LOSS_JSON)
         self.reports, self._name = False, None
-        self._events: list[HistoryEvent] = []
-        self._offset = max(self._size() - ANSWER_LOOKBACK, 0)
-
-    def _size(self) -> int:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
-            return 0
-        try:
-            return os.fstat(fd).st_size
-        finally:
-            os.close(fd)
 
     def name(self) -> str | None:
-        if self._name is not None:
-            return self._name
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
-            return None
-        try:
-            data = os.pread(fd, max(os.fstat(fd).st_size - self._offset, 0), self._offset)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        end = data.rfind(b"\n") + 1                 # whole lines only; a torn tail is read again
-        self._offset += end
-        for line in data[:end].splitlines():
-            if b'"event"' not in line:
-                continue
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("event"), str):
-                self._events.append(event_of(record, 0))
-        self.reports = self.reports or reports_checkpoints(self._events)
-        self._name = answer_to(self._events, self.since)
+        tail = self._lines.read()
+        if tail is not None:
+            events = tail.events
+            self.reports = self.reports or reports_checkpoints(events)
+            self._name = answer_to(events, self.since) or self._name
         return self._name
 
 

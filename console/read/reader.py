@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir.abandoned import live_pivot_steps
 from rundir.checkpoint import said_checkpoints
 from rundir.identity import open_directory
 from rundir.external import external_checkpoints
@@ -30,16 +31,17 @@ from rundir.run_summary import RATE_STEPS, stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_PRUNE, EVENT_RESUME,
-                           HISTORY, LOG, LOSS_JSON, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG,
-                           is_known, is_temporary)
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_PIVOT, EVENT_PRUNE,
+                           EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER,
+                           TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal
+from rundir.ranks import judge_ranks, read_ranks
 
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level
 from ..model.markers import derive_markers
-from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RetentionView,
-                              RunSnapshot, TrainerView)
+from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RanksView,
+                              RetentionView, RunSnapshot, TrainerView)
 from .changes import describe_changes, pending_rollback
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
@@ -277,6 +279,11 @@ class RunReader:
             trainer = self._stall(trainer, read.now)
         return {"trainer": trainer}
 
+    def _part_ranks(self, read: _Read) -> dict:
+        """Every rank's record of the job, and each one's verdict (rundir.ranks)."""
+        got = read_ranks(self.run_dir)
+        return {"ranks": RanksView(judge_ranks(got.records, read.now), got.launch, got.earlier, got.errors)}
+
     def _part_arms(self, read: _Read) -> dict:
         return {"arms": self._arms(read.values["config"])}
 
@@ -291,6 +298,10 @@ class RunReader:
 
     def _part_guided(self, read: _Read) -> dict:
         pivots, pending_pivot = read_pivots(self.run_dir)
+        # A pivot a rollback went back past is abandoned: the run no longer stands on it.
+        gone = {ev.step for ev in read.values["history"].events if ev.event == EVENT_PIVOT} \
+            - set(live_pivot_steps(read.values["history"].events))
+        pivots = tuple(p for p in pivots if p.step not in gone)
         return {"pivots": pivots, "pending_pivot": pending_pivot, "pending_rollback": pending_rollback(self.run_dir)}
 
     def _part_retention(self, read: _Read) -> dict:
@@ -513,10 +524,12 @@ PARTS: tuple[Part, ...] = (
     Part("external", ("external_checkpoints",), frozenset({HISTORY}), RunReader._part_external),
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
+    Part("ranks", ("ranks",), frozenset({TRAINER, RANKS}), RunReader._part_ranks),
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
     Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
     Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),
-    Part("guided", ("pivots", "pending_pivot", "pending_rollback"), frozenset({DIRECTORY, CONFIG, CHECKPOINTS, TRAINER}),
+    Part("guided", ("pivots", "pending_pivot", "pending_rollback"),
+         frozenset({DIRECTORY, CONFIG, CHECKPOINTS, TRAINER, HISTORY}),
          RunReader._part_guided),
     Part("retention", ("retention",), frozenset({CHECKPOINTS, CONFIG, DIRECTORY}), RunReader._part_retention),
     Part("storage", ("storage",), frozenset({CHECKPOINTS, CONFIG, DIRECTORY}), RunReader._part_storage,

@@ -98,7 +98,7 @@ def summary_json(s: RunSummary, now: float) -> dict[str, Any]:
             if newest else None,
             "checkpoints": s.checkpoints, "disk_used": s.disk_used, "disk_approximate": s.disk_approximate,
             "last_activity": s.last_activity, "history_format": s.history_format, "finished": s.finished,
-            "problems": list(s.problems)}
+            "problems": list(s.problems), "problem_ranks": s.problem_ranks}
 
 
 def overview_json(root: Path, summaries: list[RunSummary], listing: RunsListing,

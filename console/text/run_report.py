@@ -23,6 +23,7 @@ from ..model.format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, form
                             format_rate, format_size, format_uptime, printable, printable_block, slurm_text, stall_text,
                             storage_text)
 from ..model.series import is_sparse, series_values, spec_of
+from ..model.rank_rows import header_line, rank_json, rank_line
 from ..model.series import on_rows
 from ..model.snapshot import HistoryView, RunSnapshot
 from ..model.units import unit_of
@@ -129,6 +130,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines = [f"andrea-console · run {printable(snap.name)} · {printable(snap.run_dir, LINE_LIMIT)}", ""]
     lines.append(f"directory    {snap.dir_text}")
     lines.append(f"trainer      {trainer_line(snap, now)}")
+    lines.extend(rank_report_lines(snap, now))
     step = f"{h.last_step:,}" if h.last_step is not None else "-"
     lines.append(f"step         {step} · loss {format_float(h.last_loss)} · "
                  f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
@@ -193,6 +195,20 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         lines.extend(f"  {printable(ln, LINE_LIMIT)}" for ln in snap.log_tail[-10:])
     # Each value above is made printable where it is placed; this makes sure of it for
     # every line, so that nothing from the run directory reaches the terminal raw.
+    return "\n".join(printable(line, None) for line in lines) + "\n"
+
+
+def render_metric_text(snap: RunSnapshot, width: int = 100, plot_height: int = 8, options: PlotOptions | None = None,
+                       metric: str = "loss", step_range: StepRange = StepRange()) -> str:
+    """``--once --metric NAME``: the one series, its plot over ``step_range`` and its summary
+    row, not the whole report."""
+    h = snap.history
+    lines = [f"andrea-console · run {printable(snap.name)} · {printable(metric, LINE_LIMIT)}", ""]
+    if h.n_steps:
+        lines.extend(_plot_lines(snap, width, plot_height, options, metric, step_range))
+        lines.extend(series_table_lines(h, metric))
+    else:
+        lines.append("no steps yet")
     return "\n".join(printable(line, None) for line in lines) + "\n"
 
 
@@ -290,10 +306,26 @@ def to_json(snap: RunSnapshot, now: float | None = None) -> dict[str, Any]:
                     for s in snap.samples],
         "samples_error": snap.samples_error,
         "other_files": list(snap.other_files),
+        "ranks": [rank_json(r, now) for r in snap.ranks.statuses],
+        "ranks_summary": {"text": snap.ranks.summary, "launch": snap.ranks.launch,
+                          "problems": len(snap.ranks.problems), "earlier_launch_records": snap.ranks.earlier,
+                          "unreadable": list(snap.ranks.errors)},
         "problems": [p.text for p in snap.problems],
         "series": series_list(h),
         "log_tail": list(snap.log_tail[-20:]),
     }
+
+
+def rank_report_lines(snap: RunSnapshot, now: float, listed: int = 16) -> list[str]:
+    """``--once``'s ranks: the summary, then a row per rank, worst first (the first ``listed``)."""
+    ranks = snap.ranks
+    if not ranks.statuses:
+        return []
+    lines = [f"ranks        {ranks.summary}", f"  {header_line()}"]
+    lines.extend(f"  {rank_line(r, now)}" for r in ranks.statuses[:listed])
+    if len(ranks.statuses) > listed:
+        lines.append(f"  ... and {len(ranks.statuses) - listed:,} more ranks")
+    return lines
 
 
 def findings_lines(h: HistoryView, listed: int = 10) -> list[str]:

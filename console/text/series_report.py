@@ -75,18 +75,21 @@ def _num(value: float) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def series_table_lines(h: HistoryView) -> list[str]:
-    """``--once``'s table of every series, one a row, in its unit (the dashboard's ``t``)."""
-    from ..model.series_summary import row_cells, series_rows
+def series_table_lines(h: HistoryView, only: str | None = None) -> list[str]:
+    """``--once``'s table of every series (or of series ``only``), one a row, in its unit (the
+    dashboard's ``t``)."""
+    from ..model.series_summary import row_cells, series_row, series_rows
 
-    rows = [row_cells(row, cursor=False) for row in series_rows(h)]
+    summaries = series_rows(h) if only is None else [series_row(h, only)]
+    rows = [row_cells(row, cursor=False) for row in summaries]
     if not rows:
         return []
     head = ("series", "last", "min", "min at", "max", "max at", "mean", "best", "best at")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     fmt = lambda r: "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)       # noqa: E731
                                      for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-    return [f"series ({len(rows)}; over every step)", fmt(head), *map(fmt, rows), ""]
+    title = f"series ({len(rows)}; over every step)" if only is None else "over every step"
+    return [title, fmt(head), *map(fmt, rows), ""]
 
 
 def metric_values(h: HistoryView, name: str, step_range: StepRange) -> tuple[np.ndarray, np.ndarray]:

@@ -292,6 +292,27 @@ class ConsoleApp(App[None]):
         # [ and ] move between the readable ones (from an invalid one too: it stands at its step).
         self.push_screen(InspectorScreen(info.path, [c.path for c in checkpoints if c.status != "invalid"]))
 
+    def action_ranks(self) -> None:
+        """Every rank of the job, worst first, kept fresh while open."""
+        from .screens.ranks_screen import RanksScreen
+
+        self.push_screen(RanksScreen())
+
+    def action_stacks(self) -> None:
+        self.say("K: every rank's stacks asked for")
+        self.ask_stacks()
+
+    @work(thread=True, exclusive=True, group="stacks", exit_on_error=False)
+    def ask_stacks(self) -> None:
+        """Every rank's stacks (rundir.stacks), shown whole when they are in."""
+        from rich.text import Text
+
+        from ..text.stacks_report import stacks_lines
+        from .screens.detail import DetailScreen
+
+        _, lines = stacks_lines(self.run_dir)
+        self.call_from_thread(self.push_screen, DetailScreen("stacks", Text("\n".join(lines), no_wrap=True)))
+
     @work(exclusive=True, group="rollback-screen")
     async def action_rollback(self) -> None:
         pending = await asyncio.to_thread(pending_rollback, self.run_dir)

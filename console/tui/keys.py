@@ -114,6 +114,24 @@ VIEW_KEYS = (
     Key("", "", "plot", "", display="m t z , . 0 ←→", shown=False, hint=True),
 )
 
+# A job of several processes: its ranks (not in the key bar: the help lists them).
+JOB_KEYS = (
+    Key("k", "app.ranks", "ranks", "every rank of a job of several processes, worst first: host, step, step time, "
+        "its work per step against the median, the batch's share, CPU, RSS, heartbeat age and verdict (dead, "
+        "stopped, silent, behind, straggling); from 110 columns a step-lag strip; Escape, k or q closes it",
+        shown=False),
+    Key("K", "app.stacks", "stacks", "every rank's Python stacks, all threads (asked through the run directory; "
+        "the same stacks folded, a rank that cannot answer said with why), as --stacks prints them; Escape closes",
+        shown=False),
+)
+
+# The ranks screen's own keys (k on the dashboard).
+RANKS_SCREEN_KEYS = (
+    Key("escape", "close", "close", "close", display="Esc", priority=True),
+    Key("k", "close", "close", "", shown=False, priority=True),
+    Key("K", "app.stacks", "stacks", "", shown=False),
+)
+
 # Bound on the plots themselves: they act only while a plot is focused.
 PLOT_KEYS = (
     Key("left", "cursor(-1)", "cursor left", "", shown=False),

@@ -112,7 +112,7 @@ class Columns:
             newer = order[1:][~is_last[:-1]] + lo
             loss, grad_norm = self.floats["loss"], self.floats["grad_norm"]
             superseded.add(self.step[newer], newer + seq, loss[older], grad_norm[older], loss[newer],
-                           grad_norm[newer], self.floats["time"][older])
+                           grad_norm[newer], self.floats["time"][older], self.floats["time"][newer])
         keep = order[is_last] + lo
         for _, arr in self.arrays():
             arr[lo: lo + len(keep)] = arr[keep]
@@ -122,11 +122,12 @@ class Columns:
 class Superseded:
     """Step lines that a newer line for the same step replaced, each beside its replacement:
     ``step``, ``row`` (the replacement's place among all step lines read, comparable with
-    :attr:`~.records.HistoryEvent.row`), loss and grad_norm of both, and the replaced line's
-    ``old_time`` (NaN when it had none: a rollback's abandoned steps are told by it). The newest
+    :attr:`~.records.HistoryEvent.row`), loss, grad_norm and time of both (``old_time``,
+    ``new_time``: NaN where a line had none; a rollback's abandoned steps, and a step logged
+    again by the same process, are told by them). The newest
     :data:`~.limits.MAX_SUPERSEDED` are kept, in the order their replacements were read."""
 
-    NAMES = ("step", "row", "old_loss", "old_grad_norm", "new_loss", "new_grad_norm", "old_time")
+    NAMES = ("step", "row", "old_loss", "old_grad_norm", "new_loss", "new_grad_norm", "old_time", "new_time")
 
     def __init__(self) -> None:
         self.columns = {name: np.empty(0, np.int64 if name in ("step", "row") else np.float64)

@@ -31,8 +31,8 @@ from .blocks import size_text
 from .columns import Columns, Superseded
 from .evals import EvalSeries
 from .keys import BASE_KEYS, SeriesKeys
-from .records import (EVENT_KEY, BadLine, Batch, HistoryEvent, batch_events, careful_batch, event_of, parse_line,
-                      typed_series_batch)
+from .records import (EVENT_KEY, BadLine, Batch, HistoryEvent, batch_events, careful_batch, event_of, nonfinite_mask,
+                      parse_line, typed_series_batch)
 
 try:
     from .._line_scan import scan as _scan
@@ -229,16 +229,18 @@ class Ingest:
         steps = block["step"]
         if not len(steps):
             return
-        nonfinite = int((~np.isfinite(block["loss"])).sum())
+        bad = nonfinite_mask(block["loss"])
+        nonfinite = int(bad.sum())
         self.nonfinite += nonfinite
         update.new_nonfinite += nonfinite
         if nonfinite:
-            self.last_nonfinite_step = int(steps[np.flatnonzero(~np.isfinite(block["loss"]))[-1]])
+            self.last_nonfinite_step = int(steps[np.flatnonzero(bad)[-1]])
         update.new_steps += len(steps)
         # Where the steps go back, in file order (the columns keep only the newest line per step).
+        # A step logged again right after itself (a step's values in several calls) goes nowhere.
         before = self.head_step
-        back = np.flatnonzero(steps[1:] <= steps[:-1]) + 1
-        if before is not None and steps[0] <= before:
+        back = np.flatnonzero(steps[1:] < steps[:-1]) + 1
+        if before is not None and steps[0] < before:
             back = np.concatenate(([0], back))
         if len(back):
             keep = back[-limits.MAX_REWINDS:]

@@ -423,9 +423,11 @@ def verify_covered(path: str | os.PathLike[str], source: dict[str, Any],
 def as_read(history: LossHistory) -> HistoryUpdate:
     """What a refresh that read the whole of ``history`` from the start reports (its first
     problems as the reader kept them)."""
+    # Lines for steps already read: a rewind, or a step logged again right after itself (no rewind).
+    again = history.superseded.get("step")
+    froms = [step for step, _ in history.rewinds] + ([int(again.min())] if len(again) else [])
     return HistoryUpdate(history.rows_read, list(history.events), list(history.problems), history.nonfinite,
-                         history.rewind_count > 0, False, history.bad_lines,
-                         min((step for step, _ in history.rewinds), default=None))
+                         history.rewind_count > 0 or len(again) > 0, False, history.bad_lines, min(froms, default=None))
 
 
 def forget_mirror(path: Path) -> None:

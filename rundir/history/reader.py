@@ -114,8 +114,9 @@ class LossHistory(JsonArrayReading):
             if given is not None:
                 history.superseded.columns[name] = np.array(given, history.superseded.columns[name].dtype)
         kept = history.superseded.columns
-        if len(kept["old_time"]) != len(kept["step"]):       # handed over by a reader before old_time
-            kept["old_time"] = np.full(len(kept["step"]), np.nan)
+        for name in ("old_time", "new_time"):
+            if len(kept[name]) != len(kept["step"]):        # handed over by a reader before the times
+                kept[name] = np.full(len(kept["step"]), np.nan)
         history.last_nonfinite_step, history.head_step = meta.get("last_nonfinite_step"), meta.get("head_step")
         history.rewinds = [(int(s), float(t)) for s, t in meta.get("rewinds", ())]
         history.rewind_count = int(meta.get("rewind_count", 0))

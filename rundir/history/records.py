@@ -34,12 +34,29 @@ from .keys import SeriesKeys
 FLOAT_COLUMNS = ("loss", "lr", "grad_norm", "time")
 
 
+# The loss of a step line that has no "loss" key: a quiet NaN whose payload says so, kept
+# apart from a non-finite loss (null, NaN, Infinity) by :func:`nonfinite_mask`. The C
+# scanner (rundir/_line_scan.c, absent_loss) writes the same bits.
+ABSENT_LOSS_BITS = 0x7FF80000A85E0000
+ABSENT_LOSS: float = float(np.array([ABSENT_LOSS_BITS], np.uint64).view(np.float64)[0])
+
+
+def nonfinite_mask(loss: np.ndarray) -> np.ndarray:
+    """Which of ``loss`` (float64) are non-finite losses: NaN or infinite, but not a line that
+    had no loss at all (an engine that logs its loss every 10th step, or a step of other
+    metrics only): absent is absent, never non-finite."""
+    bad = ~np.isfinite(loss)
+    if bad.any():
+        bad &= np.ascontiguousarray(loss).view(np.uint64) != ABSENT_LOSS_BITS
+    return bad
+
+
 class TypedLine(msgspec.Struct, gc=False):
     """The typed view of a history line that the fast path decodes into: no dict per
     line, unknown keys skipped by the decoder. Event lines are re-read in full."""
 
     step: int = -1
-    loss: float | None = None
+    loss: float | None = ABSENT_LOSS
     lr: float = math.nan
     grad_norm: float = math.nan
     arm: str = ""
@@ -216,7 +233,8 @@ def step_row(record: dict[str, Any]) -> tuple[Any, ...]:
     """A step line's values in the order of :func:`columns_from_rows`."""
     tokens, arm = record.get("tokens"), record.get("arm")
     return (record["step"], tokens if is_int(tokens) else -1, arm if isinstance(arm, str) else "",
-            *(as_float(record.get(name)) for name in FLOAT_COLUMNS))
+            *(ABSENT_LOSS if name == "loss" and name not in record else as_float(record.get(name))
+              for name in FLOAT_COLUMNS))
 
 
 def columns_from_rows(rows: list[tuple[Any, ...]], series: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:

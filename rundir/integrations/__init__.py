@@ -13,8 +13,9 @@ from typing import Any, Iterable, Mapping
 
 
 # The step line's own keys (run.log's parameters, and the time it stamps): a framework metric
-# of one of these names is not passed on as a series of its own.
-RESERVED = frozenset({"step", "loss", "lr", "grad_norm", "tokens", "time", "arm"})
+# of one of these names (or of one the run API refuses: the reader's "event", "nonfinite", "skipped")
+# is not passed on as a series of its own.
+RESERVED = frozenset({"step", "loss", "lr", "grad_norm", "tokens", "time", "arm", "event", "nonfinite", "skipped"})
 
 
 def scalars(metrics: Mapping[str, Any], skip: Iterable[str] = ()) -> dict[str, float]:

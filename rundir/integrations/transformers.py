@@ -10,7 +10,16 @@ for sets ``control.should_save`` (the ``Trainer`` saves ``output_dir/checkpoint-
 always does, reported when it is saved), a stop sets ``control.should_save`` and
 ``control.should_training_stop``, so ``train()`` returns normally. A run this callback
 opened it finishes at the end of training. Resuming
-(``train(resume_from_checkpoint=...)``) is said in the history. One process.
+(``train(resume_from_checkpoint=...)``) is said in the history.
+
+Several processes (``torchrun``, ``accelerate launch``): the callback runs on every rank and
+every rank opens the run (:mod:`rundir.job`: rank 0 owns it, the others write nothing). At
+each ``on_step_end`` every rank agrees the requests over the job's process group
+(``run.agree()``, one small all-reduce), so ``control.should_save`` and
+``control.should_training_stop`` are set identically on every rank at the same step: the
+``Trainer``'s own collective paths (its save, ``store_flos``) then run on every rank, and
+``s`` ends every rank with the final checkpoint and exit status 0. Each rank reports the
+saved checkpoint (``run.checkpoint_saved`` at ``on_save``); rank 0 reports it once all have.
 
 ``transformers`` is imported only when the callback is first used (extra ``[transformers]``).
 """
@@ -46,7 +55,7 @@ def _build() -> type:
             self._path, self._config = run, config
 
         def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if self.run is None and state.is_world_process_zero:
+            if self.run is None:                # every rank: rank 0 owns the run, the others join it
                 self.run = open_run(self._path, self._config if self._config is not None else args.to_dict())
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -66,6 +75,8 @@ def _build() -> type:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.run is None:
                 return
+            if self.run.world_size > 1:
+                self.run.agree()                # the same decision on every rank, at this step
             if self.run.checkpoint_requested:
                 control.should_save = True
             if self.run.stop_requested:
@@ -75,7 +86,9 @@ def _build() -> type:
             if self.run is None:
                 return
             path = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-            if os.path.exists(path):
+            # With several processes every rank reports it (a collective: none may skip it);
+            # rank 0, which checks the path, reports it once all have returned from the save.
+            if self.run.world_size > 1 or os.path.exists(path):
                 self.run.checkpoint_saved(state.global_step, path)
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

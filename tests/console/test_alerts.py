@@ -149,7 +149,9 @@ def test_disk_nearly_full_and_a_zombie_arm_are_alerts(tmp_path):
     snap, _ = RunReader(run, free_space=lambda _: 1000).read()
     alerts = {a.kind: a for a in snap.alerts}
     assert alerts["disk"].level == "error" and alerts["disk"].text.startswith("disk nearly FULL")
-    assert alerts["zombie"].level == "warning" and "gone-arm" in alerts["zombie"].text
+    assert alerts["zombie"].level == "error" and "gone-arm" in alerts["zombie"].text
+    # One level for a kind, everywhere: the problems pane says the zombie at the alert's.
+    assert [p.level for p in snap.problems if p.kind == "zombie"] == ["error"]
     code, lines = check_report(snap)
     assert code == 2 and lines[0].startswith("error: disk nearly FULL")
 
@@ -184,11 +186,11 @@ def test_many_problems_of_one_kind_are_one_alert(tmp_path):
     tracker = AlertTracker()
     snap, _ = RunReader(run).read()
     [alert] = tracker.new_alerts(snap)
-    assert (alert.kind, alert.level, alert.count) == ("zombie", "warning", 2000)
+    assert (alert.kind, alert.level, alert.count) == ("zombie", "error", 2000)
     assert alert.text.startswith("2,000 zombie arms: zombie arm gone-0000: ") and alert.text.endswith("; and 1,997 more")
     assert tracker.new_alerts(snap) == []
     code, lines = check_report(snap)
-    assert code == 1 and [line for line in lines if "zombie" in line] == [printable(f"warning: {alert.text}", LINE_LIMIT)]
+    assert code == 2 and [line for line in lines if "zombie" in line] == [printable(f"error: {alert.text}", LINE_LIMIT)]
 
 
 @pytest.mark.asyncio

@@ -244,3 +244,24 @@ def test_times_ahead_of_the_clock_are_said_so(make_run_dir):
     assert "in the future ago" not in out and "in the future" in out, out
     [speed] = [line for line in out.splitlines() if line.startswith("step ")]
     assert "-0.0" not in speed and speed.endswith("· -"), speed           # no speed, rather than a wrong one
+
+
+def test_a_stopped_run_shows_no_speed(tmp_path):
+    """A run whose trainer logged its stop makes no progress: no steps/s, tok/s or ETA in
+    --once, --json and the overview (it showed the last segment's 2.0 steps/s)."""
+    from tests.rundirs import make_run
+
+    run = make_run(tmp_path / "runs" / "run", steps=300, events=({"event": "stop", "step": 300, "reason": "signal"},))
+    h = json.loads(console(run, "--json").stdout)["history"]
+    assert (h["last_step"], h["steps_per_s"], h["tokens_per_s"], h["eta_s"]) == (300, None, None, None)
+    [speed] = [line for line in console(run, "--once").stdout.splitlines() if line.startswith("step ")]
+    assert "steps/s" not in speed.replace("- steps/s", "") and speed.endswith("· -"), speed
+    [row] = json.loads(console(tmp_path / "runs", "--json").stdout)["runs"]
+    assert row["last_step"] == 300 and row["steps_per_s"] is None
+    with open(run / ".loss.json", "a") as fh:            # resumed: moving again, a speed again
+        fh.write(json.dumps({"event": "resume", "step": 300, "from_step": 300, "time": EPOCH + 2000}) + "\n")
+        for step in range(301, 321):
+            fh.write(json.dumps({"step": step, "loss": 2.0, "lr": 3e-3, "grad_norm": 1.0, "arm": "a",
+                                 "tokens": step * 10, "time": EPOCH + 2000 + step / 2}) + "\n")
+    h = json.loads(console(run, "--json").stdout)["history"]
+    assert h["steps_per_s"] == pytest.approx(2.0)

@@ -72,3 +72,24 @@ def test_spikes_in_another_engines_json_array_history(tmp_path):
     assert snap.history.format == "array"
     assert [s.start for s in snap.history.spikes] == [700]
     assert snap.history.nonfinite_steps == (800,)
+
+
+def test_a_diverged_resume_is_a_problem_as_it_is_an_alert(tmp_path):
+    """--check's error for a resume that diverged is in the problems list (--once, the pane)
+    too: never "problems (0) none" beside an exit 2."""
+    from console.actions.alerts import check_report
+    from tests.console.test_cli import console
+
+    run = make_run(tmp_path / "run", RunSpec(steps=300))
+    with LossHistoryWriter(run / ".loss.json") as w:
+        w.event("resume", step=280, from_step=280, rerun={"from": 281, "to": 300}, time=9000.0)
+        for s in range(281, 311):
+            w.append({"step": s, "loss": 9.0, "lr": 1e-3, "grad_norm": 1.0, "arm": "stdlib-code", "tokens": s,
+                      "time": 9000.0 + s})
+    snap, _ = RunReader(run).read()
+    [problem] = [p for p in snap.problems if p.kind == "resume"]
+    assert problem.level == "error" and problem.text.startswith("resume at 280 DIVERGED at step 281")
+    code, lines = check_report(snap)
+    assert code == 2 and lines.count(f"error: {problem.text}") == 1
+    once = console(run, "--once").stdout
+    assert f"  ! {problem.text}" in once and "problems (0)" not in once

@@ -68,5 +68,5 @@ def test_the_readme_key_table_is_the_key_bar():
 def test_the_help_lists_the_bar_s_keys_in_its_order():
     assert [key for key, _ in HELP_KEYS[:len(RUN_KEYS)]] == [k.shown_as for k in RUN_KEYS]
     assert [key for key, _ in HELP_KEYS[len(RUN_KEYS):len(RUN_KEYS) + 4]] == ["1-6", "Tab", "↑↓", "⏎"]
-    # Then the plots' view keys, which the bar leaves to the help.
-    assert [key for key, _ in HELP_KEYS[len(RUN_KEYS) + 4:]] == ["m", "z", "Z", ", .", "g", "t", "0", "←→"]
+    # Then the plots' view keys and the job's ranks, which the bar leaves to the help.
+    assert [key for key, _ in HELP_KEYS[len(RUN_KEYS) + 4:]] == ["m", "z", "Z", ", .", "g", "t", "0", "←→", "k", "K"]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
-from console.read.landing import AnswerSince, answer_to, reports_checkpoints
+from console.read.landing import answer_to, reports_checkpoints
 from rundir.history.records import HistoryEvent
 
 
@@ -20,7 +18,7 @@ def test_the_answer_is_the_checkpoint_after_the_signal_never_a_scheduled_one_bef
     assert answer_to(events, 11.0) == "step_000209.bin"
     assert answer_to(events[:3], 11.0) is None                  # taken, not written yet
     assert answer_to(events, 13.0) is None                      # a later request: not answered
-    assert reports_checkpoints(events) and not reports_checkpoints([ev("eval", 1.0)])
+    assert reports_checkpoints(events) and not reports_checkpoints(events[2:3])
 
 
 def test_a_signal_taken_during_a_write_is_answered_by_that_write():
@@ -29,23 +27,31 @@ def test_a_signal_taken_during_a_write_is_answered_by_that_write():
     assert answer_to(events, 11.5) == "step_000200.bin"
 
 
-def test_the_answer_is_read_from_the_lines_added_since_the_request(tmp_path):
-    """Only the lines after the history's end then (less a look back) are read, by reopening the
-    file each time: however long a mount hides the growth, no line is skipped."""
-    history = tmp_path / ".loss.json"
-    steps = [json.dumps({"step": s, "loss": 1.0, "time": 10.0}) for s in range(5000)]
-    history.write_text("\n".join(steps) + "\n" + json.dumps({"event": "checkpoint", "step": 4999, "time": 10.5,
-                                                             "path": "step_004999.bin", "reason": "cadence"}) + "\n")
-    answer = AnswerSince(tmp_path, 11.0)
-    assert answer.name() is None and answer.reports            # the cadence checkpoint answers nothing
-    with open(history, "a") as fh:
-        fh.write("\n".join(steps[:3000]) + "\n")
-        fh.write(json.dumps({"event": "signal", "step": 5009, "time": 11.2, "signal": "SIGUSR1",
-                             "action": "checkpoint", "during_checkpoint": False}) + "\n")
-        fh.write(json.dumps({"event": "checkpoint", "step": 5009, "time": 11.3, "path": "step_005009.bin",
-                             "reason": "signal"})[:40])          # torn: being written
-    assert answer.name() is None
-    with open(history, "a") as fh:
-        fh.write(json.dumps({"event": "checkpoint", "step": 5009, "time": 11.3, "path": "step_005009.bin",
-                             "reason": "signal"})[40:] + "\n")
-    assert answer.name() == "step_005009.bin"
+def test_a_checkpoint_reported_by_a_fast_loop_is_seen_though_more_than_a_tail_was_written_since(tmp_path):
+    """A loop of a step a millisecond writes more than a tail's worth of lines between two looks of a
+    busy console: the checkpoint's event must still be found (it scrolled out of a fixed tail)."""
+    import time
+
+    from console.read.landing import AnswerSince, ExternalSince
+    from rundir import LossHistoryWriter
+    from rundir.history.limits import TAIL_BYTES
+    from rundir.layout import LOSS_JSON
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "step-5.pt").write_bytes(b"x")
+    writer = LossHistoryWriter(run / LOSS_JSON)
+    writer.append({"step": 1, "loss": 1.0, "time": time.time()})
+    sent = time.time()
+    external, answer = ExternalSince(run, sent), AnswerSince(run, sent)
+    assert external() is None and answer.name() is None
+    writer.append({"event": "signal", "step": 5, "time": time.time(), "signal": "SIGUSR1", "action": "checkpoint"})
+    writer.append({"event": "external_checkpoint", "step": 5, "time": time.time(), "path": "step-5.pt", "size": 1,
+                   "reason": "signal"})
+    step = 6
+    while (run / LOSS_JSON).stat().st_size < 4 * TAIL_BYTES:
+        writer.append({"step": step, "loss": 1.0 / step, "lr": 1e-3, "tokens": step * 64, "time": time.time()})
+        step += 1
+    writer.close()
+    found = external()
+    assert found is not None and found.path == "step-5.pt" and found.step == 5

@@ -122,3 +122,30 @@ def test_foreign_checkpoints_under_a_run_toml_are_said_to_be_why(make_run_dir):
     run = make_run_dir(**{**SPIKY, "foreign": SPIKY["checkpoints"]})
     with pytest.raises(RollbackError, match="the 5 checkpoint.s. here are foreign: a rollback resumes andrea-train"):
         propose_rollback(run, RollbackRequest())
+
+
+def test_a_rollback_past_a_pivot_warns_and_the_pivot_is_no_longer_listed(make_run_dir):
+    """A pivot at 450 (its archive and event); a rollback to 300 goes back past it: the
+    proposal warns (the screen and --rollback print it), and once done --once and --json no
+    longer list the pivot the run left behind."""
+    import json
+
+    from rundir import LossHistoryWriter
+    from tests.rundirs import EPOCH
+
+    run = make_run_dir(steps=600, checkpoints=(100, 200, 300, 400, 500))
+    archive = run / "archive" / "pivot_000450_20251129T090000Z"
+    archive.mkdir(parents=True)
+    (archive / "pivot.json").write_text(json.dumps({"final_step": 450, "stage": "complete",
+                                                   "new_policy": {"caps": {}, "floors": {}}}))
+    with LossHistoryWriter(run / LOSS_JSON) as w:
+        w.event("pivot", step=450, time=EPOCH + 450.5, archive=archive.name, policy={}, old_policy={}, dropped=[])
+    assert "P = 450" in console(run, "--once").stdout
+    assert "WARNING" not in propose_rollback(run, RollbackRequest(to_step=500)).describe()
+    text = propose_rollback(run, RollbackRequest(to_step=300, skip_batches=0)).describe()
+    assert "; WARNING: step 300 is before the pivot at step 450: " in text and "NOT exactly" in text
+    with LossHistoryWriter(run / LOSS_JSON) as w:
+        w.event("rollback", step=300, time=EPOCH + 10_000, from_step=600, to_step=300, skip_batches=0)
+    out = console(run, "--once").stdout
+    assert "P = 450" not in out and "pivots (" not in out, out
+    assert json.loads(console(run, "--json").stdout)["pivots"] == []

@@ -271,3 +271,34 @@ def test_the_series_table_never_takes_a_figure_from_an_abandoned_step(tmp_path):
     once = console(run, "--once").stdout
     row = next(line.split() for line in once.splitlines() if line.startswith("  eval_loss "))
     assert row[1] == "2.5" or row[1].startswith("2.5"), row
+
+
+def test_once_with_a_metric_prints_only_that_series(make_run_dir):
+    """--once --metric lr: the lr's plot and its summary row, not the whole report (the README's
+    "the text plot of one series")."""
+    run = make_run_dir(steps=600)
+    out = console(run, "--once", "--metric", "lr", "--width", "80").stdout
+    lines = out.splitlines()
+    assert lines[0].endswith(" · lr") and any(line.startswith("learning rate") or line.startswith("lr") for line in lines)
+    assert "trainer " not in out and "checkpoints (" not in out and "problems (" not in out, out
+    rows = [line.split()[0] for line in lines[lines.index("over every step") + 2:] if line.strip()]
+    assert rows == ["lr"]
+
+
+def test_csv_into_a_pipe_closed_early_ends_quietly(make_run_dir):
+    """andrea-console RUN --csv | head -2: no BrokenPipeError traceback, exit 0."""
+    import subprocess
+    import sys
+
+    from tests.console.test_cli import ROOT
+
+    run = make_run_dir(steps=20_000)
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    producer = subprocess.Popen([sys.executable, "-m", "console", str(run), "--csv"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    head = producer.stdout.readline() + producer.stdout.readline()
+    producer.stdout.close()                                   # head -2 has what it wanted
+    _, err = producer.communicate(timeout=60)
+    assert head.startswith(b"step,tokens,time,loss\n")
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err
+    assert producer.returncode == 0

@@ -480,7 +480,7 @@ def test_huge_numbers_are_read_or_counted_not_raised(tmp_path):
     h = LossHistory(path)
     h.refresh()
     assert h.error is None
-    assert h.step.tolist() == [1, 2, 3, 4, 5] and h.bad_lines == 2 and h.nonfinite == 3   # no loss is NaN too
+    assert h.step.tolist() == [1, 2, 3, 4, 5] and h.bad_lines == 2 and h.nonfinite == 2   # no loss is absent
     assert h.tokens.tolist()[:2] == [-1, -1] and math.isinf(h.loss[2]) and math.isinf(h.time[3])
     assert [(e.event, e.step, e.time) for e in h.events] == [("x", None, math.inf)]
     json.dumps([e.data for e in h.events])
@@ -559,3 +559,40 @@ def test_a_tail_that_is_one_junk_line_looks_further_back_or_counts_it(tmp_path, 
     tail = read_history_tail(path)
     assert tail.bad_lines == 1
     assert (int(tail.step[-1]) if len(tail.step) else None) == (300 if found else None)
+
+
+@pytest.mark.parametrize("path", ["scanner", "typed", "careful", "array"])
+def test_a_step_without_loss_is_absent_never_nonfinite(tmp_path, monkeypatch, path):
+    """An engine that logs its loss every 10th step (the others lr only): 9 of 10 steps have no
+    loss, which is absent, not non-finite; a null, NaN or Infinity loss is non-finite. Read by
+    the C scanner, the typed decode, the careful one (a NaN token in the batch) and an array."""
+    from rundir.history import ingest
+    from rundir.run_summary import summarize_run
+    from rundir.spikes import SpikeDetector
+
+    if path != "scanner":
+        monkeypatch.setattr(ingest, "_scan", None)
+    records = [{"step": s, "lr": 1e-3, "time": 1000.0 + s, **({"loss": 2.0} if s % 10 == 0 else {})}
+               for s in range(1, 101)]
+    records[49] = {"step": 50, "loss": None, "nonfinite": "nan", "time": 1050.0}
+    run = tmp_path / "run"
+    run.mkdir()
+    path_ = run / ".loss.json"
+    if path == "array":
+        path_.write_text(json.dumps(records))
+    else:
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        if path == "careful":
+            text += '{"step": 101, "loss": Infinity, "time": 1101.0}\n'
+        path_.write_text(text)
+    h = LossHistory(path_)
+    h.refresh()
+    want = [50, 101] if path == "careful" else [50]
+    assert h.nonfinite == len(want) and h.last_nonfinite_step == want[-1], path
+    assert np.isnan(h.loss[0]) and h.loss[9] == 2.0
+    detector = SpikeDetector()
+    detector.update(h.step, h.loss)
+    assert detector.nonfinite_steps == want
+    summary = summarize_run(run)
+    assert [p for p in summary.problems if "non-finite" in p] == [
+        f".loss.json: {len(want)} non-finite loss value(s) among the newest steps"]

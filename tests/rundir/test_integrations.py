@@ -125,3 +125,91 @@ def test_a_sigterm_lightning_sees_first_still_stops_with_a_checkpoint(tmp_path):
     assert [(c["step"], c["reason"]) for c in report["external_checkpoints"]] == [(3, "signal")]
     assert (run_dir / report["external_checkpoints"][0]["path"]).stat().st_size > 0
     assert "stop (signal) at step 3" in (run_dir / TRAINER_LOG).read_text()
+
+
+FAILING_SAVE = '''
+import sys, time
+import lightning as L
+import torch
+from rundir.integrations.lightning import RundirCallback
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.01)
+        return self.net(batch[0]).pow(2).mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+run_dir, blocked = sys.argv[1], sys.argv[2]          # blocked: a file where the checkpoints' directory would be
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=4)
+L.Trainer(max_steps=1_000_000, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+          enable_model_summary=False, callbacks=[RundirCallback(run_dir, dirpath=blocked)]).fit(Tiny(), data)
+'''
+
+
+def test_a_stop_that_fails_in_the_framework_is_said_as_an_error(tmp_path):
+    """``s`` to a Lightning fit whose final checkpoint cannot be written (its directory is a
+    file): the fit ends with the error, and the console says so (``--stop`` exit 1, ``--check``
+    exit 2), never "exited cleanly"."""
+    run_dir, blocked = tmp_path / "run", tmp_path / "blocked"
+    blocked.write_text("a file, not a directory\n")
+    script = tmp_path / "failing_save.py"
+    script.write_text(FAILING_SAVE)
+    with open(tmp_path / "out", "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(script), str(run_dir), str(blocked)], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=ROOT, env=ENV, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (verify_trainer(run_dir).ok and _steps(run_dir) >= 3):
+            assert proc.poll() is None, (tmp_path / "out").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the fit never logged a step"
+            time.sleep(0.1)
+        r = console(run_dir, "--stop", "--timeout", "120")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "exited with an error (error: " in r.stdout and "cleanly" not in r.stdout, r.stdout
+        assert proc.wait(60) != 0
+        check = console(run_dir, "--check")
+        assert check.returncode == 2 and "the trainer stopped with an error" in check.stdout, check.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+FAILING_HF = '''
+import sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+from rundir.integrations.transformers import RundirCallback
+
+class Fails(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 3:
+            raise RuntimeError("the framework failed")
+
+ids = torch.randint(0, 64, (64, 16), generator=torch.Generator().manual_seed(0))
+data = [{"input_ids": row, "labels": row} for row in ids]
+model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+args = TrainingArguments(output_dir=sys.argv[1] + "/checkpoints", max_steps=100, per_device_train_batch_size=4,
+                         logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=data, callbacks=[RundirCallback(sys.argv[1]), Fails()]).train()
+'''
+
+
+def test_a_hugging_face_trainer_that_fails_is_said_as_an_error(tmp_path):
+    """The Trainer has no hook for its own failure: the exception that ends the script is the
+    run's stop reason (``error: RuntimeError``, from the run API's exit hook), and the console
+    says an error (``--check`` exit 2), never a clean exit."""
+    run_dir = tmp_path / "run"
+    script = tmp_path / "failing_hf.py"
+    script.write_text(FAILING_HF)
+    done = subprocess.run([sys.executable, str(script), str(run_dir)], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT, env=ENV)
+    assert done.returncode == 1 and "the framework failed" in done.stderr, done.stderr[-3000:]
+    stops = [json.loads(line) for line in (run_dir / LOSS_JSON).read_text().splitlines() if '"event":"stop"' in line]
+    assert [s["reason"] for s in stops] == ["error: RuntimeError"], stops
+    check = console(run_dir, "--check")
+    assert check.returncode == 2 and "the trainer stopped with an error" in check.stdout, check.stdout

@@ -140,3 +140,14 @@ def test_a_resume_after_a_rollback_is_not_compared_with_the_abandoned_steps(tmp_
     assert [c.compared for c in checks(history)] == [5]
     records = records[:-30]                                 # 41..45 not yet run again: pending
     assert [(c.compared, c.verdict) for c in checks(history_of(tmp_path / "early", records))] == [(0, "pending")]
+
+
+def test_a_step_logged_twice_by_the_resumed_process_is_no_rerun(tmp_path):
+    """After a resume from 20 (21..30 run again), the new process logs step 35 twice (its
+    values in two calls, the second with another loss): only 21..30 are compared."""
+    records = [process("start", 0, time=500.0), *(line(s) for s in range(1, 31)),
+               process("resume", 20, from_step=20, rerun={"from": 21, "to": 30}, time=1050.0)]
+    records += [{**line(s), "time": 1100.0 + s} for s in range(21, 41)]
+    records.insert(records.index(records[-5]) + 1, {**line(35, loss=9.0), "time": 1200.0})
+    [check] = checks(history_of(tmp_path, records, 3))
+    assert (check.compared, check.identical, check.verdict) == (10, True, "verified"), check.text()

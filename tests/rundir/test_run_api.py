@@ -89,6 +89,34 @@ def test_signals_and_the_request_file_set_flags_answered_by_a_saved_checkpoint(t
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL      # the handlers put back
 
 
+def test_a_run_that_leaves_sigusr1_to_a_framework_is_asked_through_the_request_file(tmp_path):
+    """Lightning's SLURM requeue keeps SIGUSR1: the run puts the previous handler back, its
+    record says so, and the console's checkpoint request (signal_trainer, SIGUSR1) becomes the
+    request file, taken as before; SIGUSR1 itself reaches the framework's handler only."""
+    run_dir, got = tmp_path / "x", []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+    try:
+        with open_run(run_dir) as run:
+            run.log(1, loss=1.0)
+            run.leave_checkpoint_signal()
+            assert json.loads((run_dir / TRAINER_JSON).read_text())["checkpoint_requests"] == "file"
+            os.kill(os.getpid(), signal.SIGUSR1)
+            until(lambda: got, what="the framework's handler")
+            assert not run.checkpoint_requested
+            console = subprocess.run([sys.executable, "-c", "import rundir, signal, sys; v = rundir.signal_trainer("
+                                      "sys.argv[1], signal.SIGUSR1); print(v.ok, v.requested, v.reason)", str(run_dir)],
+                                     capture_output=True, text=True, timeout=60, cwd=ROOT)
+            assert console.stdout.startswith("True True"), console.stdout + console.stderr
+            until(lambda: run.checkpoint_requested, what="the request taken")
+            (run_dir / "own.pt").write_bytes(b"y" * 10)
+            run.checkpoint_saved(1, run_dir / "own.pt")
+        assert len(got) == 1 and signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL     # the framework's, kept
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    signals = [e.data["signal"] for e in history(run_dir).events if e.event == "signal"]
+    assert signals == ["checkpoint request"]
+
+
 def test_a_second_ctrl_c_interrupts_a_loop_that_does_not_look(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         with open_run(tmp_path / "x"):
@@ -119,7 +147,7 @@ def test_each_bad_use_is_one_clear_line(tmp_path):
         assert "extra" in _one_line(err)
         with pytest.raises(RunError) as err:
             run.log(1.5, loss=1.0)
-        assert "not a non-negative integer" in _one_line(err)
+        assert "is not an integer from 0 to 2**63 - 1" in _one_line(err)
         run.log(5, loss=1.0)
         with pytest.raises(RunError) as err:
             run.log(3, loss=1.0)
@@ -219,3 +247,104 @@ def test_a_run_whose_lock_was_taken_over_writes_nothing_more(tmp_path):
     run.finish()
     assert (tmp_path / "x" / ".loss.json").stat().st_size == size        # no stop event of ours
     assert (tmp_path / "x" / ".trainer.json").exists()                    # not ours to remove any more
+
+
+def test_a_step_logged_in_several_calls_is_one_step_whose_fields_merge(tmp_path):
+    """run.log(s, loss=...) then run.log(s, val_loss=...): one step with both (the newest line,
+    written with the fields of the calls before it); no rewind, no non-finite loss, no resume
+    check compares the two lines; a step with no loss at all is absent, not non-finite."""
+    from console.actions.alerts import check_report
+    from console.read.reader import RunReader
+
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        for s in range(1, 201):
+            run.log(s, loss=3.0 - s / 100 if s % 10 == 0 else None, lr=1e-3)
+            if s % 50 == 0:
+                run.log(s, val_loss=2.5)
+    with open_run(run_dir) as run:                          # a second process: a resume from 150
+        run.resumed(150)
+        for s in range(151, 211):
+            run.log(s, loss=3.0 - s / 100 if s % 10 == 0 else None, lr=1e-3)
+            if s % 50 == 0:
+                run.log(s, val_loss=2.4)
+                run.log(s, loss=0.5)                        # a later call's value wins
+    h = history(run_dir)
+    assert h.nonfinite == 0 and h.rewind_count == 1         # the resume's, none for a repeated step
+    at = {int(s): i for i, s in enumerate(h.step)}
+    assert h.loss[at[200]] == 0.5 and h.loss[at[100]] == pytest.approx(2.0)
+    lines = [json.loads(line) for line in (run_dir / LOSS_JSON).read_text().splitlines()]
+    last_100 = [rec for rec in lines if rec.get("step") == 100 and "event" not in rec][-1]
+    assert last_100["loss"] == pytest.approx(2.0) and last_100["val_loss"] == 2.5
+    snap, _ = RunReader(run_dir).read()
+    assert snap.history.last_step == 210 and snap.history.last_loss == pytest.approx(0.9)
+    assert [c.verdict for c in snap.history.resume_checks if c.verdict == "diverged"] == []
+    code, lines = check_report(snap)
+    assert code == 0, lines
+
+
+def test_hostile_inputs_are_each_one_clear_line_and_write_nothing(tmp_path):
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        run.log(1, loss=2.0)
+        before = (run_dir / LOSS_JSON).read_bytes()
+        cases = [
+            (lambda: run.log(2, loss=1.0, m=2**64), "run.log: m = 18446744073709551616 is past 64 bits"),
+            (lambda: run.log(2**63, loss=1.0), "run.log: step 9223372036854775808 is not an integer from 0 to 2**63 - 1"),
+            (lambda: run.checkpoint_saved(2**64, run_dir / LOSS_JSON), "run.checkpoint_saved: step 18446744073709551616"),
+            (lambda: run.checkpoint_saved(2, bytes(run_dir / LOSS_JSON)), "run.checkpoint_saved: path b'"),
+            (lambda: run.log(2, loss=1.0, event=3.0), "run.log: a metric may not be named 'event'"),
+            (lambda: run.log(2, loss=1.0, time=3.0), "run.log: a metric may not be named 'time'"),
+            (lambda: run.log(2, loss=1.0, **{'a"b': 1.0}), "run.log: metric name 'a\"b' is empty or holds a quote"),
+            (lambda: run.log(2, loss=1.0, **{"a\\b": 1.0}), "holds a quote, a backslash or a control character"),
+            (lambda: run.log(2, loss=1.0, **{"a\x01b": 1.0}), "holds a quote, a backslash or a control character"),
+        ]
+        for call, says in cases:
+            with pytest.raises(RunError) as caught:
+                call()
+            assert says in str(caught.value) and "\n" not in str(caught.value), (says, str(caught.value))
+        assert (run_dir / LOSS_JSON).read_bytes() == before          # nothing written
+        run.log(2, loss=1.0, m=2**62)                                # the run goes on
+    looped: dict = {}
+    looped["self"] = looped
+    deep: dict = {}
+    node = deep
+    for _ in range(1000):
+        node["k"] = {}
+        node = node["k"]
+    for config in (looped, deep):
+        with pytest.raises(RunError, match=r"^open_run: the config is nested more than 32 levels deep \(or holds "
+                                           r"itself\)$"):
+            open_run(tmp_path / "y", config=config)
+    with pytest.raises(RunError, match=r"^open_run: path b'.* is not text \(a str or a pathlib.Path\)$"):
+        open_run(bytes(tmp_path / "z"))
+    assert not (tmp_path / "z").exists()
+
+
+def test_a_checkpoint_saved_over_one_path_is_one_checkpoint(tmp_path, monkeypatch):
+    """nanoGPT saves over one ckpt.pt: one checkpoint, its newest step, in the listing (the
+    console's --json and --once read it); another path is another. A directory too big to be one
+    checkpoint ("/") is refused in one line, not walked whole."""
+    from rundir import external
+    from tests.console.test_cli import console
+
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        for step in (100, 200, 300):
+            run.log(step, loss=2.0)
+            (run_dir / "ckpt.pt").write_bytes(b"w" * step)
+            run.checkpoint_saved(step, run_dir / "ckpt.pt")
+        (run_dir / "best.pt").write_bytes(b"b")
+        run.checkpoint_saved(250, run_dir / "best.pt")
+        big = tmp_path / "big"
+        big.mkdir()
+        for i in range(60):
+            (big / str(i)).write_bytes(b"")
+        monkeypatch.setattr(external, "MAX_CHECKPOINT_ENTRIES", 50)
+        with pytest.raises(RunError, match="holds more than 50 entries: not one checkpoint"):
+            run.checkpoint_saved(300, big)
+    listed = external_checkpoints(history(run_dir).events)
+    assert [(e.path, e.step, e.size) for e in listed] == [("ckpt.pt", 300, 300), ("best.pt", 250, 1)]
+    data = json.loads(console(run_dir, "--json").stdout)
+    assert [(e["path"], e["step"]) for e in data["external_checkpoints"]] == [("ckpt.pt", 300), ("best.pt", 250)]
+    assert "checkpoints (2)" in console(run_dir, "--once").stdout

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rundir import RunError, open_run
+from rundir import RunError, SlurmPlacement, open_run, read_trainer_record
 from rundir.job import JobError, JobRanks, job_ranks
 from rundir.layout import TRAINER_JSON
 
@@ -25,6 +25,8 @@ def test_the_rank_comes_from_the_launchers_environment():
     assert job_ranks({**srun, "RANK": "0", "WORLD_SIZE": "2"}).source == "RANK/WORLD_SIZE"   # torchrun under srun
     with pytest.raises(JobError, match="RANK='2' is not a rank of WORLD_SIZE=2"):
         job_ranks({"RANK": "2", "WORLD_SIZE": "2"})
+    with pytest.raises(JobError, match="WORLD_SIZE=2 but RANK is not set: initialize torch.distributed's process"):
+        job_ranks({"WORLD_SIZE": "2", "LOCAL_RANK": "0", "NODE_RANK": "0"})     # Lightning's launcher, before init
 
 
 def test_a_member_joins_rank_0s_directory_and_writes_nothing(tmp_path, monkeypatch):
@@ -76,3 +78,15 @@ def test_rank_0_without_a_process_group_is_told_what_it_needs(tmp_path, monkeypa
     assert str(err.value) == ("run.log: this process is rank 0 of 2 (RANK/WORLD_SIZE), but torch.distributed's "
                               "process group is not initialized: call torch.distributed.init_process_group() before "
                               "the loop's first step")
+
+
+def test_the_record_names_the_slurm_job_as_andrea_trains_does(tmp_path, monkeypatch):
+    for name, value in {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_CLUSTER_NAME": "c1",
+                        "SLURMD_NODENAME": "node7", "SLURM_JOB_NAME": "train", "SLURM_JOB_USER": "ana",
+                        "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    with open_run(tmp_path / "x") as run:
+        record, _ = read_trainer_record(tmp_path / "x")
+        assert record is not None and record.slurm == SlurmPlacement.from_env() == run.record.slurm
+        assert (record.slurm.job_id, record.slurm.step_id, record.slurm.node) == ("4242", "0", "node7")
+        assert record.world_size is None and run.world_size == 1       # one task: one process

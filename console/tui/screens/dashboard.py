@@ -19,7 +19,7 @@ from textual.widget import Widget
 
 from ...model.series import DEFAULT_GRID, available, spec_of
 from ...model.snapshot import Notice, RunSnapshot
-from ..keys import RUN_KEYS, VIEW_KEYS, bindings, hints, pane_keys
+from ..keys import JOB_KEYS, RUN_KEYS, VIEW_KEYS, bindings, hints, pane_keys
 from ..messages import DetailRequested
 from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
                        StatusPane)
@@ -38,7 +38,7 @@ PANE_IDS = {name: wid for _, name, wid in PANES}
 FIRST_PANE = "events"
 # The dashboard's keys: the run's, then those that move among the panes (README's key
 # table ends with the hints the key bar says after the keys).
-DASHBOARD_KEYS = (*RUN_KEYS, *pane_keys(PANES, f"{FULL_FROM.width}x{FULL_FROM.height}"), *VIEW_KEYS)
+DASHBOARD_KEYS = (*RUN_KEYS, *pane_keys(PANES, f"{FULL_FROM.width}x{FULL_FROM.height}"), *VIEW_KEYS, *JOB_KEYS)
 # The key bar's hints in the order it keeps them as the width shrinks: Tab last (the number
 # keys do what it does), so that at 160 columns the plot's keys are named.
 BAR_HINTS = hints(tuple(sorted(DASHBOARD_KEYS, key=lambda k: k.key == "tab")))

@@ -12,10 +12,7 @@ import math
 
 import numpy as np
 from rich.text import Text
-from textual import events
 from textual.reactive import reactive
-
-from textual.widget import Widget
 
 from ...model.format import printable
 from ...model.series import UnknownSeries, available, is_sparse, on_rows, series_values, spec_of
@@ -23,21 +20,14 @@ from ...model.units import unit_of
 from ...plot.canvas import LABEL_WIDTH
 from ...plot.ema import ema_debiased, line_dtype
 from ...plot.overlay import SERIES_STYLES, build_overlay, render_overlay_runs
-from ...plot.view import joined, panned, with_cursor, zoomed
+from ...plot.view import joined, with_cursor
+from .plot_pane import PlotPane
 
-# The x axes of the comparison: a run's steps, its tokens, or the seconds since its first step.
-COMPARE_AXES = ("step", "tokens", "time")
 AXIS_WORDS = {"step": "step", "tokens": "tokens", "time": "time since start"}
-SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
 
 
-class ComparePlot(Widget):
-    x_axis: reactive[str] = reactive("step")
-    log_y: reactive[bool] = reactive(False)
+class ComparePlot(PlotPane):
     metric: reactive[str] = reactive("loss")        # the series compared (console.model.series)
-    smoothing: reactive[float] = reactive(0.98)
-    zoom: reactive[tuple[int, int] | None] = reactive(None)     # the x range in view, on the axis; None: all
-    cursor: reactive[float | None] = reactive(None)             # the cursor's x, on the axis
 
     def __init__(self, smoothing: float = 0.98, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -46,7 +36,6 @@ class ComparePlot(Widget):
         self.series: list[tuple] | None = None
         self._frame: tuple[float, float, int] | None = None      # (x0, x1, cells) as last drawn
         self._ema: dict[tuple, np.ndarray] = {}
-        self._drag_from: int | None = None
 
     @property
     def by_tokens(self) -> bool:
@@ -92,13 +81,6 @@ class ComparePlot(Widget):
 
     def watch_cursor(self) -> None:
         self.refresh()
-
-    def cycle_x_axis(self) -> None:
-        self.x_axis = COMPARE_AXES[(COMPARE_AXES.index(self.x_axis) + 1) % len(COMPARE_AXES)]
-
-    def cycle_smoothing(self) -> None:
-        bigger = [s for s in SMOOTHING_STEPS if s > self.smoothing + 1e-12]
-        self.smoothing = bigger[0] if bigger else SMOOTHING_STEPS[0]
 
     def describe(self) -> str:
         ema = f"EMA {self.smoothing:g}" if self.smoothing > 0 else "EMA off"
@@ -158,16 +140,6 @@ class ComparePlot(Widget):
         return math.floor(min(float(x[0]) for x in xs)), math.ceil(max(float(x[-1]) for x in xs))
 
     # -- zoom, pan, cursor -----------------------------------------------------------
-    def zoom_by(self, factor: float) -> None:
-        full = self.full_range()
-        if full is not None:
-            self.zoom = zoomed(self.zoom, full, factor, self.cursor)
-
-    def pan(self, direction: int) -> None:
-        full = self.full_range()
-        if full is not None:
-            self.zoom = panned(self.zoom, full, direction)
-
     def unzoom(self) -> None:
         self.zoom, self.cursor = None, None
 
@@ -183,28 +155,15 @@ class ComparePlot(Widget):
         col = min(max(col, 0), width - 1)
         self.cursor = x0 + (col + 0.5) / width * (x1 - x0) if 0 < col < width - 1 else (x0 if col == 0 else x1)
 
-    def _x_at(self, offset_x: int) -> float | None:
+    def x_at_column(self, column: int) -> float | None:
         if self._frame is None:
             return None
         x0, x1, width = self._frame
-        col = min(max(offset_x - LABEL_WIDTH, 0), width - 1)
+        col = min(max(column, 0), width - 1)
         return x0 + (col + 0.5) / width * (x1 - x0)
 
-    def on_mouse_down(self, event: events.MouseDown) -> None:
-        offset = event.get_content_offset(self)
-        self._drag_from = offset.x if offset is not None else None
-
-    def on_mouse_up(self, event: events.MouseUp) -> None:
-        offset = event.get_content_offset(self)
-        start, self._drag_from = self._drag_from, None
-        if offset is None or start is None:
-            return
-        if abs(offset.x - start) >= 2:
-            a, b = sorted((self._x_at(start), self._x_at(offset.x)))
-            if a is not None and b is not None and b > a:
-                self.zoom = (math.floor(a), math.ceil(b))
-        else:
-            self.cursor = self._x_at(offset.x)
+    def set_cursor(self, x: float | None) -> None:
+        self.cursor = x
 
     # -- drawing ---------------------------------------------------------------------
     def _x_text(self, x: float) -> str:

@@ -14,43 +14,37 @@ from __future__ import annotations
 import numpy as np
 from rich.segment import Segment
 from rich.text import Text
-from textual import events
 from textual.message import Message
 from textual.reactive import reactive, var
 from textual.strip import Strip
-from textual.widget import Widget
 
 import time
 
 from rich.style import Style
 
-from ...model.format import AXIS_NEEDS, X_AXES
+from ...model.format import AXIS_NEEDS
 from ...model.markers import MARKER_KINDS, Marker
 from ...model.series import UnknownSeries, is_sparse, on_rows, series_values, spec_of, value_at
 from ...model.snapshot import HistoryView, RunSnapshot
 from ...model.units import unit_of
 from ...plot.canvas import ABANDONED_STYLE, LABEL_WIDTH, PlotOptions, build_canvas, plot_x, render_runs
 from ...plot.ema import ema_debiased, line_dtype
-from ...plot.view import cursor_column, joined, panned, readout, step_at, visible_rows, with_cursor, zoom_text, zoomed
+from ...plot.view import cursor_column, joined, readout, step_at, visible_rows, with_cursor, zoom_text
 from ..keys import PLOT_KEYS, bindings
+from .plot_pane import PlotPane
 
-SMOOTHING_STEPS = (0.0, 0.9, 0.98, 0.995, 0.999)
 # New steps redraw the plot at most this often (a key, a resize or a rewind: at once).
 DATA_REPAINT_S = 1.0
 
 
-class LossPlot(Widget):
+class LossPlot(PlotPane):
     """A plot of one series (the loss by default: ``m`` picks another), with its zoom and
     cursor. ``small``: a cell of the full layout's grid, with no legend line."""
 
     can_focus = True
     BINDINGS = bindings(PLOT_KEYS)
-    log_y: reactive[bool] = reactive(False)
     window: reactive[int | None] = reactive(None)          # None: all steps; N: the last N
-    smoothing: reactive[float] = reactive(0.98)
-    x_axis: reactive[str] = reactive("step")              # step | tokens | time
     series: reactive[str] = reactive("loss")              # a name of console.model.series
-    zoom: reactive[tuple[int, int] | None] = reactive(None)   # the steps in view; None: all
     cursor: reactive[int | None] = reactive(None)          # the cursor's step
 
     class ViewChanged(Message):
@@ -83,7 +77,6 @@ class LossPlot(Widget):
         self._abandoned: tuple[tuple, np.ndarray | None] | None = None
         self._built_at = 0.0
         self._repaint_timer = None
-        self._drag_from: int | None = None
         self._styles: dict[str | None, Style] = {}
         self._drawn_axis: tuple[str, str] | None = None     # (the x axis asked for, the one drawn)
         self._sparse = False            # the series drawn has some steps only: its points joined, not smoothed
@@ -185,16 +178,8 @@ class LossPlot(Widget):
         self._options_changed()
         self.post_message(self.ViewChanged(self))
 
-    def cycle_x_axis(self) -> None:
-        self.x_axis = X_AXES[(X_AXES.index(self.x_axis) + 1) % len(X_AXES)]
-
     def toggle_window(self) -> None:
         self.window = None if self.window else self.window_steps
-
-    def cycle_smoothing(self) -> None:
-        steps = SMOOTHING_STEPS
-        bigger = [s for s in steps if s > self.smoothing + 1e-12]
-        self.smoothing = bigger[0] if bigger else steps[0]
 
     def describe(self) -> str:
         if self.small:
@@ -230,17 +215,6 @@ class LossPlot(Widget):
             return None
         return int(h.step[0]), int(h.step[-1])
 
-    def zoom_by(self, factor: float) -> None:
-        """Zoom in (``factor`` > 1) or out around the cursor (else the middle of the view)."""
-        full = self.full_range()
-        if full is not None:
-            self.zoom = zoomed(self.zoom, full, factor, self.cursor)
-
-    def pan(self, direction: int) -> None:
-        full = self.full_range()
-        if full is not None:
-            self.zoom = panned(self.zoom, full, direction)
-
     def move_cursor(self, cells: int) -> None:
         """The cursor ``cells`` cell columns on (it starts at the newest step in view)."""
         frame = self._frame
@@ -256,30 +230,18 @@ class LossPlot(Widget):
         col = (width - 1 if cells < 0 else 0) if col is None else col + cells
         self.set_cursor(step_at(col, x0, x1, width, steps, x))
 
-    def set_cursor(self, step: int | None) -> None:
-        self.cursor = step
+    def set_cursor(self, step: float | None) -> None:
+        self.cursor = None if step is None else int(step)
 
     def action_cursor(self, cells: int) -> None:
         self.move_cursor(cells)
 
-    def on_mouse_down(self, event: events.MouseDown) -> None:
-        offset = event.get_content_offset(self)
-        self._drag_from = offset.x - LABEL_WIDTH if offset is not None else None
-
-    def on_mouse_up(self, event: events.MouseUp) -> None:
-        offset = event.get_content_offset(self)
-        start, self._drag_from = self._drag_from, None
+    def x_at_column(self, column: int) -> int | None:
         frame = self._frame
-        if offset is None or start is None or frame is None:
-            return
+        if frame is None:
+            return None
         x0, x1, width, steps, x = frame
-        end = offset.x - LABEL_WIDTH
-        if abs(end - start) >= 2:               # a drag: zoom to the steps it covered
-            a, b = (step_at(c, x0, x1, width, steps, x) for c in sorted((start, end)))
-            if a is not None and b is not None and b > a:
-                self.zoom = (a, b)
-        else:
-            self.set_cursor(step_at(end, x0, x1, width, steps, x))
+        return step_at(column, x0, x1, width, steps, x)
 
     # -- drawing -----------------------------------------------------------------
     # The Line API: the plot is rendered to strips once per change of data, size or

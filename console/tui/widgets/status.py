@@ -51,6 +51,9 @@ class StatusPane(LinesPane, can_focus=True):
             add("", Text(printable(t.reason, LINE_LIMIT), style="grey62" if t.state == "stopped" else "yellow"))
         elif t.stalled or t.suspended:
             add("", Text(stall_text(t) if t.stalled else t.suspended, style="bold red"))
+        if snap.ranks.statuses:         # a job of several processes: its ranks in one line (k: each one)
+            add("ranks", Text(printable(snap.ranks.summary, LINE_LIMIT),
+                              style="bold red" if snap.ranks.problems else ""))
         running = t.state == "running"
         add("uptime", format_uptime(now - t.started) if running and t.started else "-")
         step = f"{h.last_step:,}" if h.last_step is not None else "-"
