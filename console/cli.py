@@ -60,7 +60,8 @@ from rundir.text import printable, strict_json_value
 from . import tune_environment
 from .model.format import X_AXES
 from .read.prefetch import start_history_prefetch
-from .web import DEFAULT_MAX_TABS, MAX_TABS_LIMIT, SERVE_HOST, SERVE_PORT
+from .commands.serve_cli import serve_usage
+from .web import DEFAULT_MAX_TABS, SERVE_HOST, SERVE_PORT
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130                  # 128 + SIGINT, as a shell reports a Ctrl-C
@@ -265,7 +266,7 @@ def _main(argv: list[str] | None) -> int:
             args.yes and not (args.pivot or args.rollback or args.start or args.serve):
         return _fail("--cap, --floor, --drop and --yes go with --pivot (--yes also with --rollback, --start and "
                      "--serve)", EXIT_USAGE)
-    refused = _serve_usage(args) or _metric_usage(args)
+    refused = serve_usage(args) or _metric_usage(args)
     if refused:
         return _fail(refused, EXIT_USAGE)
     if (args.to is not None or args.skip_batches is not None) and not args.rollback:
@@ -313,30 +314,6 @@ def _main(argv: list[str] | None) -> int:
         print(f"andrea-console: the trainer (pid {child.pid}) keeps training; "
               f"`andrea-console {run_dir} --stop` stops it", file=sys.stderr)
     return EXIT_OK
-
-
-def _serve_usage(args: argparse.Namespace) -> str | None:
-    """Why the --serve and --read-only options do not go together as given (None: they do)."""
-    if (args.host is not None or args.port is not None or args.allow_control
-            or args.max_tabs is not None) and not args.serve:
-        return "--host, --port, --allow-control and --max-tabs go with --serve"
-    if args.read_only and args.allow_control:
-        return "--read-only and --allow-control contradict each other"
-    if args.max_tabs is not None and not 1 <= args.max_tabs <= MAX_TABS_LIMIT:
-        return f"--max-tabs {args.max_tabs}: expected 1 to {MAX_TABS_LIMIT}"
-    if args.port is not None and not 0 <= args.port <= 65535:
-        return f"--port {args.port}: expected 0 to 65535 (0: any free port)"
-    changes = [flag for flag, on in (("--start", args.start), ("--checkpoint", args.checkpoint),
-                                     ("--stop", args.stop), ("--pivot", args.pivot),
-                                     ("--pivot-rollback", args.pivot_rollback), ("--rollback", args.rollback)) if on]
-    if changes and (args.read_only or args.serve and not args.allow_control):
-        return (f"{changes[0]}: refused: this console is read-only (--serve without --allow-control, or "
-                "--read-only), it never signals or changes a run")
-    if args.serve and (args.inspect is not None or args.against):
-        return "--inspect does not go with --serve (the dashboard's i key inspects)"
-    if args.serve and args.notify is not None:
-        return "--notify does not go with --serve: every open tab would run it (use a terminal console or --check)"
-    return None
 
 
 def _serve(run_dir: Path, args: argparse.Namespace) -> int:
