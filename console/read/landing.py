@@ -21,7 +21,6 @@ Each says a landing with :func:`landing_text`; how a wait ended otherwise is a
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Callable, Sequence
 
 from rundir import CheckpointStamp
 from rundir.external import ExternalCheckpoint, external_checkpoints
+from rundir.filesystems import fresh_stamp
 from rundir.history import HistoryTail, read_history_tail
 from rundir.history.limits import TAIL_BYTES
 from rundir.history.records import HistoryEvent
@@ -118,22 +118,21 @@ class _NewLines:
 
     def __init__(self, path: Path):
         self.path = path
-        try:
-            self._seen = os.stat(path).st_size
-        except OSError:
-            self._seen = 0
+        first = fresh_stamp(path)
+        self._seen = first[1] if first is not None else 0
         self._stamp: tuple[int, int] | None = None
 
     def read(self) -> HistoryTail | None:
-        """The tail, or None when the file is as it was at the last read (or unreadable)."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
+        """The tail, or None when the file is as it was at the last read (or unreadable). Its size
+        from a fresh open: a stat by path may answer from a mount's attribute cache (sshfs: 20 s)."""
+        st = fresh_stamp(self.path)
+        if st is None:
             return None
-        if (st.st_size, st.st_mtime_ns) == self._stamp:
+        size, mtime = st[1], st[2]
+        if (size, mtime) == self._stamp:
             return None
-        self._stamp = (st.st_size, st.st_mtime_ns)
-        grown, self._seen = max(0, st.st_size - self._seen), st.st_size
+        self._stamp = (size, mtime)
+        grown, self._seen = max(0, size - self._seen), size
         return read_history_tail(self.path, grown + TAIL_BYTES)
 
 

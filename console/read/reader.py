@@ -31,9 +31,9 @@ from rundir.run_summary import RATE_STEPS, stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_PIVOT, EVENT_RESUME, HISTORY, LOG,
-                           LOSS_JSON, RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known,
-                           is_temporary)
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_PIVOT, EVENT_PRUNE,
+                           EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER,
+                           TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
 
@@ -242,8 +242,8 @@ class RunReader:
         if read.prev is not None and history.events is not read.prev.history.events:
             # The trainer's word of a checkpoint written or pruned: the checkpoints are looked at
             # again, though a network mount's cached listing may show no change yet.
-            said = said_checkpoints(history.events)
-            if said != self._said:
+            new = history.events[len(read.prev.history.events):]
+            if any(ev.event in (EVENT_CHECKPOINT, EVENT_PRUNE) for ev in new):
                 read.kinds = read.kinds | {CHECKPOINTS}
         return {"history": history}
 
