@@ -51,8 +51,9 @@ from .history import LossHistoryWriter, read_history_tail
 from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
                   wait_for_owner)
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
-                     EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG)
+                     EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG, is_error_stop)
 from .process import RunLock, RunLockedError
+from .rank_heartbeat import RankHeartbeat
 from .run_inputs import RunError, int64, metric_name, text_path
 from .run_inputs import shown as _shown
 from .safe_read import open_for_append
@@ -143,6 +144,7 @@ class Run:
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
         self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
+        self._beat: RankHeartbeat | None = None     # a job of several processes: this rank's record
         self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
         self._pending_names: tuple[list[int], list[str]] = ([], [])
         self._every = self._until = 1           # logs between agreement points (agreed), and left to the next
@@ -169,8 +171,17 @@ class Run:
             self._release(remove_record=True)
             raise
         atexit.register(self._at_exit)
+        self._start_beat()
         if self._ranks.distributed and group_ready():
             self._share_history_step()
+
+    def _start_beat(self) -> None:
+        """In a job of several processes, every rank's record and stacks watchdog
+        (:mod:`rundir.rank_heartbeat`), as andrea-train's workers keep theirs."""
+        ranks = self._ranks
+        if ranks.distributed:
+            self._beat = RankHeartbeat(self.path, ranks.rank, ranks.world_size, ranks.local_rank,
+                                       launch_key(ranks)).start()
 
     def _share_history_step(self) -> None:
         """With the process group there: rank 0's history step at open, on every rank (one
@@ -189,6 +200,7 @@ class Run:
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
         self._signals = SharedSignalFlags().install()
+        self._start_beat()
         if group_ready():
             self._share_history_step()
         else:
@@ -287,6 +299,8 @@ class Run:
             self._history.append(record)
         self._last_step, self._step_record = step, record
         self._logs += 1
+        if self._beat is not None:
+            self._beat.step_done(step)
         self._agree()
 
     def agree(self) -> None:
@@ -441,6 +455,9 @@ class Run:
         if self._closed or os.getpid() != self._pid:
             return
         self._settle()
+        if self._beat is not None:              # its last record, with how this rank ended
+            self._beat.close(1 if is_error_stop(reason) else 0)
+            self._beat = None
         if not self._ranks.owner:
             self._closed = True
             self._signals.restore(exiting_on_stop=reason == _UNLOOKED)

@@ -13,6 +13,7 @@ import numpy as np
 
 from rundir import LossHistory, verify_trainer
 from rundir.external import external_checkpoints
+from rundir.ranks import read_ranks
 from rundir.layout import LOSS_JSON
 from tests.console.test_cli import console
 from tests.ddp_jobs import ROOT, torchrun
@@ -34,6 +35,9 @@ def test_a_ddp_loop_checkpoints_on_every_rank_and_stops_with_exit_0(tmp_path):
                      out=tmp_path / "job.out") as job:
         job.until(lambda: verify_trainer(run).ok and steps(run) > 5, "rank 0 verified and training")
         assert len(job.workers()) == 2
+        # Every rank keeps its record, of the launch .trainer.json names, as andrea-train's workers do.
+        job.until(lambda: {r.rank for r in read_ranks(run).records} == {0, 1}, "both ranks' records")
+        assert {r.rank: r.pid for r in read_ranks(run).records} == {k: w.pid for k, w in job.workers().items()}
         r = console(run, "--checkpoint", "--timeout", "60", timeout=90)
         assert r.returncode == 0, r.stderr + job.output()[-4000:]
         landed = Path(r.stdout.strip())
