@@ -70,3 +70,16 @@ def run_as(uid: int, fn):
         answer = fh.read()
     os.waitpid(pid, 0)
     return json.loads(answer)
+
+
+def until(condition, timeout: float = 60.0, what: str = "") -> None:
+    """Wait for ``condition()`` to hold, failing the test (naming ``what``) once ``timeout``
+    has passed: a ceiling on the event's wait, never the wait itself."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what or condition}")

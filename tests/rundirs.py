@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rundir import (LossHistoryWriter, ResumeState, RunConfig, write_checkpoint, write_run_config,
+from rundir import (LossHistory, LossHistoryWriter, ResumeState, RunConfig, write_checkpoint, write_run_config,
                             write_samples, write_state)
+
+from rundir.layout import LOSS_JSON
 
 EPOCH = 1_764_403_200.0          # 2025-11-29 08:00:00 UTC: the fixed clock of generated runs
 DEFAULT_ARMS = ("stdlib-code", "stdlib-docstrings", "pydoc-topics")
@@ -219,3 +221,15 @@ def _write_history(run: Path, records: list[dict[str, Any]], fmt: str) -> None:
     with LossHistoryWriter(path) as writer:
         for record in records:
             writer.append(record)
+
+
+def read_history(run_dir: str | os.PathLike[str]) -> LossHistory:
+    """A run directory's history as the readers see it now."""
+    history = LossHistory(Path(run_dir) / LOSS_JSON)
+    history.refresh()
+    return history
+
+
+def history_steps(run_dir: str | os.PathLike[str]) -> int:
+    """How many step lines the history holds (0 before it exists)."""
+    return len(read_history(run_dir).step) if (Path(run_dir) / LOSS_JSON).exists() else 0

@@ -11,22 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rundir import LossHistory, verify_trainer
+from rundir import verify_trainer
 from rundir.external import external_checkpoints
 from rundir.ranks import read_ranks
-from rundir.layout import LOSS_JSON
 from tests.console.test_cli import console
 from tests.ddp_jobs import ROOT, torchrun
-
-
-def history(run: Path) -> LossHistory:
-    h = LossHistory(run / LOSS_JSON)
-    h.refresh()
-    return h
-
-
-def steps(run: Path) -> int:
-    return len(history(run).step) if (run / LOSS_JSON).exists() else 0
+from tests.rundirs import read_history as history, history_steps as steps
 
 
 def test_a_ddp_loop_checkpoints_on_every_rank_and_stops_with_exit_0(tmp_path):

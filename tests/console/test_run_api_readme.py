@@ -9,11 +9,12 @@ import re
 import textwrap
 from pathlib import Path
 
-from rundir import LossHistory, verify_trainer
+from rundir import verify_trainer
 from rundir.external import external_checkpoints
 from rundir.layout import LOSS_JSON
 from tests.console.test_cli import console
 from tests.ddp_jobs import ROOT, python, torchrun
+from tests.rundirs import read_history as history
 
 SCRIPT = """
 import faulthandler, os, signal, sys
@@ -52,12 +53,6 @@ def readme_loop(tmp_path: Path, stop_line: bool = True) -> Path:
     script = tmp_path / "readme_loop.py"
     script.write_text(SCRIPT.format(first=first, rest=textwrap.indent("\n".join(rest), " " * 8)))
     return script
-
-
-def history(run: Path) -> LossHistory:
-    h = LossHistory(run / LOSS_JSON)
-    h.refresh()
-    return h
 
 
 def test_the_readmes_snippet_is_stopped_by_the_console(tmp_path):

@@ -20,17 +20,9 @@ from console.model.levels import Level
 from console.read.changes import describe_changes
 from console.read.reader import RunReader
 from tests.console.test_cli import console
+from tests.processes import until
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def until(condition, timeout: float = 60.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what or condition}")
 
 
 def trainer(run_dir: Path, body: str) -> subprocess.Popen:

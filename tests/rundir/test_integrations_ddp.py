@@ -16,23 +16,13 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from rundir import LossHistory, read_trainer_record, verify_trainer
+from rundir import read_trainer_record, verify_trainer
 from rundir.external import external_checkpoints
-from rundir.layout import LOSS_JSON
 from tests.console.test_cli import console
 from tests.ddp_jobs import ROOT, Job, torchrun
+from tests.rundirs import read_history as history, history_steps as steps
 
 EXAMPLES = ROOT / "examples"
-
-
-def history(run: Path) -> LossHistory:
-    h = LossHistory(run / LOSS_JSON)
-    h.refresh()
-    return h
-
-
-def steps(run: Path) -> int:
-    return len(history(run).step) if (run / LOSS_JSON).exists() else 0
 
 
 class LightningJob(Job):

@@ -18,23 +18,10 @@ from rundir import LossHistory, RunConfig, RunError, load_run_config, open_run, 
 from rundir.checkpoint_request import write_request
 from rundir.external import external_checkpoints
 from rundir.layout import LOSS_JSON, TRAINER_JSON
+from tests.processes import until
+from tests.rundirs import read_history as history
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def until(condition, timeout: float = 60.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what or condition}")
-
-
-def history(run_dir: Path) -> LossHistory:
-    h = LossHistory(run_dir / LOSS_JSON)
-    h.refresh()
-    return h
 
 
 def test_a_run_writes_the_contract_and_finishes_cleanly(tmp_path):

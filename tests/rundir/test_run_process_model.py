@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rundir import LossHistory, RunError, open_run
+from rundir import RunError, open_run
 from rundir.layout import LOSS_JSON, TRAINER_JSON
-from tests.rundir.test_run_api import until
+from tests.processes import until
+from tests.rundirs import read_history as history
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,12 +44,6 @@ run.log(2, loss=0.5)
 run.finish()
 print("parent done", flush=True)
 """
-
-
-def history(run_dir: Path) -> LossHistory:
-    h = LossHistory(run_dir / LOSS_JSON)
-    h.refresh()
-    return h
 
 
 def test_a_forked_child_that_exits_leaves_the_parents_run_alone(tmp_path):
