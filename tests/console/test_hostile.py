@@ -91,8 +91,8 @@ def test_rereading_unchanged_checkpoints_inspects_nothing(tmp_path, monkeypatch)
     reader = RunReader(run, now=fixed_now)
     first, _ = reader.read()
     inspected: list[str] = []
-    real = checkpoint.inspect_checkpoint
-    monkeypatch.setattr(checkpoint, "inspect_checkpoint", lambda path: inspected.append(Path(path).name) or real(path))
+    real = checkpoint.inspect_listed            # what inspects each file a listing names
+    monkeypatch.setattr(checkpoint, "inspect_listed", lambda path: inspected.append(Path(path).name) or real(path))
     again, notices = reader.read({CHECKPOINTS})
     assert again.checkpoints is first.checkpoints and inspected == [] and notices == []
     (run / "step_001005.bin").write_bytes(b"xy")                # one file changes: one inspection
