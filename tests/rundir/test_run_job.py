@@ -6,11 +6,14 @@ tests/console/test_run_api_ddp.py.)"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rundir import RunError, SlurmPlacement, open_run, read_trainer_record
 from rundir.job import JobError, JobRanks, job_ranks
-from rundir.layout import TRAINER_JSON
+from rundir.layout import TRAINER_JSON, rank_record_name
+from rundir.ranks import read_ranks
 
 
 def test_the_rank_comes_from_the_launchers_environment():
@@ -37,19 +40,27 @@ def test_a_member_joins_rank_0s_directory_and_writes_nothing(tmp_path, monkeypat
     try:
         assert owner.is_owner and (owner.rank, owner.world_size) == (0, 2)
         assert owner.record.world_size == 2 and owner.record.rank == 0 and owner.record.launch
-        before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+        before = rank_0s_files(run_dir)
         monkeypatch.setenv("RANK", "1")
         member = open_run(run_dir, join_timeout=5)
-        assert not member.is_owner and (member.rank, member.world_size) == (1, 1 + 1)
-        assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
-        with pytest.raises(RunError) as err:        # no process group: said in one line
-            member.log(1, loss=1.0)
-        assert "\n" not in str(err.value) and "init_process_group()" in str(err.value), err.value
-        member.finish()
-        assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
+        try:
+            assert not member.is_owner and (member.rank, member.world_size) == (1, 1 + 1)
+            assert rank_0s_files(run_dir) == before
+            assert [(r.rank, r.pid) for r in read_ranks(run_dir).records] == [(0, os.getpid()), (1, os.getpid())]
+            with pytest.raises(RunError) as err:        # no process group: said in one line
+                member.log(1, loss=1.0)
+            assert "\n" not in str(err.value) and "init_process_group()" in str(err.value), err.value
+        finally:
+            member.finish()
+        assert rank_0s_files(run_dir) == before
     finally:
         owner.finish()
     assert not (run_dir / TRAINER_JSON).exists()
+
+
+def rank_0s_files(run_dir):
+    """Every file of the run directory and when it last changed, but the member's own rank record."""
+    return {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir() if p.name != rank_record_name(1)}
 
 
 def test_a_member_that_no_rank_0_of_its_launch_waits_for_is_refused_in_one_line(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from trainer.train import train
 
 
 def test_handlers_set_flags_and_several_usr1_collapse():
+    before = signal.getsignal(signal.SIGTERM)
     with SignalFlags() as flags:
         assert not flags.pending
         for _ in range(3):
@@ -33,7 +34,8 @@ def test_handlers_set_flags_and_several_usr1_collapse():
         os.kill(os.getpid(), signal.SIGTERM)
         requests = flags.take()
         assert requests.stop and not requests.checkpoint
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) != before
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_take_until_a_mark_leaves_later_signals_pending():
