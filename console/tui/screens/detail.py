@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from rich.console import RenderableType
 from rich.text import Text
-from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
-SCROLL_KEYS = frozenset({"up", "down", "pageup", "pagedown", "home", "end"})
+from .reading import ReadingScreen
 
 
-class DetailScreen(ModalScreen[None]):
+class DetailScreen(ReadingScreen):
     BINDINGS = [
         Binding("escape", "close", "close", priority=True),
         Binding("enter", "close", "close", priority=True),
@@ -35,11 +33,3 @@ class DetailScreen(ModalScreen[None]):
         box.border_subtitle = "Esc / Enter / q close"
         with box:
             yield Static(self.body, id="detail-body")
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key not in SCROLL_KEYS:       # no key reaches the dashboard behind
-            event.stop()
-            event.prevent_default()
-
-    def action_close(self) -> None:
-        self.dismiss(None)

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
-from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..keys import HELP, QUIT
 from ..keys import OVERVIEW_KEYS as OVERVIEW_KEY_RECORDS
 from .dashboard import DASHBOARD_KEYS, FULL_FROM
+from .reading import ReadingScreen
 
 # The help's rows, made from the keys' own records (console.tui.keys): (what is pressed, what it does).
 KEYS = [(k.shown_as, k.help) for k in DASHBOARD_KEYS if k.help]
@@ -46,10 +45,9 @@ PANES_HELP = [
 ]
 
 CLOSE_KEYS = ("escape", "question_mark", "q")
-SCROLL_KEYS = frozenset({"up", "down", "pageup", "pagedown", "home", "end"})
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(ReadingScreen):
     BINDINGS = [Binding(key, "close", "close", priority=True) for key in CLOSE_KEYS]
 
     def compose(self) -> ComposeResult:
@@ -81,11 +79,3 @@ class HelpScreen(ModalScreen[None]):
             yield Static(overview)
             yield Static(Text("\npanes", style="bold"))
             yield Static(panes)
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key not in SCROLL_KEYS:        # no other key closes it or reaches the dashboard
-            event.stop()
-            event.prevent_default()
-
-    def action_close(self) -> None:
-        self.dismiss(None)

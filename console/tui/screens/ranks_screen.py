@@ -3,19 +3,17 @@ while it is open. Escape, ``k`` or ``q`` closes it; the arrow and page keys scro
 
 from __future__ import annotations
 
-from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import ModalScreen
 
 from ..keys import RANKS_SCREEN_KEYS, bindings
 from ..widgets.ranks_pane import RanksPane
+from .reading import ReadingScreen
 
-SCROLL_KEYS = frozenset({"up", "down", "pageup", "pagedown", "home", "end"})
 REFRESH_S = 1.0
 
 
-class RanksScreen(ModalScreen[None]):
+class RanksScreen(ReadingScreen):
     DEFAULT_CSS = """
     RanksScreen { align: center middle; }
     RanksScreen > RanksPane { width: 100%; height: 100%; border: thick $accent; border-subtitle-color: $text-muted; }
@@ -35,11 +33,3 @@ class RanksScreen(ModalScreen[None]):
         snap = getattr(self.app, "snapshot", None)
         if snap is not None:
             self.query_one(RanksPane).show(snap.ranks, self.app.now())  # type: ignore[attr-defined]
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key not in SCROLL_KEYS:       # no key reaches the dashboard behind
-            event.stop()
-            event.prevent_default()
-
-    def action_close(self) -> None:
-        self.dismiss(None)
