@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -378,50 +379,61 @@ def test_two_nodes_checkpoint_from_the_other_node_stop_and_resume_exactly(traine
 def _ddp_flat_adamw(rank: int, init_file: str, queue) -> None:
     """One rank of the FlatAdamW + DDP check (world size 2, gloo, file rendezvous)."""
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    from trainer.distributed import _rank_ordered_mean
-    from trainer.model import GPT
-    from rundir import RunConfig
-    from trainer.state import make_optimizer
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     try:
-        config = RunConfig.from_preset("micro")
-        torch.manual_seed(0)
-        model = GPT(config.model)
-        optimizer = make_optimizer(model, config.optimizer)
-        reference = GPT(config.model)
-        reference.load_state_dict(model.state_dict())
-        ddp = DistributedDataParallel(model)
-        g = torch.Generator().manual_seed(1)
-        x, y = torch.randint(0, 256, (4, 32), generator=g), torch.randint(0, 256, (4, 32), generator=g)
-        _, loss = reference(x, y)                                  # the whole batch, one process
-        loss.backward()
-        full = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
-        optimizer.zero_grad()
-        _, loss = ddp(x[2 * rank:2 * rank + 2], y[2 * rank:2 * rank + 2])     # this rank's half
-        loss.backward()
-        grad = optimizer.gather_grad()
-        # The rank-ordered hook (used beyond 2 ranks) gives the same mean, bit for bit here.
-        model2 = GPT(config.model)
-        model2.load_state_dict(reference.state_dict())
-        optimizer2 = make_optimizer(model2, config.optimizer)
-        ddp2 = DistributedDataParallel(model2)
-        ddp2.register_comm_hook(None, _rank_ordered_mean)
-        _, loss2 = ddp2(x[2 * rank:2 * rank + 2], y[2 * rank:2 * rank + 2])
-        loss2.backward()
-        hooked_equal = bool(torch.equal(optimizer2.gather_grad(), grad))
-        optimizer.step(grad)
-        weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        gathered = [torch.empty_like(optimizer.weights) for _ in range(2)]
-        dist.all_gather(gathered, optimizer.weights.clone())
-        queue.put((rank, float((grad - full).abs().max()), float(full.abs().max()),
-                   bool(torch.equal(weights, optimizer.weights)), bool(torch.equal(gathered[0], gathered[1])),
-                   hooked_equal))
+        _flat_adamw_check(rank, queue)
     finally:
+        # As trainer.distributed.Ranks.close: the DDP models hold the group through reference
+        # cycles; collected before the group is destroyed, or a gloo thread ends inside the
+        # interpreter's finalization and the process aborts (SIGABRT).
+        gc.collect()
         dist.destroy_process_group()
+        gc.collect()
+
+
+def _flat_adamw_check(rank: int, queue) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from rundir import RunConfig
+    from trainer.distributed import _rank_ordered_mean
+    from trainer.model import GPT
+    from trainer.state import make_optimizer
+
+    config = RunConfig.from_preset("micro")
+    torch.manual_seed(0)
+    model = GPT(config.model)
+    optimizer = make_optimizer(model, config.optimizer)
+    reference = GPT(config.model)
+    reference.load_state_dict(model.state_dict())
+    ddp = DistributedDataParallel(model)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(0, 256, (4, 32), generator=g), torch.randint(0, 256, (4, 32), generator=g)
+    _, loss = reference(x, y)                                  # the whole batch, one process
+    loss.backward()
+    full = torch.cat([p.grad.reshape(-1) for p in reference.parameters()])
+    optimizer.zero_grad()
+    _, loss = ddp(x[2 * rank:2 * rank + 2], y[2 * rank:2 * rank + 2])     # this rank's half
+    loss.backward()
+    grad = optimizer.gather_grad()
+    # The rank-ordered hook (used beyond 2 ranks) gives the same mean, bit for bit here.
+    model2 = GPT(config.model)
+    model2.load_state_dict(reference.state_dict())
+    optimizer2 = make_optimizer(model2, config.optimizer)
+    ddp2 = DistributedDataParallel(model2)
+    ddp2.register_comm_hook(None, _rank_ordered_mean)
+    _, loss2 = ddp2(x[2 * rank:2 * rank + 2], y[2 * rank:2 * rank + 2])
+    loss2.backward()
+    hooked_equal = bool(torch.equal(optimizer2.gather_grad(), grad))
+    optimizer.step(grad)
+    weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = [torch.empty_like(optimizer.weights) for _ in range(2)]
+    dist.all_gather(gathered, optimizer.weights.clone())
+    queue.put((rank, float((grad - full).abs().max()), float(full.abs().max()),
+               bool(torch.equal(weights, optimizer.weights)), bool(torch.equal(gathered[0], gathered[1])),
+               hooked_equal))
 
 
 def test_flat_adamw_under_ddp_gets_the_averaged_gradient_in_its_flat_buffers(tmp_path):
