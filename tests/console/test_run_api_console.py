@@ -1,0 +1,59 @@
+"""What the console says of a run of the run API (rundir.open_run), across its whole life: the
+checkpoints its trainer reported (whatever their names), its arms, and the keys that act on
+what such a run does not have."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from console.read.reader import RunReader
+from console.tui.app import ConsoleApp
+from console.tui.widgets import CheckpointsPane
+from rundir import open_run
+from rundir.layout import HISTORY
+from rundir.run_summary import summarize_run
+from tests.console.test_cli import console
+from tests.console.test_snapshots import settled
+
+SIZE = (140, 45)
+
+
+def reported_at_a_checkpoint_name(run_dir: Path) -> None:
+    """A loop that saves its own format to ``step_000010.bin`` and reports it; a reader that
+    looked between the write and the report saw a file of that name, not yet reported."""
+    with open_run(run_dir, config={"lr": 1e-3}) as run:
+        for step in range(1, 11):
+            run.log(step, loss=1.0 / step)
+        (run_dir / "step_000010.bin").write_bytes(b"x" * 100)
+        reader = RunReader(run_dir)
+        before, _ = reader.read()
+        assert [c.status for c in before.checkpoints] == ["invalid"]        # not reported yet
+        run.checkpoint_saved(10, run_dir / "step_000010.bin")
+        after, _ = reader.read({HISTORY})           # the report read: the file is the trainer's
+        assert after.checkpoints == () and [e.path for e in after.external_checkpoints] == ["step_000010.bin"]
+
+
+@pytest.mark.asyncio
+async def test_a_reported_file_at_a_checkpoint_name_is_one_external_checkpoint(tmp_path):
+    run_dir = tmp_path / "x"
+    reported_at_a_checkpoint_name(run_dir)
+    once = console(run_dir, "--once")
+    assert once.returncode == 0, once.stderr
+    assert "checkpoints (1)" in once.stdout and "invalid" not in once.stdout
+    assert once.stdout.count("step_000010.bin    step        10") == 1
+    data = json.loads(console(run_dir, "--json").stdout)
+    assert data["checkpoints"] == [] and [e["path"] for e in data["external_checkpoints"]] == ["step_000010.bin"]
+    check = console(run_dir, "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    summary = summarize_run(run_dir)
+    assert summary.checkpoints == 0 and summary.newest_checkpoint is None and not summary.problems
+    assert summary.newest_external is not None and summary.newest_external.path == "step_000010.bin"
+    app = ConsoleApp(run_dir, watch=False, tick=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settled(pilot)
+        text = app.dashboard.query_one(CheckpointsPane).content.plain
+        rows = [line for line in text.splitlines()[1:] if line.strip()]
+        assert len(rows) == 1 and "external: step_000010.bin" in rows[0] and "invalid" not in text, text
