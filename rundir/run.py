@@ -51,10 +51,10 @@ from .history import LossHistoryWriter, read_history_tail
 from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
                   wait_for_owner)
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
-                     EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG, is_error_stop)
+                     EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_JSON, TRAINER_LOG, is_error_stop)
 from .process import RunLock, RunLockedError
 from .rank_heartbeat import RankHeartbeat
-from .run_inputs import RunError, int64, metric_name, text_path
+from .run_inputs import RunError, checked_step, metric_name, number, text_path
 from .run_inputs import shown as _shown
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
@@ -81,39 +81,6 @@ def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = No
     of several processes (every rank calls it; rank 0 owns the directory, the others wait up to
     ``join_timeout`` seconds for it); see :class:`Run`."""
     return Run(path, config, join_timeout)
-
-
-def _number(key: str, value: Any) -> float | int:
-    """A step line's value: an int or float as it is, a numpy or torch scalar by ``item()``."""
-    kind = type(value)
-    if kind is float:
-        return value
-    if kind is int:
-        return int64(key, value)
-    if kind is not bool:
-        item = getattr(value, "item", None)
-        if callable(item):
-            try:
-                value = item()
-            except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
-                raise RunError(f"run.log: {key} is {_shown(value)}, not a single number") from None
-            if type(value) in (int, float):
-                return int64(key, value) if type(value) is int else value
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value) if isinstance(value, float) else int64(key, int(value))
-    raise RunError(f"run.log: {key} = {_shown(value)} is not a number")
-
-
-def _step(where: str, step: Any) -> int:
-    if type(step) is not int:
-        item = getattr(step, "item", None)
-        try:
-            step = item() if callable(item) and not isinstance(step, bool) else step
-        except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
-            pass
-    if type(step) is not int or not 0 <= step < 2**63:
-        raise RunError(f"{where}: step {_shown(step)} is not an integer from 0 to 2**63 - 1")
-    return step
 
 
 class Run:
@@ -165,8 +132,14 @@ class Run:
         except RunLockedError as err:
             raise RunError(f"open_run: {err}") from None
         self._signals = SharedSignalFlags()
+        fresh = [self.path / name for name in (LOSS_JSON, TRAINER_LOG) if not os.path.lexists(self.path / name)]
+        self._doing = "starting"
         try:
             self._start(text)
+        except OSError as err:                  # a full disk, a read-only one: one line, nothing cut left
+            self._release_quietly(fresh)
+            raise RunError(f"open_run: cannot start the run in {self.path}: {self._doing}: "
+                           f"{err.strerror or err}") from None
         except BaseException:
             self._release(remove_record=True)
             raise
@@ -249,10 +222,13 @@ class Run:
         self._dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tail = read_history_tail(self.path / LOSS_JSON)
         self._last_step: int | None = int(tail.step[-1]) if len(tail.step) else None
+        self._doing = f"opening {LOSS_JSON}"
         self._history = LossHistoryWriter(self.path / LOSS_JSON)
+        self._doing = f"opening {TRAINER_LOG}"
         self._log_fd = open_for_append(self.path / TRAINER_LOG)
         if config_text is not None:
             from .atomic import atomic_write_bytes
+            self._doing = f"writing {RUN_TOML}"
             atomic_write_bytes(self.path / RUN_TOML, config_text.encode("utf-8"))
         self._signals.install()                 # before the record: a recorded trainer handles signals
         ranks = self._ranks
@@ -260,9 +236,11 @@ class Run:
                                "launch": launch_key(ranks)} if ranks.distributed else {}
         self.record = TrainerRecord.for_this_process(run_dir=RunDirId.of_fd(self._dir_fd),
                                                      slurm=SlurmPlacement.from_env(), **job)
+        self._doing = f"writing {TRAINER_JSON}"
         write_trainer_record(self.path, self.record)
         self._watch = RequestWatch(self.path, self.record, self._say)
         step = self._last_step or 0
+        self._doing = f"writing the start event to {LOSS_JSON}"
         self._event(EVENT_START, step, f"start: pid {self.record.pid}, history at step {step}"
                     + (f", {ranks.world_size} processes" if ranks.distributed else ""), engine=ENGINE,
                     pid=self.record.pid, **({"world_size": ranks.world_size} if ranks.distributed else {}))
@@ -273,7 +251,7 @@ class Run:
         """A step line (docs/contract.md#lossjson-the-history): numbers only (``arm`` may be a string), and a
         step that never goes back unless :meth:`resumed` said where training went back to."""
         self._open("run.log")
-        step = step if type(step) is int and 0 <= step < 2**63 else _step("run.log", step)
+        step = step if type(step) is int and 0 <= step < 2**63 else checked_step("run.log", step)
         last = self._last_step
         if last is not None and step < last:
             raise RunError(f"run.log: step {step} goes back (the history is at step {last}); call "
@@ -281,12 +259,12 @@ class Run:
         record: dict[str, Any] = {"step": step}
         for key, value in zip(_FIELDS, (loss, lr, grad_norm, tokens)):
             if value is not None:
-                record[key] = value if type(value) is float else _number(key, value)
+                record[key] = value if type(value) is float else number(key, value)
         for key, value in more.items():
             metric_name(key)
             if value is not None:
                 record[key] = value if type(value) is float or key == "arm" and type(value) is str \
-                    else _number(key, value)
+                    else number(key, value)
         tokens_value = record.get("tokens")
         if type(tokens_value) is float:
             if not tokens_value.is_integer():
@@ -386,7 +364,7 @@ class Run:
         With several processes every rank calls it, at the same step, once its part is written:
         rank 0 reports the checkpoint once every rank has (one all-reduce)."""
         self._open("run.checkpoint_saved")
-        step = _step("run.checkpoint_saved", step)
+        step = checked_step("run.checkpoint_saved", step)
         if checksum is not None and not isinstance(checksum, str):
             raise RunError(f"run.checkpoint_saved: checksum {_shown(checksum)} is not a string")
         if self._ranks.distributed:
@@ -421,7 +399,7 @@ class Run:
         """Training continues after ``step`` (restored from the checkpoint at ``path``): the
         ``resume`` event; the steps after it are logged again."""
         self._open("run.resumed")
-        step = _step("run.resumed", step)
+        step = checked_step("run.resumed", step)
         if self._ranks.owner:
             shown = self._recorded_path(Path(path)) if path is not None else None
             rerun = {"from": step + 1, "to": self._last_step} if self._last_step is not None and \
@@ -474,9 +452,19 @@ class Run:
             self._event(EVENT_STOP, self._last_step or 0, f"stop ({reason}) at step {self._last_step or 0}",
                         reason="signal" if reason == _UNLOOKED else reason)
             self._history.fsync()
+        except OSError as err:                  # a full disk: the run let go all the same, said in one line
+            try:
+                self._release(remove_record=True, exiting_on_stop=reason == _UNLOOKED)
+            except OSError:
+                pass
+            raise RunError(f"run.finish: the stop event was not written to {self.path / LOSS_JSON}: "
+                           f"{err.strerror or err} (the run is released)") from None
         finally:
-            self._release(remove_record=True, exiting_on_stop=reason == _UNLOOKED)
             atexit.unregister(self._at_exit)
+        try:
+            self._release(remove_record=True, exiting_on_stop=reason == _UNLOOKED)
+        except OSError as err:
+            raise RunError(f"run.finish: releasing {self.path}: {err.strerror or err}") from None
 
     def __enter__(self) -> "Run":
         return self
@@ -547,8 +535,11 @@ class Run:
     def _say(self, text: str) -> None:
         """A line in trainer.log (the console's log pane); a full disk loses the line only."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        line = f"{stamp} {text}\n".encode("utf-8", "replace")
         try:
-            os.write(self._log_fd, f"{stamp} {text}\n".encode("utf-8", "replace"))
+            written = os.write(self._log_fd, line)
+            if written < len(line):             # cut short: taken back, no half line for the next to join
+                os.ftruncate(self._log_fd, os.fstat(self._log_fd).st_size - written)
         except OSError:
             pass
 
@@ -572,14 +563,32 @@ class Run:
         if errors:
             raise errors[0]
 
+    def _release_quietly(self, created: list[Path]) -> None:
+        """An open that failed part way: everything let go, and the files it created still empty
+        (``created``: a fresh run's history and log) removed, so nothing of it is left behind."""
+        try:
+            self._release(remove_record=True)
+        except OSError:
+            pass
+        for path in created:
+            try:
+                if os.lstat(path).st_size == 0:
+                    os.unlink(path)
+            except OSError:
+                pass
+
     def _at_exit(self) -> None:
         """A script that returns without :meth:`finish`: finished for it (not in a forked child),
         a stop taken being a stop on a signal still, and one ended by an uncaught exception (a
         framework's error: the interpreter printed it and set ``sys.last_value``) an error."""
         failed = getattr(sys, "last_value", None)
-        if failed is not None and failed is not self._failed_before:
-            self.finish("interrupted" if isinstance(failed, KeyboardInterrupt) else f"error: {type(failed).__name__}")
-        self.finish("signal" if self._stopping else "exit without run.finish()")
+        try:
+            if failed is not None and failed is not self._failed_before:
+                self.finish("interrupted" if isinstance(failed, KeyboardInterrupt) else
+                            f"error: {type(failed).__name__}")
+            self.finish("signal" if self._stopping else "exit without run.finish()")
+        except RunError as err:                 # the exit hook's one line, not a traceback
+            print(f"rundir: at exit: {err}", file=sys.stderr)
 
 
 __all__ = ["ENGINE", "Run", "RunError", "open_run"]

@@ -48,3 +48,35 @@ def text_path(where: str, path: Any) -> Path:
     return Path(text)
 
 
+def number(key: str, value: Any) -> float | int:
+    """A step line's value: an int or float as it is, a numpy or torch scalar by ``item()``."""
+    kind = type(value)
+    if kind is float:
+        return value
+    if kind is int:
+        return int64(key, value)
+    if kind is not bool:
+        item = getattr(value, "item", None)
+        if callable(item):
+            try:
+                value = item()
+            except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
+                raise RunError(f"run.log: {key} is {shown(value)}, not a single number") from None
+            if type(value) in (int, float):
+                return int64(key, value) if type(value) is int else value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value) if isinstance(value, float) else int64(key, int(value))
+    raise RunError(f"run.log: {key} = {shown(value)} is not a number")
+
+
+def checked_step(where: str, step: Any) -> int:
+    """A step the API takes: an int (or a numpy or torch integer scalar) from 0 to 2**63 - 1."""
+    if type(step) is not int:
+        item = getattr(step, "item", None)
+        try:
+            step = item() if callable(item) and not isinstance(step, bool) else step
+        except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
+            pass
+    if type(step) is not int or not 0 <= step < 2**63:
+        raise RunError(f"{where}: step {shown(step)} is not an integer from 0 to 2**63 - 1")
+    return step
