@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar, cast
 
-from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
 from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
@@ -54,7 +54,7 @@ from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME
                      EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_JSON, TRAINER_LOG, is_error_stop)
 from .process import RunLock, RunLockedError
 from .rank_heartbeat import RankHeartbeat
-from .run_inputs import RunError, checked_step, metric_name, number, text_path
+from .run_inputs import RunError, checked_step, metric_name, number, run_toml_text, text_path
 from .run_inputs import shown as _shown
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
@@ -83,6 +83,19 @@ def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = No
     return Run(path, config, join_timeout)
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _serial(method: _Method) -> _Method:
+    """One call of the run at a time: a call from another thread waits for the one under way, so
+    the run's lines never interleave and its steps stay in order (docs/training.md)."""
+    @functools.wraps(method)
+    def serial(self: "Run", *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+    return cast(_Method, serial)
+
+
 class Run:
     """A run directory trained by this process (see the module's text). Use
     :func:`open_run`; also a context manager (``with rundir.open_run(...) as run:``), whose
@@ -101,6 +114,7 @@ class Run:
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
         self.path = text_path("open_run", path)
+        self._mutex = threading.RLock()         # one call at a time (_serial), re-entered by finish inside log
         self._pid = os.getpid()                 # the opener: a forked child touches nothing of the run
         self._failed_before = getattr(sys, "last_value", None)     # an interactive session's earlier error
         self._closed = False
@@ -125,7 +139,7 @@ class Run:
             self._join(join_timeout)
             atexit.register(self._at_exit)      # the agreement in flight waited for, the handlers put back
             return
-        text = self._config_text(config)
+        text = run_toml_text(self.path, config)
         self._lock = RunLock(self.path, on_lost=self._lock_lost)
         try:
             self._lock.acquire()
@@ -196,26 +210,6 @@ class Run:
         ``run.toml`` and ``trainer.log``; the other ranks write none of them."""
         return self._ranks.owner
 
-    def _config_text(self, config: Mapping[str, Any] | None) -> str | None:
-        """The run.toml to write (None: keep the one there); refuses andrea-train's own run."""
-        existing: RunConfig | None = None
-        if (self.path / RUN_TOML).exists():
-            try:
-                existing = load_run_config(self.path)
-            except ConfigError:
-                existing = None                 # unreadable: replaced
-        if existing is not None and existing.config is None:
-            raise RunError(f"open_run: {self.path} is andrea-train's run (its {RUN_TOML} has data arms and no "
-                           "[config]): train another directory")
-        if config is None and existing is not None:
-            return None
-        if config is not None and not isinstance(config, Mapping):
-            raise RunError(f"open_run: config is {type(config).__name__}, not a dict")
-        try:
-            return engine_config_text(self.path.resolve().name, dict(config or {}))
-        except ConfigError as err:
-            raise RunError(f"open_run: {err}") from None
-
     def _start(self, config_text: str | None) -> None:
         # Held open for the run's lifetime: how the console verifies a trainer (rundir.identity),
         # whatever its command line says.
@@ -246,6 +240,7 @@ class Run:
                     pid=self.record.pid, **({"world_size": ranks.world_size} if ranks.distributed else {}))
 
     # -- what the loop calls ---------------------------------------------------------
+    @_serial
     def log(self, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None, tokens: Any = None,
             **more: Any) -> None:
         """A step line (docs/contract.md#lossjson-the-history): numbers only (``arm`` may be a string), and a
@@ -281,6 +276,7 @@ class Run:
             self._beat.step_done(step)
         self._agree()
 
+    @_serial
     def agree(self) -> None:
         """What :meth:`log` does after its line: take the job's decision (one process: what
         arrived; several: see the module's text), and end a run whose loop did not look at a
@@ -343,6 +339,7 @@ class Run:
                 pass
 
     @property
+    @_serial
     def checkpoint_requested(self) -> bool:
         """A checkpoint was asked for (SIGUSR1, the request file, or a stop) and not saved yet.
         With several processes: the job's decision at the last :meth:`log`, the same on every rank."""
@@ -350,6 +347,7 @@ class Run:
         return self._requests > self._checkpoint
 
     @property
+    @_serial
     def stop_requested(self) -> bool:
         """SIGTERM or SIGINT arrived: save a checkpoint (:attr:`checkpoint_requested` says so
         until one is reported), then stop. With several processes: the job's decision at the
@@ -358,6 +356,7 @@ class Run:
         self._stop_read = self._stop_read or self._stopping
         return self._stopping
 
+    @_serial
     def checkpoint_saved(self, step: int, path: str | os.PathLike[str], checksum: str | None = None) -> None:
         """A checkpoint in this trainer's own format (a file or a directory) is complete at
         ``path``: its ``external_checkpoint`` event, fsynced; it answers the requests taken so far.
@@ -395,6 +394,7 @@ class Run:
                     + (", as requested" if answers else ""), **fields)
         self._history.fsync()
 
+    @_serial
     def resumed(self, step: int, path: str | os.PathLike[str] | None = None) -> None:
         """Training continues after ``step`` (restored from the checkpoint at ``path``): the
         ``resume`` event; the steps after it are logged again."""
@@ -408,6 +408,7 @@ class Run:
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
         self._last_step, self._step_record = step, None
 
+    @_serial
     def leave_checkpoint_signal(self) -> None:
         """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM
         save-and-requeue): this run's handler is taken away, the previous one put back, and
@@ -427,6 +428,7 @@ class Run:
         """The newest step logged (or the history's, when it was opened)."""
         return self._last_step
 
+    @_serial
     def finish(self, reason: str | None = None) -> None:
         """The ``stop`` event; the record removed, the lock released, the handlers put back.
         Safe to call twice; in a forked child of the process that opened the run, nothing."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from .config import ConfigError, RunConfig, engine_config_text, read_run_toml
+from .layout import RUN_TOML
 
 
 class RunError(RuntimeError):
@@ -80,3 +83,27 @@ def checked_step(where: str, step: Any) -> int:
     if type(step) is not int or not 0 <= step < 2**63:
         raise RunError(f"{where}: step {shown(step)} is not an integer from 0 to 2**63 - 1")
     return step
+
+
+def run_toml_text(run_dir: Path, config: Mapping[str, Any] | None) -> str | None:
+    """The run.toml that open_run writes (None: keep the one there): ``config`` as its
+    ``[config]``, the other tables of the one there (``[run]``, ``[alerts]``, ``[console]``)
+    kept as they are; refuses andrea-train's own run."""
+    existing: dict[str, Any] | None = None
+    if (run_dir / RUN_TOML).exists():
+        try:
+            existing = read_run_toml(run_dir)
+            RunConfig.from_dict(existing)
+        except ConfigError:
+            existing = None                 # unreadable: replaced
+    if existing is not None and "config" not in existing:
+        raise RunError(f"open_run: {run_dir} is andrea-train's run (its {RUN_TOML} has data arms and no "
+                       "[config]): train another directory")
+    if config is None and existing is not None:
+        return None
+    if config is not None and not isinstance(config, Mapping):
+        raise RunError(f"open_run: config is {type(config).__name__}, not a dict")
+    try:
+        return engine_config_text(run_dir.resolve().name, dict(config or {}), existing)
+    except ConfigError as err:
+        raise RunError(f"open_run: {err}") from None
