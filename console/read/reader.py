@@ -510,7 +510,17 @@ class RunReader:
                                    reason=f"in {RUN_TOML}, not in {STATE_JSON} yet"))
         return ArmsView(rows=tuple(rows), policy_from=STATE_JSON if state else (RUN_TOML if configured else "none"),
                         phase=dict(state.phase) if state else {}, state_step=state.step if state else None,
-                        error=error)
+                        error=error, none_why="" if rows else self._no_arms(config))
+
+    def _no_arms(self, config: RunConfig | None) -> str:
+        """Why a run has no arms, as it is: a trainer of the run API mixes no sources."""
+        if config is not None and config.config is not None:
+            return f"this run's trainer mixes no sources (a run of the run API: its {RUN_TOML} has [config], no [arms])"
+        if config is not None:
+            return f"{RUN_TOML} has no [arms] and there is no {STATE_JSON}"
+        if os.path.lexists(self.run_dir / RUN_TOML):
+            return f"{RUN_TOML} cannot be read and there is no {STATE_JSON}"
+        return f"no {STATE_JSON} and no {RUN_TOML}"
 
 
 # The parts of a snapshot, in the order they are derived (each may use those before it).

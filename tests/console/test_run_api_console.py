@@ -11,7 +11,7 @@ import pytest
 
 from console.read.reader import RunReader
 from console.tui.app import ConsoleApp
-from console.tui.widgets import CheckpointsPane
+from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog
 from rundir import open_run
 from rundir.layout import HISTORY
 from rundir.run_summary import summarize_run
@@ -19,6 +19,10 @@ from tests.console.test_cli import console
 from tests.console.test_snapshots import settled
 
 SIZE = (140, 45)
+
+
+def log_text(app: ConsoleApp) -> str:
+    return "\n".join(app.dashboard.query_one(EventLog).texts)
 
 
 def reported_at_a_checkpoint_name(run_dir: Path) -> None:
@@ -57,3 +61,33 @@ async def test_a_reported_file_at_a_checkpoint_name_is_one_external_checkpoint(t
         text = app.dashboard.query_one(CheckpointsPane).content.plain
         rows = [line for line in text.splitlines()[1:] if line.strip()]
         assert len(rows) == 1 and "external: step_000010.bin" in rows[0] and "invalid" not in text, text
+
+
+@pytest.mark.asyncio
+async def test_arms_pivot_and_inspect_say_what_a_run_of_the_run_api_is(tmp_path):
+    """Its run.toml is there: the arms pane says its trainer mixes no sources (not that there is
+    no run.toml); p opens no pivot screen that could only say [arms] is empty; i on its own-format
+    checkpoint says why the inspector cannot read it, in the events pane and as a toast."""
+    run_dir = tmp_path / "x"
+    reported_at_a_checkpoint_name(run_dir)
+    once = console(run_dir, "--once").stdout
+    assert "  none: this run's trainer mixes no sources (a run of the run API: its run.toml has [config], " \
+           "no [arms])" in once
+    app = ConsoleApp(run_dir, watch=False, tick=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settled(pilot)
+        arms = app.dashboard.query_one(ArmsPane).content.plain
+        assert "no arms: this run's trainer mixes no sources" in arms and "no run.toml" not in arms, arms
+        await pilot.press("p")
+        await settled(pilot)
+        assert app.screen is app.dashboard
+        said = [n.message for n in app._notifications]
+        assert said == ["p: no pivot: this run's trainer mixes no sources (a run of the run API: its run.toml has "
+                        "[config], no [arms]): there is no mix of sources to change"]
+        assert said[0] in log_text(app)
+        await pilot.press("i")
+        await settled(pilot)
+        assert app.screen is app.dashboard
+        said = [n.message for n in app._notifications][1:]
+        assert said == ["i: step_000010.bin (step 10) is in its trainer's own format, not this trainer's "
+                        "step_NNNNNN.bin, the one format the inspector reads"] and said[0] in log_text(app)
