@@ -320,7 +320,7 @@ class RunReader:
         if prev is not None and v["checkpoints"] is prev.checkpoints and h is prev.history:
             return {"markers": prev.markers}          # thousands of checkpoints: not again at every read
         return {"markers": derive_markers(v["checkpoints"], h.events, h.silent_rewinds, h.spikes, h.nonfinite_steps,
-                                                h.grad_spikes)}
+                                          h.grad_spikes, v["external_checkpoints"])}
 
     # -- parts -----------------------------------------------------------------
     def stall_threshold(self) -> float:

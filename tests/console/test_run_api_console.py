@@ -11,11 +11,12 @@ import pytest
 
 from console.read.reader import RunReader
 from console.tui.app import ConsoleApp
-from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog
+from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog, LossPlot
 from rundir import open_run
 from rundir.layout import HISTORY
 from rundir.run_summary import summarize_run
 from tests.console.test_cli import console
+from tests.console.test_hostile_text import pane_lines
 from tests.console.test_snapshots import settled
 
 SIZE = (140, 45)
@@ -91,3 +92,25 @@ async def test_arms_pivot_and_inspect_say_what_a_run_of_the_run_api_is(tmp_path)
         said = [n.message for n in app._notifications][1:]
         assert said == ["i: step_000010.bin (step 10) is in its trainer's own format, not this trainer's "
                         "step_NNNNNN.bin, the one format the inspector reads"] and said[0] in log_text(app)
+
+
+@pytest.mark.asyncio
+async def test_the_plot_marks_the_checkpoints_its_trainer_reported(tmp_path):
+    """The legend names ▴ checkpoint: each checkpoint the run API reported is drawn at its
+    step on the dashboard's plot and in --once's."""
+    run_dir = tmp_path / "x"
+    with open_run(run_dir, config={"lr": 1e-3}) as run:
+        for step in range(1, 101):
+            run.log(step, loss=3.0 - step / 50)
+            if step % 40 == 0:
+                (run_dir / f"ckpt-{step}.pt").write_bytes(b"w")
+                run.checkpoint_saved(step, run_dir / f"ckpt-{step}.pt")
+    once = console(run_dir, "--once").stdout
+    axis = next(line for line in once.splitlines() if line.lstrip().startswith("└"))
+    assert axis.count("▴") == 2, once
+    app = ConsoleApp(run_dir, watch=False, tick=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await settled(pilot)
+        assert sorted(m.step for m in app.snapshot.markers if m.kind == "checkpoint") == [40, 80]
+        lines = pane_lines(app.dashboard.query_one(LossPlot))
+        assert sum(line.count("▴") for line in lines) == 2 + 1, lines       # two drawn, and the legend's
