@@ -54,7 +54,7 @@ from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME
                      EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_JSON, TRAINER_LOG, is_error_stop)
 from .process import RunLock, RunLockedError
 from .rank_heartbeat import RankHeartbeat
-from .run_inputs import RunError, checked_step, metric_name, number, run_toml_text, text_path
+from .run_inputs import RunError, checked_step, metric_name, number, recorded_path, run_toml_text, text_path
 from .run_inputs import shown as _shown
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
@@ -124,6 +124,7 @@ class Run:
         self._stop_read = False                 # stop_requested answered True since the stop was taken
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
+        self._loop_step: int | None = None      # the step agree() was told the loop is at
         self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._beat: RankHeartbeat | None = None     # a job of several processes: this rank's record
         self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
@@ -277,11 +278,16 @@ class Run:
         self._agree()
 
     @_serial
-    def agree(self) -> None:
+    def agree(self, step: int | None = None) -> None:
         """What :meth:`log` does after its line: take the job's decision (one process: what
         arrived; several: see the module's text), and end a run whose loop did not look at a
-        stop. For a loop that decides at another point than its ``run.log``, every rank alike."""
+        stop. For a loop that decides at another point than its ``run.log``, every rank alike.
+        ``step``: the step the loop is at, where it is past the one logged (a framework whose
+        step ends before its log line): a request taken now is said at that step, the one its
+        checkpoint will have."""
         self._open("run.agree")
+        if step is not None:
+            self._loop_step = checked_step("run.agree", step)
         self._agree()
 
     def _agree(self) -> None:
@@ -383,7 +389,7 @@ class Run:
             size = saved_size(target)
         except OSError as err:
             raise RunError(f"run.checkpoint_saved: {target}: {err.strerror}") from None
-        shown = self._recorded_path(target)
+        shown = recorded_path(self.path, target)
         fields: dict[str, Any] = {"path": shown, "size": size, "reason": "signal" if answers else "schedule"}
         if checksum is not None:
             fields["checksum"] = checksum
@@ -401,12 +407,12 @@ class Run:
         self._open("run.resumed")
         step = checked_step("run.resumed", step)
         if self._ranks.owner:
-            shown = self._recorded_path(Path(path)) if path is not None else None
+            shown = recorded_path(self.path, Path(path)) if path is not None else None
             rerun = {"from": step + 1, "to": self._last_step} if self._last_step is not None and \
                 self._last_step > step else None
             self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
-        self._last_step, self._step_record = step, None
+        self._last_step, self._step_record, self._loop_step = step, None, None
 
     @_serial
     def leave_checkpoint_signal(self) -> None:
@@ -505,7 +511,7 @@ class Run:
         """Requests taken (on every rank the same, with several processes): rank 0's events."""
         if not taken:
             return
-        step = self._last_step or 0
+        step = max(self._last_step or 0, self._loop_step or 0)
         for name in taken.names if self._ranks.owner else ():
             action = "stop" if name in _STOP_NAMES else "checkpoint"
             self._event(EVENT_SIGNAL, step, f"{name} received: {action} at step {step}", signal=name, action=action)
@@ -521,14 +527,6 @@ class Run:
                       "(exit 0)")
         self.finish(_UNLOOKED)
         raise SystemExit(0)
-
-    def _recorded_path(self, target: Path) -> str:
-        """Relative to the run directory when it lies inside it, else absolute."""
-        absolute = Path(os.path.abspath(target))
-        try:
-            return str(absolute.relative_to(Path(os.path.abspath(self.path))))
-        except ValueError:
-            return str(absolute)
 
     def _event(self, name: str, step: int, message: str, **fields: Any) -> None:
         self._history.append({"event": name, "step": step, "time": time.time(), **fields})

@@ -85,6 +85,16 @@ def checked_step(where: str, step: Any) -> int:
     return step
 
 
+def recorded_path(run_dir: Path, target: Path) -> str:
+    """A path as the history records it: relative to the run directory when it lies inside it,
+    else absolute."""
+    absolute = Path(os.path.abspath(target))
+    try:
+        return str(absolute.relative_to(Path(os.path.abspath(run_dir))))
+    except ValueError:
+        return str(absolute)
+
+
 def run_toml_text(run_dir: Path, config: Mapping[str, Any] | None) -> str | None:
     """The run.toml that open_run writes (None: keep the one there): ``config`` as its
     ``[config]``, the other tables of the one there (``[run]``, ``[alerts]``, ``[console]``)

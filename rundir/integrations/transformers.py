@@ -86,8 +86,10 @@ def _build() -> type:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.run is None:
                 return
-            if self.run.world_size > 1:
-                self.run.agree()                # the same decision on every rank, at this step
+            # The decision (the same on every rank, with several), taken at this step: the
+            # Trainer's step ends before its log line, and a checkpoint asked for now is this
+            # step's (checkpoint-N), as the request's event says.
+            self.run.agree(state.global_step)
             if self.run.checkpoint_requested:
                 control.should_save = True
             if self.run.stop_requested:
