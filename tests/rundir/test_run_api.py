@@ -144,6 +144,9 @@ def test_each_bad_use_is_one_clear_line(tmp_path):
         with pytest.raises(RunError) as err:
             run.checkpoint_saved(3, run_dir / "missing.pt")
         assert "missing.pt" in _one_line(err)
+        with pytest.raises(RunError) as err:
+            run.agree(-1)
+        assert _one_line(err) == "run.agree: step -1 is not an integer from 0 to 2**63 - 1"
     with pytest.raises(RunError) as err:
         run.log(6, loss=1.0)
     assert "finished" in _one_line(err)
