@@ -146,6 +146,8 @@ class Run:
             self._lock.acquire()
         except RunLockedError as err:
             raise RunError(f"open_run: {err}") from None
+        except OSError as err:                  # a full disk (no inode for the lock file), a read-only one
+            raise RunError(f"open_run: cannot take the lock of {self.path}: {err.strerror or err}") from None
         self._signals = SharedSignalFlags()
         fresh = [self.path / name for name in (LOSS_JSON, TRAINER_LOG) if not os.path.lexists(self.path / name)]
         self._doing = "starting"

@@ -49,6 +49,25 @@ def test_open_run_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+def test_open_run_without_an_inode_for_its_lock_is_one_line(tmp_path):
+    disk = tmp_path / "disk"
+    if not mount_tmpfs(disk, "256k,nr_inodes=8"):
+        pytest.skip("cannot mount a tmpfs here (not root, or no mount permission)")
+    try:
+        (disk / "run").mkdir()
+        for i in range(100):                    # every inode taken
+            try:
+                (disk / f"f{i}").touch()
+            except OSError:
+                break
+        with pytest.raises(RunError) as err:
+            open_run(disk / "run", config={"lr": 1e-3})
+        assert str(err.value) == f"open_run: cannot take the lock of {disk / 'run'}: No space left on device"
+        assert list((disk / "run").iterdir()) == []
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
 CHILD = r'''
 import os, resource, signal, sys
 import rundir
