@@ -413,6 +413,12 @@ def _build(klass: type, data: Any, where: str) -> Any:
 
 def load_run_config(run_dir: str | os.PathLike[str]) -> RunConfig:
     """Load and validate ``RUN_DIR/run.toml``; raises :class:`ConfigError` naming the problem."""
+    return RunConfig.from_dict(read_run_toml(run_dir))
+
+
+def read_run_toml(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """``RUN_DIR/run.toml`` parsed, its tables as written (not yet checked against
+    :class:`RunConfig`); raises :class:`ConfigError` naming the problem."""
     path = Path(run_dir) / RUN_TOML
     read = read_bytes(path, RUN_TOML_MAX, str(path))
     if not read.ok:
@@ -428,7 +434,7 @@ def load_run_config(run_dir: str | os.PathLike[str]) -> RunConfig:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
     except (RecursionError, MemoryError) as err:
         raise ConfigError(f"{path}: not readable TOML: nested too deeply ({type(err).__name__})") from None
-    return RunConfig.from_dict(data)
+    return data
 
 
 # No key of a run.toml has more than three parts (arms.NAME.cap), and the TOML parser's
@@ -490,11 +496,15 @@ def toml_value(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
-def engine_config_text(name: str, config: dict[str, Any]) -> str:
+def engine_config_text(name: str, config: dict[str, Any], kept: dict[str, Any] | None = None) -> str:
     """The ``run.toml`` of a run that a trainer of its own trains through the run API
     (:mod:`rundir.run`): its name in ``[run]`` and its configuration in ``[config]``, as
-    :func:`toml_value` makes it; checked to load as the console will load it."""
-    text = tomli_w.dumps({"run": {"name": name, "preset": "custom"}, "config": toml_value(config)})
+    :func:`toml_value` makes it; checked to load as the console will load it. ``kept``: the
+    tables of the run.toml there before, other than ``[config]`` (``[run]`` with what an
+    operator set in it, ``[alerts]``, ``[console]``), written again as they were."""
+    tables = {key: value for key, value in (kept or {}).items() if key != "config"}
+    tables.setdefault("run", {"name": name, "preset": "custom"})
+    text = tomli_w.dumps({**tables, "config": toml_value(config)})
     if len(text.encode("utf-8")) > RUN_TOML_MAX:
         raise ConfigError(f"the config is {len(text):,} characters as TOML: more than a run.toml may hold "
                           f"({RUN_TOML_MAX:,} bytes)")

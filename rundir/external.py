@@ -68,6 +68,15 @@ def external_checkpoints(events: Iterable[HistoryEvent]) -> tuple[ExternalCheckp
     return tuple(found.values())
 
 
+def reported_files(checkpoints: Iterable[ExternalCheckpoint]) -> frozenset[str]:
+    """The names of the run directory's own files that the trainer reported as its checkpoints
+    (a path of one component): such a file is that trainer's checkpoint, whatever its name,
+    and a listing of this repository's checkpoints (``step_NNNNNN.bin``) leaves it out, so
+    that a ``step_000010.bin`` of another format is one checkpoint, judged once, never also
+    an invalid one of ours."""
+    return frozenset(c.path for c in checkpoints if c.path and os.sep not in c.path and c.path not in (".", ".."))
+
+
 # A checkpoint directory holds at most this many entries: past it the path is not one
 # checkpoint (a checkpoint_saved(s, "/") must not walk the whole filesystem).
 MAX_CHECKPOINT_ENTRIES = 100_000

@@ -131,10 +131,19 @@ def open_directory(pid: int, identity: tuple[int, int]) -> Path | None:
         try:
             st = os.stat(f"{fd_dir}/{fd}")
             if (st.st_dev, st.st_ino) == identity and stat.S_ISDIR(st.st_mode):
-                return Path(os.readlink(f"{fd_dir}/{fd}"))
+                return linked_directory(f"{fd_dir}/{fd}")
         except OSError:
             continue
     return None
+
+
+def linked_directory(link: str | os.PathLike[str]) -> Path | None:
+    """Where the directory that an open descriptor's link (``/proc/PID/fd/N``) names is now;
+    None when it was removed: the kernel's link then names its last place with " (deleted)"
+    after it, a place where it is not (a removed directory has no links left)."""
+    if os.stat(link).st_nlink == 0:
+        return None
+    return Path(os.readlink(link))
 
 
 def _directory_fds(pid: int) -> list[tuple[Path, tuple[int, int]]]:

@@ -38,23 +38,23 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar, cast
 
-from .config import ConfigError, RunConfig, engine_config_text, load_run_config
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
 from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
                   wait_for_owner)
 from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
-                     EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_LOG, is_error_stop)
+                     EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_JSON, TRAINER_LOG, is_error_stop)
 from .process import RunLock, RunLockedError
 from .rank_heartbeat import RankHeartbeat
-from .run_inputs import RunError, int64, metric_name, text_path
+from .run_inputs import RunError, checked_step, metric_name, number, recorded_path, run_toml_text, text_path
 from .run_inputs import shown as _shown
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
@@ -83,37 +83,17 @@ def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = No
     return Run(path, config, join_timeout)
 
 
-def _number(key: str, value: Any) -> float | int:
-    """A step line's value: an int or float as it is, a numpy or torch scalar by ``item()``."""
-    kind = type(value)
-    if kind is float:
-        return value
-    if kind is int:
-        return int64(key, value)
-    if kind is not bool:
-        item = getattr(value, "item", None)
-        if callable(item):
-            try:
-                value = item()
-            except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
-                raise RunError(f"run.log: {key} is {_shown(value)}, not a single number") from None
-            if type(value) in (int, float):
-                return int64(key, value) if type(value) is int else value
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value) if isinstance(value, float) else int64(key, int(value))
-    raise RunError(f"run.log: {key} = {_shown(value)} is not a number")
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
-def _step(where: str, step: Any) -> int:
-    if type(step) is not int:
-        item = getattr(step, "item", None)
-        try:
-            step = item() if callable(item) and not isinstance(step, bool) else step
-        except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
-            pass
-    if type(step) is not int or not 0 <= step < 2**63:
-        raise RunError(f"{where}: step {_shown(step)} is not an integer from 0 to 2**63 - 1")
-    return step
+def _serial(method: _Method) -> _Method:
+    """One call of the run at a time: a call from another thread waits for the one under way, so
+    the run's lines never interleave and its steps stay in order (docs/training.md)."""
+    @functools.wraps(method)
+    def serial(self: "Run", *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+    return cast(_Method, serial)
 
 
 class Run:
@@ -134,6 +114,7 @@ class Run:
         except JobError as err:
             raise RunError(f"open_run: {err}") from None
         self.path = text_path("open_run", path)
+        self._mutex = threading.RLock()         # one call at a time (_serial), re-entered by finish inside log
         self._pid = os.getpid()                 # the opener: a forked child touches nothing of the run
         self._failed_before = getattr(sys, "last_value", None)     # an interactive session's earlier error
         self._closed = False
@@ -143,6 +124,7 @@ class Run:
         self._stop_read = False                 # stop_requested answered True since the stop was taken
         self._stop_taken_at = 0                 # the log() count when the stop was taken
         self._logs = 0
+        self._loop_step: int | None = None      # the step agree() was told the loop is at
         self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._beat: RankHeartbeat | None = None     # a job of several processes: this rank's record
         self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
@@ -158,15 +140,23 @@ class Run:
             self._join(join_timeout)
             atexit.register(self._at_exit)      # the agreement in flight waited for, the handlers put back
             return
-        text = self._config_text(config)
+        text = run_toml_text(self.path, config)
         self._lock = RunLock(self.path, on_lost=self._lock_lost)
         try:
             self._lock.acquire()
         except RunLockedError as err:
             raise RunError(f"open_run: {err}") from None
+        except OSError as err:                  # a full disk (no inode for the lock file), a read-only one
+            raise RunError(f"open_run: cannot take the lock of {self.path}: {err.strerror or err}") from None
         self._signals = SharedSignalFlags()
+        fresh = [self.path / name for name in (LOSS_JSON, TRAINER_LOG) if not os.path.lexists(self.path / name)]
+        self._doing = "starting"
         try:
             self._start(text)
+        except OSError as err:                  # a full disk, a read-only one: one line, nothing cut left
+            self._release_quietly(fresh)
+            raise RunError(f"open_run: cannot start the run in {self.path}: {self._doing}: "
+                           f"{err.strerror or err}") from None
         except BaseException:
             self._release(remove_record=True)
             raise
@@ -223,36 +213,19 @@ class Run:
         ``run.toml`` and ``trainer.log``; the other ranks write none of them."""
         return self._ranks.owner
 
-    def _config_text(self, config: Mapping[str, Any] | None) -> str | None:
-        """The run.toml to write (None: keep the one there); refuses andrea-train's own run."""
-        existing: RunConfig | None = None
-        if (self.path / RUN_TOML).exists():
-            try:
-                existing = load_run_config(self.path)
-            except ConfigError:
-                existing = None                 # unreadable: replaced
-        if existing is not None and existing.config is None:
-            raise RunError(f"open_run: {self.path} is andrea-train's run (its {RUN_TOML} has data arms and no "
-                           "[config]): train another directory")
-        if config is None and existing is not None:
-            return None
-        if config is not None and not isinstance(config, Mapping):
-            raise RunError(f"open_run: config is {type(config).__name__}, not a dict")
-        try:
-            return engine_config_text(self.path.resolve().name, dict(config or {}))
-        except ConfigError as err:
-            raise RunError(f"open_run: {err}") from None
-
     def _start(self, config_text: str | None) -> None:
         # Held open for the run's lifetime: how the console verifies a trainer (rundir.identity),
         # whatever its command line says.
         self._dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tail = read_history_tail(self.path / LOSS_JSON)
         self._last_step: int | None = int(tail.step[-1]) if len(tail.step) else None
+        self._doing = f"opening {LOSS_JSON}"
         self._history = LossHistoryWriter(self.path / LOSS_JSON)
+        self._doing = f"opening {TRAINER_LOG}"
         self._log_fd = open_for_append(self.path / TRAINER_LOG)
         if config_text is not None:
             from .atomic import atomic_write_bytes
+            self._doing = f"writing {RUN_TOML}"
             atomic_write_bytes(self.path / RUN_TOML, config_text.encode("utf-8"))
         self._signals.install()                 # before the record: a recorded trainer handles signals
         ranks = self._ranks
@@ -260,20 +233,23 @@ class Run:
                                "launch": launch_key(ranks)} if ranks.distributed else {}
         self.record = TrainerRecord.for_this_process(run_dir=RunDirId.of_fd(self._dir_fd),
                                                      slurm=SlurmPlacement.from_env(), **job)
+        self._doing = f"writing {TRAINER_JSON}"
         write_trainer_record(self.path, self.record)
         self._watch = RequestWatch(self.path, self.record, self._say)
         step = self._last_step or 0
+        self._doing = f"writing the start event to {LOSS_JSON}"
         self._event(EVENT_START, step, f"start: pid {self.record.pid}, history at step {step}"
                     + (f", {ranks.world_size} processes" if ranks.distributed else ""), engine=ENGINE,
                     pid=self.record.pid, **({"world_size": ranks.world_size} if ranks.distributed else {}))
 
     # -- what the loop calls ---------------------------------------------------------
+    @_serial
     def log(self, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None, tokens: Any = None,
             **more: Any) -> None:
         """A step line (docs/contract.md#lossjson-the-history): numbers only (``arm`` may be a string), and a
         step that never goes back unless :meth:`resumed` said where training went back to."""
         self._open("run.log")
-        step = step if type(step) is int and 0 <= step < 2**63 else _step("run.log", step)
+        step = step if type(step) is int and 0 <= step < 2**63 else checked_step("run.log", step)
         last = self._last_step
         if last is not None and step < last:
             raise RunError(f"run.log: step {step} goes back (the history is at step {last}); call "
@@ -281,12 +257,12 @@ class Run:
         record: dict[str, Any] = {"step": step}
         for key, value in zip(_FIELDS, (loss, lr, grad_norm, tokens)):
             if value is not None:
-                record[key] = value if type(value) is float else _number(key, value)
+                record[key] = value if type(value) is float else number(key, value)
         for key, value in more.items():
             metric_name(key)
             if value is not None:
                 record[key] = value if type(value) is float or key == "arm" and type(value) is str \
-                    else _number(key, value)
+                    else number(key, value)
         tokens_value = record.get("tokens")
         if type(tokens_value) is float:
             if not tokens_value.is_integer():
@@ -303,11 +279,17 @@ class Run:
             self._beat.step_done(step)
         self._agree()
 
-    def agree(self) -> None:
+    @_serial
+    def agree(self, step: int | None = None) -> None:
         """What :meth:`log` does after its line: take the job's decision (one process: what
         arrived; several: see the module's text), and end a run whose loop did not look at a
-        stop. For a loop that decides at another point than its ``run.log``, every rank alike."""
+        stop. For a loop that decides at another point than its ``run.log``, every rank alike.
+        ``step``: the step the loop is at, where it is past the one logged (a framework whose
+        step ends before its log line): a request taken now is said at that step, the one its
+        checkpoint will have."""
         self._open("run.agree")
+        if step is not None:
+            self._loop_step = checked_step("run.agree", step)
         self._agree()
 
     def _agree(self) -> None:
@@ -365,6 +347,7 @@ class Run:
                 pass
 
     @property
+    @_serial
     def checkpoint_requested(self) -> bool:
         """A checkpoint was asked for (SIGUSR1, the request file, or a stop) and not saved yet.
         With several processes: the job's decision at the last :meth:`log`, the same on every rank."""
@@ -372,6 +355,7 @@ class Run:
         return self._requests > self._checkpoint
 
     @property
+    @_serial
     def stop_requested(self) -> bool:
         """SIGTERM or SIGINT arrived: save a checkpoint (:attr:`checkpoint_requested` says so
         until one is reported), then stop. With several processes: the job's decision at the
@@ -380,13 +364,14 @@ class Run:
         self._stop_read = self._stop_read or self._stopping
         return self._stopping
 
+    @_serial
     def checkpoint_saved(self, step: int, path: str | os.PathLike[str], checksum: str | None = None) -> None:
         """A checkpoint in this trainer's own format (a file or a directory) is complete at
         ``path``: its ``external_checkpoint`` event, fsynced; it answers the requests taken so far.
         With several processes every rank calls it, at the same step, once its part is written:
         rank 0 reports the checkpoint once every rank has (one all-reduce)."""
         self._open("run.checkpoint_saved")
-        step = _step("run.checkpoint_saved", step)
+        step = checked_step("run.checkpoint_saved", step)
         if checksum is not None and not isinstance(checksum, str):
             raise RunError(f"run.checkpoint_saved: checksum {_shown(checksum)} is not a string")
         if self._ranks.distributed:
@@ -406,7 +391,7 @@ class Run:
             size = saved_size(target)
         except OSError as err:
             raise RunError(f"run.checkpoint_saved: {target}: {err.strerror}") from None
-        shown = self._recorded_path(target)
+        shown = recorded_path(self.path, target)
         fields: dict[str, Any] = {"path": shown, "size": size, "reason": "signal" if answers else "schedule"}
         if checksum is not None:
             fields["checksum"] = checksum
@@ -417,19 +402,21 @@ class Run:
                     + (", as requested" if answers else ""), **fields)
         self._history.fsync()
 
+    @_serial
     def resumed(self, step: int, path: str | os.PathLike[str] | None = None) -> None:
         """Training continues after ``step`` (restored from the checkpoint at ``path``): the
         ``resume`` event; the steps after it are logged again."""
         self._open("run.resumed")
-        step = _step("run.resumed", step)
+        step = checked_step("run.resumed", step)
         if self._ranks.owner:
-            shown = self._recorded_path(Path(path)) if path is not None else None
+            shown = recorded_path(self.path, Path(path)) if path is not None else None
             rerun = {"from": step + 1, "to": self._last_step} if self._last_step is not None and \
                 self._last_step > step else None
             self._event(EVENT_RESUME, step, f"resume from step {step}" + (f" ({shown})" if shown else ""),
                         from_step=step, checkpoint=shown, exact=False, rerun=rerun, engine=ENGINE)
-        self._last_step, self._step_record = step, None
+        self._last_step, self._step_record, self._loop_step = step, None, None
 
+    @_serial
     def leave_checkpoint_signal(self) -> None:
         """SIGUSR1 is another handler's from now on (a framework's: Lightning's SLURM
         save-and-requeue): this run's handler is taken away, the previous one put back, and
@@ -449,6 +436,7 @@ class Run:
         """The newest step logged (or the history's, when it was opened)."""
         return self._last_step
 
+    @_serial
     def finish(self, reason: str | None = None) -> None:
         """The ``stop`` event; the record removed, the lock released, the handlers put back.
         Safe to call twice; in a forked child of the process that opened the run, nothing."""
@@ -474,9 +462,19 @@ class Run:
             self._event(EVENT_STOP, self._last_step or 0, f"stop ({reason}) at step {self._last_step or 0}",
                         reason="signal" if reason == _UNLOOKED else reason)
             self._history.fsync()
+        except OSError as err:                  # a full disk: the run let go all the same, said in one line
+            try:
+                self._release(remove_record=True, exiting_on_stop=reason == _UNLOOKED)
+            except OSError:
+                pass
+            raise RunError(f"run.finish: the stop event was not written to {self.path / LOSS_JSON}: "
+                           f"{err.strerror or err} (the run is released)") from None
         finally:
-            self._release(remove_record=True, exiting_on_stop=reason == _UNLOOKED)
             atexit.unregister(self._at_exit)
+        try:
+            self._release(remove_record=True, exiting_on_stop=reason == _UNLOOKED)
+        except OSError as err:
+            raise RunError(f"run.finish: releasing {self.path}: {err.strerror or err}") from None
 
     def __enter__(self) -> "Run":
         return self
@@ -515,7 +513,7 @@ class Run:
         """Requests taken (on every rank the same, with several processes): rank 0's events."""
         if not taken:
             return
-        step = self._last_step or 0
+        step = max(self._last_step or 0, self._loop_step or 0)
         for name in taken.names if self._ranks.owner else ():
             action = "stop" if name in _STOP_NAMES else "checkpoint"
             self._event(EVENT_SIGNAL, step, f"{name} received: {action} at step {step}", signal=name, action=action)
@@ -532,14 +530,6 @@ class Run:
         self.finish(_UNLOOKED)
         raise SystemExit(0)
 
-    def _recorded_path(self, target: Path) -> str:
-        """Relative to the run directory when it lies inside it, else absolute."""
-        absolute = Path(os.path.abspath(target))
-        try:
-            return str(absolute.relative_to(Path(os.path.abspath(self.path))))
-        except ValueError:
-            return str(absolute)
-
     def _event(self, name: str, step: int, message: str, **fields: Any) -> None:
         self._history.append({"event": name, "step": step, "time": time.time(), **fields})
         self._say(message)
@@ -547,8 +537,11 @@ class Run:
     def _say(self, text: str) -> None:
         """A line in trainer.log (the console's log pane); a full disk loses the line only."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        line = f"{stamp} {text}\n".encode("utf-8", "replace")
         try:
-            os.write(self._log_fd, f"{stamp} {text}\n".encode("utf-8", "replace"))
+            written = os.write(self._log_fd, line)
+            if written < len(line):             # cut short: taken back, no half line for the next to join
+                os.ftruncate(self._log_fd, os.fstat(self._log_fd).st_size - written)
         except OSError:
             pass
 
@@ -572,14 +565,32 @@ class Run:
         if errors:
             raise errors[0]
 
+    def _release_quietly(self, created: list[Path]) -> None:
+        """An open that failed part way: everything let go, and the files it created still empty
+        (``created``: a fresh run's history and log) removed, so nothing of it is left behind."""
+        try:
+            self._release(remove_record=True)
+        except OSError:
+            pass
+        for path in created:
+            try:
+                if os.lstat(path).st_size == 0:
+                    os.unlink(path)
+            except OSError:
+                pass
+
     def _at_exit(self) -> None:
         """A script that returns without :meth:`finish`: finished for it (not in a forked child),
         a stop taken being a stop on a signal still, and one ended by an uncaught exception (a
         framework's error: the interpreter printed it and set ``sys.last_value``) an error."""
         failed = getattr(sys, "last_value", None)
-        if failed is not None and failed is not self._failed_before:
-            self.finish("interrupted" if isinstance(failed, KeyboardInterrupt) else f"error: {type(failed).__name__}")
-        self.finish("signal" if self._stopping else "exit without run.finish()")
+        try:
+            if failed is not None and failed is not self._failed_before:
+                self.finish("interrupted" if isinstance(failed, KeyboardInterrupt) else
+                            f"error: {type(failed).__name__}")
+            self.finish("signal" if self._stopping else "exit without run.finish()")
+        except RunError as err:                 # the exit hook's one line, not a traceback
+            print(f"rundir: at exit: {err}", file=sys.stderr)
 
 
 __all__ = ["ENGINE", "Run", "RunError", "open_run"]

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from .config import ConfigError, RunConfig, engine_config_text, read_run_toml
+from .layout import RUN_TOML
 
 
 class RunError(RuntimeError):
@@ -48,3 +51,69 @@ def text_path(where: str, path: Any) -> Path:
     return Path(text)
 
 
+def number(key: str, value: Any) -> float | int:
+    """A step line's value: an int or float as it is, a numpy or torch scalar by ``item()``."""
+    kind = type(value)
+    if kind is float:
+        return value
+    if kind is int:
+        return int64(key, value)
+    if kind is not bool:
+        item = getattr(value, "item", None)
+        if callable(item):
+            try:
+                value = item()
+            except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
+                raise RunError(f"run.log: {key} is {shown(value)}, not a single number") from None
+            if type(value) in (int, float):
+                return int64(key, value) if type(value) is int else value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value) if isinstance(value, float) else int64(key, int(value))
+    raise RunError(f"run.log: {key} = {shown(value)} is not a number")
+
+
+def checked_step(where: str, step: Any) -> int:
+    """A step the API takes: an int (or a numpy or torch integer scalar) from 0 to 2**63 - 1."""
+    if type(step) is not int:
+        item = getattr(step, "item", None)
+        try:
+            step = item() if callable(item) and not isinstance(step, bool) else step
+        except (TypeError, ValueError, RuntimeError):       # a tensor of several elements
+            pass
+    if type(step) is not int or not 0 <= step < 2**63:
+        raise RunError(f"{where}: step {shown(step)} is not an integer from 0 to 2**63 - 1")
+    return step
+
+
+def recorded_path(run_dir: Path, target: Path) -> str:
+    """A path as the history records it: relative to the run directory when it lies inside it,
+    else absolute."""
+    absolute = Path(os.path.abspath(target))
+    try:
+        return str(absolute.relative_to(Path(os.path.abspath(run_dir))))
+    except ValueError:
+        return str(absolute)
+
+
+def run_toml_text(run_dir: Path, config: Mapping[str, Any] | None) -> str | None:
+    """The run.toml that open_run writes (None: keep the one there): ``config`` as its
+    ``[config]``, the other tables of the one there (``[run]``, ``[alerts]``, ``[console]``)
+    kept as they are; refuses andrea-train's own run."""
+    existing: dict[str, Any] | None = None
+    if (run_dir / RUN_TOML).exists():
+        try:
+            existing = read_run_toml(run_dir)
+            RunConfig.from_dict(existing)
+        except ConfigError:
+            existing = None                 # unreadable: replaced
+    if existing is not None and "config" not in existing:
+        raise RunError(f"open_run: {run_dir} is andrea-train's run (its {RUN_TOML} has data arms and no "
+                       "[config]): train another directory")
+    if config is None and existing is not None:
+        return None
+    if config is not None and not isinstance(config, Mapping):
+        raise RunError(f"open_run: config is {type(config).__name__}, not a dict")
+    try:
+        return engine_config_text(run_dir.resolve().name, dict(config or {}), existing)
+    except ConfigError as err:
+        raise RunError(f"open_run: {err}") from None

@@ -20,7 +20,7 @@ import numpy as np
 
 from .checkpoint import CheckpointInfo, inspect_listed
 from .config import ConfigError, RunConfig, load_run_config
-from .external import ExternalCheckpoint, external_checkpoints
+from .external import ExternalCheckpoint, external_checkpoints, reported_files
 from .filesystems import fresh_stamp
 from .history import HistoryEvent, HistoryTail, read_history_tail
 from .history.records import nonfinite_mask
@@ -146,10 +146,11 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _checkpoints(run: Path) -> tuple[list[CheckpointInfo], int]:
-    """The newest :data:`CHECKPOINTS_INSPECTED` checkpoints inspected (oldest first), and how many there are."""
+def _checkpoints(run: Path, reported: frozenset[str]) -> tuple[list[CheckpointInfo], int]:
+    """The newest :data:`CHECKPOINTS_INSPECTED` checkpoints inspected (oldest first), and how many there are;
+    a file the trainer reported as its own checkpoint (``reported``) is not one of them."""
     try:
-        names = [e.name for e in os.scandir(run) if is_checkpoint_bin(e.name)]
+        names = [e.name for e in os.scandir(run) if is_checkpoint_bin(e.name) and e.name not in reported]
     except OSError:
         return [], 0
     names.sort()
@@ -205,13 +206,14 @@ class SummaryMemo:
     def __init__(self) -> None:
         self._kept: dict[tuple[str, Path], tuple[object, object]] = {}
 
-    def get(self, what: str, path: Path, make: Callable[[], object]) -> object:
+    def get(self, what: str, path: Path, make: Callable[[], object], given: object = None) -> object:
+        """``make()``'s value, kept while ``path``'s stamp and ``given`` (what it was made from) stay."""
         stamp = fresh_stamp(path)
         kept = self._kept.get((what, path))
-        if stamp is not None and kept is not None and kept[0] == stamp:
+        if stamp is not None and kept is not None and kept[0] == (stamp, given):
             return kept[1]
         value = make()
-        self._kept[(what, path)] = (stamp, value)
+        self._kept[(what, path)] = ((stamp, given), value)
         return value
 
     def keep_only(self, runs: set[Path]) -> None:
@@ -241,7 +243,9 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
         v = verify(run)
     except Exception as err:            # a verification bug must not hide the other runs
         v = Verification("unreadable", f"verification failed: {err}")
-    checkpoints, n_checkpoints = memo.get("checkpoints", run, lambda: _checkpoints(run))
+    external = external_checkpoints(tail.events)
+    reported = reported_files(external)
+    checkpoints, n_checkpoints = memo.get("checkpoints", run, lambda: _checkpoints(run, reported), reported)
     newest = next((c for c in reversed(checkpoints) if c.status != "invalid"), None)
     # What the run last did, as the run itself dates it (its newest step, its newest
     # checkpoint); a run that has neither is dated by its files.
@@ -288,7 +292,7 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     return RunSummary(run, run.name, v.state, v.reason, v.record.pid if v.record else None, stalled, last_step,
                       _ema(tail.loss), rate, tokens, max_steps, eta,
                       newest, n_checkpoints, used, approximate, last_activity, tail.format, tuple(problems), finished,
-                      next(reversed(external_checkpoints(tail.events)), None), len(problem_ranks))
+                      next(reversed(external), None), len(problem_ranks))
 
 
 def _rank_problems(run: Path, now: float) -> list[str]:

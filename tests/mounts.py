@@ -23,6 +23,16 @@ from typing import Iterator
 import pytest
 
 
+def mount_tmpfs(where: Path, size: str) -> bool:
+    """A real small tmpfs at ``where`` (created), for a full disk; False where none can be
+    mounted (not root, no mount permission, not Linux). Undo it with ``umount -l``."""
+    if not os.uname().sysname == "Linux" or os.geteuid() != 0:
+        return False
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    return r.returncode == 0
+
+
 def fuse_missing() -> str | None:
     """Why a FUSE mount cannot be made here (None: it can)."""
     if not Path("/dev/fuse").exists():

@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rundir.identity import linked_directory
+
 _FD_DIR = Path("/proc/self/fd")
+REMOVED = Path("/")         # moved_to()'s answer for a directory removed: no place at all
 
 
 class HeldRunDir:
@@ -30,19 +33,21 @@ class HeldRunDir:
         self.path = through_fd if _resolves_to(through_fd, self._identity) else self.given
         self._told: Path | None = None
 
-    def where(self) -> Path:
-        """Where the directory is now (the path it was given when that cannot be told)."""
+    def where(self) -> Path | None:
+        """Where the directory is now (the path it was given when that cannot be told); None
+        when it was removed (:func:`rundir.identity.linked_directory`)."""
         try:
-            return Path(os.readlink(_FD_DIR / str(self.fd)))
+            return linked_directory(_FD_DIR / str(self.fd))
         except OSError:
             return self.given
 
     def moved_to(self) -> Path | None:
         """Its new place, once the path it was given names something else (it was moved or
-        renamed); None while it is where it was. Said once per place."""
+        renamed; :data:`REMOVED` when it was removed); None while it is where it was. Said once
+        per place."""
         if _resolves_to(self.given, self._identity):
             return None
-        now = self.where()
+        now = self.where() or REMOVED
         if now == self._told:
             return None
         self._told = now

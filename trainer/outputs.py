@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from trainer.bandit import OnlineDataMixer
 from trainer.guard import SafetyStop, describe_os_error
-from trainer.held_dir import HeldRunDir
+from trainer.held_dir import REMOVED, HeldRunDir
 from trainer.progress import Progress
 from rundir import CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
 from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_WRITE_FAILED, LOSS_JSON, SAMPLES_JSON,
@@ -52,7 +52,10 @@ class RunOutputs:
         """Say once in the log where the run directory went, when it was moved or renamed
         (training goes on in it: its files are reached through the open directory)."""
         moved = self.held.moved_to() if self.held is not None else None
-        if moved is not None:
+        if moved == REMOVED:
+            self.progress.message("the run directory was removed: no file can be made in it any more (a "
+                                  "checkpoint fails), and no path reaches what it held")
+        elif moved is not None:
             self.progress.message(f"the run directory was moved: it is now {moved}; training goes on there")
 
     def event(self, name: str, step: int, message: str | None = None, **fields: Any) -> None:

@@ -16,6 +16,7 @@ from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
 
 if TYPE_CHECKING:
     from rundir import CheckpointInfo, HistoryEvent
+    from rundir.external import ExternalCheckpoint
     from rundir.spikes import Spike
 
 
@@ -64,11 +65,13 @@ class Marker:
 
 def derive_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent], rewinds: Iterable[int] = (),
                    spikes: Iterable[Spike] = (), nonfinite_steps: Iterable[int] = (),
-                   grad_spikes: Iterable[Spike] = ()) -> tuple[Marker, ...]:
-    """What earns a marker on the loss plot: the checkpoints on disk, resumes, pivots and
+                   grad_spikes: Iterable[Spike] = (), external: Iterable[ExternalCheckpoint] = ()) -> tuple[Marker, ...]:
+    """What earns a marker on the loss plot: the checkpoints on disk and those its trainer
+    reported in its own format (``external``: a run of the run API's), resumes, pivots and
     rollbacks, the ``rewinds`` (steps that went back with no resume event: another engine's
     restart), each spike's peak (loss and grad-norm) and each non-finite step."""
     marks = [Marker(c.step, "checkpoint") for c in checkpoints if c.status != "invalid"]
+    marks += [Marker(c.step, "checkpoint") for c in external]
     marks += [Marker(step, "rewind") for step in rewinds]
     for ev in events:
         kind = _EVENT_MARKERS.get(ev.event)

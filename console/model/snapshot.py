@@ -182,6 +182,7 @@ class ArmsView:
     phase: dict[str, Any]
     state_step: int | None
     error: str | None
+    none_why: str = ""                  # with no rows: why the run has no arms, as the pane and --once say it
 
 
 @dataclass(frozen=True)

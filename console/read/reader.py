@@ -24,16 +24,16 @@ from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, R
 from rundir.abandoned import live_pivot_steps
 from rundir.checkpoint import said_checkpoints
 from rundir.identity import open_directory
-from rundir.external import external_checkpoints
+from rundir.external import external_checkpoints, reported_files
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
 from rundir.run_summary import RATE_STEPS, stall_threshold
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_PIVOT, EVENT_PRUNE,
-                           EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER,
-                           TRAINER_LOG, is_known, is_temporary)
+from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_EXTERNAL_CHECKPOINT,
+                           EVENT_PIVOT, EVENT_PRUNE, EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES,
+                           STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
 
@@ -243,7 +243,7 @@ class RunReader:
             # The trainer's word of a checkpoint written or pruned: the checkpoints are looked at
             # again, though a network mount's cached listing may show no change yet.
             new = history.events[len(read.prev.history.events):]
-            if any(ev.event in (EVENT_CHECKPOINT, EVENT_PRUNE) for ev in new):
+            if any(ev.event in (EVENT_CHECKPOINT, EVENT_PRUNE, EVENT_EXTERNAL_CHECKPOINT) for ev in new):
                 read.kinds = read.kinds | {CHECKPOINTS}
         return {"history": history}
 
@@ -259,7 +259,7 @@ class RunReader:
 
     def _part_checkpoints(self, read: _Read) -> dict:
         self._said = said_checkpoints(read.values["history"].events)
-        return {"checkpoints": self._checkpoints(read.prev)}
+        return {"checkpoints": self._checkpoints(read.prev, reported_files(read.values["external_checkpoints"]))}
 
     def _part_external(self, read: _Read) -> dict:
         """The trainer's own checkpoints, as its history reports them (rundir.external)."""
@@ -320,7 +320,7 @@ class RunReader:
         if prev is not None and v["checkpoints"] is prev.checkpoints and h is prev.history:
             return {"markers": prev.markers}          # thousands of checkpoints: not again at every read
         return {"markers": derive_markers(v["checkpoints"], h.events, h.silent_rewinds, h.spikes, h.nonfinite_steps,
-                                                h.grad_spikes)}
+                                          h.grad_spikes, v["external_checkpoints"])}
 
     # -- parts -----------------------------------------------------------------
     def stall_threshold(self) -> float:
@@ -441,11 +441,13 @@ class RunReader:
         return measure_storage(self.run_dir, size, per_step if training else None, history.steps_per_s,
                                free=self.free_space(self.run_dir))
 
-    def _checkpoints(self, prev: RunSnapshot | None) -> tuple[CheckpointInfo, ...]:
+    def _checkpoints(self, prev: RunSnapshot | None, reported: frozenset[str]) -> tuple[CheckpointInfo, ...]:
         """Every ``step_*.bin``, as :func:`rundir.list_checkpoints` sees them, but inspecting
         only files whose ``.bin`` or ``.json`` changed since the last read, and keeping no
-        sidecar contents (the console never shows them)."""
+        sidecar contents (the console never shows them). A file the trainer reported as its own
+        checkpoint (``reported``: :func:`rundir.external.reported_files`) is that, not ours."""
         stamps = checkpoint_stamps(self.run_dir, self._said)
+        stamps = {name: stamp for name, stamp in stamps.items() if name not in reported} if reported else stamps
         # The newest .bin or .json written: a checkpoint landing is progress (see _stall).
         self._ckpt_written = max((max(b[0], s[0] if s else 0) for b, s in stamps.values()), default=0) / 1e9
         old = self._ckpt_cache
@@ -508,7 +510,17 @@ class RunReader:
                                    reason=f"in {RUN_TOML}, not in {STATE_JSON} yet"))
         return ArmsView(rows=tuple(rows), policy_from=STATE_JSON if state else (RUN_TOML if configured else "none"),
                         phase=dict(state.phase) if state else {}, state_step=state.step if state else None,
-                        error=error)
+                        error=error, none_why="" if rows else self._no_arms(config))
+
+    def _no_arms(self, config: RunConfig | None) -> str:
+        """Why a run has no arms, as it is: a trainer of the run API mixes no sources."""
+        if config is not None and config.config is not None:
+            return f"this run's trainer mixes no sources (a run of the run API: its {RUN_TOML} has [config], no [arms])"
+        if config is not None:
+            return f"{RUN_TOML} has no [arms] and there is no {STATE_JSON}"
+        if os.path.lexists(self.run_dir / RUN_TOML):
+            return f"{RUN_TOML} cannot be read and there is no {STATE_JSON}"
+        return f"no {STATE_JSON} and no {RUN_TOML}"
 
 
 # The parts of a snapshot, in the order they are derived (each may use those before it).
@@ -518,9 +530,9 @@ PARTS: tuple[Part, ...] = (
     Part("config", ("config", "config_error"), frozenset({CONFIG}), RunReader._part_config),
     Part("trainer", ("trainer",), frozenset({TRAINER}), RunReader._part_trainer),
     Part("history", ("history",), frozenset({HISTORY}), RunReader._part_history),
+    Part("external", ("external_checkpoints",), frozenset({HISTORY}), RunReader._part_external),
     Part("checkpoints", ("checkpoints",), frozenset({CHECKPOINTS}), RunReader._part_checkpoints,
          due=RunReader._requests_due),
-    Part("external", ("external_checkpoints",), frozenset({HISTORY}), RunReader._part_external),
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
     Part("ranks", ("ranks",), frozenset({TRAINER, RANKS}), RunReader._part_ranks),

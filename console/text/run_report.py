@@ -168,7 +168,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     phase = ", ".join(f"{printable(k)}={format_counter(v)}" for k, v in snap.arms.phase.items())
     lines.append(f"arms ({len(snap.arms.rows)}; policy from {snap.arms.policy_from}"
                  + (f"; phase {phase}" if phase else "") + ")")
-    lines.extend(arm_lines(snap) or ["  none"])
+    lines.extend(arm_lines(snap) or [f"  none: {snap.arms.none_why}" if snap.arms.none_why else "  none"])
     if snap.arms.error:
         lines.append(f"  ! {printable(snap.arms.error, LINE_LIMIT)}")
     lines.append("")

@@ -30,7 +30,7 @@ from ..actions.pivot_runner import pending_pivot
 from ..actions.signal_jobs import request_checkpoint, stop_and_wait
 from ..actions.supervise import reap_children
 from ..model.findings import Finding, child_exit_alert
-from ..model.format import printable
+from ..model.format import LINE_LIMIT, printable
 from ..model.snapshot import Notice, RunSnapshot, TrainerView
 from ..plot.canvas import PlotOptions
 from ..read.changes import pending_rollback
@@ -204,6 +204,11 @@ class ConsoleApp(App[None]):
     def say(self, text: str, level: str = "action") -> None:
         self.dashboard.notice(Notice(self.now(), text, level))
 
+    def refuse(self, text: str) -> None:
+        """A key that cannot act here: one line, in the events pane and where it was pressed (a toast)."""
+        self.say(text, "warning")
+        self.notify(text, severity="warning")
+
     def notify_from_thread(self, text: str, level: str = "action") -> None:
         self.post_message(ConsoleNotice(Notice(self.now(), text, level)))
 
@@ -265,6 +270,10 @@ class ConsoleApp(App[None]):
 
     @work(exclusive=True, group="pivot-screen")
     async def action_pivot(self) -> None:
+        snap = self.snapshot
+        if snap is not None and snap.config is not None and not snap.config.arms and not snap.arms.rows:
+            self.refuse(f"p: no pivot: {snap.arms.none_why}: there is no mix of sources to change")
+            return
         pending = await asyncio.to_thread(pending_pivot, self.run_dir)
         self.say("p: pivot screen opened" + (f" ({pending})" if pending else ""))
         outcome = await self.push_screen_wait(PivotScreen(self.run_dir, self.snapshot, pending))
@@ -279,12 +288,19 @@ class ConsoleApp(App[None]):
         """The checkpoint a click selected in the checkpoints pane, else the newest
         complete one (else the newest foreign one), in the inspector."""
         checkpoints = self.snapshot.checkpoints if self.snapshot else ()
-        info = self.dashboard.query_one(CheckpointsPane).selected_info()
-        if info is None:
+        pane = self.dashboard.query_one(CheckpointsPane)
+        info, external = pane.selected_info(), pane.selected_external()
+        if info is None and external is None:
             info = next((c for status in ("complete", "foreign") for c in reversed(checkpoints)
                          if c.status == status), None)
+            external = self.snapshot.external_checkpoints[-1] if info is None and self.snapshot and \
+                self.snapshot.external_checkpoints else None
+        if external is not None:
+            self.refuse(f"i: {printable(external.path, LINE_LIMIT)} (step {external.step:,}) is in its trainer's own "
+                        "format, not this trainer's step_NNNNNN.bin, the one format the inspector reads")
+            return
         if info is None:
-            self.say("i: no checkpoint to inspect", "warning")
+            self.refuse("i: no checkpoint to inspect")
             return
         # Imported here: the table and progress bar are not needed for the first frame.
         from .screens.inspector import InspectorScreen

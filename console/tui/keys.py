@@ -69,14 +69,15 @@ RUN_KEYS = (
     Key("s", "app.stop", "stop", "stop cleanly: asks first (y/Enter confirms, any other key cancels), then SIGTERM; "
         "the trainer writes a final checkpoint and exits", control=True, essential=True),
     Key("p", "app.pivot", "pivot", "polish pivot: edit caps and floors, ctrl+s runs the six steps (asks before the "
-        "stop), ctrl+r rolls back an interrupted one, Escape returns", control=True, essential=True),
+        "stop), ctrl+r rolls back an interrupted one, Escape returns; refused in one line for a run without arms (a "
+        "run of the run API)", control=True, essential=True),
     Key("r", "app.rollback", "rollback", "rollback past the newest loss spike: proposes the checkpoint before it and "
         "the batches to skip, says what is lost, ctrl+s runs the three steps (asks first), Escape returns",
         control=True, essential=True),
     Key("i", "app.inspect", "inspect", "inspect a checkpoint (the one selected in the checkpoints pane, else the "
         "newest complete): per tensor w_rms, w_maxabs, m_norm, sqrt_v_rms, dead v, update ratio, non-finite "
         "counts; s/r or a header click sorts, ←/→ scroll the columns, [ ] older/newer, a compares with the "
-        "previous, Escape returns"),
+        "previous, Escape returns; a checkpoint in its trainer's own format (the run API's) is refused in one line"),
     Key("l", "log_y", "log-y", "loss plot: log / linear y", group=PLOT_GROUP),
     Key("w", "window", "window", "loss plot: all steps / the last N steps", group=PLOT_GROUP),
     Key("e", "smoothing", "smooth", "loss plot: smoothing (EMA off, 0.9, 0.98, 0.995, 0.999)", group=PLOT_GROUP),

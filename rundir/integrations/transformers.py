@@ -63,7 +63,18 @@ def _build() -> type:
                 return
             step, last = state.global_step, self.run.last_step
             if step > 0 or (last is not None and step < last):
-                self.run.resumed(step, getattr(args, "resume_from_checkpoint", None))
+                self.run.resumed(step, self._resumed_from(args, step))
+
+        @staticmethod
+        def _resumed_from(args: Any, step: int) -> str | None:
+            """The checkpoint the Trainer resumed from: ``args.resume_from_checkpoint`` where it names
+            one, else (``train(resume_from_checkpoint=True)``: the newest, which the callback is not
+            told) ``output_dir/checkpoint-STEP``, the one of the step the Trainer's state resumed at."""
+            named = getattr(args, "resume_from_checkpoint", None)
+            if isinstance(named, str) and os.path.isdir(named):
+                return named
+            found = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
+            return found if os.path.isdir(found) else None
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                    **kwargs: Any) -> None:
@@ -75,8 +86,10 @@ def _build() -> type:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.run is None:
                 return
-            if self.run.world_size > 1:
-                self.run.agree()                # the same decision on every rank, at this step
+            # The decision (the same on every rank, with several), taken at this step: the
+            # Trainer's step ends before its log line, and a checkpoint asked for now is this
+            # step's (checkpoint-N), as the request's event says.
+            self.run.agree(state.global_step)
             if self.run.checkpoint_requested:
                 control.should_save = True
             if self.run.stop_requested:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.mounts import mount_tmpfs
 from tests.reliability.lines import events, lines, step_lines
 from tests.trainer.trainer_runs import ROOT, run_trainer, snapshot, start_trainer, stop_process, trainer_cmd, wait_for
 from trainer.guard import EXIT_SAFETY_STOP
@@ -121,21 +122,13 @@ def test_enospc_on_the_final_checkpoint_exits_3_with_the_previous_one_intact(tra
     assert r.returncode == 0 and events(run, "resume")[-1]["from_step"] == 10
 
 
-def _mount_tmpfs(where: Path, size: str) -> bool:
-    if sys.platform != "linux" or os.geteuid() != 0:
-        return False
-    where.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
-    return r.returncode == 0
-
-
 def test_a_real_full_disk(tmp_path, reliability_report):
     """The same on a real 2.1 MiB tmpfs (needs root and mount; skipped elsewhere): three
     checkpoints fit, the fourth does not. Then the disk is filled to the last byte, so that
     not even a history line fits: the trainer stops with exit 3, nothing written is damaged,
     and once space is freed it resumes."""
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "2150k"):
+    if not mount_tmpfs(disk, "2150k"):
         pytest.skip("cannot mount a tmpfs here (not root, or no mount permission)")
     try:
         from tests.trainer.trainer_runs import make_trainer_run

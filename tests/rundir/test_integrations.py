@@ -213,3 +213,82 @@ def test_a_hugging_face_trainer_that_fails_is_said_as_an_error(tmp_path):
     assert [s["reason"] for s in stops] == ["error: RuntimeError"], stops
     check = console(run_dir, "--check")
     assert check.returncode == 2 and "the trainer stopped with an error" in check.stdout, check.stdout
+
+
+HF_RESUMED = '''
+import os, sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+from rundir.integrations.transformers import RundirCallback
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        ids = torch.arange(8) % 16
+        return {"input_ids": ids, "labels": ids}
+
+def trainer(steps):
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=1))
+    args = TrainingArguments(output_dir=os.path.join(sys.argv[1], "checkpoints"), max_steps=steps,
+                             per_device_train_batch_size=4, logging_steps=1, save_steps=2, report_to=[],
+                             use_cpu=True, disable_tqdm=True)
+    return Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[RundirCallback(sys.argv[1])])
+
+trainer(4).train()
+trainer(6).train(resume_from_checkpoint=True)
+'''
+
+
+def test_a_hugging_face_resume_from_the_newest_checkpoint_names_it(tmp_path):
+    """train(resume_from_checkpoint=True): the Trainer finds its newest checkpoint itself; the
+    resume event names it (checkpoints/checkpoint-4), not just its step."""
+    run_dir = tmp_path / "hf"
+    r = subprocess.run([sys.executable, "-c", HF_RESUMED, str(run_dir)], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumes = [json.loads(line) for line in (run_dir / LOSS_JSON).read_text().splitlines() if '"resume"' in line]
+    assert [(e["step"], e["checkpoint"]) for e in resumes] == [(4, "checkpoints/checkpoint-4")]
+    assert "resume from step 4 (checkpoints/checkpoint-4)" in (run_dir / TRAINER_LOG).read_text()
+
+
+HF_SIGNALLED = '''
+import os, signal, sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+from rundir.integrations.transformers import RundirCallback
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        ids = torch.arange(8) % 16
+        return {"input_ids": ids, "labels": ids}
+
+class Usr1(TrainerCallback):
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == 4:          # during the fifth step: taken at its end
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=1))
+args = TrainingArguments(output_dir=os.path.join(sys.argv[1], "checkpoints"), max_steps=8,
+                         per_device_train_batch_size=4, logging_steps=1, save_strategy="no", report_to=[],
+                         use_cpu=True, disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[RundirCallback(sys.argv[1]), Usr1()]).train()
+'''
+
+
+def test_a_hugging_face_checkpoint_request_is_said_at_the_step_its_checkpoint_has(tmp_path):
+    """The Trainer's step ends (where the callback takes a request) before its log line: the
+    SIGUSR1 event names the step of the checkpoint it makes (checkpoint-5), not the step before."""
+    run_dir = tmp_path / "hf"
+    r = subprocess.run([sys.executable, "-c", HF_SIGNALLED, str(run_dir)], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    events = [json.loads(line) for line in (run_dir / LOSS_JSON).read_text().splitlines() if '"event"' in line]
+    said = [(e["event"], e["step"], e.get("path")) for e in events if e["event"] in ("signal", "external_checkpoint")]
+    assert said == [("signal", 5, None), ("external_checkpoint", 5, "checkpoints/checkpoint-5")]
+    log = (run_dir / TRAINER_LOG).read_text()
+    assert "SIGUSR1 received: checkpoint at step 5" in log and "checkpoint checkpoints/checkpoint-5 at step 5" in log

@@ -144,6 +144,9 @@ def test_each_bad_use_is_one_clear_line(tmp_path):
         with pytest.raises(RunError) as err:
             run.checkpoint_saved(3, run_dir / "missing.pt")
         assert "missing.pt" in _one_line(err)
+        with pytest.raises(RunError) as err:
+            run.agree(-1)
+        assert _one_line(err) == "run.agree: step -1 is not an integer from 0 to 2**63 - 1"
     with pytest.raises(RunError) as err:
         run.log(6, loss=1.0)
     assert "finished" in _one_line(err)
@@ -337,3 +340,19 @@ def test_a_checkpoint_saved_over_one_path_is_one_checkpoint(tmp_path, monkeypatc
     assert data["newest_checkpoint"] == "best.pt"             # the one --once names, as --once does
     once = console(run_dir, "--once").stdout
     assert "checkpoints (2)" in once and "checkpoint   best.pt (step 250, " in once
+
+
+def test_a_new_config_keeps_what_the_operator_set_in_run_toml(tmp_path):
+    """open_run(config=...) on a run whose run.toml an operator extended (max_steps for the ETA,
+    retention, alert thresholds) replaces [config] only: [run] and [alerts] stay as written."""
+    run_dir = tmp_path / "x"
+    with open_run(run_dir, config={"lr": 1e-3}) as run:
+        run.log(1, loss=1.0)
+    text = (run_dir / "run.toml").read_text().replace('preset = "custom"', 'preset = "custom"\nmax_steps = 500\n'
+                                                      'keep_last = 2')
+    (run_dir / "run.toml").write_text(text + "\n[alerts]\nk = 4.0\n")
+    with open_run(run_dir, config={"lr": 2e-3}) as run:
+        run.log(2, loss=0.9)
+    config = load_run_config(run_dir)
+    assert (config.run.name, config.run.max_steps, config.run.keep_last) == ("x", 500, 2)
+    assert config.alerts.k == 4.0 and config.config == {"lr": 2e-3}

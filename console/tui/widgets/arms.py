@@ -88,7 +88,7 @@ class ArmsPane(SelectableRows, LinesPane, can_focus=True):
             text.append(f"\n… and {rest:,} more arm{'s' if rest != 1 else ''}"
                         + (f" ({rest_zombies:,} zombie)" if rest_zombies else ""), style="grey62")
         if not arms.rows:
-            text.append("\nno arms: no .state.json and no run.toml" if not arms.error else "", style="grey62")
+            text.append(f"\nno arms: {arms.none_why}" if not arms.error else "", style="grey62")
         text.append("\n\n")
         phase = " ".join(f"{printable(k)}={format_counter(v)}" for k, v in list(arms.phase.items())[:PHASE_KEYS])
         if len(arms.phase) > PHASE_KEYS:

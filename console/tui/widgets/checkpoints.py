@@ -152,6 +152,12 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         row = self._rows[index] if index is not None and index < len(self._rows) else None
         return row if isinstance(row, CheckpointInfo) else None       # an external one is not ours to read
 
+    def selected_external(self) -> ExternalCheckpoint | None:
+        """The trainer's own checkpoint selected in the pane, if that is what is selected."""
+        index = self.cursor_shown()
+        row = self._rows[index] if index is not None and index < len(self._rows) else None
+        return row if isinstance(row, ExternalCheckpoint) else None
+
     # -- rows ------------------------------------------------------------------------
     def row_count(self) -> int:
         return len(self._rows)
