@@ -59,6 +59,7 @@ KINDS: dict[str, FindingKind] = {kind.name: kind for kind in (
     FindingKind("directory", E),                                # missing, not a directory, unreadable
     FindingKind("empty", W),                                    # the run directory is empty
     FindingKind("trainer", W),                                  # a pid record that does not verify
+    FindingKind("lock", E),                                     # a lock file no trainer's start gets past
     FindingKind("exit", E, alert=True, noun="trainer ends"),    # gone without a clean exit, or stopped by an error
     FindingKind("stall", W, alert=True, noun="stalls"),         # no new step for too long, or suspended (state T)
     FindingKind("checkpoint", E, alert=True, noun="failed checkpoints"),
@@ -151,6 +152,8 @@ def derive_problems(snap: RunSnapshot) -> tuple[Finding, ...]:
     if snap.dir_state == "unreadable":
         return tuple(out)               # every file in it is unreadable for that one reason
     out += _trainer_problems(snap)
+    if snap.lock_problem:
+        out.append(Finding("lock", Level.ERROR, snap.lock_problem))
     out += rank_findings(snap)
     if snap.pending_pivot:
         out.append(Finding("pending", Level.WARNING, snap.pending_pivot))

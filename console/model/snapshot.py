@@ -301,6 +301,8 @@ class RunSnapshot:
     # (rundir.external): listed and said, never resumed or rolled back to.
     external_checkpoints: tuple[ExternalCheckpoint, ...] = ()
     ranks: RanksView = field(default_factory=RanksView)     # every rank of a job of several processes
+    # A lock file no trainer's start can get past, in one line (rundir.run_lock.blocking_lock_file).
+    lock_problem: str | None = None
     # Each part's version: bumped when the reader derives it anew, so that a view drawn from
     # some parts (the plot: history and markers) is redrawn exactly when one of them changed.
     versions: Mapping[str, int] = field(default_factory=dict)

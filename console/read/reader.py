@@ -36,6 +36,7 @@ from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHEC
                            TRAINER_LOG, is_known, is_temporary)
 from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
+from rundir.run_lock import blocking_lock_file
 
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level
@@ -283,6 +284,11 @@ class RunReader:
         got = read_ranks(self.run_dir)
         return {"ranks": RanksView(judge_ranks(got.records, read.now), got.launch, got.earlier, got.errors)}
 
+    def _part_lock(self, read: _Read) -> dict:
+        """A lock file that would refuse every trainer's start (the trainer's own words)."""
+        ok = read.values["dir_state"] not in ("missing", "not a directory", "unreadable")
+        return {"lock_problem": blocking_lock_file(self.run_dir) if ok else None}
+
     def _part_arms(self, read: _Read) -> dict:
         return {"arms": self._arms(read.values["config"])}
 
@@ -524,6 +530,7 @@ PARTS: tuple[Part, ...] = (
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
     Part("ranks", ("ranks",), frozenset({TRAINER, RANKS}), RunReader._part_ranks),
+    Part("lock", ("lock_problem",), frozenset({TRAINER, CONFIG, DIRECTORY}), RunReader._part_lock),
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
     Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
     Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),
