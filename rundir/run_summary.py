@@ -25,7 +25,7 @@ from .filesystems import fresh_stamp
 from .history import HistoryEvent, HistoryTail, read_history_tail
 from .history.records import nonfinite_mask
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
-                     PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
+                     PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin, is_temporary)
 from .pivot_files import read_journal, unfinished_text
 from .process import Verification, verify_trainer
 from .ranks import judge_ranks, read_ranks
@@ -137,6 +137,39 @@ def stall_threshold(step_times: np.ndarray, stall_after: float | None = None) ->
     dt = np.diff(step_times[np.isfinite(step_times)])
     dt = dt[dt > 0]
     return max(STALL_MIN_S, STALL_STEPS * float(np.median(dt))) if len(dt) else STALL_MIN_S
+
+
+@dataclass(frozen=True)
+class Stall:
+    """How long a verified trainer has shown no progress (``idle`` seconds, since ``since``),
+    against the ``threshold`` past which it is stalled."""
+
+    since: float
+    idle: float
+    threshold: float
+
+    @property
+    def stalled(self) -> bool:
+        return self.idle > self.threshold
+
+
+def trainer_stall(run: Path, now: float, threshold: float, started: float | None,
+                  checkpoint_landed: float = 0.0) -> Stall:
+    """Whether the verified trainer of ``run`` is stalled, and since when: its last sign of
+    progress is the newest of its start, its history's last change, its newest checkpoint's
+    landing (``checkpoint_landed``, an mtime: a long write must not read as a stall the moment
+    its temporary is renamed into place; a clock ahead of ours counts as now) and, once those
+    are past the threshold, a temporary still being written (a long checkpoint write is
+    progress too). The dashboard's reader and the overview both ask this."""
+    latest = max(started or 0.0, min(checkpoint_landed, now), _mtime(run / LOSS_JSON))
+    if now - latest > threshold:
+        try:
+            for entry in os.scandir(run):
+                if is_temporary(entry.name):
+                    latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
+        except OSError:
+            pass
+    return Stall(latest, now - latest, threshold)
 
 
 def _mtime(path: Path) -> float:
@@ -252,11 +285,11 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
         problems.insert(0, f"trainer {v.state}: {v.reason}")
     elif v.ok:
         started = (v.record.started or v.record.create_time) if v.record else 0.0
-        latest = max(started or 0.0, tail.mtime or 0.0, *(c.mtime for c in checkpoints[-1:]))
-        threshold = stall_threshold(tail.time[-2 * RATE_STEPS:], stall_after)
-        if now - latest > threshold:
+        stall = trainer_stall(run, now, stall_threshold(tail.time[-2 * RATE_STEPS:], stall_after), started,
+                              max((c.mtime for c in checkpoints[-1:]), default=0.0))
+        if stall.stalled:
             stalled = True
-            problems.insert(0, f"trainer STALLED: no new step for {now - latest:.0f} s")
+            problems.insert(0, f"trainer STALLED: no new step for {stall.idle:.0f} s")
     problem_ranks = _rank_problems(run, now)
     problems[:0] = problem_ranks
     problems.extend(_tail_problems(tail, newest))

@@ -27,13 +27,13 @@ from rundir.identity import open_directory
 from rundir.external import external_checkpoints
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
-from rundir.run_summary import RATE_STEPS, stall_threshold
+from rundir.run_summary import RATE_STEPS, stall_threshold, trainer_stall
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
 from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_PIVOT, EVENT_PRUNE,
                            EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES, STATE, STATE_JSON, TRAINER,
-                           TRAINER_LOG, is_known, is_temporary)
+                           TRAINER_LOG, is_known)
 from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
 from rundir.run_lock import blocking_lock_file
@@ -336,30 +336,15 @@ class RunReader:
         return stall_threshold(self.history.time[-2 * RATE_STEPS:])
 
     def _stall(self, trainer: TrainerView, now: float) -> TrainerView:
-        """A verified trainer whose history, checkpoints and checkpoint temporaries stopped changing."""
+        """A verified trainer whose history, checkpoints and checkpoint temporaries stopped
+        changing (rundir.run_summary.trainer_stall, which the overview asks too)."""
         if trainer.state != "running":
             return replace(trainer, stalled_for=None, stall_threshold=None) if trainer.stalled_for else trainer
-        # A checkpoint that landed is progress: a long write must not read as a stall the
-        # moment its temporary is renamed into place (a clock ahead of ours counts as now).
-        latest = max(trainer.started or 0.0, min(self._ckpt_written, now))
-        try:
-            latest = max(latest, (self.run_dir / LOSS_JSON).stat().st_mtime)
-        except OSError:
-            pass
-        threshold = self.stall_threshold()
-        if now - latest > threshold:
-            # A long checkpoint write is progress too: its temporary keeps growing.
-            try:
-                for entry in os.scandir(self.run_dir):
-                    if is_temporary(entry.name):
-                        latest = max(latest, entry.stat().st_mtime)
-            except OSError:
-                pass
-        idle = now - latest
-        stalled = idle > threshold
-        label = "suspended" if trainer.suspended else "stalled" if stalled \
+        stall = trainer_stall(self.run_dir, now, self.stall_threshold(), trainer.started, self._ckpt_written)
+        label = "suspended" if trainer.suspended else "stalled" if stall.stalled \
             else TRAINER_LABELS.get(trainer.state, trainer.state)
-        return replace(trainer, label=label, stalled_for=idle if stalled else None, stall_threshold=threshold)
+        return replace(trainer, label=label, stalled_for=stall.idle if stall.stalled else None,
+                       stall_threshold=stall.threshold)
 
     def _out_of_sight(self, trainer: TrainerView, prev: RunSnapshot | None, dir_state: str) -> TrainerView:
         """A trainer that was running when its run directory went away (renamed, removed,
