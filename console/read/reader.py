@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 
-from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
-                    checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir import (CheckpointInfo, CheckpointStamp, LossHistory, RunConfig, Sample, checkpoint_stamps,
+                    checkpoints_since, find_zombies, newest_per_arm, read_samples, read_state)
 from rundir.abandoned import live_pivot_steps
 from rundir.checkpoint import said_checkpoints
 from rundir.identity import open_directory
 from rundir.external import external_checkpoints
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
-from rundir.run_summary import RATE_STEPS, stall_threshold, trainer_stall
+from rundir.run_summary import RATE_STEPS, read_config, stall_threshold, trainer_stall
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
@@ -36,6 +36,7 @@ from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHEC
                            TRAINER_LOG, is_known)
 from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
+from rundir.rollback_files import pending_rollback
 from rundir.run_lock import blocking_lock_file
 
 from ..model.format import LINE_LIMIT, printable
@@ -43,7 +44,7 @@ from ..model.levels import Level
 from ..model.markers import derive_markers
 from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RanksView,
                               RetentionView, RunSnapshot, TrainerView)
-from .changes import describe_changes, pending_rollback
+from .changes import describe_changes
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
 from .landing import CheckpointRequest, CheckpointRequests
@@ -460,16 +461,7 @@ class RunReader:
         return result
 
     def _config(self, dir_state: str) -> tuple[RunConfig | None, str | None]:
-        if dir_state != "ok":
-            return None, None
-        if not os.path.lexists(self.run_dir / RUN_TOML):
-            return None, "no run.toml (a run from another engine, or not started yet)"
-        try:
-            return load_run_config(self.run_dir), None
-        except ConfigError as err:
-            return None, str(err)
-        except Exception as err:      # a config the library could not even classify (never expected)
-            return None, f"run.toml: {type(err).__name__}: {err}"
+        return read_config(self.run_dir) if dir_state == "ok" else (None, None)
 
     def _arms(self, config: RunConfig | None) -> ArmsView:
         read = read_state(self.run_dir)
