@@ -164,6 +164,9 @@ def _verify_remote(run_dir: Path, record: TrainerRecord) -> Verification:
         state, why = lock_owner_state(owner, mtime, bound)
         if state == "stale":
             return Verification("stale", f"pid {record.pid} on {where}: {why}", record, elsewhere=True)
+        if state == "ahead":
+            return Verification("remote", f"pid {record.pid} on {where}: {why}; not examined from this host", record,
+                                elsewhere=True)
         return Verification("remote", f"pid {record.pid} on {where}: its lock file's heartbeat "
                                       f"{max(heartbeat_age(owner, mtime), 0.0):.0f} s ago; not examined from this host",
                             record, elsewhere=True)

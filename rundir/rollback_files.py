@@ -93,6 +93,18 @@ def read_rollback_journal(run_dir: str | os.PathLike[str]) -> tuple[RollbackJour
     return read_staged(run_dir, RollbackJournal)
 
 
+def pending_rollback(run_dir: str | os.PathLike[str]) -> str | None:
+    """The one line of an interrupted rollback, for every view that says it (the dashboard's
+    problems, the overview), or None."""
+    journal, error = read_rollback_journal(run_dir)
+    if error:
+        return error
+    if journal is None:
+        return None
+    return (f"a rollback to step {journal.to_step:,} is unfinished (last completed stage: {journal.stage}); "
+            "r or --rollback completes it")
+
+
 def write_rollback_journal(run_dir: str | os.PathLike[str], journal: RollbackJournal) -> None:
     write_staged(run_dir, journal)
 

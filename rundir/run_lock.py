@@ -29,6 +29,12 @@ stopped, or removed by hand) says so once through :attr:`RunLock.lost`.
 
 A trainer whose flock works still respects a live lock file (a trainer on a host where
 flock is refused holds it), so a directory shared by hosts of both kinds has one holder.
+
+A lock file no start could get past is refused at once in one line that names it and what
+to do (:func:`blocking_lock_file`, which the console says too): any of the three names held
+by something other than a regular file (a directory, a symbolic link, dangling or not), or
+a heartbeat dated ahead of this host's clock by more than the margin the hosts' clocks may
+differ by (it would never age, so another host's lock file would refuse every start).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import fcntl
 import os
 import secrets
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -49,12 +56,13 @@ import psutil
 from . import fence
 from .atomic import atomic_write_json, dumps_json
 from .layout import LOCK_FILE, LOCK_OWNER_FILE, LOCK_TAKEOVER_FILE
-from .safe_read import PID_RECORD_MAX, parse_json, read_bytes
+from .safe_read import PID_RECORD_MAX, not_regular, parse_json, read_bytes
 from .text import printable
 from .trainer_record import process_start, read_boot_id, read_start_ticks, read_trainer_record
 
-__all__ = ["DEFAULT_STALE_AFTER", "FLOCK_REFUSED", "LockOwner", "RunLock", "RunLockedError", "configured_stale_after",
-           "heartbeat_age", "live_lock_owner", "lock_owner_state", "read_lock_owner", "takeover_after"]
+__all__ = ["DEFAULT_STALE_AFTER", "FLOCK_REFUSED", "LockFileError", "LockOwner", "RunLock", "RunLockedError",
+           "blocking_lock_file", "configured_stale_after", "heartbeat_age", "live_lock_owner", "lock_owner_state",
+           "read_lock_owner", "takeover_after"]
 
 DEFAULT_STALE_AFTER = 120.0          # seconds without a heartbeat before another host's lock file is stale
 # The errnos a filesystem answers flock(2) with when it does not do it at all.
@@ -67,6 +75,11 @@ LOCK_RECORD_BYTES = 1024             # a lock file's record, padded with spaces:
 
 class RunLockedError(RuntimeError):
     """Another trainer holds the run directory's lock (the message is one line naming it)."""
+
+
+class LockFileError(RunLockedError):
+    """A lock file no start can get past (:func:`blocking_lock_file`): the message is one line
+    naming it and what to do."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +171,7 @@ def read_lock_owner(run_dir: str | os.PathLike[str]) -> tuple[LockOwner | None, 
     return (None, None) if seen is None else (seen.owner, seen.mtime)
 
 
-LockState = Literal["held", "stale"]
+LockState = Literal["held", "stale", "ahead"]
 
 
 def _process_gone(owner: LockOwner) -> bool:
@@ -185,7 +198,9 @@ def heartbeat_age(owner: LockOwner | None, mtime: float, now: float | None = Non
 
 def lock_owner_state(owner: LockOwner | None, mtime: float, stale_after: float,
                      now: float | None = None) -> tuple[LockState, str]:
-    """Whether a lock file is held or provably stale, with the reason in words."""
+    """Whether a lock file is held or provably stale, with the reason in words; "ahead" when
+    its last sign of life is dated ahead of this host's clock by more than the margin the
+    hosts' clocks may differ by (:func:`takeover_after`): it would never age, and is neither."""
     now = time.time() if now is None else now
     if owner is not None and owner.on_this_host():
         if _process_gone(owner):
@@ -193,6 +208,10 @@ def lock_owner_state(owner: LockOwner | None, mtime: float, stale_after: float,
         return "held", f"{owner.describe()} is running"
     age = heartbeat_age(owner, mtime, now)
     who = owner.describe() if owner is not None else "a lock file naming no holder"
+    margin = takeover_after(stale_after) - stale_after
+    if -age > margin:
+        return "ahead", (f"{who}: its heartbeat is dated {-age:,.0f} s ahead of this host's clock, more than the "
+                         f"{margin:g} s the hosts' clocks may differ by, so it never ages")
     if age > takeover_after(stale_after):
         return "stale", (f"{who}: no heartbeat for {age:.0f} s (run.lock_stale_after = {stale_after:g}, "
                          f"and a margin of {takeover_after(stale_after) - stale_after:g} s)")
@@ -219,6 +238,49 @@ def live_lock_owner(run_dir: str | os.PathLike[str]) -> LockOwner | None:
     except ConfigError:
         bound = DEFAULT_STALE_AFTER
     return owner if lock_owner_state(owner, mtime, bound)[0] == "held" else None
+
+
+def blocking_lock_file(run_dir: str | os.PathLike[str], stale_after: float | None = None,
+                       now: float | None = None) -> str | None:
+    """One line naming a lock file that refuses every start of a trainer in ``run_dir``, and
+    what to do; None when there is none. :meth:`RunLock.acquire` refuses with it and the
+    console says it. ``stale_after`` None: run.toml's bound (the default where it cannot be read)."""
+    run_dir = Path(run_dir)
+    for name in (LOCK_FILE, LOCK_OWNER_FILE, LOCK_TAKEOVER_FILE):
+        what = _not_a_lock_file(run_dir / name)
+        if what is not None:
+            return (f"{run_dir / name} is {what}: the run's lock needs a regular file or nothing there, so no "
+                    "trainer can start past it; remove it")
+    for name in (LOCK_OWNER_FILE, LOCK_TAKEOVER_FILE):
+        seen = _read(run_dir / name)
+        if seen is None:
+            continue
+        if stale_after is None:
+            from .config import ConfigError
+            try:
+                stale_after = configured_stale_after(run_dir)
+            except ConfigError:
+                stale_after = DEFAULT_STALE_AFTER
+        state, why = lock_owner_state(seen.owner, seen.mtime, stale_after, now)
+        if state == "ahead":
+            where = f" on {printable(seen.owner.host, 80)}" if seen.owner is not None else ""
+            return f"{run_dir / name}: {why}: if no trainer runs this directory{where}, remove it"
+    return None
+
+
+def _not_a_lock_file(path: Path) -> str | None:
+    """``a directory, not a regular file`` where the lock needs a regular file or nothing (a
+    symbolic link says where it points, and whether that exists); None when it is either."""
+    what = not_regular(path)
+    if what is None:
+        return None
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            gone = "" if os.path.exists(path) else ", which does not exist"
+            return f"{what}, not a regular file (it points to {printable(os.readlink(path), 120)}{gone})"
+    except OSError:
+        pass
+    return f"{what}, not a regular file"
 
 
 def configured_stale_after(run_dir: Path) -> float:
@@ -261,7 +323,11 @@ class RunLock:
     # -- taking it ----------------------------------------------------------------
     def acquire(self) -> None:
         """Take the lock, or raise :class:`RunLockedError` naming the holder (ConfigError for a
-        bad run.lock_stale_after where the lock file is used)."""
+        bad run.lock_stale_after where the lock file is used); :class:`LockFileError` naming a
+        lock file no start can get past (:func:`blocking_lock_file`)."""
+        blocking = blocking_lock_file(self.run_dir, self.stale_after)
+        if blocking is not None:
+            raise LockFileError(blocking)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -292,14 +358,21 @@ class RunLock:
         named = f" ({said})" if said else ""
         return RunLockedError(f"{self.run_dir}: another trainer is training this run directory{named}")
 
+    def _refused(self, state: LockState, why: str, how: str) -> RunLockedError:
+        """A lock file that is not stale, as the start's refusal: held by another trainer, or
+        dated ahead (:func:`blocking_lock_file` says which file and what to do)."""
+        if state == "ahead":
+            return LockFileError(blocking_lock_file(self.run_dir, self._bound()) or f"{self.owner_path}: {why}")
+        return self._locked(None, f"{why}; {how}")
+
     def _respect_lock_file(self) -> None:
         """With flock held: a live lock file is a holder on a host where flock is refused."""
         seen = _read(self.owner_path)
         if seen is None:
             return
         state, why = lock_owner_state(seen.owner, seen.mtime, self._bound())
-        if state == "held":
-            raise self._locked(None, f"{why}; it holds {LOCK_OWNER_FILE}")
+        if state != "stale":
+            raise self._refused(state, why, f"it holds {LOCK_OWNER_FILE}")
 
     def _acquire_file(self) -> None:
         self._bound()                       # a bad run.lock_stale_after is refused before anything is written
@@ -313,8 +386,8 @@ class RunLock:
                 if seen is None:
                     continue                   # released between the create and the read: try again
                 state, why = lock_owner_state(seen.owner, seen.mtime, self._bound())
-                if state == "held":
-                    raise self._locked(None, f"{why}; flock is refused here: the lock is {LOCK_OWNER_FILE}") from None
+                if state != "stale":
+                    raise self._refused(state, why, f"flock is refused here: the lock is {LOCK_OWNER_FILE}") from None
                 self._take_over(seen, owner, why)
                 fd = self._open_own(owner)
                 break

@@ -5,6 +5,14 @@ the tail of the history (:func:`~rundir.history.read_history_tail`, never the wh
 file), ``run.toml``, ``.trainer.json`` (verified), ``.state.json`` for zombie arms, the
 newest checkpoints' headers and the directory's size. It never raises: what it cannot
 read is one of the run's problems.
+
+A summary holds what is wrong as facts (the trainer's verification and stall, the tail's
+events and unreadable lines, invalid checkpoints, zombie arms, journals, ranks, a lock file
+no start gets past), never as lines: the console makes its findings from them with the
+same functions that make the dashboard's (console/model/findings.py), so the overview,
+``--check`` and the problems pane say the same thing. The questions both ask are answered
+here once: :func:`trainer_stall`, :func:`read_config`, :func:`failed_checkpoint_event`,
+:func:`safety_stop_event`.
 """
 
 from __future__ import annotations
@@ -12,9 +20,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -22,13 +30,15 @@ from .checkpoint import CheckpointInfo, inspect_listed
 from .config import ConfigError, RunConfig, load_run_config
 from .external import ExternalCheckpoint, external_checkpoints, reported_files
 from .filesystems import fresh_stamp
-from .history import HistoryEvent, HistoryTail, read_history_tail
+from .history import HistoryEvent, read_history_tail
 from .history.records import nonfinite_mask
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
-                     PIVOT_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin)
+                     PIVOT_JOURNAL, ROLLBACK_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin, is_temporary)
 from .pivot_files import read_journal, unfinished_text
 from .process import Verification, verify_trainer
-from .ranks import judge_ranks, read_ranks
+from .ranks import RankStatus, judge_ranks, read_ranks
+from .rollback_files import pending_rollback
+from .run_lock import blocking_lock_file
 from .runs import RunsListing, list_runs
 from .sidecars import read_state
 from .storage import directory_size
@@ -45,21 +55,21 @@ RATE_STEPS = 200
 # Only the newest checkpoints are inspected (header and sidecar): a run with 20,000 of
 # them costs what one with 20 does.
 CHECKPOINTS_INSPECTED = 20
-# Zombie arms named one per problem up to this many (more make one line).
-ZOMBIES_LISTED = 3
+# What a run without run.toml says (the dashboard's problems and the overview's).
+NO_RUN_TOML = f"no {RUN_TOML} (a run from another engine, or not started yet)"
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """One row of the overview: what a run is doing, read cheaply. Strings are as read
-    (a viewer makes them printable)."""
+    """One row of the overview: what a run is doing, read cheaply, and what is wrong with it as
+    facts (the console's findings are made from them). Strings are as read (a viewer makes
+    them printable)."""
 
     path: Path
     name: str
     trainer_state: str                  # running | stopped | stale | unverified | unreadable
     trainer_reason: str
     pid: int | None
-    stalled: bool
     last_step: int | None
     ema_loss: float | None
     steps_per_s: float | None
@@ -72,20 +82,42 @@ class RunSummary:
     disk_approximate: bool
     last_activity: float                # newest mtime among the history, checkpoints, record and directory
     history_format: str | None
-    problems: tuple[str, ...]
     finished: bool = False              # the history's last event is a clean stop
     # The newest checkpoint in the trainer's own format (a run API loop's) that the history's
     # tail reports; the overview shows it where the run has none of ours.
     newest_external: ExternalCheckpoint | None = None
-    problem_ranks: int = 0              # ranks of the job with a problem (rundir.ranks: dead, stopped, ...)
+    # -- what is wrong, as facts -------------------------------------------------------
+    directory_error: str | None = None  # the run directory cannot be read (nothing else is)
+    stall: Stall | None = None          # a verified trainer's (None for any other)
+    config_error: str | None = None     # run.toml missing or unusable (read_config)
+    events: tuple[HistoryEvent, ...] = ()   # the tail's events, oldest first
+    history_error: str | None = None    # the history cannot be read at all
+    bad_lines: int = 0                  # unreadable lines among the newest
+    torn_tail: int = 0                  # bytes of a torn last line
+    nonfinite: int = 0                  # non-finite losses among the newest steps
+    failed_checkpoint: HistoryEvent | None = None   # failed_checkpoint_event of the tail
+    safety_stop: HistoryEvent | None = None         # safety_stop_event of the tail
+    invalid: tuple[CheckpointInfo, ...] = ()        # invalid among the newest inspected, newest first
+    zombies: Mapping[str, str] = field(default_factory=dict)   # arm -> why
+    state_error: str | None = None      # .state.json there but unreadable
+    pending_pivot: str | None = None    # an unfinished pivot's journal, in words
+    pending_rollback: str | None = None  # an unfinished rollback's journal, in words
+    lock_problem: str | None = None     # a lock file no start gets past (rundir.run_lock)
+    ranks: tuple[RankStatus, ...] = ()  # every rank of the job, worst first (rundir.ranks)
+    launch: str | None = None           # the job's launch (rank findings are keyed by it)
 
     @property
     def key(self) -> str:
         return str(self.path)
 
+    @property
+    def stalled(self) -> bool:
+        return self.stall is not None and self.stall.stalled
 
-def _step(step: int | None) -> str:
-    return "?" if step is None else f"{step:,}"
+    @property
+    def problem_ranks(self) -> int:
+        """Ranks of the job with a problem (rundir.ranks: dead, stopped, ...)."""
+        return sum(1 for s in self.ranks if s.problem)
 
 
 def _ema(loss: np.ndarray, beta: float = EMA_BETA) -> float | None:
@@ -121,6 +153,28 @@ def stopped(events: Sequence[HistoryEvent]) -> bool:
     return False
 
 
+def failed_checkpoint_event(events: Sequence[HistoryEvent], newest_step: int | None) -> HistoryEvent | None:
+    """The newest ``checkpoint_failed`` event not yet followed by a checkpoint on disk (the
+    newest's step is ``newest_step``), and not before the trainer's last start."""
+    for ev in reversed(events):
+        if ev.event == EVENT_CHECKPOINT_FAILED:
+            step = ev.step if ev.step is not None else -1
+            return ev if newest_step is None or newest_step < step else None
+        if ev.event in (EVENT_CHECKPOINT, EVENT_START, EVENT_RESUME):
+            return None
+    return None
+
+
+def safety_stop_event(events: Sequence[HistoryEvent]) -> HistoryEvent | None:
+    """The trainer's last ``stop`` event, when a safety policy (divergence) made it."""
+    for ev in reversed(events):
+        if ev.event == EVENT_STOP:
+            return ev if ev.data.get("reason") == "nonfinite" else None
+        if ev.event in (EVENT_START, EVENT_RESUME):
+            return None
+    return None
+
+
 def eta_seconds(max_steps: int | None, last_step: int | None, steps_per_s: float | None) -> float | None:
     """Seconds to ``max_steps`` at ``steps_per_s``, or None (no target, no speed, or done)."""
     if not max_steps or last_step is None or last_step >= max_steps or not steps_per_s or steps_per_s <= 0:
@@ -137,6 +191,39 @@ def stall_threshold(step_times: np.ndarray, stall_after: float | None = None) ->
     dt = np.diff(step_times[np.isfinite(step_times)])
     dt = dt[dt > 0]
     return max(STALL_MIN_S, STALL_STEPS * float(np.median(dt))) if len(dt) else STALL_MIN_S
+
+
+@dataclass(frozen=True)
+class Stall:
+    """How long a verified trainer has shown no progress (``idle`` seconds, since ``since``),
+    against the ``threshold`` past which it is stalled."""
+
+    since: float
+    idle: float
+    threshold: float
+
+    @property
+    def stalled(self) -> bool:
+        return self.idle > self.threshold
+
+
+def trainer_stall(run: Path, now: float, threshold: float, started: float | None,
+                  checkpoint_landed: float = 0.0) -> Stall:
+    """Whether the verified trainer of ``run`` is stalled, and since when: its last sign of
+    progress is the newest of its start, its history's last change, its newest checkpoint's
+    landing (``checkpoint_landed``, an mtime: a long write must not read as a stall the moment
+    its temporary is renamed into place; a clock ahead of ours counts as now) and, once those
+    are past the threshold, a temporary still being written (a long checkpoint write is
+    progress too). The dashboard's reader and the overview both ask this."""
+    latest = max(started or 0.0, min(checkpoint_landed, now), _mtime(run / LOSS_JSON))
+    if now - latest > threshold:
+        try:
+            for entry in os.scandir(run):
+                if is_temporary(entry.name):
+                    latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
+        except OSError:
+            pass
+    return Stall(latest, now - latest, threshold)
 
 
 def _mtime(path: Path) -> float:
@@ -158,43 +245,16 @@ def _checkpoints(run: Path, reported: frozenset[str]) -> tuple[list[CheckpointIn
     return sorted(infos, key=lambda i: (i.step, i.path.name)), len(names)
 
 
-def _tail_problems(tail: HistoryTail, newest: CheckpointInfo | None) -> list[str]:
-    out = []
-    if tail.error:
-        out.append(tail.error)
-    for ev in reversed(tail.events):
-        if ev.event == EVENT_CHECKPOINT_FAILED:
-            step = ev.step if ev.step is not None else -1
-            if newest is None or newest.step < step:
-                out.append(f"checkpoint FAILED at step {_step(ev.step)}: {ev.data.get('error', 'write error')}")
-            break
-        if ev.event in (EVENT_CHECKPOINT, EVENT_START, EVENT_RESUME):
-            break
-    for ev in reversed(tail.events):
-        if ev.event == EVENT_STOP:
-            if ev.data.get("reason") == "nonfinite":
-                out.append(f"trainer stopped: the run diverged at step {_step(ev.step)}")
-            break
-        if ev.event in (EVENT_START, EVENT_RESUME):
-            break
-    if tail.bad_lines:
-        out.append(f"{LOSS_JSON}: {tail.bad_lines} unreadable line(s) among the newest")
-    if tail.torn_tail:
-        out.append(f"{LOSS_JSON}: torn last line ({tail.torn_tail} bytes)")
-    nonfinite = int(np.count_nonzero(nonfinite_mask(tail.loss)))
-    if nonfinite:
-        out.append(f"{LOSS_JSON}: {nonfinite} non-finite loss value(s) among the newest steps")
-    return out
-
-
-def _config(run: Path) -> tuple[RunConfig | None, str | None]:
-    """run.toml parsed, or the line that says why not (None, None: there is none)."""
-    if not (run / RUN_TOML).exists():
-        return None, None
+def read_config(run: Path) -> tuple[RunConfig | None, str | None]:
+    """run.toml parsed, or the line that says why not (:data:`NO_RUN_TOML` where there is none)."""
+    if not os.path.lexists(run / RUN_TOML):
+        return None, NO_RUN_TOML
     try:
         return load_run_config(run), None
     except ConfigError as err:
         return None, str(err)
+    except Exception as err:      # a config the library could not even classify (never expected)
+        return None, f"{RUN_TOML}: {type(err).__name__}: {err}"
 
 
 class SummaryMemo:
@@ -228,17 +288,14 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     run = Path(run)
     memo = memo or SummaryMemo()
     now = time.time() if now is None else now
-    problems: list[str] = []
     try:
         os.listdir(run)
     except OSError as err:
-        return RunSummary(run, run.name, "unreadable", f"cannot read the run directory: {err.strerror or err}", None,
-                          False, None, None, None, None, None, None, None, 0, 0, False, _mtime(run), None,
-                          (f"cannot read the run directory: {err.strerror or err}",))
+        why = f"cannot read the run directory ({err.strerror or err})"
+        return RunSummary(run, run.name, "unreadable", why, None, None, None, None, None, None, None, None, 0, 0, False,
+                          _mtime(run), None, directory_error=why)
     tail = read_history_tail(run / LOSS_JSON)
-    config, config_error = memo.get("config", run / RUN_TOML, lambda: _config(run))
-    if config_error:
-        problems.append(config_error)
+    config, config_error = memo.get("config", run / RUN_TOML, lambda: read_config(run))
     try:
         v = verify(run)
     except Exception as err:            # a verification bug must not hide the other runs
@@ -251,37 +308,14 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     # checkpoint); a run that has neither is dated by its files.
     dated = [float(t) for t in tail.time[-1:] if math.isfinite(t)] + [c.mtime for c in checkpoints[-1:] if c.mtime]
     last_activity = max(dated) if dated else max(tail.mtime or 0.0, _mtime(run / TRAINER_JSON), _mtime(run))
-    stalled = False
-    if v.state in ("stale", "unverified", "unreadable"):
-        problems.insert(0, f"trainer {v.state}: {v.reason}")
-    elif v.ok:
+    stall = None
+    if v.ok:
         started = (v.record.started or v.record.create_time) if v.record else 0.0
-        latest = max(started or 0.0, tail.mtime or 0.0, *(c.mtime for c in checkpoints[-1:]))
-        threshold = stall_threshold(tail.time[-2 * RATE_STEPS:], stall_after)
-        if now - latest > threshold:
-            stalled = True
-            problems.insert(0, f"trainer STALLED: no new step for {now - latest:.0f} s")
-    problem_ranks = _rank_problems(run, now)
-    problems[:0] = problem_ranks
-    problems.extend(_tail_problems(tail, newest))
-    invalid = [c for c in checkpoints if c.status == "invalid"]
-    if invalid:
-        problems.append(f"{len(invalid)} invalid checkpoint(s) among the newest {len(checkpoints)}: "
-                        f"{invalid[-1].path.name}: {invalid[-1].reason}")
-    state = read_state(run)
-    if state.value is not None:
-        try:
-            zombies = find_zombies(state.value, config, run)
-        except Exception as err:
-            zombies = {"?": f"zombie check failed: {err}"}
-        if len(zombies) <= ZOMBIES_LISTED:
-            problems.extend(f"zombie arm {name}: {reason}" for name, reason in zombies.items())
-        else:
-            name, reason = next(iter(zombies.items()))
-            problems.append(f"{len(zombies):,} zombie arms; {name}: {reason}")
+        stall = trainer_stall(run, now, stall_threshold(tail.time[-2 * RATE_STEPS:], stall_after), started,
+                              max((c.mtime for c in checkpoints[-1:]), default=0.0))
+    ranks = read_ranks(run)
+    zombies, state_error = _zombies(run, config)
     journal, journal_error = read_journal(run)
-    if journal_error or journal is not None:
-        problems.append(journal_error or unfinished_text(journal))
     last_step = int(tail.step[-1]) if len(tail.step) else None
     rate = rate_per_s(tail.step, tail.time) if not stopped(tail.events) else None
     max_steps = config.run.max_steps if config is not None and config.run.max_steps else None
@@ -289,16 +323,29 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     tokens = int(tail.tokens[-1]) if len(tail.tokens) and tail.tokens[-1] >= 0 else None
     used, approximate = directory_size(run)
     finished = bool(tail.events) and tail.events[-1].event == EVENT_STOP and not v.ok
-    return RunSummary(run, run.name, v.state, v.reason, v.record.pid if v.record else None, stalled, last_step,
-                      _ema(tail.loss), rate, tokens, max_steps, eta,
-                      newest, n_checkpoints, used, approximate, last_activity, tail.format, tuple(problems), finished,
-                      next(reversed(external), None), len(problem_ranks))
+    return RunSummary(
+        run, run.name, v.state, v.reason, v.record.pid if v.record else None, last_step, _ema(tail.loss), rate, tokens,
+        max_steps, eta, newest, n_checkpoints, used, approximate, last_activity, tail.format, finished,
+        next(reversed(external), None), stall=stall, config_error=config_error,
+        events=tuple(tail.events), history_error=tail.error, bad_lines=tail.bad_lines, torn_tail=tail.torn_tail,
+        nonfinite=int(np.count_nonzero(nonfinite_mask(tail.loss))),
+        failed_checkpoint=failed_checkpoint_event(tail.events, newest.step if newest else None),
+        safety_stop=safety_stop_event(tail.events),
+        invalid=tuple(c for c in reversed(checkpoints) if c.status == "invalid"), zombies=zombies,
+        state_error=state_error, pending_pivot=journal_error or (unfinished_text(journal) if journal else None),
+        pending_rollback=pending_rollback(run), lock_problem=blocking_lock_file(run),
+        ranks=judge_ranks(ranks.records, now), launch=ranks.launch)
 
 
-def _rank_problems(run: Path, now: float) -> list[str]:
-    """A line per rank of the job with a problem (rundir.ranks), naming it and its host."""
-    return [f"rank {s.record.rank} on {s.record.host}: {s.verdict}: {s.why}"
-            for s in judge_ranks(read_ranks(run).records, now) if s.problem]
+def _zombies(run: Path, config: RunConfig | None) -> tuple[dict[str, str], str | None]:
+    """The zombie arms of ``.state.json`` (arm -> why), and why it or the check cannot be read."""
+    state = read_state(run)
+    if state.value is None:
+        return {}, None if state.missing else state.error
+    try:
+        return find_zombies(state.value, config, run), None
+    except Exception as err:          # a library bug: never let it hide the other runs
+        return {}, f"zombie check failed: {err}"
 
 
 def summarize_runs(root: str | os.PathLike[str], now: float | None = None,
@@ -320,7 +367,7 @@ def _stamp(run: Path) -> tuple:
     """What changes when a run does: its directory's listing and its small files' stamps, each
     from a fresh open (a network filesystem's cached attributes would hide a change)."""
     return tuple(fresh_stamp(path) for path in (run, run / LOSS_JSON, run / RUN_TOML, run / TRAINER_JSON,
-                                                 run / STATE_JSON, run / PIVOT_JOURNAL))
+                                                 run / STATE_JSON, run / PIVOT_JOURNAL, run / ROLLBACK_JOURNAL))
 
 
 class RunsSummarizer:

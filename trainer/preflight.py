@@ -20,7 +20,8 @@ from rundir import (CheckpointError, CheckpointInfo, ConfigError, RunConfig, Run
                     inspect_checkpoint, latest_resumable, list_checkpoints, load_run_config, read_state,
                     verify_checksum)
 from rundir.config import validate_policy
-from rundir.layout import LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, SAMPLES_JSON, STATE_JSON, TRAINER_JSON, TRAINER_LOG
+from rundir.layout import LOCK_FILE, LOSS_JSON, RUN_TOML, SAMPLES_JSON, STATE_JSON, TRAINER_JSON, TRAINER_LOG
+from rundir.run_lock import LockFileError, blocking_lock_file
 from rundir.safe_read import not_regular
 from rundir.sidecars import ArmState, BanditState
 from rundir.zombies import find_zombies
@@ -180,7 +181,8 @@ BAD_INPUT = (InputError, ConfigError, CheckpointError, RunLockedError)
 
 # The files the trainer writes in the run directory: each, where it exists, must be a
 # regular file (a FIFO would block the open, a directory fails the write half-way).
-WRITTEN_FILES = (LOCK_FILE, LOCK_OWNER_FILE, TRAINER_JSON, TRAINER_LOG, LOSS_JSON, STATE_JSON, SAMPLES_JSON, RUN_TOML)
+# The lock's own files are the lock's to judge (rundir.run_lock.blocking_lock_file).
+WRITTEN_FILES = (TRAINER_JSON, TRAINER_LOG, LOSS_JSON, STATE_JSON, SAMPLES_JSON, RUN_TOML)
 
 
 def check_written_files(run_dir: Path) -> None:
@@ -193,6 +195,9 @@ def check_written_files(run_dir: Path) -> None:
         if what is not None:
             raise InputError(f"{run_dir / name} is {what}, not a regular file: the trainer writes it; "
                              "move it out of the way")
+    blocking = blocking_lock_file(run_dir)
+    if blocking is not None:
+        raise LockFileError(blocking)
 
 
 def plan_and_lock(args: argparse.Namespace, lock: RunLock, world_size: int = 1) -> Plan:

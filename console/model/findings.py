@@ -11,6 +11,9 @@ greps the console for that).
 
 :func:`derive_problems` is the problems list (one line a problem, most important first; many
 files or arms of one kind are one line that names a few and counts the rest).
+:func:`summary_problems` is the overview row's: the same findings, made by the same functions
+from what a run's cheap summary reads (rundir.run_summary: the history's tail, the newest
+checkpoints), so the overview, ``--check`` and the problems pane agree.
 :func:`derive_alerts` is what is raised once to someone not looking at the screen: finer
 grained (a zombie arm, a spike, a run of non-finite steps each), with the key that makes it
 raised once.
@@ -26,10 +29,15 @@ from rundir.history import HistoryEvent, limits
 from rundir.spikes import Spike
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON, is_error_stop
 
-from .format import LINE_LIMIT, format_counter, format_size, printable, stall_text
+from .format import LINE_LIMIT, TRAINER_LABELS, format_counter, format_size, idle_text, printable
 from .levels import Level
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from rundir.checkpoint import CheckpointInfo
+    from rundir.ranks import RankStatus
+    from rundir.run_summary import RunSummary
     from rundir.storage import Storage
 
     from .snapshot import RunSnapshot
@@ -59,6 +67,7 @@ KINDS: dict[str, FindingKind] = {kind.name: kind for kind in (
     FindingKind("directory", E),                                # missing, not a directory, unreadable
     FindingKind("empty", W),                                    # the run directory is empty
     FindingKind("trainer", W),                                  # a pid record that does not verify
+    FindingKind("lock", E),                                     # a lock file no trainer's start gets past
     FindingKind("exit", E, alert=True, noun="trainer ends"),    # gone without a clean exit, or stopped by an error
     FindingKind("stall", W, alert=True, noun="stalls"),         # no new step for too long, or suspended (state T)
     FindingKind("checkpoint", E, alert=True, noun="failed checkpoints"),
@@ -151,20 +160,60 @@ def derive_problems(snap: RunSnapshot) -> tuple[Finding, ...]:
     if snap.dir_state == "unreadable":
         return tuple(out)               # every file in it is unreadable for that one reason
     out += _trainer_problems(snap)
-    out += rank_findings(snap)
-    if snap.pending_pivot:
-        out.append(Finding("pending", Level.WARNING, snap.pending_pivot))
-    if snap.pending_rollback:
-        out.append(Finding("pending", Level.WARNING, snap.pending_rollback))
-    if snap.config_error and snap.dir_state == "ok":
-        out.append(Finding("config", Level.WARNING, snap.config_error))
+    ok = snap.dir_state == "ok"
+    out += _run_file_findings(snap.lock_problem, rank_findings(snap), snap.pending_pivot, snap.pending_rollback,
+                              snap.config_error if ok else None)
     out += _file_problems(snap)
     out += _history_problems(snap)
-    if snap.arms.error and snap.dir_state == "ok":
-        out.append(Finding("sidecar", Level.WARNING, snap.arms.error))
-    if snap.samples_error and snap.dir_state == "ok":
-        out.append(Finding("sidecar", Level.WARNING, snap.samples_error))
+    out += _sidecar_findings(snap.arms.error if ok else None, snap.samples_error if ok else None)
     return tuple(out)
+
+
+def summary_problems(s: RunSummary) -> tuple[Finding, ...]:
+    """The overview row's problems: :func:`derive_problems`'s findings that a run's summary can
+    show (it reads the history's tail and the newest checkpoints: counts are "among the newest"),
+    made by the same functions, in the same order."""
+    if s.directory_error:
+        return (Finding("directory", Level.ERROR, s.directory_error),)
+    stall = s.stall
+    stalled = _stall_finding(s.pid, s.last_step, stall.idle if stall is not None and stall.stalled else None,
+                             stall.threshold if stall is not None else None, None)
+    out = _trainer_findings(s.trainer_state, TRAINER_LABELS.get(s.trainer_state, s.trainer_state), s.trainer_reason,
+                            stalled, _exit_finding(s.trainer_state, s.pid, s.events, s.last_step),
+                            s.failed_checkpoint, s.safety_stop)
+    out += _run_file_findings(s.lock_problem, _rank_findings(s.ranks, s.launch), s.pending_pivot, s.pending_rollback,
+                              s.config_error)
+    out += _file_findings(s.invalid, s.zombies)
+    if s.history_error:
+        out.append(Finding("history", Level.WARNING, s.history_error))
+    if s.bad_lines:
+        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {s.bad_lines} unreadable line(s) among the newest"))
+    if s.torn_tail:
+        out.append(Finding("lines", Level.WARNING, torn_tail_text(s.torn_tail)))
+    if s.nonfinite:
+        out.append(Finding("nonfinite", Level.ERROR,
+                           f"{LOSS_JSON}: {s.nonfinite} non-finite loss value(s) among the newest steps"))
+    out += _sidecar_findings(s.state_error, None)
+    return tuple(out)
+
+
+def _run_file_findings(lock: str | None, ranks: list[Finding], pivot: str | None, rollback: str | None,
+                       config: str | None) -> list[Finding]:
+    """A lock file no start gets past, the ranks', unfinished journals, an unusable run.toml."""
+    out = [Finding("lock", Level.ERROR, lock)] if lock else []
+    out += ranks
+    out += [Finding("pending", Level.WARNING, text) for text in (pivot, rollback) if text]
+    if config:
+        out.append(Finding("config", Level.WARNING, config))
+    return out
+
+
+def _sidecar_findings(*errors: str | None) -> list[Finding]:
+    return [Finding("sidecar", Level.WARNING, error) for error in errors if error]
+
+
+def torn_tail_text(n: int) -> str:
+    return f"{LOSS_JSON}: torn last line ({n} bytes) skipped"
 
 
 def _directory_problems(snap: RunSnapshot) -> list[Finding]:
@@ -186,20 +235,24 @@ def _directory_problems(snap: RunSnapshot) -> list[Finding]:
 
 
 def _trainer_problems(snap: RunSnapshot) -> list[Finding]:
-    out = []
     t = snap.trainer
-    if t.state in ("stale", "unverified", "unreadable"):
-        out.append(Finding("trainer", Level.WARNING, f"trainer {t.label}: {t.reason}"))
-    stalled = stall_finding(snap)
+    return _trainer_findings(t.state, t.label, t.reason, stall_finding(snap), _abnormal_exit(snap),
+                             snap.failed_checkpoint, snap.safety_stop)
+
+
+def _trainer_findings(state: str, label: str, reason: str, stalled: Finding | None, exited: Finding | None,
+                      failed: HistoryEvent | None, stop: HistoryEvent | None) -> list[Finding]:
+    """The trainer's problems: its record, a stall, an abnormal end, a failed checkpoint, a
+    divergence stop (the dashboard's and the overview's)."""
+    out = []
+    if state in ("stale", "unverified", "unreadable"):
+        out.append(Finding("trainer", Level.WARNING, f"trainer {label}: {reason}"))
     if stalled is not None:
         out.append(stalled)
-    exited = _abnormal_exit(snap)
-    if exited is not None and t.state != "stale":          # a stale record is said above
+    if exited is not None and state != "stale":          # a stale record is said above
         out.append(exited)
-    failed = snap.failed_checkpoint
     if failed is not None:
         out.append(Finding("checkpoint", Level.ERROR, failed_checkpoint_text(failed.step, failed.data)))
-    stop = snap.safety_stop
     if stop is not None:
         out.append(Finding("divergence", Level.ERROR, divergence_text(stop.step, stop.data)))
     return out
@@ -207,24 +260,30 @@ def _trainer_problems(snap: RunSnapshot) -> list[Finding]:
 
 def rank_findings(snap: RunSnapshot) -> list[Finding]:
     """A finding per rank with a problem, naming the rank and its host, errors first."""
-    ranks = snap.ranks
+    return _rank_findings(snap.ranks.statuses, snap.ranks.launch)
+
+
+def _rank_findings(statuses: Sequence[RankStatus], launch: str | None) -> list[Finding]:
     out = [Finding(f"rank_{s.verdict}", KINDS[f"rank_{s.verdict}"].level,
                    f"rank {s.record.rank} on {printable(s.record.host, 60)}: {s.verdict}: {s.why}",
-                   f"rank:{ranks.launch}:{s.record.rank}:{s.verdict}", s.record.step)
-           for s in ranks.statuses if f"rank_{s.verdict}" in KINDS]
+                   f"rank:{launch}:{s.record.rank}:{s.verdict}", s.record.step)
+           for s in statuses if f"rank_{s.verdict}" in KINDS]
     return sorted(out, key=lambda f: f.level is not Level.ERROR)
 
 
 def _file_problems(snap: RunSnapshot) -> list[Finding]:
+    return _file_findings(snap.invalid_checkpoints, snap.zombies)
+
+
+def _file_findings(invalid: Sequence[CheckpointInfo], zombies: Mapping[str, str]) -> list[Finding]:
+    """Invalid checkpoint files (newest first) and zombie arms, a few named one a line."""
     out = []
-    invalid = snap.invalid_checkpoints
     if len(invalid) <= LISTED:
         out.extend(Finding("invalid", Level.ERROR, f"{printable(c.path.name)}: invalid: {c.reason}") for c in invalid)
     else:
         out.append(Finding("invalid", Level.ERROR, f"{many(len(invalid), 'invalid checkpoint file')} (newest first): "
                            + names_and_more([c.path.name for c in invalid[:LISTED]], len(invalid))
                            + f"; {printable(invalid[0].path.name)}: {invalid[0].reason}"))
-    zombies = snap.zombies
     if len(zombies) <= LISTED:
         out.extend(Finding("zombie", Level.ERROR, f"zombie arm {printable(name)}: {reason}")
                    for name, reason in zombies.items())
@@ -245,7 +304,7 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
         out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {h.bad_lines} unreadable line(s) skipped"
                            + (f" (first: {h.problems[0]})" if h.problems else "")))
     if h.torn_tail:
-        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: torn last line ({h.torn_tail} bytes) skipped"))
+        out.append(Finding("lines", Level.WARNING, torn_tail_text(h.torn_tail)))
     if h.nonfinite:
         out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
                            + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None
@@ -279,7 +338,7 @@ def derive_alerts(snap: RunSnapshot) -> tuple[Finding, ...]:
     stop = snap.safety_stop
     if stop is not None:
         out.append(Finding("divergence", Level.ERROR, divergence_text(stop.step, stop.data), f"divergence:{stop.line}",
-                           stop.step, ended_pid=_started_pid(snap, stop.line)))
+                           stop.step, ended_pid=_started_pid(snap.history.events, stop.line)))
     failed = snap.failed_checkpoint
     if failed is not None:
         out.append(Finding("checkpoint", Level.ERROR, failed_checkpoint_text(failed.step, failed.data),
@@ -319,11 +378,19 @@ def _nonfinite_runs(steps: tuple[int, ...]) -> list[tuple[int, int]]:
 def stall_finding(snap: RunSnapshot) -> Finding | None:
     """The trainer makes no progress though alive and verified: stalled (no new step past the
     threshold), or suspended (stopped by a signal or a debugger: state T or t) even before."""
-    t, step = snap.trainer, snap.history.last_step
-    if t.stalled:
-        return Finding("stall", Level.WARNING, f"trainer STALLED: {stall_text(t)}", f"stall:{t.pid}:{step}", step)
-    if t.suspended and t.state == "running":
-        return Finding("stall", Level.WARNING, f"trainer SUSPENDED: {t.suspended}", f"stall:{t.pid}:{step}", step)
+    t = snap.trainer
+    return _stall_finding(t.pid, snap.history.last_step, t.stalled_for if t.stalled else None, t.stall_threshold,
+                          t.suspended if t.state == "running" else None)
+
+
+def _stall_finding(pid: int | None, step: int | None, idle: float | None, threshold: float | None,
+                   suspended: str | None) -> Finding | None:
+    """``idle``: seconds without progress where past ``threshold`` (else None)."""
+    if idle is not None:
+        return Finding("stall", Level.WARNING, f"trainer STALLED: {idle_text(idle, threshold, suspended)}",
+                       f"stall:{pid}:{step}", step)
+    if suspended:
+        return Finding("stall", Level.WARNING, f"trainer SUSPENDED: {suspended}", f"stall:{pid}:{step}", step)
     return None
 
 
@@ -338,32 +405,35 @@ def _abnormal_exit(snap: RunSnapshot) -> Finding | None:
     """The trainer is gone without a clean exit: a stale record (killed, crashed), a
     process that wrote no ``stop`` event before it ended, or one whose ``stop`` says an
     error stopped it."""
-    t = snap.trainer
-    if t.state == "stale":
-        return Finding("exit", Level.ERROR, f"the trainer (pid {t.pid}) is gone without a clean exit (killed or "
-                                            "crashed; see trainer.log)", f"exit:stale:{t.pid}", ended_pid=t.pid)
-    if t.state != "stopped":
+    return _exit_finding(snap.trainer.state, snap.trainer.pid, snap.history.events, snap.history.last_step)
+
+
+def _exit_finding(state: str, pid: int | None, events: Sequence[HistoryEvent], last_step: int | None) -> Finding | None:
+    if state == "stale":
+        return Finding("exit", Level.ERROR, f"the trainer (pid {pid}) is gone without a clean exit (killed or "
+                                            "crashed; see trainer.log)", f"exit:stale:{pid}", ended_pid=pid)
+    if state != "stopped":
         return None
-    for ev in reversed(snap.history.events):
+    for ev in reversed(events):
         if ev.event == EVENT_STOP:
             if not is_error_stop(ev.data.get("reason")):
                 return None
             return Finding("exit", Level.ERROR, error_stop_text(ev), f"exit:line:{ev.line}", ev.step,
-                           ended_pid=_started_pid(snap, ev.line))
+                           ended_pid=_started_pid(events, ev.line))
         if ev.event in (EVENT_START, EVENT_RESUME):
-            pid = ev.data.get("pid")
-            if not isinstance(pid, int):
+            started = ev.data.get("pid")
+            if not isinstance(started, int):
                 return None                     # not this trainer's history: it writes its pid
-            step = snap.history.last_step
-            return Finding("exit", Level.ERROR, f"the trainer (pid {printable(pid)}) ended without a stop event "
+            step = last_step
+            return Finding("exit", Level.ERROR, f"the trainer (pid {printable(started)}) ended without a stop event "
                                                 f"after step {format_counter(step)} (it failed or was killed; see "
-                                                "trainer.log)", f"exit:line:{ev.line}", step, ended_pid=pid)
+                                                "trainer.log)", f"exit:line:{ev.line}", step, ended_pid=started)
     return None
 
 
-def _started_pid(snap: RunSnapshot, line: int) -> int | None:
+def _started_pid(events: Sequence[HistoryEvent], line: int) -> int | None:
     """The pid in the last start or resume event before history line ``line``."""
-    for ev in reversed(snap.history.events):
+    for ev in reversed(events):
         if ev.line < line and ev.event in (EVENT_START, EVENT_RESUME):
             pid = ev.data.get("pid")
             return pid if isinstance(pid, int) else None

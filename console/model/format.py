@@ -22,11 +22,20 @@ if TYPE_CHECKING:
     from .snapshot import TrainerView
 
 
+# A trainer's state (rundir.process's verification) as every view labels it.
+TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
+                  "unverified": "not supervised", "unreadable": "not supervised", "remote": "on another host"}
+
+
 def stall_text(t: "TrainerView") -> str:
     """``no new step for 2m05s (alive and verified; stall threshold 1m00s)``."""
-    text = (f"no new step for {format_age(t.stalled_for)} (alive and verified; "
-            f"stall threshold {format_age(t.stall_threshold)})")
-    return f"{text}: {t.suspended}" if t.suspended else text
+    return idle_text(t.stalled_for, t.stall_threshold, t.suspended)
+
+
+def idle_text(idle: float | None, threshold: float | None, suspended: str | None = None) -> str:
+    """:func:`stall_text` from its figures (the overview's stall has no :class:`TrainerView`)."""
+    text = f"no new step for {format_age(idle)} (alive and verified; stall threshold {format_age(threshold)})"
+    return f"{text}: {suspended}" if suspended else text
 
 
 def slurm_text(job: dict[str, str] | None) -> str:

@@ -19,20 +19,19 @@ from rundir import CheckpointInfo, HistoryEvent, LossHistory, RunConfig, Sample
 from rundir.external import STATUS as EXTERNAL, ExternalCheckpoint
 from rundir.ranks import RankStatus, summary_line
 from rundir.resume_check import ResumeCheck
+from rundir.run_summary import failed_checkpoint_event, safety_stop_event
 from rundir.spikes import Spike
 from rundir.storage import Storage
-from rundir.layout import EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, is_error_stop
+from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, is_error_stop
 
 from .findings import Finding, derive_alerts, derive_problems
-from .format import LINE_LIMIT, printable
+from .format import LINE_LIMIT, TRAINER_LABELS, printable  # noqa: F401 (TRAINER_LABELS re-exported)
 from .history_series import SeriesData, column as series_column, names as series_names, series_data
 from .levels import Level
 from .markers import Marker
 from .mirror_note import MIRROR_NOT_SAVED, MIRROR_NOTES, MIRROR_REBUILT, MirrorNote  # noqa: F401 (re-exported)
 
 # How a verification state reads on the dashboard.
-TRAINER_LABELS = {"running": "running", "stopped": "stopped", "stale": "stale pid record",
-                  "unverified": "not supervised", "unreadable": "not supervised", "remote": "on another host"}
 
 @dataclass(frozen=True)
 class Notice:
@@ -302,6 +301,8 @@ class RunSnapshot:
     # (rundir.external): listed and said, never resumed or rolled back to.
     external_checkpoints: tuple[ExternalCheckpoint, ...] = ()
     ranks: RanksView = field(default_factory=RanksView)     # every rank of a job of several processes
+    # A lock file no trainer's start can get past, in one line (rundir.run_lock.blocking_lock_file).
+    lock_problem: str | None = None
     # Each part's version: bumped when the reader derives it anew, so that a view drawn from
     # some parts (the plot: history and markers) is redrawn exactly when one of them changed.
     versions: Mapping[str, int] = field(default_factory=dict)
@@ -334,24 +335,13 @@ class RunSnapshot:
     @cached_property      # the events walked once per snapshot
     def failed_checkpoint(self) -> HistoryEvent | None:
         """The newest ``checkpoint_failed`` event not yet followed by a checkpoint on disk."""
-        for ev in reversed(self.history.events):
-            if ev.event == EVENT_CHECKPOINT_FAILED:
-                newest = self.newest_checkpoint
-                step = ev.step if ev.step is not None else -1
-                return ev if newest is None or newest.step < step else None
-            if ev.event in (EVENT_CHECKPOINT, EVENT_START, EVENT_RESUME):
-                return None
-        return None
+        newest = self.newest_checkpoint
+        return failed_checkpoint_event(self.history.events, newest.step if newest is not None else None)
 
     @cached_property      # asked by the problems, the alerts and the status
     def safety_stop(self) -> HistoryEvent | None:
         """The trainer's last ``stop`` event, when a safety policy (divergence) made it."""
-        for ev in reversed(self.history.events):
-            if ev.event == EVENT_STOP:
-                return ev if ev.data.get("reason") == "nonfinite" else None
-            if ev.event in (EVENT_START, EVENT_RESUME):
-                return None
-        return None
+        return safety_stop_event(self.history.events)
 
     @cached_property
     def error_stop(self) -> HistoryEvent | None:

@@ -12,7 +12,6 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 from rundir import CheckpointInfo, HistoryEvent
-from rundir.rollback_files import read_rollback_journal
 from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_EXTERNAL_CHECKPOINT, EVENT_PIVOT,
                            EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE,
                            STOP_REQUEUE, is_error_stop)
@@ -244,14 +243,3 @@ def event_notice(ev: HistoryEvent) -> tuple[str, str] | None:
     if ev.event == EVENT_START:
         return f"trainer started{at}", "info"
     return f"{printable(ev.event)}{at}", "info"
-
-
-def pending_rollback(run_dir: str | os.PathLike[str]) -> str | None:
-    """A one-line description of an interrupted rollback, for the dashboard, or None."""
-    journal, error = read_rollback_journal(run_dir)
-    if error:
-        return error
-    if journal is None:
-        return None
-    return (f"a rollback to step {journal.to_step:,} is unfinished (last completed stage: {journal.stage}); "
-            "r or --rollback completes it")

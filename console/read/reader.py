@@ -19,30 +19,32 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 
-from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, LossHistory, RunConfig, Sample, checkpoint_stamps,
-                    checkpoints_since, find_zombies, load_run_config, newest_per_arm, read_samples, read_state)
+from rundir import (CheckpointInfo, CheckpointStamp, LossHistory, RunConfig, Sample, checkpoint_stamps,
+                    checkpoints_since, find_zombies, newest_per_arm, read_samples, read_state)
 from rundir.abandoned import live_pivot_steps
 from rundir.checkpoint import said_checkpoints
 from rundir.identity import open_directory
 from rundir.external import external_checkpoints, reported_files
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
-from rundir.run_summary import RATE_STEPS, stall_threshold
+from rundir.run_summary import RATE_STEPS, read_config, stall_threshold, trainer_stall
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
 from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_EXTERNAL_CHECKPOINT,
                            EVENT_PIVOT, EVENT_PRUNE, EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES,
-                           STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known, is_temporary)
+                           STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known)
 from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
+from rundir.rollback_files import pending_rollback
+from rundir.run_lock import blocking_lock_file
 
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level
 from ..model.markers import derive_markers
 from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RanksView,
                               RetentionView, RunSnapshot, TrainerView)
-from .changes import describe_changes, pending_rollback
+from .changes import describe_changes
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
 from .landing import CheckpointRequest, CheckpointRequests
@@ -283,6 +285,11 @@ class RunReader:
         got = read_ranks(self.run_dir)
         return {"ranks": RanksView(judge_ranks(got.records, read.now), got.launch, got.earlier, got.errors)}
 
+    def _part_lock(self, read: _Read) -> dict:
+        """A lock file that would refuse every trainer's start (the trainer's own words)."""
+        ok = read.values["dir_state"] not in ("missing", "not a directory", "unreadable")
+        return {"lock_problem": blocking_lock_file(self.run_dir) if ok else None}
+
     def _part_arms(self, read: _Read) -> dict:
         return {"arms": self._arms(read.values["config"])}
 
@@ -330,30 +337,15 @@ class RunReader:
         return stall_threshold(self.history.time[-2 * RATE_STEPS:])
 
     def _stall(self, trainer: TrainerView, now: float) -> TrainerView:
-        """A verified trainer whose history, checkpoints and checkpoint temporaries stopped changing."""
+        """A verified trainer whose history, checkpoints and checkpoint temporaries stopped
+        changing (rundir.run_summary.trainer_stall, which the overview asks too)."""
         if trainer.state != "running":
             return replace(trainer, stalled_for=None, stall_threshold=None) if trainer.stalled_for else trainer
-        # A checkpoint that landed is progress: a long write must not read as a stall the
-        # moment its temporary is renamed into place (a clock ahead of ours counts as now).
-        latest = max(trainer.started or 0.0, min(self._ckpt_written, now))
-        try:
-            latest = max(latest, (self.run_dir / LOSS_JSON).stat().st_mtime)
-        except OSError:
-            pass
-        threshold = self.stall_threshold()
-        if now - latest > threshold:
-            # A long checkpoint write is progress too: its temporary keeps growing.
-            try:
-                for entry in os.scandir(self.run_dir):
-                    if is_temporary(entry.name):
-                        latest = max(latest, entry.stat().st_mtime)
-            except OSError:
-                pass
-        idle = now - latest
-        stalled = idle > threshold
-        label = "suspended" if trainer.suspended else "stalled" if stalled \
+        stall = trainer_stall(self.run_dir, now, self.stall_threshold(), trainer.started, self._ckpt_written)
+        label = "suspended" if trainer.suspended else "stalled" if stall.stalled \
             else TRAINER_LABELS.get(trainer.state, trainer.state)
-        return replace(trainer, label=label, stalled_for=idle if stalled else None, stall_threshold=threshold)
+        return replace(trainer, label=label, stalled_for=stall.idle if stall.stalled else None,
+                       stall_threshold=stall.threshold)
 
     def _out_of_sight(self, trainer: TrainerView, prev: RunSnapshot | None, dir_state: str) -> TrainerView:
         """A trainer that was running when its run directory went away (renamed, removed,
@@ -471,16 +463,7 @@ class RunReader:
         return result
 
     def _config(self, dir_state: str) -> tuple[RunConfig | None, str | None]:
-        if dir_state != "ok":
-            return None, None
-        if not os.path.lexists(self.run_dir / RUN_TOML):
-            return None, "no run.toml (a run from another engine, or not started yet)"
-        try:
-            return load_run_config(self.run_dir), None
-        except ConfigError as err:
-            return None, str(err)
-        except Exception as err:      # a config the library could not even classify (never expected)
-            return None, f"run.toml: {type(err).__name__}: {err}"
+        return read_config(self.run_dir) if dir_state == "ok" else (None, None)
 
     def _arms(self, config: RunConfig | None) -> ArmsView:
         read = read_state(self.run_dir)
@@ -536,6 +519,7 @@ PARTS: tuple[Part, ...] = (
     Part("trainer_state", ("trainer",), frozenset({TRAINER, HISTORY, CHECKPOINTS, DIRECTORY}),
          RunReader._part_trainer_state),
     Part("ranks", ("ranks",), frozenset({TRAINER, RANKS}), RunReader._part_ranks),
+    Part("lock", ("lock_problem",), frozenset({TRAINER, CONFIG, DIRECTORY}), RunReader._part_lock),
     Part("arms", ("arms",), frozenset({STATE, CONFIG}), RunReader._part_arms),
     Part("samples", ("samples", "samples_error"), frozenset({SAMPLES}), RunReader._part_samples),
     Part("log", ("log_tail", "log_seen"), frozenset({LOG}), RunReader._part_log),

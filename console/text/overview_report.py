@@ -1,7 +1,9 @@
 """The overview of a runs directory as cells, plain text (``--once``) and JSON (``--json``).
 
 The overview's table in the TUI formats its cells with :func:`row_cells`, so the views
-agree. Every string read from a run directory passes through ``printable``.
+agree. A run's problems are its findings (:func:`console.model.findings.summary_problems`),
+the same as ``--check`` and the problems pane say. Every string read from a run directory
+passes through ``printable``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Any
 from rundir.run_summary import RunSummary
 from rundir.runs import RunsListing
 
-from ..model.format import LINE_LIMIT, format_age, format_float, format_size, printable
-from ..model.snapshot import TRAINER_LABELS, SavedCheckpoint, newest_saved
+from ..model.findings import summary_problems
+from ..model.format import LINE_LIMIT, TRAINER_LABELS, format_age, format_float, format_size, printable
+from ..model.snapshot import SavedCheckpoint, newest_saved
 
 # (header, width, right-aligned) of each column; the run's name takes what is left.
 # The problems count comes right after the trainer: on 80 columns it is in sight.
@@ -41,7 +44,7 @@ def row_cells(s: RunSummary, now: float) -> tuple[str, ...]:
     """The overview's cells for one run, in :data:`COLUMNS` order."""
     newest = newest_of(s)
     rate = "-" if s.steps_per_s is None or not math.isfinite(s.steps_per_s) else f"{s.steps_per_s:,.1f}"
-    return (printable(s.name, LINE_LIMIT), trainer_label(s), str(len(s.problems)),
+    return (printable(s.name, LINE_LIMIT), trainer_label(s), str(len(summary_problems(s))),
             "-" if s.last_step is None else f"{s.last_step:,}", format_float(s.ema_loss, ".4f"), rate,
             format_age(s.eta_s), "-" if newest is None else f"{newest.step:,}",
             "-" if newest is None or not newest.time else format_age(now - newest.time),
@@ -71,11 +74,11 @@ def render_overview_text(root: Path, summaries: list[RunSummary], listing: RunsL
     lines.extend(_line(row_cells(s, now), name_width) for s in summaries)
     if not summaries:
         lines.append("  no run directories")
-    with_problems = [s for s in summaries if s.problems]
+    with_problems = [(s, problems) for s in summaries if (problems := summary_problems(s))]
     if with_problems:
         lines += ["", "problems"]
-        for s in with_problems:
-            lines.extend(f"  {printable(s.name, LINE_LIMIT)}: {printable(p, LINE_LIMIT)}" for p in s.problems)
+        for s, problems in with_problems:
+            lines.extend(f"  {printable(s.name, LINE_LIMIT)}: {p.text}" for p in problems)
     if listing.skipped:
         lines += ["", f"not runs ({len(listing.skipped)})"]
         lines.extend(f"  {printable(name, LINE_LIMIT)}/: {printable(why, LINE_LIMIT)}" for name, why in listing.skipped)
@@ -98,7 +101,9 @@ def summary_json(s: RunSummary, now: float) -> dict[str, Any]:
             if newest else None,
             "checkpoints": s.checkpoints, "disk_used": s.disk_used, "disk_approximate": s.disk_approximate,
             "last_activity": s.last_activity, "history_format": s.history_format, "finished": s.finished,
-            "problems": list(s.problems), "problem_ranks": s.problem_ranks}
+            "problems": [p.text for p in summary_problems(s)],
+            "findings": [{"kind": p.kind, "level": p.level.value, "text": p.text} for p in summary_problems(s)],
+            "problem_ranks": s.problem_ranks}
 
 
 def overview_json(root: Path, summaries: list[RunSummary], listing: RunsListing,

@@ -24,6 +24,7 @@ from textual.dom import DOMNode
 from textual.worker import get_current_worker
 
 from rundir.layout import ALL_KINDS, HISTORY, TRAINER
+from rundir.rollback_files import pending_rollback
 
 from ..actions.alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
 from ..actions.pivot_runner import pending_pivot
@@ -33,7 +34,6 @@ from ..model.findings import Finding, child_exit_alert
 from ..model.format import LINE_LIMIT, printable
 from ..model.snapshot import Notice, RunSnapshot, TrainerView
 from ..plot.canvas import PlotOptions
-from ..read.changes import pending_rollback
 from ..read.reader import RunReader
 from ..read.watcher import POLL_S, STEADY_READ_INTERVAL_S, PacedReads, watch_run
 from .keys import CONTROL_ACTIONS

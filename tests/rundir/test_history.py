@@ -567,6 +567,7 @@ def test_a_step_without_loss_is_absent_never_nonfinite(tmp_path, monkeypatch, pa
     loss, which is absent, not non-finite; a null, NaN or Infinity loss is non-finite. Read by
     the C scanner, the typed decode, the careful one (a NaN token in the batch) and an array."""
     from rundir.history import ingest
+    from console.model.findings import summary_problems
     from rundir.run_summary import summarize_run
     from rundir.spikes import SpikeDetector
 
@@ -594,5 +595,5 @@ def test_a_step_without_loss_is_absent_never_nonfinite(tmp_path, monkeypatch, pa
     detector.update(h.step, h.loss)
     assert detector.nonfinite_steps == want
     summary = summarize_run(run)
-    assert [p for p in summary.problems if "non-finite" in p] == [
+    assert [p.text for p in summary_problems(summary) if p.kind == "nonfinite"] == [
         f".loss.json: {len(want)} non-finite loss value(s) among the newest steps"]

@@ -15,7 +15,7 @@ import pytest
 from rundir import ConfigError, RunConfig, RunLock, RunLockedError, load_run_config
 from rundir.config import dump_run_config
 from rundir.layout import LOCK_OWNER_FILE, LOCK_TAKEOVER_FILE, RUN_TOML
-from rundir.run_lock import LockOwner, live_lock_owner, read_lock_owner
+from rundir.run_lock import LockFileError, LockOwner, blocking_lock_file, live_lock_owner, read_lock_owner
 from rundir.trainer_record import read_boot_id
 
 CEILING = 15.0
@@ -200,3 +200,49 @@ def test_a_lock_file_that_cannot_be_read_for_a_moment_is_not_a_lost_lock(netfs):
         assert lost == [] and lock.lost is None
     finally:
         lock.release()
+
+
+@pytest.mark.parametrize("name, what", [(LOCK_TAKEOVER_FILE, "directory"), (LOCK_TAKEOVER_FILE, "dangling symlink"),
+                                        (LOCK_OWNER_FILE, "dangling symlink"), (LOCK_OWNER_FILE, "directory")])
+def test_where_flock_is_refused_a_lock_name_held_by_no_file_refuses_in_one_line(netfs, name, what):
+    """Beside a stale lock file of another host: the takeover hit a directory at the takeover
+    file with IsADirectoryError, a dangling symbolic link there was "another trainer is taking
+    over" forever, and one at the lock file was "keeps changing" forever. Now the run API is
+    refused at once, naming the file and what to do."""
+    import rundir
+
+    _, mount = netfs
+    run = mount / "run"
+    run.mkdir()
+    if name != LOCK_OWNER_FILE:
+        _leave(run, _owner(host="gpu-node-7", boot_id="another-boot", pid=4242, heartbeat=0.0), age=3600.0)
+    path = run / name
+    if what == "directory":
+        path.mkdir()
+        os.utime(path, (0.0, 0.0))          # as old as the stale lock: its age is no excuse to wait
+    else:
+        path.symlink_to("gone")
+    with pytest.raises(rundir.RunError) as refused:
+        rundir.open_run(run, config={"lr": 0.1})
+    text = str(refused.value)
+    assert "\n" not in text and f"{path} is a {what.split()[-1].replace('symlink', 'symbolic link')}" in text, text
+    assert text.endswith("remove it") and "another trainer" not in text, text
+    path.rmdir() if what == "directory" else path.unlink()
+    with rundir.open_run(run, config={"lr": 0.1}) as api_run:      # the stale lock is taken over
+        assert read_lock_owner(run)[0].pid == os.getpid()
+        api_run.log(0, loss=1.0)
+
+
+def test_a_heartbeat_ahead_of_this_clock_by_more_than_the_margin_is_named_not_held(netfs):
+    _, mount = netfs
+    ahead = time.time() + 40.0                # the margin of a 60 s bound is 15 s
+    _leave(mount, _owner(host="gpu-node-7", boot_id="another-boot", pid=4242, heartbeat=ahead))
+    with pytest.raises(LockFileError) as refused:
+        RunLock(mount, stale_after=60.0).acquire()
+    text = str(refused.value)
+    assert text.startswith(f"{mount / LOCK_OWNER_FILE}: pid 4242 on gpu-node-7: its heartbeat is dated 4") and \
+        "more than the 15 s the hosts' clocks may differ by" in text and "another trainer" not in text, text
+    assert live_lock_owner(mount) is None and blocking_lock_file(mount, 60.0) == text
+    assert blocking_lock_file(mount, 200.0) is None          # within a 200 s bound's 50 s margin: a holder
+    with pytest.raises(RunLockedError, match="another trainer is training"):
+        RunLock(mount, stale_after=200.0).acquire()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from console.model.findings import summary_problems
 from rundir.history import TAIL_BYTES, LossHistory, read_history_tail
 from rundir.layout import LOSS_JSON
 from rundir.run_summary import RunsSummarizer, summarize_run, summarize_runs
@@ -74,17 +75,18 @@ def test_summary_of_a_healthy_run(tmp_path):
     assert s.name == "run" and s.trainer_state == "stopped" and s.last_step == 1_000
     assert s.newest_checkpoint.step == 1_000 and s.checkpoints == 2
     assert math.isclose(s.steps_per_s, 2.0) and s.tokens == 1_000 * 512
-    assert 1.0 < s.ema_loss < 3.0 and s.disk_used > 0 and s.problems == ()
+    assert 1.0 < s.ema_loss < 3.0 and s.disk_used > 0 and summary_problems(s) == ()
 
 
 def test_summary_counts_the_problems(tmp_path):
     run = make_run(tmp_path / "run", trainer_record="stale", nonfinite=(299,), checkpoints=(100, 200, 300),
                    truncated=(300,), state_arms=("stdlib-code", "gone-arm"))
     s = summarize_run(run, now=0.0)
-    text = "\n".join(s.problems)
+    text = "\n".join(p.text for p in summary_problems(s))
     assert s.trainer_state == "stale" and "trainer stale" in text
-    assert "non-finite" in text and "invalid checkpoint" in text and "zombie arm gone-arm" in text
-    assert s.newest_checkpoint.step == 200 and len(s.problems) == 4
+    assert "non-finite" in text and "step_000300.bin: invalid: truncated" in text and "zombie arm gone-arm" in text
+    assert [p.kind for p in summary_problems(s)] == ["trainer", "invalid", "zombie", "nonfinite"]
+    assert s.newest_checkpoint.step == 200 and len(summary_problems(s)) == 4
 
 
 def test_summaries_sorted_by_latest_activity(tmp_path):

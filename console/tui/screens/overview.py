@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Static
 from rundir.run_summary import RunSummary
 from rundir.runs import RunsListing
 
+from ...model.findings import summary_problems
 from ...model.format import LINE_LIMIT, printable
 from ...model.levels import Level
 from ...model.snapshot import Notice
@@ -70,11 +71,12 @@ class OverviewScreen(Screen):
     def _show_problems(self) -> None:
         s = self.selected
         text = Text(no_wrap=True, overflow="ellipsis")
-        if s is not None and s.problems:
+        problems = summary_problems(s) if s is not None else ()
+        if s is not None and problems:
             text.append(f"{printable(s.name, 40)}: ", style="bold")
-            text.append(printable(s.problems[0], LINE_LIMIT), style="red")
-            if len(s.problems) > 1:
-                text.append(f" (+{len(s.problems) - 1} more: Enter shows them all)", style="grey62")
+            text.append(printable(problems[0].text, LINE_LIMIT), style="red")
+            if len(problems) > 1:
+                text.append(f" (+{len(problems) - 1} more: Enter shows them all)", style="grey62")
         elif s is not None:
             text.append(f"{printable(s.name, 40)}: no problems", style="grey62")
         self.query_one("#overview-problems", Static).update(text)
