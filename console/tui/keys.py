@@ -132,6 +132,19 @@ RANKS_SCREEN_KEYS = (
     Key("K", "app.stacks", "stacks", "", shown=False),
 )
 
+# The guided operations' screens (p, r). Each screen's check_action shows ``start`` only
+# while the operation can still start (not running, no outcome yet) and ``rollback`` only
+# while an interrupted pivot waits: the key bar follows the screen's state.
+PIVOT_KEYS = (
+    Key("ctrl+s", "start", "start pivot", "", priority=True),
+    Key("ctrl+r", "rollback", "roll back", "", priority=True),
+    Key("escape", "close", "back", "", priority=True),
+)
+ROLLBACK_KEYS = (
+    Key("ctrl+s", "start", "start rollback", "", priority=True),
+    Key("escape", "close", "back", "", priority=True),
+)
+
 # Bound on the plots themselves: they act only while a plot is focused.
 PLOT_KEYS = (
     Key("left", "cursor(-1)", "cursor left", "", shown=False),
