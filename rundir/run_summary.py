@@ -33,6 +33,7 @@ from .runs import RunsListing, list_runs
 from .sidecars import read_state
 from .storage import directory_size
 from .zombies import find_zombies
+from .text import counted
 
 # A verified trainer whose history has not grown for this long is stalled: the larger of
 # STALL_MIN_S and STALL_STEPS median step times (the dashboard's reader uses the same).
@@ -177,12 +178,12 @@ def _tail_problems(tail: HistoryTail, newest: CheckpointInfo | None) -> list[str
         if ev.event in (EVENT_START, EVENT_RESUME):
             break
     if tail.bad_lines:
-        out.append(f"{LOSS_JSON}: {tail.bad_lines} unreadable line(s) among the newest")
+        out.append(f"{LOSS_JSON}: {counted(tail.bad_lines, 'unreadable line')} among the newest")
     if tail.torn_tail:
         out.append(f"{LOSS_JSON}: torn last line ({tail.torn_tail} bytes)")
     nonfinite = int(np.count_nonzero(nonfinite_mask(tail.loss)))
     if nonfinite:
-        out.append(f"{LOSS_JSON}: {nonfinite} non-finite loss value(s) among the newest steps")
+        out.append(f"{LOSS_JSON}: {counted(nonfinite, 'non-finite loss value')} among the newest steps")
     return out
 
 
@@ -262,7 +263,7 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     problems.extend(_tail_problems(tail, newest))
     invalid = [c for c in checkpoints if c.status == "invalid"]
     if invalid:
-        problems.append(f"{len(invalid)} invalid checkpoint(s) among the newest {len(checkpoints)}: "
+        problems.append(f"{counted(len(invalid), 'invalid checkpoint')} among the newest {len(checkpoints)}: "
                         f"{invalid[-1].path.name}: {invalid[-1].reason}")
     state = read_state(run)
     if state.value is not None:

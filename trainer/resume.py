@@ -28,6 +28,7 @@ from rundir.checkpoint import CheckpointInfo, open_checkpoint
 from rundir.config import RunConfig
 from rundir.resume_record import ResumeRecord, ResumeState, RngStates
 from trainer.state import TrainingState, decode_rng, encode_rng, load_flat, make_optimizer
+from rundir.text import counted
 
 TRAINER_FORMAT = "andrea-train/1"
 
@@ -172,7 +173,7 @@ def _software_changes(saved: ResumeRecord, device: torch.device, ranks: Ranks) -
     if saved.torch_version != torch.__version__:
         changes.append(f"torch {saved.torch_version} wrote it, this is {torch.__version__}")
     if saved.threads != torch.get_num_threads():
-        changes.append(f"{saved.threads} thread(s) wrote it, {torch.get_num_threads()} now")
+        changes.append(f"{counted(saved.threads, 'thread')} wrote it, {torch.get_num_threads()} now")
     if saved.device != device.type:
         changes.append(f"written on {saved.device}, running on {device.type}")
     saved_world = saved.world_size if saved.world_size is not None else 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from rundir.text import counted
 from rundir.history import HistoryEvent, limits
 from rundir.spikes import Spike
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON, is_error_stop
@@ -131,7 +132,7 @@ def names_and_more(names: list[str], total: int) -> str:
 
 def disk_text(s: Storage) -> str:
     return (f"disk nearly FULL: {format_size(s.free)} free on the run directory's filesystem, room for "
-            f"{s.checkpoints_that_fit} checkpoint(s) of {format_size(s.checkpoint_size)}")
+            f"{counted(s.checkpoints_that_fit, 'checkpoint')} of {format_size(s.checkpoint_size)}")
 
 
 def failed_checkpoint_text(step: int | None, data: dict[str, Any]) -> str:
@@ -242,12 +243,12 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
     if h.error:
         out.append(Finding("history", Level.WARNING, h.error))
     if h.bad_lines:
-        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {h.bad_lines} unreadable line(s) skipped"
+        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {counted(h.bad_lines, 'unreadable line')} skipped"
                            + (f" (first: {h.problems[0]})" if h.problems else "")))
     if h.torn_tail:
         out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: torn last line ({h.torn_tail} bytes) skipped"))
     if h.nonfinite:
-        out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
+        out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {counted(h.nonfinite, 'non-finite loss value')}"
                            + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None
                               else "")))
     for check in h.resume_checks:          # as its alert says it: --check and the pane agree
@@ -261,7 +262,7 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
                            f"the last to step {h.silent_rewinds[-1]:,} (restarts by another engine?)"))
     if h.series.dropped:
         out.append(Finding("series", Level.WARNING,
-                           f"{LOSS_JSON}: {h.series.dropped:,} more numeric key(s) not kept as series (at most "
+                           f"{LOSS_JSON}: {counted(h.series.dropped, 'more numeric key')} not kept as series (at most "
                            f"{limits.MAX_SERIES} are): {names_and_more(list(h.series.dropped_names), h.series.dropped)}"))
     return out
 

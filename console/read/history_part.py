@@ -34,6 +34,7 @@ from .changes import event_notice
 from .detectors import HistoryFindings
 from .history_mirror import HistoryMirror
 from .prefetch import HistoryPrefetch
+from rundir.text import counted
 
 
 def _last_finite(x: np.ndarray) -> float | None:
@@ -221,14 +222,15 @@ class HistoryPart:
         for problem in update.new_problems[:5]:
             notices.append(Notice(now, f"skipped: {problem}", Level.WARNING))
         if update.new_bad_lines > 5:
-            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", Level.WARNING))
+            notices.append(Notice(now, f"skipped {counted(update.new_bad_lines - 5, 'more unreadable line')}",
+                                  Level.WARNING))
         if update.new_nonfinite:
             loss = h.loss
             tail = loss[-max(update.new_steps, 1):]
             bad = h.step[-len(tail):][~np.isfinite(tail)]
             where = ", ".join(f"{int(s):,}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
             notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
-                                  f"{update.new_nonfinite:,} non-finite loss value(s)", Level.ERROR))
+                                  counted(update.new_nonfinite, 'non-finite loss value'), Level.ERROR))
         for ev in ([] if first else update.new_events):     # the whole past is not news
             text = event_notice(ev)
             if text:

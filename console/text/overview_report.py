@@ -16,6 +16,7 @@ from rundir.runs import RunsListing
 
 from ..model.format import LINE_LIMIT, format_age, format_float, format_size, printable
 from ..model.snapshot import TRAINER_LABELS, SavedCheckpoint, newest_saved
+from rundir.text import counted
 
 # (header, width, right-aligned) of each column; the run's name takes what is left.
 # The problems count comes right after the trainer: on 80 columns it is in sight.
@@ -64,7 +65,7 @@ def render_overview_text(root: Path, summaries: list[RunSummary], listing: RunsL
     now = time.time() if now is None else now
     fixed = sum(w for _, w, _ in COLUMNS) + 2 * (len(COLUMNS) - 1)
     name_width = max(NAME_WIDTH, width - fixed)
-    lines = [f"andrea-console · {len(summaries)} run(s) in {printable(root, LINE_LIMIT)}", ""]
+    lines = [f"andrea-console · {counted(len(summaries), 'run')} in {printable(root, LINE_LIMIT)}", ""]
     if listing.error:
         lines.append(f"! {printable(listing.error, LINE_LIMIT)}")
     lines.append(_line(tuple(h for h, _, _ in COLUMNS), name_width))

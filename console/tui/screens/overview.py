@@ -19,6 +19,7 @@ from ...model.snapshot import Notice
 from ..keys import OVERVIEW_KEYS, bindings
 from ..widgets import KeyBar
 from ..widgets.runs_table import RunsTable
+from rundir.text import counted
 
 NOTICE_STYLES = {Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red", Level.ACTION: "cyan",
                  Level.INFO: "grey70"}
@@ -44,7 +45,7 @@ class OverviewScreen(Screen):
         if listing is None:
             text.append(" · reading…", style="grey62")
             return text
-        text.append(f" · {len(listing.runs)} run(s), the most recently active first", style="grey70")
+        text.append(f" · {counted(len(listing.runs), 'run')}, the most recently active first", style="grey70")
         if listing.skipped:
             names = ", ".join(printable(name, 40) for name, _ in listing.skipped[:3])
             more = f" and {len(listing.skipped) - 3} more" if len(listing.skipped) > 3 else ""
