@@ -179,6 +179,8 @@ OVERVIEW_KEYS = (
     Key("enter", "open_run", "open", "open the selected run's dashboard; Escape there returns to the overview",
         display="⏎", priority=True, essential=True),               # before the table's own Enter
     Key("space", "mark", "mark", "mark or unmark the selected run", display="space"),
+    Key("", "", "columns", "scroll the table's columns one at a time where they do not all fit (the run's name "
+        "stays; a column is shown whole or not at all)", display="←→", hint=True),
     Key("v", "compare", "compare marked", "compare the marked runs (or the selected one): loss curves (m: any "
         "series) overlaid, min/max envelope per run, and a table of what differs in their run.toml and start "
         "events (it scrolls); the plot works as the dashboard's: x step / tokens / time since start, l log / "

@@ -36,6 +36,7 @@ class OverviewScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(self._title(None), id="overview-title")
         yield RunsTable(id="runs")
+        yield Static("", id="overview-columns")
         yield Static("", id="overview-problems")
         yield Static("", id="overview-notice")
         yield KeyBar()
@@ -79,6 +80,12 @@ class OverviewScreen(Screen):
         elif s is not None:
             text.append(f"{printable(s.name, 40)}: no problems", style="grey62")
         self.query_one("#overview-problems", Static).update(text)
+
+    def on_whole_columns_table_moved(self) -> None:
+        self.query_one("#overview-columns", Static).update(self.table.columns_hint("the run's name stays"))
+
+    def on_resize(self) -> None:
+        self.table.refit()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_problems()
