@@ -100,8 +100,8 @@ VIEW_KEYS = (
         "loss, grad-norm, throughput, or run.toml's console.plots); m on a focused cell changes it", shown=False),
     Key("t", "series_table", "series table", "plot: every series in a table, one a row, in its unit: its value at "
         "the cursor, last, min, max and mean over the steps in view with their steps, and its best (the min of a "
-        "loss, the max of a throughput) and where; ←/→ move the cursor there too, Shift+←/→ scroll its columns, "
-        "Escape or t closes it",
+        "loss, the max of a throughput) and where; ←/→ move the cursor there too, Shift+←/→ scroll its columns "
+        "a whole column at a time (the names stay), Escape or t closes it",
         shown=False),
     Key("0", "unzoom", "all steps", "plot: the whole history again, the cursor off", shown=False),
     Key("", "", "cursor", "the plot's cursor one column left or right (the focused plot's, else the main plot's, "
