@@ -381,3 +381,26 @@ async def test_the_series_table_keeps_its_columns_across_new_steps_and_cuts_no_v
             seen |= set(header())
         last = header()
         assert last[0] == "series" and last[-1] == "best at" and seen == set(HEADERS)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [NARROW, BIG])
+async def test_a_constant_learning_rate_is_one_flat_line_on_its_own_label_in_both_scales(tmp_path, size):
+    """lr is 3e-3 at every step and its EMA, kept in float32, 3.0000000026e-3: that rounding
+    is no rise. The line is drawn on one row, the one labelled 0.003, and no two labels are
+    the same, in linear and in log y."""
+    app = app_for(series_run(tmp_path))
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot)
+        plot = app.dashboard.plot
+        plot.series = "lr"
+        await pilot.pause()
+        for scale in ("linear", "log"):
+            labels = y_labels_of(plot)
+            assert len(labels) >= 2 and len(set(labels)) == len(labels), (scale, labels)
+            assert all(float(label) > 0 for label in labels), (scale, labels)
+            rows = [line.split("┤") for line in lines_of(plot) if "┤" in line]
+            drawn = [label.strip() for label, dots in rows if dots.strip()]
+            assert drawn == ["0.003"], (scale, drawn)
+            await pilot.press("l")
+            await pilot.pause()
