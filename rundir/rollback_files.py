@@ -132,8 +132,8 @@ def choose_checkpoint(checkpoints: Iterable[CheckpointInfo], *, spike_start: int
         oldest = f"the oldest complete checkpoint is at step {complete[0].step:,}" if complete else \
             "there is no complete checkpoint"
         raise RollbackError.about_choices(
-            f"no complete checkpoint at least {margin:,} steps (alerts.rollback_margin) before the spike at step "
-            f"{spike_start:,}, i.e. at step {limit:,} or earlier: {oldest}; {{choose_to}} to choose one")
+            f"no complete checkpoint at least {counted(margin, 'step')} (alerts.rollback_margin) before the spike at "
+            f"step {spike_start:,}, i.e. at step {limit:,} or earlier: {oldest}; {{choose_to}} to choose one")
     return early[-1]
 
 

@@ -180,7 +180,7 @@ def _tail_problems(tail: HistoryTail, newest: CheckpointInfo | None) -> list[str
     if tail.bad_lines:
         out.append(f"{LOSS_JSON}: {counted(tail.bad_lines, 'unreadable line')} among the newest")
     if tail.torn_tail:
-        out.append(f"{LOSS_JSON}: torn last line ({tail.torn_tail} bytes)")
+        out.append(f"{LOSS_JSON}: torn last line ({counted(tail.torn_tail, 'byte')})")
     nonfinite = int(np.count_nonzero(nonfinite_mask(tail.loss)))
     if nonfinite:
         out.append(f"{LOSS_JSON}: {counted(nonfinite, 'non-finite loss value')} among the newest steps")

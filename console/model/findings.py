@@ -246,7 +246,8 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
         out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {counted(h.bad_lines, 'unreadable line')} skipped"
                            + (f" (first: {h.problems[0]})" if h.problems else "")))
     if h.torn_tail:
-        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: torn last line ({h.torn_tail} bytes) skipped"))
+        torn = counted(h.torn_tail, "byte")
+        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: torn last line ({torn}) skipped"))
     if h.nonfinite:
         out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {counted(h.nonfinite, 'non-finite loss value')}"
                            + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None

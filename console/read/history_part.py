@@ -238,7 +238,8 @@ class HistoryPart:
         # A torn tail is normal for an instant while a line is written; one that is still
         # there at the next read (or at the first) is reported, once.
         if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
-            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", Level.WARNING))
+            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({counted(h.torn_tail, 'byte')}): skipped",
+                                  Level.WARNING))
             self._torn_reported = h.torn_tail
         elif not h.torn_tail:
             self._torn_reported = 0

@@ -83,7 +83,7 @@ class StatusPane(LinesPane, can_focus=True):
         if alert:
             add("ALERT", Text(alert, style="bold red"))
         if snap.config is not None and snap.config.config is not None:      # a trainer of its own (run API)
-            add("config", f"{len(snap.config.config):,} keys in run.toml's [config]")
+            add("config", f"{counted(len(snap.config.config), 'key')} in run.toml's [config]")
         elif snap.config is not None:
             c = snap.config
             add("model", f"{printable(c.run.preset)} · {c.model.n_params():,} params · {counted(len(c.arms), 'arm')}")
