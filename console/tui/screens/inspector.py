@@ -80,7 +80,8 @@ class InspectorScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="inspect-head")
         yield ProgressBar(total=100, show_eta=False, id="inspect-progress")
-        yield WholeColumnsTable(fixed=FIXED_COLUMNS, id="inspect-table", cursor_type="row", zebra_stripes=True)
+        yield WholeColumnsTable(fixed=FIXED_COLUMNS, follow_row=False, id="inspect-table", cursor_type="row",
+                                zebra_stripes=True)
         yield Static(id="inspect-columns")
         yield Static(id="inspect-totals")
         yield Footer(compact=True)

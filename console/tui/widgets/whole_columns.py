@@ -44,22 +44,29 @@ class WholeColumnsTable(DataTable):
     }
     """
 
-    def __init__(self, fixed: int = 1, **kwargs) -> None:
+    def __init__(self, fixed: int = 1, follow_row: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
         self.fixed = fixed
+        self.follow_row = follow_row        # the cursor stays on its row's key (else on its place: a new sort's top)
         self.first = 0                      # the first scrolled column in view (0: the one after the fixed)
         self.specs: list[Column] = []
         self.data_rows: list[Row] = []
         self.hidden_left: list[str] = []
         self.hidden_right: list[str] = []
         self._width = 0
+        self._widths: list[int] = []
 
     def set_data(self, columns: list[Column], rows: list[Row]) -> None:
         """Every column and row; those that fit are shown, from the column in view before."""
         self.specs, self.data_rows = list(columns), list(rows)
+        self._widths = self._measure()
         self.rebuild()
 
     def column_widths(self) -> list[int]:
+        """Each column's width (measured once per :meth:`set_data`)."""
+        return self._widths
+
+    def _measure(self) -> list[int]:
         widths = []
         for i, column in enumerate(self.specs):
             label = column.label if isinstance(column.label, Text) else Text(column.label)
@@ -90,9 +97,10 @@ class WholeColumnsTable(DataTable):
         return shown
 
     def rebuild(self) -> None:
-        widths = self.column_widths()
-        shown = self.shown_columns()
-        key = self.data_rows[self.cursor_row][0] if 0 <= self.cursor_row < len(self.data_rows) else None
+        widths, shown = self.column_widths(), self.shown_columns()
+        # the row under the cursor, as drawn (data_rows may be new already): the cursor stays on it
+        key = self.ordered_rows[self.cursor_row].key.value \
+            if self.follow_row and 0 <= self.cursor_row < self.row_count else None
         row = self.cursor_row
         self.clear(columns=True)
         for i in shown:
