@@ -180,7 +180,7 @@ def _software_changes(saved: ResumeRecord, device: torch.device, ranks: Ranks) -
     if saved_world != ranks.world_size:
         # Samplers, bandit and RNG are rank-independent, so the batches are the same
         # ones; each rank's share and the gradient all-reduce sum in another order.
-        changes.append(f"{saved_world} process(es) wrote it, {ranks.world_size} now: weights, m, v, samplers, "
+        changes.append(f"{counted(saved_world, 'process', 'processes')} wrote it, {ranks.world_size} now: weights, m, v, samplers, "
                        "bandit and RNG are restored and the same batches are drawn, but the loss and gradient "
                        "are summed over other shares, so the numbers differ in rounding")
     return changes
