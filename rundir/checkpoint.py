@@ -28,6 +28,7 @@ from .filesystems import filesystem_of, fresh_stamp
 from .safe_read import RESUME_JSON_MAX, open_regular, read_json_object
 from .layout import CHECKPOINT_NAME, EVENT_CHECKPOINT, EVENT_PRUNE, checkpoint_name, is_checkpoint_bin, is_checkpoint_file, sidecar_name
 from .resume_record import FORMAT_VERSION, ResumeRecord, ResumeState, parse_resume_record  # noqa: F401
+from .text import counted
 
 HEADER = struct.Struct("<ii")
 HEADER_SIZE = HEADER.size
@@ -119,7 +120,7 @@ def inspect_listed(path: str | os.PathLike[str]) -> CheckpointInfo | None:
     if not match:
         return invalid("file name is not step_NNNNNN.bin")
     if len(header) < HEADER_SIZE:
-        return invalid(f"truncated: {st.st_size} bytes, shorter than the 8-byte header")
+        return invalid(f"truncated: {counted(st.st_size, 'byte')}, shorter than the 8-byte header")
     step, n_params = HEADER.unpack(header)
     if n_params <= 0:
         return invalid(f"header n_params = {n_params}, must be > 0")

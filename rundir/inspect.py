@@ -44,6 +44,7 @@ from .checkpoint import HEADER_SIZE, CheckpointError, CheckpointInfo, expected_s
 from .checkpoint_layout import AdamSettings, Layout, TensorSlice, adam_settings, layout_of
 from .filesystems import filesystem_of
 from .safe_read import open_regular
+from .text import counted
 
 try:        # the fused passes over a chunk (rundir/_tensor_sums.c), built at install when a C compiler is there
     from ._tensor_sums import chunk_sums as _fused_chunk_sums, pair_sums as _fused_pair_sums
@@ -388,7 +389,7 @@ def _same_shapes(a: Layout, b: Layout) -> str | None:
         if x.name != y.name or x.shape != y.shape:
             return f"{x.name} is {_shape(x.shape)} in one and {y.name} {_shape(y.shape)} in the other"
     if len(a.tensors) != len(b.tensors):
-        return f"{len(a.tensors)} tensors against {len(b.tensors)}"
+        return f"{counted(len(a.tensors), 'tensor')} against {len(b.tensors)}"
     return None
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from .history import HistoryEvent, Superseded
 from .layout import EVENT_RESUME, EVENT_ROLLBACK, EVENT_START
+from .text import counted
 
 # The settings a resume is compared on with the process before it: another value
 # computes other floats.
@@ -66,7 +67,7 @@ class ResumeCheck:
             at = f"{step:,}" if isinstance(step, int) else str(step)
             return f"resume at {s} DIVERGED at step {at}: {_told_apart(a, b)}"
         if self.complete and self.compared:
-            return f"resume at {s} verified: {self.compared:,} steps identical"
+            return f"resume at {s} verified: {counted(self.compared, 'step')} identical"
         return f"resume at {s}: {self.compared:,} re-run steps identical so far"
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,7 +104,7 @@ def changed_computation(event: HistoryEvent, previous: HistoryEvent | None) -> t
         reasons.append("fresh bandit")
     skip = data.get("skip_batches")
     if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0:
-        reasons.append(f"{skip} batches skipped")
+        reasons.append(f"{counted(skip, 'batch', 'batches')} skipped")
     if data.get("exact") is False and not reasons:        # the trainer's own word, when nothing above says why
         reasons.append("inexact resume")
     return tuple(reasons)

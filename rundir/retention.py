@@ -34,6 +34,7 @@ from .history import HistoryEvent
 from .layout import EVENT_PRUNE, EVENT_ROLLBACK
 from .pivot_files import list_pivots, read_journal
 from .rollback_files import read_rollback_journal
+from .text import counted
 
 # Test-only: seconds to sleep between a checkpoint's .json and .bin removal, so that a
 # fault-injection test can land a SIGKILL inside a prune. Never set in normal use.
@@ -56,7 +57,7 @@ class RetentionPolicy:
 
     def describe(self) -> str:
         last = "all" if self.keep_last == 0 else f"the last {self.keep_last}"
-        every = f" and every multiple of {self.keep_every:,} steps" if self.keep_every else ""
+        every = f" and every multiple of {counted(self.keep_every, 'step')}" if self.keep_every else ""
         return f"keep {last}{every}"
 
 

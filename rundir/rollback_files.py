@@ -29,6 +29,7 @@ from .journal import (StagedJournal, checked_archive_dir, list_archived_records,
 from .layout import (ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, checkpoint_step,
                      rollback_archive_name)
 from .pivot_files import PivotError, archive_root, regular_file_or_none, utc_stamp
+from .text import counted
 
 # The stages in order; a journal's ``stage`` is the last one completed.
 STAGES = ("planned", "stopped", "set_aside", "resumed")
@@ -143,8 +144,8 @@ def choose_checkpoint(checkpoints: Iterable[CheckpointInfo], *, spike_start: int
         oldest = f"the oldest complete checkpoint is at step {complete[0].step:,}" if complete else \
             "there is no complete checkpoint"
         raise RollbackError.about_choices(
-            f"no complete checkpoint at least {margin:,} steps (alerts.rollback_margin) before the spike at step "
-            f"{spike_start:,}, i.e. at step {limit:,} or earlier: {oldest}; {{choose_to}} to choose one")
+            f"no complete checkpoint at least {counted(margin, 'step')} (alerts.rollback_margin) before the spike at "
+            f"step {spike_start:,}, i.e. at step {limit:,} or earlier: {oldest}; {{choose_to}} to choose one")
     return early[-1]
 
 
@@ -161,7 +162,7 @@ class Loss:
     def describe(self) -> str:
         if not self.steps:
             return f"no logged training after step {self.to_step:,} is lost"
-        parts = [f"steps {self.to_step + 1:,}..{self.last_step:,} ({self.steps:,} steps"]
+        parts = [f"steps {self.to_step + 1:,}..{self.last_step:,} ({counted(self.steps, 'step')}"]
         if self.tokens is not None:
             parts.append(f", {self.tokens:,} tokens")
         if self.seconds is not None:

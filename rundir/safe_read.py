@@ -27,6 +27,7 @@ import orjson
 
 from . import late_bytes
 from .filesystems import filesystem_of
+from .text import counted
 
 T = TypeVar("T")
 
@@ -79,7 +80,7 @@ def _json_type(value: Any) -> str:
 
 
 def _size(n: int) -> str:
-    return f"{n / MiB:g} MiB" if n >= MiB else f"{n / KiB:g} KiB" if n >= KiB else f"{n} bytes"
+    return f"{n / MiB:g} MiB" if n >= MiB else f"{n / KiB:g} KiB" if n >= KiB else counted(n, "byte")
 
 
 def not_regular(path: str | os.PathLike[str]) -> str | None:

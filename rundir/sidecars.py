@@ -17,6 +17,7 @@ from typing import Any
 from .atomic import atomic_write_json
 from .layout import SAMPLES_JSON, STATE_JSON
 from .safe_read import SAMPLES_MAX, SIDECAR_MAX, FileRead, read_json
+from .text import counted
 
 STATE_VERSION = 1
 SAMPLES_VERSION = 1
@@ -160,7 +161,7 @@ def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
         samples.append(Sample(step=_count(item.get("step")), arm=str(item.get("arm") or ""),
                               prompt=prompt, completion=completion,
                               temperature=_number(item.get("temperature")), time=_number(item.get("time"))))
-    error = f"{path.name}: {skipped} malformed sample(s) skipped" if skipped else None
+    error = f"{path.name}: {counted(skipped, 'malformed sample')} skipped" if skipped else None
     return SidecarRead(samples, error)
 
 

@@ -31,6 +31,8 @@ The rule, the same in both:
   input are looked at, so a huge string costs no more than a short one.
 
 Both are idempotent: their output, at the same limit, passes through them unchanged.
+
+A count said in words (``1 file``, ``2 files``) goes through :func:`counted`.
 """
 
 from __future__ import annotations
@@ -143,3 +145,10 @@ def _clean(text: object, limit: int | None, keep_newlines: bool) -> str:
         used += len(piece)
     kept.append(ELLIPSIS)
     return "".join(kept)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun, singular or plural as ``n`` asks: ``1 file``, ``2 files``,
+    ``1,500 steps`` (``plural`` where adding "s" is wrong). Every count a message or a
+    screen prints goes through here, so that no screen says "1 files"."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

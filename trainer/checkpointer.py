@@ -43,6 +43,7 @@ from rundir.storage import free_bytes
 from trainer.guard import describe_os_error
 from trainer.resume import checkpoint_payload
 from trainer.state import TrainingState, flat_moments, flat_weights
+from rundir.text import counted
 
 # Room left for the resume .json (~25 KB with the built-in arms) and the filesystem's own blocks.
 JSON_ALLOWANCE = 128 << 10
@@ -226,7 +227,8 @@ class Checkpointer:
         at = self.state.step if just_written is None else just_written
 
         def record(fields: dict[str, Any]) -> None:
-            self.out.event(EVENT_PRUNE, at, f"prune: removing {len(doomed)} checkpoint(s) ({_mib(fields['bytes'])}) "
+            self.out.event(EVENT_PRUNE, at, f"prune: removing {counted(len(doomed), 'checkpoint')} "
+                                            f"({_mib(fields['bytes'])}) "
                                             f"by the retention policy ({self.policy.describe()}): "
                                             + ", ".join(v.info.path.name for v in doomed), **fields)
             self.out.history.fsync()

@@ -49,6 +49,7 @@ from trainer.resume import build_state
 from rundir.signals import RequestWatch, SignalFlags
 from trainer.state import TrainingState, flat_moments, flat_weights
 from trainer.train import train
+from rundir.text import counted
 
 
 
@@ -207,7 +208,7 @@ def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | 
         resume_step = plan.checkpoint.step if plan.checkpoint else 0
         out = RunOutputs(run_dir, progress, plan.config.samples.keep, resume_step, held)
         if stale:
-            progress.message(f"removed {len(stale)} temporary file(s) left by a writer that died: "
+            progress.message(f"removed {counted(len(stale), 'temporary file')} left by a writer that died: "
                              f"{', '.join(p.name for p in stale)}")
         history = LossHistory(run_dir / LOSS_JSON)
         history.refresh()

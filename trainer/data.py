@@ -24,6 +24,7 @@ import orjson
 import torch
 
 from rundir.sources import SourceError, load_source
+from rundir.text import counted
 
 
 class ByteTokenizer:
@@ -278,7 +279,8 @@ class ArmSampler:
             # (saved as an order until the epoch ends); the next epochs permute n_train.
             kept = order < self.n_train
             cursor, order, epoch_generator = int(kept[:cursor].sum()), order[kept], None
-            notes.append(f"sampler {self.data.name}: saved before the last {self.n_held} window(s) were held out "
+            notes.append(f"sampler {self.data.name}: saved before the last {counted(self.n_held, 'window')} "
+                         f"{'was' if self.n_held == 1 else 'were'} held out "
                          "for the eval loss; they are taken out of the rest of its epoch")
         self.rng, self.order, self._epoch_generator = rng, order, epoch_generator
         self.epoch = int(state["epoch"])

@@ -40,6 +40,7 @@ import psutil
 
 from rundir import read_trainer_record
 from rundir.trainer_record import process_start
+from rundir.text import counted
 
 FORWARDED_STOP = (signal.SIGTERM, signal.SIGINT)
 # Flags of andrea-train that configure the launcher, not the workers: (flag, takes a value).
@@ -152,7 +153,8 @@ def _agent_class():
                 self.passed_on.add(sig)
                 pids = [w.id for w in worker_group.workers]
                 sent = [pid for pid in pids if _signal_child(pid, sig)]
-                _say(f"{sig.name}: passed on to {len(sent)} worker(s) on this node (pid {', '.join(map(str, sent))})")
+                _say(f"{sig.name}: passed on to {counted(len(sent), 'worker')} on this node "
+                     f"(pid {', '.join(map(str, sent))})")
             if self.usr1_waiting:
                 rank0 = next((w.id for w in worker_group.workers if w.global_rank == 0), None)
                 if rank0 is None:

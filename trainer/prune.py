@@ -18,6 +18,7 @@ from pathlib import Path
 from rundir import ConfigError, LossHistory, LossHistoryWriter, RunLock, RunLockedError, list_checkpoints, load_run_config
 from rundir.layout import EVENT_PRUNE, LOSS_JSON, RUN_TOML, TRAINER_LOG
 from rundir.retention import RetentionPolicy, finish_interrupted_prune, plan_retention, protected_steps, prune
+from rundir.text import counted
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
@@ -65,7 +66,7 @@ def run_prune(args: argparse.Namespace, out=sys.stdout) -> int:
                   file=out)
         size = sum(v.bytes for v in doomed)
         if args.dry_run or not doomed:
-            print(f"{len(doomed)} checkpoint(s) {'would be removed' if args.dry_run else 'to remove'}, "
+            print(f"{counted(len(doomed), 'checkpoint')} {'would be removed' if args.dry_run else 'to remove'}, "
                   f"{size / (1 << 20):,.1f} MiB", file=out)
             return EXIT_OK
         def record(fields: dict) -> None:
@@ -75,11 +76,12 @@ def run_prune(args: argparse.Namespace, out=sys.stdout) -> int:
 
         result = prune(run_dir, doomed, policy, record)
         line = (f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} prune ({prog}): removed "
-                f"{len(result.steps)} checkpoint(s), {result.bytes_freed / (1 << 20):,.1f} MiB freed, "
+                f"{counted(len(result.steps), 'checkpoint')}, {result.bytes_freed / (1 << 20):,.1f} MiB freed, "
                 f"{policy.describe()}")
         with open(run_dir / TRAINER_LOG, "a", encoding="utf-8") as log:
             log.write(line + "\n")
-        print(f"removed {len(result.steps)} checkpoint(s), freed {result.bytes_freed / (1 << 20):,.1f} MiB", file=out)
+        print(f"removed {counted(len(result.steps), 'checkpoint')}, freed {result.bytes_freed / (1 << 20):,.1f} MiB",
+              file=out)
         for error in result.errors:
             print(f"{prog}: could not remove {error}", file=sys.stderr)
         return EXIT_OK if not result.errors else EXIT_BAD_INPUT

@@ -28,6 +28,7 @@ from rundir.checkpoint import CheckpointInfo, open_checkpoint
 from rundir.config import RunConfig
 from rundir.resume_record import ResumeRecord, ResumeState, RngStates
 from trainer.state import TrainingState, decode_rng, encode_rng, load_flat, make_optimizer
+from rundir.text import counted
 
 TRAINER_FORMAT = "andrea-train/1"
 
@@ -172,14 +173,14 @@ def _software_changes(saved: ResumeRecord, device: torch.device, ranks: Ranks) -
     if saved.torch_version != torch.__version__:
         changes.append(f"torch {saved.torch_version} wrote it, this is {torch.__version__}")
     if saved.threads != torch.get_num_threads():
-        changes.append(f"{saved.threads} thread(s) wrote it, {torch.get_num_threads()} now")
+        changes.append(f"{counted(saved.threads, 'thread')} wrote it, {torch.get_num_threads()} now")
     if saved.device != device.type:
         changes.append(f"written on {saved.device}, running on {device.type}")
     saved_world = saved.world_size if saved.world_size is not None else 1
     if saved_world != ranks.world_size:
         # Samplers, bandit and RNG are rank-independent, so the batches are the same
         # ones; each rank's share and the gradient all-reduce sum in another order.
-        changes.append(f"{saved_world} process(es) wrote it, {ranks.world_size} now: weights, m, v, samplers, "
+        changes.append(f"{counted(saved_world, 'process', 'processes')} wrote it, {ranks.world_size} now: weights, m, v, samplers, "
                        "bandit and RNG are restored and the same batches are drawn, but the loss and gradient "
                        "are summed over other shares, so the numbers differ in rounding")
     return changes

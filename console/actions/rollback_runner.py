@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from rundir.text import counted
 from rundir import (CheckpointInfo, ConfigError, LossHistory, checkpoint_path, inspect_checkpoint, latest_resumable,
                     list_checkpoints, load_run_config, newest_complete_since, verify_checksum, verify_trainer)
 from rundir.abandoned import abandoned_mask, live_pivot_steps
@@ -90,7 +91,7 @@ class RollbackProposal:
         why = (f"the newest spike starts at step {self.spike.start:,} (peak {self.spike.peak_loss:.4g} at step "
                f"{self.spike.peak_step:,}, baseline {self.spike.baseline:.4g}); " if self.spike else "")
         return (f"{why}roll back to {self.checkpoint.path.name} (step {self.to_step:,}), each arm skipping its next "
-                f"{self.skip_batches:,} batches; {self.loss.describe()}{self.pivot_warning()}")
+                f"{counted(self.skip_batches, 'batch', 'batches')}; {self.loss.describe()}{self.pivot_warning()}")
 
     def pivot_warning(self) -> str:
         """``; WARNING: ...`` when X is before a pivot: the checkpoint holds the policy from before it."""
@@ -133,7 +134,8 @@ def propose_rollback(run_dir: str | os.PathLike[str], request: RollbackRequest) 
         foreign = sum(c.status == "foreign" for c in checkpoints)
         if not foreign or any(c.status == "complete" for c in checkpoints):
             raise
-        raise RollbackError(f"{err}; the {foreign:,} checkpoint(s) here are foreign: {NEEDS_OWN_CHECKPOINT}") from None
+        here = "the checkpoint here is" if foreign == 1 else f"the {foreign:,} checkpoints here are"
+        raise RollbackError(f"{err}; {here} foreign: {NEEDS_OWN_CHECKPOINT}") from None
     last = history.head_step
     if last is None or last <= info.step:
         raise RollbackError(f"the run is at step {'none' if last is None else f'{last:,}'}: nothing after "
@@ -163,8 +165,8 @@ def _not_this_trainers_run(run_dir: Path, history: LossHistory, request: Rollbac
     found = f"found {spike_span(spike)}" if spike else "found no loss spike"
     foreign = sum(c.status == "foreign" for c in checkpoints)
     of_them = "all" if foreign == len(checkpoints) else f"{foreign:,} of them"
-    files = f"{len(checkpoints):,} checkpoint(s), {of_them} foreign (weights, m and v only)" if foreign else \
-        f"{len(checkpoints):,} checkpoint(s)"
+    files = f"{counted(len(checkpoints), 'checkpoint')}, {of_them} foreign (weights, m and v only)" if foreign else \
+        counted(len(checkpoints), 'checkpoint')
     return (f"{found} and {files}; but there is no run.toml, so this is not andrea-train's run (another "
             f"engine's, or one not started yet), and {NEEDS_OWN_CHECKPOINT}")
 
@@ -193,9 +195,10 @@ class RollbackRunner(JournalledRunner):
         if not journal.done("set_aside"):
             self._set_aside(journal)
         self._resume(journal)
+        skipping = counted(journal.skip_batches, "batch", "batches")
         return RollbackOutcome(True, f"rollback complete: the trainer resumed from step {journal.to_step:,} skipping "
-                                     f"{journal.skip_batches:,} batches per arm; checkpoints after it in "
-                                     f"{journal.archive}/", journal.to_step, journal.archive)
+                                     f"{skipping} per arm; checkpoints after it in {journal.archive}/",
+                               journal.to_step, journal.archive)
 
     def _plan(self) -> RollbackJournal | None:
         journal, error = read_rollback_journal(self.run_dir)
@@ -216,8 +219,9 @@ class RollbackRunner(JournalledRunner):
             raise StepFailed(f"{unfinished_text(pivot)}; finish it first: nothing changed")
         proposal = propose_rollback(self.run_dir, self.request)
         self.report("plan", proposal.describe())
-        if not self.confirm(f"Roll back to step {proposal.to_step:,}, skipping {proposal.skip_batches:,} batches "
-                            f"per arm? {proposal.loss.describe()}."):
+        skipping = counted(proposal.skip_batches, "batch", "batches")
+        if not self.confirm(f"Roll back to step {proposal.to_step:,}, skipping {skipping} per arm? "
+                            f"{proposal.loss.describe()}."):
             return None
         journal = RollbackJournal(stage="planned", started=time.time(), to_step=proposal.to_step,
                                   skip_batches=proposal.skip_batches,
@@ -273,7 +277,7 @@ class RollbackRunner(JournalledRunner):
                           arrived=lambda history: rollback_event(history, journal) is not None,
                           report=lambda text, under_way=False: self.report("3", text, under_way=under_way),
                           launching=f"launching the trainer from {checkpoint.name} skipping "
-                                    f"{journal.skip_batches:,} batches per arm ...",
+                                    f"{counted(journal.skip_batches, 'batch', 'batches')} per arm ...",
                           awaited="the rollback", step="step 3", timeout=self.timeout, cancelled=self.cancelled,
                           confirm_launch=self.confirm,
                           retry="run --rollback again to retry step 3")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rundir.text import counted
 from rundir.runs import list_runs
 
 from ..model.format import LINE_LIMIT, printable
@@ -31,13 +32,13 @@ def check_runs(root: Path, args: argparse.Namespace) -> tuple[int, list[str]]:
     for run in listing.runs:
         snap, _ = RunReader(run, stall_after=args.stall_after, spike_window=args.spike_window,
                             spike_k=args.spike_k).read()
-        counted = [(level, text) for level, text in check_items(snap) if level is not None]
-        if not counted:
+        found = [(level, text) for level, text in check_items(snap) if level is not None]
+        if not found:
             continue
-        codes.append(exit_code({level for level, _ in counted}))
-        worst = min(counted, key=lambda item: _RANK.get(item[0], 2))
-        more = f" (and {len(counted) - 1:,} more)" if len(counted) > 1 else ""
+        codes.append(exit_code({level for level, _ in found}))
+        worst = min(found, key=lambda item: _RANK.get(item[0], 2))
+        more = f" (and {len(found) - 1:,} more)" if len(found) > 1 else ""
         lines.append(printable(f"{run.name}: {worst[1]}{more}", LINE_LIMIT))
     if not lines:
-        lines.append(f"healthy: {len(listing.runs):,} runs, no problems")
+        lines.append(f"healthy: {counted(len(listing.runs), 'run')}, no problems")
     return max(codes), lines

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from rundir.text import counted
 from rundir.history import HistoryEvent, limits
 from rundir.spikes import Spike
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON, is_error_stop
@@ -140,7 +141,7 @@ def names_and_more(names: list[str], total: int) -> str:
 
 def disk_text(s: Storage) -> str:
     return (f"disk nearly FULL: {format_size(s.free)} free on the run directory's filesystem, room for "
-            f"{s.checkpoints_that_fit} checkpoint(s) of {format_size(s.checkpoint_size)}")
+            f"{counted(s.checkpoints_that_fit, 'checkpoint')} of {format_size(s.checkpoint_size)}")
 
 
 def failed_checkpoint_text(step: int | None, data: dict[str, Any]) -> str:
@@ -187,12 +188,12 @@ def summary_problems(s: RunSummary) -> tuple[Finding, ...]:
     if s.history_error:
         out.append(Finding("history", Level.WARNING, s.history_error))
     if s.bad_lines:
-        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {s.bad_lines} unreadable line(s) among the newest"))
+        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {counted(s.bad_lines, 'unreadable line')} among the newest"))
     if s.torn_tail:
         out.append(Finding("lines", Level.WARNING, torn_tail_text(s.torn_tail)))
     if s.nonfinite:
         out.append(Finding("nonfinite", Level.ERROR,
-                           f"{LOSS_JSON}: {s.nonfinite} non-finite loss value(s) among the newest steps"))
+                           f"{LOSS_JSON}: {counted(s.nonfinite, 'non-finite loss value')} among the newest steps"))
     out += _sidecar_findings(s.state_error, None)
     return tuple(out)
 
@@ -213,7 +214,7 @@ def _sidecar_findings(*errors: str | None) -> list[Finding]:
 
 
 def torn_tail_text(n: int) -> str:
-    return f"{LOSS_JSON}: torn last line ({n} bytes) skipped"
+    return f"{LOSS_JSON}: torn last line ({counted(n, 'byte')}) skipped"
 
 
 def _directory_problems(snap: RunSnapshot) -> list[Finding]:
@@ -301,12 +302,12 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
     if h.error:
         out.append(Finding("history", Level.WARNING, h.error))
     if h.bad_lines:
-        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {h.bad_lines} unreadable line(s) skipped"
+        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {counted(h.bad_lines, 'unreadable line')} skipped"
                            + (f" (first: {h.problems[0]})" if h.problems else "")))
     if h.torn_tail:
         out.append(Finding("lines", Level.WARNING, torn_tail_text(h.torn_tail)))
     if h.nonfinite:
-        out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {h.nonfinite} non-finite loss value(s)"
+        out.append(Finding("nonfinite", Level.ERROR, f"{LOSS_JSON}: {counted(h.nonfinite, 'non-finite loss value')}"
                            + (f", the last at step {h.last_nonfinite_step:,}" if h.last_nonfinite_step is not None
                               else "")))
     for check in h.resume_checks:          # as its alert says it: --check and the pane agree
@@ -320,7 +321,7 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
                            f"the last to step {h.silent_rewinds[-1]:,} (restarts by another engine?)"))
     if h.series.dropped:
         out.append(Finding("series", Level.WARNING,
-                           f"{LOSS_JSON}: {h.series.dropped:,} more numeric key(s) not kept as series (at most "
+                           f"{LOSS_JSON}: {counted(h.series.dropped, 'more numeric key')} not kept as series (at most "
                            f"{limits.MAX_SERIES} are): {names_and_more(list(h.series.dropped_names), h.series.dropped)}"))
     return out
 

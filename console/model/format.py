@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 # Text from the run directory is made printable in one place, shared with rundir's own
 # messages; the panes and --once import it from here with the other formatters.
-from rundir.text import LINE_LIMIT, printable, printable_block  # noqa: F401
+from rundir.text import LINE_LIMIT, counted, printable, printable_block  # noqa: F401
 
 # The loss plot's x axes (the x key cycles them; --x-axis picks one): here, not in the
 # plot module, so that the command line offers them without loading numpy.
@@ -62,7 +62,7 @@ def storage_text(storage: "Storage") -> str:
         age = format_age(full_in)
         text += f" · full in {'' if age == 'over a year' else '~'}{age}"
     if storage.too_full:
-        text += f" · room for {storage.checkpoints_that_fit} checkpoint(s)"
+        text += f" · room for {counted(storage.checkpoints_that_fit, 'checkpoint')}"
     return text
 
 

@@ -31,6 +31,9 @@ from .envelope import as_floats, beyond_limit, beyond_note, column_of, envelope,
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)
 ABANDONED_STYLE = "grey30"      # the steps a rollback abandoned, dimmed
 LABEL_WIDTH = 8                 # the y axis's labels, left of the plot
+# A span of y narrower than this, relative to the values, is drawn as constant: float32's
+# resolution is 6e-8 and an EMA in float32 drifts more than that from its input.
+NEARLY_CONSTANT = 1e-6
 # The wall clock the time axis can name: Unix seconds from 1970 to the end of year 9999.
 CLOCK_RANGE = (0.0, 253_402_300_799.0)
 
@@ -99,6 +102,18 @@ def to_y(values: np.ndarray, log_y: bool) -> np.ndarray:
         return values
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(values > 0, np.log10(np.where(values > 0, values, 1.0)), np.nan)
+
+
+def nearly_constant(y0: float, y1: float, log_y: bool) -> bool:
+    """Whether ``[y0, y1]`` (values, or their log10) is narrower than the values' own
+    precision: the smoothed line is kept in float32, so a constant learning rate of 3e-3
+    and its EMA differ by 2.6e-11, and a y axis spanning that draws rounding as a rise
+    across the whole plot, with labels that cannot be told apart. Such a span is drawn as
+    a constant, in a padded range. (:data:`NEARLY_CONSTANT` relative, in log-y that many
+    decades over ln 10.)"""
+    if log_y:
+        return y1 - y0 <= NEARLY_CONSTANT / math.log(10)
+    return y1 - y0 <= max(NEARLY_CONSTANT * max(abs(y0), abs(y1)), 1e-12)
 
 
 def draw_envelope(grid: np.ndarray, env: Envelope, y0: float, y1: float) -> None:
@@ -181,9 +196,12 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
     for extra in (env_smooth, env_dim):
         if extra is not None and extra.filled.any():
             y0, y1 = min(y0, float(np.nanmin(extra.lo))), max(y1, float(np.nanmax(extra.hi)))
-    if y1 - y0 < 1e-12:
-        pad = abs(y0) * 0.05 or 0.5
-        y0, y1 = y0 - pad, y1 + pad
+    if nearly_constant(y0, y1, options.log_y):
+        # Padded, the value on the centre of a dot row: midway it would fall between two,
+        # and a value and its float32 EMA would be drawn on both.
+        mid, half = (y0 + y1) / 2, px_rows / 2
+        pad = abs(mid) * 0.05 or 0.5
+        y0, y1 = mid - pad, mid + pad * half / (half - 1)
     if options.show_raw:
         draw_envelope(raw_grid, env_raw, y0, y1)
     if env_smooth is not None:
@@ -278,9 +296,10 @@ def y_labels(y0: float, y1: float, rows: int, log_y: bool = False, unit: Unit = 
         row = int(round((y1 - y) / (y1 - y0) * (4 * rows - 1))) // 4     # the cell of the value's dot row
         if 0 <= row < rows and not labels.keys() & {row - 1, row, row + 1}:
             labels[row] = value
-    if log_y:       # powers of ten and round values, told apart by their own digits
-        return {row: f"{v:.6g}" if abs(v) < 1e4 and (v == 0 or abs(v) >= 1e-3) else f"{v:.0e}"
-                for row, v in labels.items()}
+    if log_y:       # powers of ten and round values, told apart by their own digits where they can be
+        own = [f"{v:.6g}" if abs(v) < 1e4 and (v == 0 or abs(v) >= 1e-3) else f"{v:.0e}" for v in labels.values()]
+        if len(set(own)) == len(own) and max(map(len, own), default=0) <= room:
+            return dict(zip(labels, own))
     return dict(zip(labels, tick_texts(list(labels.values()), room)))
 
 

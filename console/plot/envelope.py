@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from rundir.text import counted
 
 # The largest magnitude the plot draws. Spans and means of values up to it stay finite in
 # float64 (1e308 - -1e308 overflows), so no tick, label or column can overflow; a value
@@ -34,7 +35,7 @@ def within_limit(values: np.ndarray, limit: float = PLOT_LIMIT) -> bool:
 
 
 def beyond_note(count: int) -> str:
-    return f"{count:,} value(s) beyond ±{PLOT_LIMIT:.0e} not plotted" if count else ""
+    return f"{counted(count, 'value')} beyond ±{PLOT_LIMIT:.0e} not plotted" if count else ""
 
 
 @dataclass

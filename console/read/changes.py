@@ -21,6 +21,7 @@ from ..model.findings import LISTED, error_stop_text, many, names_and_more
 from ..model.format import format_counter, format_size, printable, stall_text
 from ..model.snapshot import Notice, RunSnapshot
 from .landing import external_details, landing_text
+from rundir.text import counted
 
 # How long a live trainer's new .bin may be without its .json before it is said as a
 # foreign checkpoint: the .json is written right after the .bin, so a few seconds covers a
@@ -40,7 +41,8 @@ def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
     if prev is None:
         out.append(Notice(now, f"watching {printable(snap.name)}: trainer {snap.trainer.label}"
                           + (f" (pid {snap.trainer.pid})" if snap.trainer.pid and snap.trainer.state == "running"
-                             else "") + f", {snap.history.n_steps:,} steps, {len(snap.checkpoints)} checkpoint(s)"))
+                             else "") + f", {counted(snap.history.n_steps, 'step')}, "
+                          f"{counted(len(snap.checkpoints), 'checkpoint')}"))
         out.extend(Notice(now, p.text, p.level) for p in snap.problems if not p.spec.said_by_read)
         return out
     if snap.checkpoints is not prev.checkpoints:

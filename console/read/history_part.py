@@ -34,6 +34,7 @@ from .changes import event_notice
 from .detectors import HistoryFindings
 from .history_mirror import HistoryMirror
 from .prefetch import HistoryPrefetch
+from rundir.text import counted
 
 
 def _last_finite(x: np.ndarray) -> float | None:
@@ -221,14 +222,15 @@ class HistoryPart:
         for problem in update.new_problems[:5]:
             notices.append(Notice(now, f"skipped: {problem}", Level.WARNING))
         if update.new_bad_lines > 5:
-            notices.append(Notice(now, f"skipped {update.new_bad_lines - 5:,} more unreadable line(s)", Level.WARNING))
+            notices.append(Notice(now, f"skipped {counted(update.new_bad_lines - 5, 'more unreadable line')}",
+                                  Level.WARNING))
         if update.new_nonfinite:
             loss = h.loss
             tail = loss[-max(update.new_steps, 1):]
             bad = h.step[-len(tail):][~np.isfinite(tail)]
             where = ", ".join(f"{int(s):,}" for s in bad[:5]) + (" ..." if len(bad) > 5 else "")
             notices.append(Notice(now, f"non-finite loss at step {where}" if len(bad) else
-                                  f"{update.new_nonfinite:,} non-finite loss value(s)", Level.ERROR))
+                                  counted(update.new_nonfinite, 'non-finite loss value'), Level.ERROR))
         for ev in ([] if first else update.new_events):     # the whole past is not news
             text = event_notice(ev)
             if text:
@@ -236,7 +238,8 @@ class HistoryPart:
         # A torn tail is normal for an instant while a line is written; one that is still
         # there at the next read (or at the first) is reported, once.
         if h.torn_tail and (first or h.torn_tail == self._torn_seen) and h.torn_tail != self._torn_reported:
-            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({h.torn_tail} bytes): skipped", Level.WARNING))
+            notices.append(Notice(now, f"torn last line in {LOSS_JSON} ({counted(h.torn_tail, 'byte')}): skipped",
+                                  Level.WARNING))
             self._torn_reported = h.torn_tail
         elif not h.torn_tail:
             self._torn_reported = 0

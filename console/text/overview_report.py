@@ -15,6 +15,7 @@ from typing import Any
 
 from rundir.run_summary import RunSummary
 from rundir.runs import RunsListing
+from rundir.text import counted
 
 from ..model.findings import summary_problems
 from ..model.format import LINE_LIMIT, TRAINER_LABELS, format_age, format_float, format_size, printable
@@ -67,7 +68,7 @@ def render_overview_text(root: Path, summaries: list[RunSummary], listing: RunsL
     now = time.time() if now is None else now
     fixed = sum(w for _, w, _ in COLUMNS) + 2 * (len(COLUMNS) - 1)
     name_width = max(NAME_WIDTH, width - fixed)
-    lines = [f"andrea-console · {len(summaries)} run(s) in {printable(root, LINE_LIMIT)}", ""]
+    lines = [f"andrea-console · {counted(len(summaries), 'run')} in {printable(root, LINE_LIMIT)}", ""]
     if listing.error:
         lines.append(f"! {printable(listing.error, LINE_LIMIT)}")
     lines.append(_line(tuple(h for h, _, _ in COLUMNS), name_width))

@@ -28,6 +28,7 @@ from ..model.series import on_rows
 from ..model.snapshot import HistoryView, RunSnapshot
 from ..model.units import unit_of
 from .series_report import StepRange, series_list, series_table_lines
+from rundir.text import counted
 
 if TYPE_CHECKING:           # the plot and rich are imported by the text alone: --json and --check draw nothing
     from ..plot.canvas import PlotOptions
@@ -85,7 +86,8 @@ def checkpoint_lines(snap: RunSnapshot, now: float) -> list[str]:
     shown = snap.checkpoints[-ROWS_LISTED:]
     older = snap.checkpoints[:-ROWS_LISTED] if len(snap.checkpoints) > ROWS_LISTED else ()
     if older:
-        out.append(f"  … {len(older):,} older files not listed ({_statuses(older, 'status')}; --json lists them)")
+        out.append(f"  … {counted(len(older), 'older file')} not listed ({_statuses(older, 'status')}; "
+                   "--json lists them)")
     for c in shown:
         status = c.status + (f": {printable(c.reason, LINE_LIMIT)}" if c.reason else "")
         why = snap.retention.why(c.path.name) if snap.retention is not None else ""
@@ -138,12 +140,14 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     lines.append("checkpoint   " + (f"{printable(saved.name)} (step {saved.step:,}, "
                                     f"{format_ago(now - saved.time) if saved.time is not None else '-'}, {saved.status})"
                                     if saved else "none usable"))
-    lines.append(f"history      {h.format or '-'} · {h.n_steps:,} steps · {len(h.events)} events · "
-                 f"{h.bad_lines} unreadable line(s) · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
+    lines.append(f"history      {h.format or '-'} · {counted(h.n_steps, 'step')} · "
+                 f"{counted(len(h.events), 'event')} · "
+                 f"{counted(h.bad_lines, 'unreadable line')} · {h.nonfinite} non-finite · torn tail {h.torn_tail} B")
     if h.mirror is not None:
         lines.append(f"             {h.mirror.text()}")
     if h.steps_ahead:
-        lines.append(f"             {h.steps_ahead:,} step(s) after step {h.last_step:,} are an earlier segment's, "
+        lines.append(f"             {counted(h.steps_ahead, 'step')} after step {h.last_step:,} "
+                     f"{'is' if h.steps_ahead == 1 else 'are'} an earlier segment's, "
                      "not run again yet (dimmed on the plot)")
     lines.extend(findings_lines(h))
     lines.append("config       " + ("run.toml ok" if snap.config is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..model.format import LINE_LIMIT, printable
+from rundir.text import counted
 
 
 def stacks_lines(run_dir: Path) -> tuple[int, list[str]]:
@@ -17,6 +18,6 @@ def stacks_lines(run_dir: Path) -> tuple[int, list[str]]:
         return 2, [f"{printable(run_dir, LINE_LIMIT)}: no rank records: --stacks asks the ranks of a job of several "
                    "processes (andrea-train RUN_DIR --nproc N)"]
     answered = len(report.answers) - len(report.unanswered)
-    lines = [f"stacks of {answered} of {len(report.answers)} ranks (asked {report.waited_s:.2f} s ago)"]
+    lines = [f"stacks of {answered} of {counted(len(report.answers), 'rank')} (asked {report.waited_s:.2f} s ago)"]
     lines.extend(printable(line, LINE_LIMIT) for line in fold_stacks(report))
     return (1 if report.unanswered else 0), lines

@@ -101,8 +101,8 @@ VIEW_KEYS = (
         "loss, grad-norm, throughput, or run.toml's console.plots); m on a focused cell changes it", shown=False),
     Key("t", "series_table", "series table", "plot: every series in a table, one a row, in its unit: its value at "
         "the cursor, last, min, max and mean over the steps in view with their steps, and its best (the min of a "
-        "loss, the max of a throughput) and where; ←/→ move the cursor there too, Shift+←/→ scroll its columns, "
-        "Escape or t closes it",
+        "loss, the max of a throughput) and where; ←/→ move the cursor there too, Shift+←/→ scroll its columns "
+        "a whole column at a time (the names stay), Escape or t closes it",
         shown=False),
     Key("0", "unzoom", "all steps", "plot: the whole history again, the cursor off", shown=False),
     Key("", "", "cursor", "the plot's cursor one column left or right (the focused plot's, else the main plot's, "
@@ -131,6 +131,19 @@ RANKS_SCREEN_KEYS = (
     Key("escape", "close", "close", "close", display="Esc", priority=True),
     Key("k", "close", "close", "", shown=False, priority=True),
     Key("K", "app.stacks", "stacks", "", shown=False),
+)
+
+# The guided operations' screens (p, r). Each screen's check_action shows ``start`` only
+# while the operation can still start (not running, no outcome yet) and ``rollback`` only
+# while an interrupted pivot waits: the key bar follows the screen's state.
+PIVOT_KEYS = (
+    Key("ctrl+s", "start", "start pivot", "", priority=True),
+    Key("ctrl+r", "rollback", "roll back", "", priority=True),
+    Key("escape", "close", "back", "", priority=True),
+)
+ROLLBACK_KEYS = (
+    Key("ctrl+s", "start", "start rollback", "", priority=True),
+    Key("escape", "close", "back", "", priority=True),
 )
 
 # Bound on the plots themselves: they act only while a plot is focused.
@@ -167,6 +180,8 @@ OVERVIEW_KEYS = (
     Key("enter", "open_run", "open", "open the selected run's dashboard; Escape there returns to the overview",
         display="⏎", priority=True, essential=True),               # before the table's own Enter
     Key("space", "mark", "mark", "mark or unmark the selected run", display="space"),
+    Key("", "", "columns", "scroll the table's columns one at a time where they do not all fit (the run's name "
+        "stays; a column is shown whole or not at all)", display="←→", hint=True),
     Key("v", "compare", "compare marked", "compare the marked runs (or the selected one): loss curves (m: any "
         "series) overlaid, min/max envelope per run, and a table of what differs in their run.toml and start "
         "events (it scrolls); the plot works as the dashboard's: x step / tokens / time since start, l log / "

@@ -31,6 +31,7 @@ from .messages import ConsoleNotice, FilesChanged, RunsScanned, SnapshotReady
 from .screens import DashboardScreen
 from .screens.compare import CompareScreen
 from .screens.overview import OverviewScreen
+from rundir.text import counted
 
 class RunDashboardScreen(DashboardScreen):
     """A run's dashboard opened from the overview: Escape returns to it."""
@@ -126,7 +127,7 @@ class OverviewApp(ConsoleApp):
             self.confirm_stop(*chosen)
 
     def open_compare(self, runs: list[tuple[str, Path]]) -> None:
-        self.say(f"comparing {len(runs)} run(s)")
+        self.say(f"comparing {counted(len(runs), 'run')}")
         self.push_screen(CompareScreen(runs))
 
     # -- one run's dashboard -------------------------------------------------------------

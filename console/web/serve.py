@@ -38,7 +38,7 @@ from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
 from yarl import URL
 
-from rundir.text import printable
+from rundir.text import counted, printable
 
 from ..actions.supervise import reap_children
 from . import DEFAULT_MAX_TABS, SERVE_HOST, SERVE_PORT
@@ -410,5 +410,5 @@ def serve(target: Path, args: argparse.Namespace, fail: Callable[[str, int], int
         return await server.run(sock, stop)
 
     ended = asyncio.run(main())
-    say(f"stopped; {ended} tab console(s) ended")
+    say(f"stopped; {counted(ended, 'tab console')} ended")
     return 0

@@ -10,6 +10,7 @@ import errno
 import gc
 import os
 from typing import Callable
+from ..text import counted
 
 SCAN_BYTES = 1 << 20            # the chunk of a search for a newline or an element's end
 
@@ -29,7 +30,8 @@ def detect_format(head: bytes) -> str | None:
 
 def size_text(n: int) -> str:
     """A byte count for a message: "1 MiB", "64 KiB", "200 bytes"."""
-    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / (1 << 10):g} KiB" if n >= 1 << 10 else f"{n} bytes"
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / (1 << 10):g} KiB" if n >= 1 << 10 \
+        else counted(n, "byte")
 
 
 class gc_paused:

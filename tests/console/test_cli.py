@@ -119,7 +119,7 @@ def test_once_on_garbage_everywhere(make_run_dir):
                        torn_tail="{\"st", trainer_record="garbage", garbage_files=("junk.bin", "step_12.bin"))
     r = console(run, "--once")
     assert r.returncode == 0, r.stderr
-    assert ".state.json: not valid JSON" in r.stdout and "3 unreadable line(s)" in r.stdout
+    assert ".state.json: not valid JSON" in r.stdout and "3 unreadable lines" in r.stdout
     assert "step_12.bin" in r.stdout and "file name is not step_NNNNNN.bin" in r.stdout
     assert ".trainer.json: not valid JSON" in r.stdout
 

@@ -295,3 +295,29 @@ def test_the_legend_keeps_its_rare_markers_whole_at_any_width():
             assert text.count(glyph) == text.count(f"{glyph} {kind}"), (width, text)
     # Only common markers, few shown: the ones absent from the plot go first.
     assert legend_text(legend_runs({"checkpoint"}, False, 30)).split() == ["raw", "smoothed", "▴", "checkpoint"]
+
+
+@pytest.mark.asyncio
+async def test_the_status_lines_drop_a_part_whole_and_cut_prose_only_at_a_word(tmp_path):
+    """At 80x24 the second line holds the trainer's figures and how the run is followed: a
+    part that does not fit is left out whole ("polling · fuse" is never "polling · f…"); a
+    problem's text, prose, ends at a whole word and "…"."""
+    app = app_for(healthy(tmp_path), live_probe)
+    async with app.run_test(size=NARROW) as pilot:
+        await settled(pilot)
+        app.dashboard.watched_by = "polling · fuse (sshfs: inotify sees no other machine's writes)"
+        await pilot.pause()
+        second = pane_lines(app.dashboard.query_one(StatusLine))[1].strip()
+        assert "…" not in second and second.startswith("pid 4242"), second
+        parts = second.split(" · ")
+        assert all(part in {"pid 4242", "cpu 98% rss 312.0 MiB", "2.0 steps/s", "500.0 GiB free", "polling", "fuse"}
+                   for part in parts), parts
+        assert ("polling" in parts) == ("fuse" in parts), parts
+    app = app_for(invalid_run(tmp_path / "invalid"), live_probe)
+    async with app.run_test(size=NARROW) as pilot:
+        await settled(pilot)
+        second = pane_lines(app.dashboard.query_one(StatusLine))[1].rstrip()
+        problem = app.dashboard.snapshot.problems[0].text
+        assert second.endswith("…") and len(second) <= NARROW[0], second
+        shown = second.split("(key 5): ", 1)[1].removesuffix("…")
+        assert problem.startswith(shown) and problem[len(shown)] == " ", (shown, problem)

@@ -162,7 +162,7 @@ ESC, ENTER, END, RIGHT, UP, DOWN = "\x1b", "\r", "\x1b[F", "\x1b[C", "\x1b[A", "
 # dialog is closed by a key of its own, not Escape: a key that follows an Escape too closely
 # reads as Alt+key. Escape leaves only full screens, and the wait is then for the screen behind.
 VISITS = (
-    ("overview", "", "run(s)"),
+    ("overview", "", "runs, the most"),
     # An arm's row (the history was read) and the plot's legend ("raw smoothed"): the plot drew
     # the history, so it has the columns a cursor moves over (a cursor key before that moves
     # nothing). The arms pane can be drawn a frame before the plot: under load that is long.
@@ -185,7 +185,7 @@ VISITS = (
     (None, ENTER, "bandit arms"),
     ("inspector", "i", "tensors:"),
     (None, ESC, "bandit arms"),
-    (None, ESC, "run(s)"),
+    (None, ESC, "runs, the most"),
     (None, " ", "●"),                                   # both runs marked
     (None, DOWN + " ", "●"),
     ("compare", "v", "start.S"),                        # the config diff's rows

@@ -10,6 +10,7 @@ import pytest
 from textual.widgets import DataTable, ProgressBar, Static
 
 from console.tui.screens.dashboard import DashboardScreen
+from console.text.inspect_format import sorted_rows
 from console.tui.screens.inspector import InspectorScreen
 from tests.console.conftest import table_measured, until
 from tests.console.test_hostile_text import pane_lines
@@ -153,26 +154,56 @@ async def test_older_and_newer_move_on_past_an_invalid_checkpoint(tmp_path):
         assert screen.report is not None and screen.report.checkpoint.step == 100
 
 
+def drawn_hint(screen: InspectorScreen) -> str:
+    return " ".join(pane_lines(screen.query_one("#inspect-columns", Static))).strip()
+
+
+def first_row_cells(screen: InspectorScreen) -> dict[str, str]:
+    """The first row's value in each column, as the report gives them."""
+    index, t = sorted_rows(screen.report.tensors, screen.sort_column, screen.sort_reverse)[0]
+    return {"#": str(index), **{name: cell(t) for name, cell, _ in screen.columns()}}
+
+
+def drawn_columns(screen: InspectorScreen, table: DataTable) -> tuple[list[str], str]:
+    """The column names the header shows (each must be a whole name) and the first row's line."""
+    lines = pane_lines(table)
+    names = screen.column_names()
+    header = [word for word in lines[0].split() if word not in ("▲", "▼")]
+    assert all(word in names for word in header), (header, names)       # no name cut at the edge
+    return header, lines[1]
+
+
 @pytest.mark.asyncio
-async def test_at_80_columns_the_names_stay_and_the_hint_names_the_columns_out_of_view(tmp_path):
+@pytest.mark.parametrize("size", [NARROW, WIDE], ids=["80x24", "160x48"])
+async def test_the_columns_scroll_whole_one_a_key_press_and_the_names_stay(tmp_path, size):
+    """→ hides one more column at the left and shows the next whole; no value is cut at the
+    edge; "#" and the tensor's name stay; the hint under the table says which are out of view."""
     app = app_for(model_run(tmp_path), live_probe)
-    async with app.run_test(size=NARROW) as pilot:
+    async with app.run_test(size=size) as pilot:
         screen = await open_inspector(pilot)
         await pilot.pause()
         table = screen.query_one(DataTable)
-        # The columns read first come right after the name.
-        assert screen.column_names()[:5] == ["#", "tensor", "update_ratio", "dead_v", "nonfinite"]
-        assert table.fixed_columns == 2
-        hint = str(screen.query_one("#inspect-columns", Static).render())
-        assert hint.startswith("← → scroll the columns") and "· → count w_rms" in hint and "· ←" not in hint
-        for _ in range(12):
+        if size == NARROW:      # the columns read first come right after the name
+            assert screen.column_names()[:5] == ["#", "tensor", "update_ratio", "dead_v", "nonfinite"]
+        values = first_row_cells(screen)
+        first, _ = drawn_columns(screen, table)
+        hint = drawn_hint(screen)
+        all_shown = first == screen.column_names()
+        seen = [first]
+        for _ in range(len(screen.column_names())):
             await pilot.press("right")
-        await pilot.pause()
-        assert table.scroll_x > 0
-        row = pane_lines(table)[1]
-        assert "wte.weight" in row                                 # the name stays in view
-        hint = str(screen.query_one("#inspect-columns", Static).render())
-        assert "· ← update_ratio" in hint
+            await pilot.pause()
+            header, row = drawn_columns(screen, table)
+            assert header[:2] == ["#", "tensor"]                        # the names stay in view
+            assert all(values[name] in row for name in header), (header, row)   # each value whole
+            seen.append(header)
+        assert seen[-1][-1] == screen.column_names()[-1]                  # the last column is reached
+        assert (hint == "") == all_shown, hint
+        if not all_shown:
+            assert hint.startswith(f"→ {', '.join(screen.column_names()[len(first):])}"), hint
+            assert seen[1][2:] != seen[0][2:] and seen[1][2] == seen[0][3]   # one column further per key
+            hint = drawn_hint(screen)
+            assert hint.startswith(f"← {screen.column_names()[2]}"), hint
 
 
 @pytest.mark.asyncio

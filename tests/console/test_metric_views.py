@@ -79,7 +79,8 @@ async def test_the_cursor_readout_fits_the_width_and_t_shows_every_series(tmp_pa
         table = app.screen.query_one(DataTable)
         names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
         assert names == available(app.dashboard.snapshot.history)
-        row = {str(table.get_row_at(i)[0]): [str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)}
+        # every column's cells, those out of view too
+        row = {key: [str(cell) for cell in cells] for key, cells in table.data_rows}
         assert row["gpu_mem_used"][2].endswith(" GiB") and row["lr"][2] == "3.00e-03"
         assert row["eval_loss"][8] == row["eval_loss"][3] and row["eval_loss"][9] == row["eval_loss"][4]
         assert "cursor at step 1,500" in str(table.border_title)
@@ -88,7 +89,7 @@ async def test_the_cursor_readout_fits_the_width_and_t_shows_every_series(tmp_pa
         assert "cursor at step 1,500" not in str(table.border_title)
         await pilot.press("shift+right")                # the columns past the width, in view
         await pilot.pause()
-        assert table.scroll_x > 0 or table.virtual_size.width <= table.size.width
+        assert table.hidden_left == ["at cursor"] or not table.hidden_left and not table.hidden_right
         await pilot.press("escape")
         assert not isinstance(app.screen, SeriesTable)
 
@@ -322,3 +323,84 @@ async def test_the_comparison_zooms_pans_and_reads_every_run_at_its_cursor(tmp_p
         assert "x: time since start" in str(plot.border_subtitle) and plot.zoom is None
         await pilot.press("0")
         assert plot.cursor is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [NARROW, BIG])
+async def test_the_series_table_keeps_its_columns_across_new_steps_and_cuts_no_value(tmp_path, size):
+    """On a live run the table is filled again as steps come: Shift+→ stays where it was
+    put, the series' names stay in view, every column in view is whole, and the last
+    columns (max, mean, best) are reached."""
+    import orjson
+
+    from console.tui.messages import SnapshotReady
+    from console.tui.screens.series_table import HEADERS
+    from rundir.layout import HISTORY, LOSS_JSON
+    from tests.console.test_hostile_text import pane_lines
+
+    run = series_run(tmp_path)
+    app = app_for(run)
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot)
+        await pilot.press("t")
+        await pilot.pause()
+        table = app.screen.query_one("#series-table")
+
+        def header() -> list[str]:
+            """The column names drawn, each whole (a cut one is not a header)."""
+            line = pane_lines(table)[1].strip("┃│█▌▐ ")
+            words, names = line.split(), []
+            while words:
+                two = " ".join(words[:2])
+                names.append(two if two in HEADERS else words[0])
+                del words[:2 if two in HEADERS else 1]
+                assert names[-1] in HEADERS, line
+            return names
+
+        first = header()
+        for _ in range(2):
+            await pilot.press("shift+right")
+        await pilot.pause()
+        scrolled = header()
+        with open(run / LOSS_JSON, "ab") as fh:          # the trainer logs more steps
+            for step in range(1501, 1511):
+                fh.write(orjson.dumps({"step": step, "loss": 2.0, "lr": 3e-3, "time": 1e9 + step}) + b"\n")
+        snap, notices = app.reader.read({HISTORY})
+        app.on_snapshot_ready(SnapshotReady(snap, notices))
+        await pilot.pause()
+        app.screen.fill()                               # the screen's refresh, as its timer calls it
+        await pilot.pause()
+        assert snap.history.last_step == 1510 and app.screen._shown[0] == snap.versions.get("history")
+        assert header() == scrolled and scrolled[0] == "series"
+        if size == NARROW:
+            assert scrolled != first and scrolled[1:] != first[1:]
+        seen = set(first) | set(scrolled)
+        for _ in HEADERS:
+            await pilot.press("shift+right")
+            await pilot.pause()
+            seen |= set(header())
+        last = header()
+        assert last[0] == "series" and last[-1] == "best at" and seen == set(HEADERS)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [NARROW, BIG])
+async def test_a_constant_learning_rate_is_one_flat_line_on_its_own_label_in_both_scales(tmp_path, size):
+    """lr is 3e-3 at every step and its EMA, kept in float32, 3.0000000026e-3: that rounding
+    is no rise. The line is drawn on one row, the one labelled 0.003, and no two labels are
+    the same, in linear and in log y."""
+    app = app_for(series_run(tmp_path))
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot)
+        plot = app.dashboard.plot
+        plot.series = "lr"
+        await pilot.pause()
+        for scale in ("linear", "log"):
+            labels = y_labels_of(plot)
+            assert len(labels) >= 2 and len(set(labels)) == len(labels), (scale, labels)
+            assert all(float(label) > 0 for label in labels), (scale, labels)
+            rows = [line.split("┤") for line in lines_of(plot) if "┤" in line]
+            drawn = [label.strip() for label, dots in rows if dots.strip()]
+            assert drawn == ["0.003"], (scale, drawn)
+            await pilot.press("l")
+            await pilot.pause()

@@ -230,3 +230,49 @@ def test_a_run_api_runs_own_checkpoint_is_its_newest_in_the_overview(tmp_path):
     assert summary.checkpoints == 0                     # none of ours: never resumed or rolled back to
     cells = dict(zip([header for header, _, _ in COLUMNS], row_cells(summary, now)))
     assert cells["ckpt"] == "5" and cells["ckpt age"] != "-"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+async def test_columns_are_shown_whole_and_arrows_scroll_them_a_column_at_a_time(tmp_path, size):
+    """At 80 columns the table does not fit: every column in view is whole (13,600 is never
+    "13"), the run's name stays, → and ← bring the others in a column at a time, and a line
+    under the table names those out of view."""
+    from console.text.overview_report import row_cells
+    from tests.console.test_hostile_text import pane_lines
+    from tests.console.test_pivot_screen import screen_lines
+    root = tmp_path / "runs"
+    make_run(root / "long-run", steps=13_600, checkpoints=(13_000, 13_600))
+    app = OverviewApp(root, watch=False, tick=None, now=lambda: 1e9)
+    headers = [header for header, _, _ in COLUMNS]
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.summaries and table_measured(app.overview.table), what="the runs table")
+        table = app.overview.table
+        cells = dict(zip(headers, row_cells(app.summaries[0], 1e9)))
+        assert cells["step"] == "13,600"
+
+        async def drawn() -> list[str]:
+            await until(pilot, lambda: table_measured(table), what="the table laid out")
+            lines = pane_lines(table)
+            shown = [str(c.key.value) for c in table.ordered_columns if c.key.value != "mark"]
+            # the header is the shown names in order, nothing else, nothing cut
+            assert " ".join(lines[0].split()) == " ".join(shown), lines[0]
+            assert all(cells[h] in lines[1] for h in shown), (shown, lines[1])
+            return shown
+
+        views = [await drawn()]
+        for _ in headers:
+            await pilot.press("right")
+            await pilot.pause()
+            views.append(await drawn())
+        assert all(view[0] == "run" for view in views) and views[-1][-1] == "disk"     # every column reached
+        lines = screen_lines(app)
+        if size == (80, 24):
+            assert views[0] != headers and views[1] == ["run", *views[0][2:], views[1][-1]], views[:2]
+            assert any(line.startswith("← trainer") for line in lines), lines
+            for _ in headers:
+                await pilot.press("left")
+            await pilot.pause()
+            assert await drawn() == views[0]
+        else:
+            assert views[0] == headers and not any(line.startswith(("← ", "→ ")) for line in lines)

@@ -120,3 +120,33 @@ async def test_fields_and_drop_boxes_read_as_text_at_80x24(tmp_path):
         await pilot.pause()
         assert "".join(pane_lines(screen.query_one("#drop-1"))).strip() == "[x] drop"
         assert screen.request is not None and screen.request.drop == ["stdlib-docstrings"]
+
+
+ARCHIVE = "archive/pivot_003004_20251129T090000Z"
+COMPLETED = [("1", "landed at step 3,000"), ("2", "stopped; final checkpoint at step P = 3,004"),
+             ("3", f"archived to {ARCHIVE}/"), ("4", ".loss.json left in place, untouched"),
+             ("5", "run.toml: stdlib-code [0.1, 0.5]"),
+             ("6", "running again from step 3,004, bandit fresh under the new policy")]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [NARROW, BIG], ids=["80x24", "160x48"])
+async def test_a_completed_pivot_offers_no_start_and_keeps_its_archive_path_whole(tmp_path, size):
+    """Once the pivot is over the key bar offers only the way back (ctrl+s would start
+    nothing), and no line breaks the archive's name in two: a step's narrow column shows its
+    end after "…", the outcome says it in full."""
+    app = app_for(healthy(tmp_path))
+    async with app.run_test(size=size) as pilot:
+        await open_pivot(pilot)
+        screen = pilot.app.screen
+        assert "start pivot" in screen_lines(pilot.app)[-1]          # ready: ctrl+s is offered
+        for key, text in COMPLETED:
+            screen.post_message(PivotProgress(key, text))
+        screen.post_message(PivotProgress("done", "", PivotOutcome(
+            True, f"pivot complete: the trainer resumed from step 3,004 with a fresh bandit; archive {ARCHIVE}/")))
+        await pilot.pause()
+        lines = screen_lines(pilot.app)
+        assert "start pivot" not in lines[-1] and "back" in lines[-1], lines[-1]
+        named = [line for line in lines if "pivot_" in line or "090000Z" in line]
+        assert named and all("20251129T090000Z/" in line for line in named), named
+        assert any(ARCHIVE in line for line in named), named

@@ -227,3 +227,25 @@ def test_a_line_within_float32s_range_is_kept_in_float32_and_draws_the_same():
     a = build_canvas(steps, finite, wide, 80, 12, PlotOptions())
     b = build_canvas(steps, finite, narrow, 80, 12, PlotOptions())
     assert np.array_equal(a.smooth, b.smooth) and np.array_equal(a.raw, b.raw)
+
+
+def test_a_span_below_the_values_precision_is_drawn_as_a_constant_with_labels_told_apart():
+    """A constant and its float32 EMA (3e-3 and 3.0000000026e-3): a padded range, as for an
+    exact constant, in both scales; a real change of a thousandth is still drawn as one."""
+    import numpy as np
+
+    from console.plot.canvas import PlotOptions, build_canvas, nearly_constant, y_labels
+
+    steps = np.arange(1, 501)
+    lr = np.full(500, 3e-3)
+    for log_y in (False, True):
+        canvas = build_canvas(steps, lr, lr.astype(np.float32), 60, 8, PlotOptions(log_y=log_y))
+        exact = build_canvas(steps, lr, lr.copy(), 60, 8, PlotOptions(log_y=log_y))
+        assert (canvas.y0, canvas.y1) == pytest.approx((exact.y0, exact.y1), rel=1e-6)
+        labels = list(y_labels(canvas.y0, canvas.y1, 8, log_y).values())
+        assert len(labels) >= 2 and len(set(labels)) == len(labels) and "0.003" in labels, labels
+        assert not nearly_constant(3e-3, 3.003e-3, False) and not nearly_constant(*np.log10([3e-3, 3.003e-3]), True)
+    # In log y, round values closer than their own digits tell apart: labels that do, within the room.
+    labels = list(y_labels(float(np.log10(3e-3)), float(np.log10(3.0001e-3)), 8, True).values())
+    shown = [t for t in labels if t]
+    assert shown and len(set(shown)) == len(shown) and all(len(t) <= 6 for t in labels), labels

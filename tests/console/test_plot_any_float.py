@@ -64,7 +64,8 @@ def test_the_plot_draws_any_history(history, axis, log_y, window, smoothing):
     beyond = np.isfinite(loss[first:]) & (np.abs(loss[first:]) > PLOT_LIMIT)
     if beyond.any():           # one honest line: how many values it left out
         said = canvas.empty_reason or canvas.note
-        assert f"{int(beyond.sum()):,} value(s) beyond ±1e+300 not plotted" == said
+        n = int(beyond.sum())
+        assert f"{n:,} value{'' if n == 1 else 's'} beyond ±1e+300 not plotted" == said
     if smooth is not None:
         assert not (np.abs(smooth[np.isfinite(smooth)]) > PLOT_LIMIT).any()
 
@@ -128,7 +129,7 @@ def test_the_issues_values_in_once_and_the_dashboard(make_run_dir):
     for extra in ((), ("--log-y", "--x-axis", "time")):
         r = console(run, "--once", *extra)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-        assert "2 value(s) beyond ±1e+300 not plotted" in r.stdout, r.stdout
+        assert "2 values beyond ±1e+300 not plotted" in r.stdout, r.stdout
     r = console(run, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["history"]["last_step"] == 303
 

@@ -28,7 +28,7 @@ def test_healthy_run(run_dir):
     assert [a.status for a in snap.arms.rows] == ["ok"] * 3
     assert len(snap.samples) == 3 and [p.text for p in snap.problems] == []
     assert snap.trainer.label == "stopped"
-    assert notices[0].text.startswith("watching run: trainer stopped, 300 steps, 3 checkpoint(s)")
+    assert notices[0].text.startswith("watching run: trainer stopped, 300 steps, 3 checkpoints")
 
 
 def test_every_kind_of_damage_is_reported(make_run_dir):
@@ -156,7 +156,7 @@ def test_storage_and_retention_are_shown(make_run_dir):
 
     nearly_full, _ = RunReader(run, now=fixed_now, free_space=lambda _: 2 * snap.storage.checkpoint_size).read()
     assert nearly_full.storage.too_full
-    assert any("disk nearly FULL" in p and "room for 2 checkpoint(s)" in p for p in [p.text for p in nearly_full.problems])
+    assert any("disk nearly FULL" in p and "room for 2 checkpoints" in p for p in [p.text for p in nearly_full.problems])
 
 
 @pytest.mark.parametrize("back_to", [350, 400])          # a resume that re-runs steps, and one that does not
@@ -205,7 +205,7 @@ def test_a_sample_with_text_instead_of_completion_is_shown(make_run_dir):
                                       {"step": 10, "arm": "bad", "prompt": "def g("}]})
     snap, _ = read(make_run_dir(samples_text=samples))
     assert [(s.arm, s.completion) for s in snap.samples] == [("other-engine", "x): pass")]
-    assert snap.samples_error == ".samples.json: 1 malformed sample(s) skipped"
+    assert snap.samples_error == ".samples.json: 1 malformed sample skipped"
 
 
 def test_another_engine_s_whole_text_does_not_say_the_prompt_twice(make_run_dir):

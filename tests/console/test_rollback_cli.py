@@ -112,7 +112,7 @@ def test_another_engine_s_run_is_refused_saying_what_was_found_and_why(make_run_
     r = console(run, "--rollback", "--yes")
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "found the loss spike at steps 2,500–2,501 (peak 30 at step 2,500)" in r.stderr
-    assert "3 checkpoint(s), all foreign" in r.stderr and "no run.toml" in r.stderr
+    assert "3 checkpoints, all foreign" in r.stderr and "no run.toml" in r.stderr
     assert "resumes andrea-train from one of its own complete checkpoints" in r.stderr
     assert "no such file" not in r.stderr
     assert snapshot(run) == before
@@ -120,7 +120,7 @@ def test_another_engine_s_run_is_refused_saying_what_was_found_and_why(make_run_
 
 def test_foreign_checkpoints_under_a_run_toml_are_said_to_be_why(make_run_dir):
     run = make_run_dir(**{**SPIKY, "foreign": SPIKY["checkpoints"]})
-    with pytest.raises(RollbackError, match="the 5 checkpoint.s. here are foreign: a rollback resumes andrea-train"):
+    with pytest.raises(RollbackError, match="the 5 checkpoints here are foreign: a rollback resumes andrea-train"):
         propose_rollback(run, RollbackRequest())
 
 

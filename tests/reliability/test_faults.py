@@ -203,7 +203,7 @@ def test_a_single_nan_or_inf_is_recorded_skipped_and_raised_by_the_console(train
     assert all(lines[s]["loss"] is not None for s in lines if s not in (15, 17))
     data = json.loads(console(run, "--json").stdout)
     assert data["history"]["nonfinite"] == 2 and data["history"]["last_nonfinite_step"] == 17
-    assert any("2 non-finite loss value(s), the last at step 17" in p for p in data["problems"])
+    assert any("2 non-finite loss values, the last at step 17" in p for p in data["problems"])
 
     from console.read.reader import RunReader
     reader = RunReader(run)

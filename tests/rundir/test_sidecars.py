@@ -50,7 +50,7 @@ def test_samples_newest_per_arm(run_dir):
 def test_samples_bare_list_and_malformed_entries(tmp_path):
     (tmp_path / ".samples.json").write_bytes(b'[{"step": 1, "arm": "a", "completion": "x"}, 7, {"step": 2}]')
     got = read_samples(tmp_path)
-    assert [s.completion for s in got.value] == ["x"] and "2 malformed sample(s) skipped" in got.error
+    assert [s.completion for s in got.value] == ["x"] and "2 malformed samples skipped" in got.error
 
 
 def test_zombie_not_in_run_toml(make_run_dir):

@@ -99,3 +99,9 @@ def test_not_a_string_is_its_str():
     assert printable(3) == "3"
     assert printable(None) == "None"
     assert printable({"k\x1b": "v"}) == "{'k\\x1b': 'v'}"
+
+
+def test_counted_says_one_in_the_singular_and_the_rest_in_the_plural():
+    from rundir.text import counted
+    assert [counted(n, "file") for n in (0, 1, 2, 1500)] == ["0 files", "1 file", "2 files", "1,500 files"]
+    assert counted(1, "batch", "batches") == "1 batch" and counted(3, "batch", "batches") == "3 batches"

@@ -295,7 +295,7 @@ def test_the_multi_node_example_on_two_nodes_checkpoints_and_stops_completed(slu
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
     log = (run / "trainer.log").read_text()
-    assert log.count("SIGTERM: passed on to 1 worker(s) on this node") == 2, log[-3000:]
+    assert log.count("SIGTERM: passed on to 1 worker on this node") == 2, log[-3000:]
     final = latest_resumable(run)
     assert final.status == "complete" and final.step == last_logged(run)
     assert [c["reason"] for c in events(run, "checkpoint")] == ["signal", "signal"]

@@ -120,8 +120,8 @@ def test_resume_is_bit_exact_at_the_same_world_size_and_says_what_is_not_at_anot
     assert r.returncode == 0, r.stderr
     resume = events(stopped, "resume")[-1]
     assert resume["exact"] is False and resume["world_size"] == 1
-    assert any("2 process(es) wrote it, 1 now" in f for f in resume["fresh"])
-    assert "2 process(es) wrote it, 1 now" in (stopped / "trainer.log").read_text()
+    assert any("2 processes wrote it, 1 now" in f for f in resume["fresh"])
+    assert "2 processes wrote it, 1 now" in (stopped / "trainer.log").read_text()
     ddp_101 = next(s for s in step_lines(in_one_go) if s["step"] == 101)
     one_101 = step_lines(stopped)[-1]
     assert one_101["step"] == 101 and one_101["arm"] == ddp_101["arm"]

@@ -70,13 +70,13 @@ def test_prune_dry_run_then_prune_without_a_trainer(trainer_run):
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(run)) == before                  # a dry run removes nothing
     assert "would remove: not kept by the policy" in r.stdout and "newest, last" in r.stdout
-    assert "3 checkpoint(s) would be removed" in r.stdout
+    assert "3 checkpoints would be removed" in r.stdout
     r = prune(run, "--keep-last", "2")
     assert r.returncode == 0, r.stderr
     assert steps_on_disk(run) == [40, 50]
-    assert "removed 3 checkpoint(s)" in r.stdout
+    assert "removed 3 checkpoints" in r.stdout
     assert events(run, "prune")[-1]["steps"] == [10, 20, 30]
-    assert "prune (andrea-train --prune): removed 3 checkpoint(s)" in (run / TRAINER_LOG).read_text()
+    assert "prune (andrea-train --prune): removed 3 checkpoints" in (run / TRAINER_LOG).read_text()
     # The run resumes from its newest checkpoint as if nothing happened.
     assert run_trainer(run, "--max-steps", "60", "--checkpoint-every", "10").returncode == 0
 

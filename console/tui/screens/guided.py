@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any, ClassVar, TypeVar
 
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -25,15 +26,38 @@ from .confirm import ConfirmScreen
 OutcomeT = TypeVar("OutcomeT")
 
 
-def step_row(key: str, titles: dict[str, str], status: str, style: str) -> Table:
+def whole_words(text: str, width: int) -> str:
+    """``text`` with every word longer than ``width`` cut at its start ("…" then its end),
+    so that a wrap never breaks a word (an archive's path) in two; the outcome line names
+    the archive in full."""
+    if width < 2:
+        return text
+    return " ".join(word if len(word) <= width else "…" + word[1 - width:] for word in text.split(" "))
+
+
+class StepRow:
     """One step's line: number, title, status. A grid, so that a long status wraps in its
-    own column, never under the titles."""
-    row = Table.grid(padding=(0, 1), expand=True)
-    row.add_column(no_wrap=True, width=3, justify="right")
-    row.add_column(no_wrap=True, width=max(len(t) for t in titles.values()) + 1)
-    row.add_column(ratio=1, overflow="fold")
-    row.add_row(Text(f"{key}.", style="bold"), titles[key], Text(status, style=style))
-    return row
+    own column, never under the titles; at word boundaries only (:func:`whole_words`)."""
+
+    def __init__(self, key: str, titles: dict[str, str], status: str, style: str):
+        self.key, self.status, self.style = key, status, style
+        self.title = titles[key]
+        self.title_width = max(len(t) for t in titles.values()) + 1
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        row = Table.grid(padding=(0, 1), expand=True)
+        row.add_column(no_wrap=True, width=3, justify="right")
+        row.add_column(no_wrap=True, width=self.title_width)
+        row.add_column(ratio=1, overflow="fold")
+        status_width = options.max_width - 3 - self.title_width - 2       # the two gaps between the columns
+        row.add_row(Text(f"{self.key}.", style="bold"), self.title,
+                    Text(whole_words(self.status, status_width), style=self.style))
+        yield row
+
+
+def step_row(key: str, titles: dict[str, str], status: str, style: str) -> StepRow:
+    """One step's line (:class:`StepRow`)."""
+    return StepRow(key, titles, status, style)
 
 
 class GuidedOperationScreen(Screen[OutcomeT]):
@@ -57,6 +81,12 @@ class GuidedOperationScreen(Screen[OutcomeT]):
     def run_operation(self, request: Any) -> None:
         raise NotImplementedError
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``start`` is offered (and in the key bar) only while the operation can start."""
+        if action == "start":
+            return not self.running and self.outcome is None
+        return True
+
     def action_start(self) -> None:
         """Run the operation with the request (the bell when it is not ready); once only."""
         if self.running or self.outcome is not None:
@@ -65,6 +95,7 @@ class GuidedOperationScreen(Screen[OutcomeT]):
             self.app.bell()
             return
         self.running = True
+        self.refresh_bindings()
         for widget in self.query(self.INPUTS):
             widget.disabled = True
         self.run_operation(self.request)
@@ -91,6 +122,7 @@ class GuidedOperationScreen(Screen[OutcomeT]):
         """The operation ended (``outcome``; None: closed without running): show how."""
         self.running = False
         self.outcome = outcome
+        self.refresh_bindings()
         if outcome is None:
             return
         style = "bold green" if outcome.ok else "bold red"

@@ -25,6 +25,7 @@ from rundir.layout import checkpoint_step
 from ...model.format import LINE_LIMIT, printable
 from ...text.inspect_format import describe, sorted_rows, table_columns, totals_line
 from ..messages import InspectFinished, InspectProgress
+from ..widgets.whole_columns import Column, WholeColumnsTable
 
 # Columns sorted largest first when first chosen: what an operator looks for is the
 # largest update, the most dead v, the most non-finite values.
@@ -33,7 +34,7 @@ ASCENDING_FIRST = ("#", "tensor")
 # come right after the tensor's name, and the others follow.
 FIRST_WHEN_NARROW = ("update_ratio", "dead_v", "nonfinite")
 NARROW_BELOW = 120
-# "#" and the tensor's name stay in view while the other columns scroll (← →).
+# "#" and the tensor's name stay in view while the other columns scroll (← →), a whole column at a time.
 FIXED_COLUMNS = 2
 
 
@@ -79,45 +80,25 @@ class InspectorScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="inspect-head")
         yield ProgressBar(total=100, show_eta=False, id="inspect-progress")
-        yield DataTable(id="inspect-table", cursor_type="row", zebra_stripes=True, fixed_columns=FIXED_COLUMNS)
+        yield WholeColumnsTable(fixed=FIXED_COLUMNS, follow_row=False, id="inspect-table", cursor_type="row",
+                                zebra_stripes=True)
         yield Static(id="inspect-columns")
         yield Static(id="inspect-totals")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        self.watch(table, "scroll_x", self.show_columns_hint, init=False)
-        self.watch(table, "virtual_size", self.show_columns_hint, init=False)
         self.start_read()
 
     def on_resize(self) -> None:
-        if self.report is not None and self.column_names() != [str(k.value) for k in self.query_one(DataTable).columns]:
-            self.call_after_refresh(self.fill_table)        # across NARROW_BELOW: the other column order
-        self.show_columns_hint()
+        table = self.query_one(WholeColumnsTable)
+        if self.report is not None and self.column_names()[FIXED_COLUMNS:] != [c.key for c in table.specs][FIXED_COLUMNS:]:
+            self.fill_table()                   # across NARROW_BELOW: the other column order
+        else:
+            table.refit()
 
-    def show_columns_hint(self) -> None:
+    def on_whole_columns_table_moved(self) -> None:
         """Under the table, where columns are out of view: which, and that ← → reach them."""
-        table = self.query_one(DataTable)
-        columns = list(table.ordered_columns)
-        left: list[str] = []
-        right: list[str] = []
-        if self.report is not None and len(columns) > FIXED_COLUMNS:
-            widths = [c.get_render_width(table) for c in columns]
-            # The scrolled columns are cut from the whole row at scroll_x, after the fixed ones.
-            start, end = table.scroll_x + sum(widths[:FIXED_COLUMNS]), table.scroll_x + table.size.width
-            x = sum(widths[:FIXED_COLUMNS])
-            for c, width in zip(columns[FIXED_COLUMNS:], widths[FIXED_COLUMNS:]):
-                if x < start:
-                    left.append(str(c.key.value))
-                elif x + width > end:
-                    right.append(str(c.key.value))
-                x += width
-        parts = [f"{arrow} {' '.join(names)}" for arrow, names in (("←", left), ("→", right)) if names]
-        hint = Text(no_wrap=True, overflow="ellipsis")
-        if parts:
-            hint.append("← → scroll the columns", style="bold")
-            hint.append(" (the names stay) · " + " · ".join(parts), style="grey62")
-        self.query_one("#inspect-columns", Static).update(hint)
+        self.query_one("#inspect-columns", Static).update(self.query_one(WholeColumnsTable).columns_hint())
 
     # -- reading -----------------------------------------------------------------
     def start_read(self) -> None:
@@ -129,7 +110,7 @@ class InspectorScreen(Screen[None]):
         bar = self.query_one(ProgressBar)
         bar.update(progress=0)
         bar.display = True
-        self.query_one(DataTable).clear(columns=True)
+        self.query_one(WholeColumnsTable).set_data([], [])
         self.query_one("#inspect-totals", Static).update("")
         self.read(self._read, self.path, self.against)
 
@@ -196,25 +177,20 @@ class InspectorScreen(Screen[None]):
         report = self.report
         if report is None:
             return
-        table = self.query_one(DataTable)
-        cursor = table.cursor_row
-        table.clear(columns=True)
         columns = self.columns()
         arrow = " ▲" if not self.sort_reverse else " ▼"
-        table.add_column(Text("#" + (arrow if self.sort_column == "#" else ""), justify="right"), key="#")
-        for name, _, right in columns:
-            label = name + (arrow if name == self.sort_column else "")
-            table.add_column(Text(label, justify="right" if right else "left"), key=name)
+        specs = [Column("#", "#" + (arrow if self.sort_column == "#" else ""), right=True)]
+        specs += [Column(name, name + (arrow if name == self.sort_column else ""), right=right)
+                  for name, _, right in columns]
+        rows = []
         for index, t in sorted_rows(report.tensors, self.sort_column, self.sort_reverse):
             cells = [Text(str(index), justify="right")]
             for name, cell, right in columns:
                 value = cell(t)
                 style = "bold red" if name == "nonfinite" and value != "-" else ""
                 cells.append(Text(value, justify="right" if right else "left", style=style))
-            table.add_row(*cells, key=str(index))
-        if cursor:
-            table.move_cursor(row=min(cursor, table.row_count - 1))
-        self.call_after_refresh(self.show_columns_hint)     # once the new columns are measured
+            rows.append((str(index), cells))
+        self.query_one(WholeColumnsTable).set_data(specs, rows)
 
     def sort_by(self, column: str) -> None:
         if column == self.sort_column:

@@ -20,6 +20,7 @@ from ...model.snapshot import Notice
 from ..keys import OVERVIEW_KEYS, bindings
 from ..widgets import KeyBar
 from ..widgets.runs_table import RunsTable
+from rundir.text import counted
 
 NOTICE_STYLES = {Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red", Level.ACTION: "cyan",
                  Level.INFO: "grey70"}
@@ -36,6 +37,7 @@ class OverviewScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(self._title(None), id="overview-title")
         yield RunsTable(id="runs")
+        yield Static("", id="overview-columns")
         yield Static("", id="overview-problems")
         yield Static("", id="overview-notice")
         yield KeyBar()
@@ -45,7 +47,7 @@ class OverviewScreen(Screen):
         if listing is None:
             text.append(" · reading…", style="grey62")
             return text
-        text.append(f" · {len(listing.runs)} run(s), the most recently active first", style="grey70")
+        text.append(f" · {counted(len(listing.runs), 'run')}, the most recently active first", style="grey70")
         if listing.skipped:
             names = ", ".join(printable(name, 40) for name, _ in listing.skipped[:3])
             more = f" and {len(listing.skipped) - 3} more" if len(listing.skipped) > 3 else ""
@@ -80,6 +82,12 @@ class OverviewScreen(Screen):
         elif s is not None:
             text.append(f"{printable(s.name, 40)}: no problems", style="grey62")
         self.query_one("#overview-problems", Static).update(text)
+
+    def on_whole_columns_table_moved(self) -> None:
+        self.query_one("#overview-columns", Static).update(self.table.columns_hint("the run's name stays"))
+
+    def on_resize(self) -> None:
+        self.table.refit()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_problems()

@@ -11,11 +11,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Checkbox, Footer, Input, Static
 from textual.worker import get_current_worker
@@ -26,18 +24,17 @@ from rundir.pivot_files import plan_policy
 from ...actions.pivot_runner import STEP_TITLES, PivotOutcome, PivotRequest, PivotRunner, rollback_pivot
 from ...model.format import LINE_LIMIT, printable
 from ...model.snapshot import RunSnapshot
+from ..keys import PIVOT_KEYS, bindings
 from ..messages import PivotProgress
 from ..widgets.tick_box import TickBox
-from .guided import GuidedOperationScreen, step_row
+from .guided import GuidedOperationScreen, StepRow, step_row
 
 STEP_KEYS = ("1", "2", "3", "4", "5", "6")
 # Fewer rows than this: one-line inputs and no blank lines between the parts.
 COMPACT_BELOW = 40
 
-
 def _fmt(value: float | None, spec: str = ".3g") -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
 
 class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
     """Caps and floors per arm, the six steps, and the outcome."""
@@ -47,11 +44,7 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
     CONFIRM_DETAIL = "Steps 3-6 follow at once: archive, new run.toml, resume with a fresh bandit."
     INPUTS = "Input, Checkbox"
 
-    BINDINGS = [
-        Binding("ctrl+s", "start", "start pivot", priority=True),
-        Binding("ctrl+r", "rollback", "roll back", priority=True),
-        Binding("escape", "close", "back", priority=True),
-    ]
+    BINDINGS = bindings(PIVOT_KEYS)
 
     def __init__(self, run_dir: Path, snapshot: RunSnapshot | None, pending: str | None = None):
         super().__init__()
@@ -116,16 +109,16 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
                     style="grey70")
 
     @staticmethod
-    def _step_text(key: str, status: str, style: str) -> Table:
+    def _step_text(key: str, status: str, style: str) -> StepRow:
         return step_row(key, STEP_TITLES, status, style)
 
     def on_mount(self) -> None:
         self.validate()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "rollback":
-            return bool(self.pending)     # shown only when there is an interrupted pivot
-        return True
+        if action == "rollback":          # shown only while an interrupted pivot waits
+            return bool(self.pending) and not self.running and self.outcome is None
+        return super().check_action(action, parameters)
 
     # -- validation as you type ----------------------------------------------------
     @on(Input.Changed)
@@ -187,6 +180,7 @@ class PivotScreen(GuidedOperationScreen[PivotOutcome | None]):
         if self.running or not self.pending or self.outcome is not None:
             return
         self.running = True
+        self.refresh_bindings()
         self.roll_back()
 
     @work(thread=True, exclusive=True, group="pivot", exit_on_error=False)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
@@ -26,8 +25,9 @@ from rundir.rollback_files import ChoiceNames, RollbackError
 
 from ...actions.rollback_runner import STEP_TITLES, RollbackOutcome, RollbackRequest, RollbackRunner, propose_rollback
 from ...model.format import LINE_LIMIT, printable
+from ..keys import ROLLBACK_KEYS, bindings
 from ..messages import RollbackProgress
-from .guided import GuidedOperationScreen, step_row
+from .guided import GuidedOperationScreen, StepRow, step_row
 
 STEP_KEYS = ("1", "2", "3")
 # Fewer rows than this: one-line fields and no blank lines between the parts.
@@ -47,10 +47,7 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
                       "set aside into archive/, and training resumes from the step.")
     INPUTS = "Input"
 
-    BINDINGS = [
-        Binding("ctrl+s", "start", "start rollback", priority=True),
-        Binding("escape", "close", "back", priority=True),
-    ]
+    BINDINGS = bindings(ROLLBACK_KEYS)
 
     def __init__(self, run_dir: Path, pending: str | None = None,
                  spikes: tuple[int | None, float | None] = (None, None)):
@@ -94,7 +91,7 @@ class RollbackScreen(GuidedOperationScreen[RollbackOutcome | None]):
                     "checkpoint is kept), set aside the checkpoints after the step, resume from it.", style="grey70")
 
     @staticmethod
-    def _step_text(key: str, status: str, style: str) -> Table:
+    def _step_text(key: str, status: str, style: str) -> StepRow:
         return step_row(key, STEP_TITLES, status, style)
 
     def on_mount(self) -> None:

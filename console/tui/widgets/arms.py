@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from rundir.text import BLOCK_LIMIT
+from rundir.text import BLOCK_LIMIT, counted
 
 from ...model.findings import LISTED
 from ...model.format import LINE_LIMIT, format_counter, format_float, format_pct, printable
@@ -85,7 +85,7 @@ class ArmsPane(SelectableRows, LinesPane, can_focus=True):
         if len(shown) < len(arms.rows):
             rest = len(arms.rows) - len(shown)
             rest_zombies = len(zombies) - sum(a.status == "zombie" for a in shown)
-            text.append(f"\n… and {rest:,} more arm{'s' if rest != 1 else ''}"
+            text.append(f"\n… and {counted(rest, 'more arm')}"
                         + (f" ({rest_zombies:,} zombie)" if rest_zombies else ""), style="grey62")
         if not arms.rows:
             text.append(f"\nno arms: {arms.none_why}" if not arms.error else "", style="grey62")
@@ -107,7 +107,7 @@ class ArmsPane(SelectableRows, LinesPane, can_focus=True):
         # The phase counters change at every step: only the pane's lines are redrawn (its
         # size never depends on them).
         self.update(text)
-        self.set_hint_base(f"{len(zombies):,} zombie" + ("s" if len(zombies) != 1 else "") if zombies else "")
+        self.set_hint_base(counted(len(zombies), 'zombie') if zombies else "")
 
     # -- rows ------------------------------------------------------------------------
     def row_count(self) -> int:

@@ -15,7 +15,7 @@ from textual import events
 from rundir import CheckpointInfo
 from rundir.external import ExternalCheckpoint
 
-from rundir.text import BLOCK_LIMIT
+from rundir.text import BLOCK_LIMIT, counted
 
 from ...model.format import LINE_LIMIT, format_age, format_size, printable
 from ...model.snapshot import PivotEntry, RetentionView
@@ -108,12 +108,12 @@ class CheckpointsPane(SelectableRows, LinesPane, can_focus=True):
         if len(checkpoints) > ROWS:
             older = checkpoints[:-ROWS]
             invalid = sum(c.status == "invalid" for c in older)
-            text.append(f"\n… and {len(older):,} older file{'s' if len(older) != 1 else ''}"
+            text.append(f"\n… and {counted(len(older), 'older file')}"
                         + (f" ({invalid:,} invalid)" if invalid else ""), style="grey62")
         if not checkpoints:
             text.append("\nno step_*.bin files yet", style="grey62")
         self.update(text)
-        self.set_hint_base(f"{len(checkpoints)} files" if checkpoints else "none yet")
+        self.set_hint_base(counted(len(checkpoints), 'file') if checkpoints else "none yet")
 
     def _merged(self, ours: tuple[CheckpointInfo, ...],
                 external: tuple[ExternalCheckpoint, ...]) -> tuple[CheckpointInfo | ExternalCheckpoint, ...]:

@@ -24,6 +24,7 @@ from ...model.format import LINE_LIMIT, printable
 from ...model.levels import Level
 from ...model.snapshot import Notice
 from .rows import CURSOR_STYLE, CachedStrips, SelectableRows, cut_line_strip
+from rundir.text import counted
 
 LEVEL_STYLES = {Level.INFO: "", Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red",
                 Level.ACTION: "bold cyan"}
@@ -78,7 +79,7 @@ class EventLog(SelectableRows, CachedStrips, ScrollView, can_focus=True):
         self._log_seen, self._log_shown_at = seen, now
         shown = min(new, limit, len(tail))
         if new > shown:
-            self.write(Text(f"{LOG_PREFIX}… {new - shown:,} more line(s) in {TRAINER_LOG}", style="grey42"))
+            self.write(Text(f"{LOG_PREFIX}… {counted(new - shown, 'more line')} in {TRAINER_LOG}", style="grey42"))
         for raw in tail[-shown:] if shown > 0 else ():
             line = printable(raw, LINE_LIMIT)      # one log line stays one line, with no escapes
             self.write(Text.assemble((LOG_PREFIX, "grey42"), (line, "grey62")))

@@ -14,6 +14,7 @@ from rich.text import Text
 from ...model.findings import Finding
 from .lines import LinesPane
 from .rows import CURSOR_STYLE, SelectableRows
+from rundir.text import counted
 
 # Problems spelled out above the event log; the rest are counted (andrea-console --once
 # lists them all). As a pane of its own, up to ALL of them.
@@ -69,12 +70,12 @@ class ProblemsBar(SelectableRows, LinesPane, can_focus=True):
                 text.stylize(CURSOR_STYLE, start, len(text))
         if len(problems) > self.limit:
             more = len(problems) - self.limit
-            text.append(f"\n… and {more} more problem{'s' if more != 1 else ''} (andrea-console RUN_DIR --once "
+            text.append(f"\n… and {counted(more, 'more problem')} (andrea-console RUN_DIR --once "
                         "lists them)", style="grey62")
         if not problems:
             text.append("no problems: nothing is wrong with the run now", style="grey62")
         self.update(text)
-        self.set_hint_base(f"{len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "")
+        self.set_hint_base(counted(len(problems), 'problem') if problems else "")
 
     # -- rows ------------------------------------------------------------------------
     def row_count(self) -> int:

@@ -12,6 +12,7 @@ from ...model.format import printable
 from ...model.rank_rows import COLUMNS, header_line, rank_line
 from ...model.snapshot import RanksView
 from .lines import LinesPane
+from rundir.text import counted
 
 VERDICT_STYLES = {"dead": "bold red", "stopped": "bold red", "silent": "bold red", "behind": "yellow",
                   "straggling": "yellow", "exited": "grey62", "ok": "green"}
@@ -34,7 +35,7 @@ def ranks_text(ranks: RanksView, now: float, width: int) -> Text:
         return text
     text.append(ranks.summary, style="bold")
     if ranks.earlier:
-        text.append(f" · {ranks.earlier:,} record(s) of an earlier launch ignored", style="grey62")
+        text.append(f" · {counted(ranks.earlier, 'record')} of an earlier launch ignored", style="grey62")
     strip = width >= STRIP_FROM
     steps = [s.record.step for s in ranks.statuses if s.record.step is not None]
     lead = max(steps, default=0)

@@ -11,6 +11,7 @@ from ...model.series_summary import gpu_text
 from ...model.snapshot import RunSnapshot
 from .lines import LinesPane
 from .rows import hang_indent
+from rundir.text import counted
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
                 "not supervised": "bold yellow", "stalled": "bold red", "suspended": "bold red"}
@@ -73,7 +74,7 @@ class StatusPane(LinesPane, can_focus=True):
         if snap.storage is not None:
             disk = storage_text(snap.storage)
             add("disk", Text(disk, style="bold red") if snap.storage.too_full else disk)
-        health = Text(f"{h.n_steps:,} steps")
+        health = Text(counted(h.n_steps, 'step'))
         for count, label in ((h.bad_lines, "bad"), (h.nonfinite, "non-finite"), (1 if h.torn_tail else 0, "torn")):
             if count:
                 health.append(f" · {count} {label}", style="bold red")
@@ -82,10 +83,10 @@ class StatusPane(LinesPane, can_focus=True):
         if alert:
             add("ALERT", Text(alert, style="bold red"))
         if snap.config is not None and snap.config.config is not None:      # a trainer of its own (run API)
-            add("config", f"{len(snap.config.config):,} keys in run.toml's [config]")
+            add("config", f"{counted(len(snap.config.config), 'key')} in run.toml's [config]")
         elif snap.config is not None:
             c = snap.config
-            add("model", f"{printable(c.run.preset)} · {c.model.n_params():,} params · {len(c.arms)} arms")
+            add("model", f"{printable(c.run.preset)} · {c.model.n_params():,} params · {counted(len(c.arms), 'arm')}")
         if snap.dir_state != "ok":
             add("directory", Text(printable(snap.dir_text), style="bold red"))
         elif snap.config_error:

@@ -13,8 +13,9 @@ from textual.widgets import Static
 from ...model.format import format_ago, format_float, format_rate, format_size, printable, stall_text
 from ...model.snapshot import RunSnapshot
 from .status import STATE_STYLES, alert_text
+from .whole_parts import WholeParts
+from rundir.text import counted
 
-SEP = (" · ", "grey50")
 
 
 class StatusLine(Static):
@@ -33,54 +34,50 @@ class StatusLine(Static):
         self._shown = ""
 
     def show(self, snap: RunSnapshot, now: float) -> None:
+        shown = WholeParts([self._first(snap, now), self._second(snap)])
+        if shown.plain != self._shown:
+            self._shown = shown.plain
+            self.update(shown, layout=False)
+
+    @staticmethod
+    def _first(snap: RunSnapshot, now: float) -> list[Text]:
+        """How far the run is: its name, the trainer's state, step, loss, newest checkpoint."""
         t, h = snap.trainer, snap.history
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(printable(snap.name, 40), style="bold")
-        text.append(*SEP)
-        text.append(t.label, style=STATE_STYLES.get(t.label, "bold"))
-        text.append(*SEP)
-        text.append("step ", style="grey62")
-        text.append(f"{h.last_step:,}" if h.last_step is not None else "-")
-        text.append(*SEP)
-        text.append("loss ", style="grey62")
-        text.append(format_float(h.last_loss))
         saved = snap.newest_saved
-        text.append(*SEP)
-        text.append("ckpt ", style="grey62")
         if saved:
             when = format_ago(now - saved.time) if saved.time is not None else "-"
-            text.append(f"{saved.step:,}, {when}" + (", external" if saved.external else ""))
+            ckpt = Text(f"{saved.step:,}, {when}" + (", external" if saved.external else ""))
         else:
-            text.append("none usable", style="yellow")
-        text.append("\n")
+            ckpt = Text("none usable", style="yellow")
+        return [Text(printable(snap.name, 40), style="bold"), Text(t.label, style=STATE_STYLES.get(t.label, "bold")),
+                Text.assemble(("step ", "grey62"), f"{h.last_step:,}" if h.last_step is not None else "-"),
+                Text.assemble(("loss ", "grey62"), format_float(h.last_loss)),
+                Text.assemble(("ckpt ", "grey62"), ckpt)]
+
+    def _second(self, snap: RunSnapshot) -> list[Text]:
+        """What needs the operator, else the trainer's figures; and how the run is followed."""
+        t, h = snap.trainer, snap.history
+        parts: list[Text] = []
         alert = alert_text(snap)
         if alert:
-            text.append(f"ALERT {alert}", style="bold red")
+            parts.append(Text(f"ALERT {alert}", style="bold red"))
         elif snap.problems:
             problems = snap.problems
-            text.append(f"! {len(problems)} problem{'s' if len(problems) != 1 else ''} (key 5): ", style="bold red")
-            text.append(problems[0].text, style="red")
+            parts.append(Text.assemble((f"! {counted(len(problems), 'problem')} (key 5): ", "bold red"),
+                                       (problems[0].text, "red")))
         elif t.state != "running":
-            text.append(printable(t.reason), style="grey62" if t.state == "stopped" else "yellow")
+            parts.append(Text(printable(t.reason), style="grey62" if t.state == "stopped" else "yellow"))
         elif t.stalled or t.suspended:
-            text.append(stall_text(t) if t.stalled else t.suspended, style="bold red")
+            parts.append(Text(stall_text(t) if t.stalled else t.suspended, style="bold red"))
         else:
             cpu = f"{t.cpu_percent:.0f}%" if t.cpu_percent is not None else "-"
-            text.append("pid ", style="grey62")
-            text.append(f"{t.pid}")
-            text.append(*SEP)
-            text.append("cpu ", style="grey62")
-            text.append(cpu)
-            text.append(" rss ", style="grey62")
-            text.append(format_size(t.rss))
-            text.append(*SEP)
-            text.append(format_rate(h.steps_per_s, "steps"))
+            parts += [Text.assemble(("pid ", "grey62"), f"{t.pid}"),
+                      Text.assemble(("cpu ", "grey62"), cpu, (" rss ", "grey62"), format_size(t.rss)),
+                      Text(format_rate(h.steps_per_s, "steps"))]
             if snap.storage is not None:
-                text.append(*SEP)
-                text.append(f"{format_size(snap.storage.free)} free", style="bold red" if snap.storage.too_full else "")
+                parts.append(Text(f"{format_size(snap.storage.free)} free",
+                                  style="bold red" if snap.storage.too_full else ""))
         if self.watched_by.startswith("polling"):
-            text.append(*SEP)
-            text.append(self.watched_by.split(" (")[0], style="grey62")     # the status pane says the rest
-        if text.plain != self._shown:
-            self._shown = text.plain
-            self.update(text, layout=False)
+            # "polling · nfs" is one part; the status pane says the rest
+            parts.append(Text(self.watched_by.split(" (")[0], style="grey62"))
+        return parts
