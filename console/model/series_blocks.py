@@ -209,6 +209,17 @@ class SeriesBlocks:
                                for name, b in self.blocks.items()}}
 
     @staticmethod
+    def blocks_of(state: dict[str, Any]) -> dict[str, list[Any]]:
+        """The blocks of a kept :meth:`state`, each checked (a file in the cache may hold
+        anything): ValueError for one that is not the figures (or the pulls) of a block."""
+        out: dict[str, list[Any]] = {}
+        for name, blocks in state["series"].items():
+            if not isinstance(name, str) or not isinstance(blocks, list):
+                raise ValueError("series blocks: not a list by name")
+            out[name] = [_pulls_block(b) if name == PULLS else _stats_block(b) for b in blocks]
+        return out
+
+    @staticmethod
     def good_rows(h: "LossHistory", state: dict[str, Any]) -> int:
         """How many of ``h``'s first rows blocks kept as :meth:`state` made them are still good
         for: those before what changed since (a rewind, a step logged again, a rollback)."""
@@ -226,7 +237,28 @@ class SeriesBlocks:
             changed.append(int(np.searchsorted(steps, int(replaced.min()))))
         rollbacks = [ev for ev in h.events if ev.event == EVENT_ROLLBACK][int(marks["rollbacks"]):]
         changed += rollback_rows(steps, rollbacks)
-        return min([rows, *changed])
+        return max(0, min([rows, *changed]))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _stats_block(block: Any) -> Stats:
+    """A kept block's figures, checked: None, or 8 numbers (the count, steps: integers)."""
+    if block is None:
+        return None
+    if not isinstance(block, list) or len(block) != 8 or not all(_is_int(block[i]) for i in (0, 3, 5, 7)) \
+            or block[0] <= 0 or not all(isinstance(block[i], float) and np.isfinite(block[i]) for i in (1, 2, 4, 6)):
+        raise ValueError("series blocks: a block is not its figures")
+    return tuple(block)     # type: ignore[return-value]
+
+
+def _pulls_block(block: Any) -> np.ndarray:
+    """A kept block's pulls, checked: integers >= 0."""
+    if not isinstance(block, list) or not all(_is_int(v) and v >= 0 for v in block):
+        raise ValueError("series blocks: a block's pulls are not counts")
+    return np.array(block, np.int64)
 
 
 def _plain(block: Any) -> list | None:

@@ -232,8 +232,7 @@ class HistoryMirror:
             if kept["source"] != self.source or kept["version"] != SUMMARY_VERSION or \
                     kept["block_rows"] != BLOCK_ROWS or int(kept["rows"]) > self.mirrored_rows:
                 return False
-            series = {str(name): [tuple(s) if s is not None else None for s in b] for name, b in kept["series"].items()}
-            blocks.adopt(history, series, blocks.good_rows(history, kept))
+            blocks.adopt(history, blocks.blocks_of(kept), blocks.good_rows(history, kept))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return False
         return True

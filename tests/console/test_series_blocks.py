@@ -111,3 +111,22 @@ def test_kept_blocks_give_the_figures_of_every_row_across_opens_and_rollbacks(tm
     h = reader.read()[0].history
     assert h.last_step == 2_000
     _same_as_every_row(h)
+
+
+@pytest.mark.parametrize("block", [["x"] * 8, [1, 2.0, 3.0], [0, 1.0, 1.0, 1, 1.0, 1, 1.0, 1], {"a": 1}, 7,
+                                   [True, 1.0, 1.0, 1, 1.0, 1, 1.0, 1]])
+def test_kept_blocks_of_the_wrong_shape_are_not_used(tmp_path, block):
+    """A kept file in the cache whose blocks are not a block's figures is not used: the
+    figures are those of every row, and nothing raises."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path, clock = run / ".loss.json", Clock()
+    _write(path, [_step(s, 3.0 - s / STEPS, clock) for s in range(1, STEPS + 1)])
+    _same_as_every_row(RunReader(run, now=clock).read()[0].history)
+    kept = mirror_path(path).with_name(mirror_path(path).name + SUMMARY_SUFFIX)
+    state = json.loads(kept.read_text())
+    state["series"]["loss"] = [block] * 2
+    kept.write_text(json.dumps(state))
+    h = RunReader(run, now=clock).read()[0].history
+    assert not h.summaries.blocks
+    _same_as_every_row(h)
