@@ -203,5 +203,5 @@ def gpu_text(h: "HistoryView") -> str | None:
     """The newest GPU figures the history holds, one text (``27.9 GiB · 87.0% · 300.5 W ·
     61 °C``); None when it holds none."""
     names = set(available(h)) if h.last_step is not None else set()
-    parts = [unit_of(name).format(value_at(h, name, h.last_step)) for name in GPU_SERIES if name in names]
+    parts = [unit_of(name).format(_at_cursor(h, name, h.last_step)) for name in GPU_SERIES if name in names]
     return " · ".join(part for part in parts if part != "-") or None
