@@ -5,7 +5,9 @@ The console (each a fresh process from its spawn to the first full frame painted
 the sources byte-compiled as an installed console's are; ``--first-frame`` is the helper mode):
 - the first frame of a 5M-step run (``BENCH_CONSOLE_STEPS``; generated once into
   ``$BENCH_HISTORY_DIR``, default /tmp/andrea-bench-histories, and reused) with a valid mirror:
-  <= 1.5x that of a 5k-step run; its peak RSS <= 150 MB;
+  <= 1.5x that of a 5k-step run; its peak RSS <= 150 MB; the same for ``--once`` (the series
+  table's blocks kept beside the mirror), and beside it ``--once`` without them (removed before
+  each: every value of every series read again, as each open did before they were kept);
 - the first frame of a 200k-step run (100 checkpoints) with its mirror: <= 1.0x a bare
   ``python`` that imports orjson and parses the history; without one (a fresh cache: a
   foreign run's first open, which also writes the mirror): <= 2x. Beside them, the floor of
@@ -92,6 +94,21 @@ def _long_history(steps: int) -> Path:
     return run
 
 
+def _mirror_of(run_dir: Path, cache: Path) -> Path:
+    """Where the console keeps the mirror of ``run_dir``'s history in ``cache``."""
+    from rundir.cache_dir import mirror_path
+
+    saved = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(cache)
+    try:
+        return mirror_path(run_dir / ".loss.json")
+    finally:
+        if saved is None:
+            del os.environ[CACHE_ENV]
+        else:
+            os.environ[CACHE_ENV] = saved
+
+
 def _console(tmp: Path) -> list[Result]:
     import subprocess
 
@@ -118,19 +135,42 @@ def _console(tmp: Path) -> list[Result]:
         peaks.append(peak)
         return seconds
 
-    def once(run_dir: Path, cache: Path) -> None:
+    once_peaks: dict[bool, list[int]] = {True: [], False: []}
+
+    def once(run_dir: Path, cache: Path, kept: bool = True) -> None:
+        """``andrea-console RUN --once``; its peak RSS noted. ``kept=False``: without the series
+        table's blocks kept beside the mirror (removed first: every value read again, as each
+        open did before they were kept)."""
+        if not kept:
+            Path(str(_mirror_of(run_dir, cache)) + ".series.json").unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT), CACHE_ENV: str(cache)}
-        subprocess.run([sys.executable, "-m", "console", str(run_dir), "--once"], cwd=ROOT, env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        child = subprocess.Popen([sys.executable, "-m", "console", str(run_dir), "--once"], cwd=ROOT, env=env,
+                                 stdout=subprocess.DEVNULL)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        assert child.returncode == 0, child.returncode
+        if run_dir == long_run:
+            once_peaks[kept].append(usage.ru_maxrss * 1024)
 
     ours, base, ratio = paired_ratio(long_frame, lambda: spawn(short_run, cache)[0], repeat=5)
     results = [Result("mirror", f"console first frame, {CONSOLE_LONG:,} steps, valid mirror", ours, "s", base,
                       f"{SHORT:,} steps", ratio, "<= 1.50x", ratio <= 1.5),
                Result("mirror", f"console first frame's peak RSS, {CONSOLE_LONG:,} steps", max(peaks) / 1e6, "MB",
                       target="<= 150 MB", met=max(peaks) <= 150e6)]
+    once(long_run, cache)                                    # the series table's blocks kept (untimed)
+    once_peaks[True].clear()
     ours, base, ratio = paired_ratio(lambda: once(long_run, cache), lambda: once(short_run, cache), repeat=5)
     results.append(Result("mirror", f"--once (process), {CONSOLE_LONG:,} steps, valid mirror", ours, "s", base,
                           f"{SHORT:,} steps", ratio, "<= 1.50x", ratio <= 1.5))
+    results.append(Result("mirror", f"--once's peak RSS, {CONSOLE_LONG:,} steps, valid mirror",
+                          max(once_peaks[True]) / 1e6, "MB", target="<= 150 MB", met=max(once_peaks[True]) <= 150e6))
+    ours, base, ratio = paired_ratio(lambda: once(long_run, cache, kept=False), lambda: once(short_run, cache),
+                                     repeat=3)
+    results.append(Result("mirror", f"(before) --once, {CONSOLE_LONG:,} steps, valid mirror, no series blocks kept",
+                          ours, "s", base, f"{SHORT:,} steps", ratio))
+    results.append(Result("mirror", f"(before) --once's peak RSS, {CONSOLE_LONG:,} steps, no series blocks kept",
+                          max(once_peaks[False]) / 1e6, "MB"))
+    once(long_run, cache)                                    # kept again for what follows
     big = make_big_run(tmp)
     history = str(big / ".loss.json")
 

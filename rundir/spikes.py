@@ -20,7 +20,11 @@ Two choices keep the detector exact and cheap (1M steps in a few tens of millise
 
 :func:`find_spikes` reads a whole history; :class:`SpikeDetector` is fed the growing
 history refresh after refresh and gives the same answer, at a cost proportional to
-the rows added (plus one baseline block), however long the history is.
+the rows added (plus one baseline block), however long the history is. Its memory is
+bounded too: it keeps only the finite losses the rows to come are measured against (the
+baseline window of the current block, about 1.5 W of them), what it found (the flagged
+steps, the non-finite ones) and the steps with no loss; a rewind to before that window reads
+the finite losses its baseline needs again from the history's columns it is given.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from .config import DEFAULT_K, DEFAULT_WINDOW, MIN_WINDOW  # noqa: F401  (W and 
 from .history.records import nonfinite_mask
 
 MAD_FLOOR = 1e-3            # the MAD of a flat loss, relative to its median
+READ_ROWS = 1 << 16         # new rows are read a chunk of this many at a time
+TRIM_AT = 1 << 12           # the window's forgotten front is cut once it is this long (and as long as the rest)
 _MAD_FLOOR_ABS = 1e-12
 
 
@@ -132,9 +138,15 @@ class SpikeDetector:
     def _reset(self) -> None:
         self._rows = 0                                   # rows of the columns read
         self._last_step: int | None = None               # the step of the last row read
-        self._finite = _Growing(np.float64)              # the finite losses read, in order
-        self._finite_steps = _Growing(np.int64)          # the step of each
+        # The finite losses read, in order, from finite index ``_base`` on (the window the
+        # next rows are measured against: see _trim), and the step of each; ``_count`` of them
+        # were read in all.
+        self._finite = _Growing(np.float64)
+        self._finite_steps = _Growing(np.int64)
+        self._base = 0
+        self._count = 0
         self._nonfinite = _Growing(np.int64)             # steps of non-finite losses
+        self._absent = _Growing(np.int64)                # steps with no loss (neither finite nor not)
         self._flag_index = _Growing(np.int64)            # finite indices of flagged steps
         self._flag_step = _Growing(np.int64)
         self._flag_loss = _Growing(np.float64)
@@ -154,9 +166,10 @@ class SpikeDetector:
             rows = 0
         if changed_from is not None and rows and changed_from <= self._last_step:
             rows = int(np.searchsorted(steps[:rows], changed_from))
-            self._rewind(int(steps[rows]) if rows < n else changed_from)
-        if rows < n:
-            self._read(np.asarray(steps[rows:n], np.int64), np.asarray(losses[rows:n], np.float64))
+            self._rewind(int(steps[rows]) if rows < n else changed_from, rows, steps, losses)
+        for lo in range(rows, n, READ_ROWS):            # a chunk at a time: no copy of a long history
+            hi = min(n, lo + READ_ROWS)
+            self._read(np.asarray(steps[lo:hi], np.int64), np.asarray(losses[lo:hi], np.float64))
         self._rows = n
         self._last_step = int(steps[n - 1]) if n else None
         return self.version != version
@@ -167,11 +180,23 @@ class SpikeDetector:
         self._reset()
         self.version = version + bool(had)
 
-    def _rewind(self, first: int) -> None:
-        """Forget what was read from step ``first`` on."""
-        self._finite.keep(self._finite_steps.search(first))
-        self._finite_steps.keep(len(self._finite))
+    def _rewind(self, first: int, rows: int, steps: np.ndarray, losses: np.ndarray) -> None:
+        """Forget what was read from step ``first`` on: row ``rows`` of ``steps`` and ``losses``
+        (the rows before it are those read before). The finite losses before it that the next
+        rows are measured against and that the window no longer holds are read again from them."""
         dropped = self._nonfinite.keep(self._nonfinite.search(first))
+        self._absent.keep(self._absent.search(first))
+        # Every row before it is finite but for the non-finite and absent ones: no scan to count them.
+        self._count = rows - len(self._nonfinite) - len(self._absent)
+        start = self._window_start(self._count)
+        if start >= self._base:
+            self._finite.keep(self._count - self._base)
+            self._finite_steps.keep(self._count - self._base)
+        else:
+            values, where = _last_finite(steps, losses, rows, self._count - start)
+            self._finite.adopt(values)
+            self._finite_steps.adopt(where)
+            self._base = start
         flags = self._flag_step.search(first)
         dropped += self._flag_step.keep(flags)
         for column in (self._flag_index, self._flag_loss, self._flag_base):
@@ -183,24 +208,45 @@ class SpikeDetector:
         self._spikes = None
         self.version += 1
 
+    def _window_start(self, count: int) -> int:
+        """The first finite index the finite losses after the first ``count`` are measured
+        against: the start of the baseline of the block of finite index ``count`` (a multiple
+        of the stride, W/2, as every block's baseline starts at one)."""
+        stride = self.window // 2
+        return max(0, (max(count, self.window) - self.window) // stride * stride)
+
     def _read(self, steps: np.ndarray, losses: np.ndarray) -> None:
         ok = np.isfinite(losses)
         if not ok.all():
             bad = nonfinite_mask(losses)          # an absent loss is neither finite nor non-finite
+            self._absent.extend(steps[~ok & ~bad])
             if bad.any():
                 self._nonfinite.extend(steps[bad])
                 self._changed()
-        lo = len(self._finite)
+        lo = self._count
         self._finite.extend(losses[ok])
         self._finite_steps.extend(steps[ok])
-        finite = self._finite.view()
-        index, base = _flag(finite, max(lo, self.window), len(finite), self.window, self.k)
+        self._count += int(ok.sum())
+        finite, base = self._finite.view(), self._base
+        # The same blocks as over every finite loss: the window starts at a multiple of the stride.
+        index, baseline = _flag(finite, max(lo, self.window) - base, self._count - base, self.window, self.k)
         if len(index):
-            self._flag_index.extend(index)
+            self._flag_index.extend(index + base)
             self._flag_step.extend(self._finite_steps.view()[index])
             self._flag_loss.extend(finite[index])
-            self._flag_base.extend(base)
+            self._flag_base.extend(baseline)
             self._changed()
+        self._trim()
+
+    def _trim(self) -> None:
+        """Forget the finite losses no later row is measured against (those before the next
+        block's baseline), once they are as many as those kept: the window stays bounded."""
+        start = self._window_start(self._count)
+        if start - self._base > max(self._count - start, TRIM_AT):
+            cut = start - self._base
+            self._finite.drop_front(cut)
+            self._finite_steps.drop_front(cut)
+            self._base = start
 
     # -- results ---------------------------------------------------------------------
     @property
@@ -237,7 +283,7 @@ class SpikeDetector:
     def state_dict(self) -> dict[str, Any]:
         """The rows read and what was found in them, as JSON-able data."""
         return {"window": self.window, "k": self.k, "rows": self._rows, "last_step": self._last_step,
-                "finite": len(self._finite),
+                "finite": self._count,
                 **{name: getattr(self, f"_{name}").view().tolist() for name in self._STATE_COLUMNS}}
 
     @classmethod
@@ -249,21 +295,18 @@ class SpikeDetector:
         if rows > len(steps) or (rows and int(steps[rows - 1]) != last_step) or (not rows and last_step is not None):
             return None
         detector = cls(state["window"], state["k"])
-        read = np.asarray(losses[:rows], np.float64)
-        # Every row finite when it was scanned: the same rows (the caller's mirror says so) are
-        # not looked at again (a grad-norm column no plot shows stays unread).
-        ok = None if int(state["finite"]) == rows else np.isfinite(read)
-        if ok is None:
-            # The columns' own rows, borrowed (a 5M-step history's would be 80 MB copied): the
-            # history never changes rows it has shared, and the first rows appended here move
-            # them to an array of the detector's own.
-            detector._finite.borrow(read)
-            detector._finite_steps.borrow(np.asarray(steps[:rows], np.int64))
-        else:           # taken as they are (fresh arrays, this detector's alone), not copied once more
-            detector._finite.adopt(read[ok])
-            detector._finite_steps.adopt(np.asarray(steps[:rows], np.int64)[ok])
-        if len(detector._finite) != int(state["finite"]) or rows - len(detector._finite) != len(state["nonfinite"]):
+        count = int(state["finite"])
+        # Every row not finite is a non-finite one (a state with absent losses is not carried on).
+        if not 0 <= count <= rows or rows - count != len(state["nonfinite"]):
             return None
+        # Only the window the rows to come are measured against is read from the columns.
+        start = detector._window_start(count)
+        values, where = _last_finite(steps, losses, rows, count - start)
+        if len(values) != count - start:
+            return None
+        detector._finite.adopt(values)
+        detector._finite_steps.adopt(where)
+        detector._base, detector._count = start, count
         for name in cls._STATE_COLUMNS:
             column = getattr(detector, f"_{name}")
             column.extend(np.asarray(state[name], column.view().dtype))
@@ -305,6 +348,20 @@ class _Growing:
         self._data[self._n: need] = values
         self._n = need
 
+    def drop_front(self, n: int) -> None:
+        """Forget the first ``n`` values: the rest moved to the front, in room for twice as
+        many (a large read's room is given back)."""
+        rest = self.view()[n:]
+        room = 2 * max(len(rest), 1024)
+        if self._borrowed or len(self._data) > 2 * room:
+            grown = np.empty(room, self._data.dtype)
+            grown[: len(rest)] = rest
+            self.adopt(grown[: len(rest)])
+            self._data = grown
+            return
+        self._data[: len(rest)] = rest
+        self._n = len(rest)
+
     def keep(self, n: int) -> int:
         """Keep the first ``n`` values; how many were dropped."""
         dropped = max(0, self._n - n)
@@ -314,6 +371,26 @@ class _Growing:
     def search(self, value: int) -> int:
         """Where ``value`` would go in this (ascending) column."""
         return int(np.searchsorted(self.view(), value))
+
+
+def _last_finite(steps: np.ndarray, losses: np.ndarray, rows: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The last ``count`` finite losses of the first ``rows`` rows and their steps (fewer when
+    there are fewer), found looking back a chunk at a time (all of them finite: one slice)."""
+    values, where, found, end = [], [], 0, rows
+    chunk = max(count, 1)
+    while found < count and end > 0:
+        lo = max(0, end - chunk)
+        part = np.asarray(losses[lo:end], np.float64)
+        ok = np.isfinite(part)
+        values.append(part[ok])
+        where.append(np.asarray(steps[lo:end], np.int64)[ok])
+        found += len(values[-1])
+        end, chunk = lo, chunk * 2
+    if not values:
+        return np.empty(0, np.float64), np.empty(0, np.int64)
+    kept_values = np.concatenate(values[::-1])[-count:] if count else np.empty(0, np.float64)
+    kept_steps = np.concatenate(where[::-1])[-count:] if count else np.empty(0, np.int64)
+    return kept_values.copy(), kept_steps.copy()
 
 
 def _group(index: np.ndarray, steps: np.ndarray, losses: np.ndarray, baselines: np.ndarray) -> list[Spike]:

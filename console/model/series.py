@@ -33,6 +33,7 @@ import numpy as np
 from rundir.layout import EVENT_RESUME, EVENT_START
 from rundir.text import printable
 
+from .series_blocks import pulls_of
 from .units import FAMILY_SEP, unit_of
 
 if TYPE_CHECKING:
@@ -151,7 +152,8 @@ def arm_groups(h: "HistoryView") -> dict[str, np.ndarray]:
         groups: dict[str, np.ndarray] = {}
         if h.arm_column is not None and len(h.arm_column):
             named = np.array([i for i, arm in enumerate(h.arm_names) if arm], np.int64)
-            pulls = np.bincount(h.arm_column[h.arm_column >= 0], minlength=len(h.arm_names))[named]
+            kept = h.summaries.arm_pulls(h) if h.summaries is not None else None
+            pulls = (kept if kept is not None else pulls_of(h.arm_column, len(h.arm_names)))[named]
             drawn = named[pulls > 0]
             top = np.sort(named[np.argsort(-pulls, kind="stable")[:MAX_ARM_SERIES]]) \
                 if len(drawn) > MAX_ARM_SERIES else drawn

@@ -29,6 +29,7 @@ from .format import LINE_LIMIT, TRAINER_LABELS, printable  # noqa: F401 (TRAINER
 from .history_series import SeriesData, column as series_column, names as series_names, series_data
 from .levels import Level
 from .markers import Marker
+from .series_blocks import SeriesBlocks
 from .mirror_note import MIRROR_NOT_SAVED, MIRROR_NOTES, MIRROR_REBUILT, MirrorNote  # noqa: F401 (re-exported)
 
 # How a verification state reads on the dashboard.
@@ -126,6 +127,10 @@ class HistoryView:
     arm_names: tuple[str, ...] = ()
     # Every other series: lr, grad_norm, the step lines' other numeric keys, the eval series.
     series: SeriesData = field(default_factory=SeriesData, repr=False, compare=False)
+    # The series table's figures of every block of step lines, kept by the reader across views
+    # (:mod:`.series_blocks`), and which of its generations this view's rows are.
+    summaries: "SeriesBlocks | None" = field(default=None, repr=False, compare=False)
+    summary_generation: int = 0
 
     def series_names(self) -> list[str]:
         """Every series' name: ``loss``, ``lr``, ``grad_norm``, ``tokens``, ``time``, each

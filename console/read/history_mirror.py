@@ -40,9 +40,12 @@ from rundir.history.mirror import (MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, CrcAhe
                                    open_mirror, save_mirror, verify_covered)
 
 from ..model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT, MirrorNote
+from ..model.series_blocks import BLOCK_ROWS
 
 if TYPE_CHECKING:
     from rundir.spikes import SpikeDetector
+
+    from ..model.series_blocks import SeriesBlocks
 
 
 # Histories shorter than this get no mirror (read at use: tests mirror small histories).
@@ -52,6 +55,10 @@ MAX_DETECTOR_ITEMS = 100_000
 # A kept scan file larger than this is none of ours (100,000 items of a few dozen bytes).
 MAX_DETECTOR_BYTES = 32 << 20
 DETECTOR_SUFFIX = ".spikes.json"
+# The series table's blocks (console.model.series_blocks) kept beside the mirror.
+SUMMARY_SUFFIX = ".series.json"
+SUMMARY_VERSION = 1
+MAX_SUMMARY_BYTES = 16 << 20
 # The history's columns whose spike detectors are kept beside the mirror.
 DETECTED_COLUMNS = ("loss", "grad_norm")
 
@@ -76,6 +83,7 @@ class HistoryMirror:
         self._ahead: CrcAhead | None = None      # the CRC-32 of a history parsed whole, beside the parse
         self.just_saved = False                  # the last keep_up wrote the mirror
         self._kept: set[str] = set()             # the columns whose detectors are kept for this mirror
+        self._summaries_kept: Any = None         # what keep_summaries wrote last (the mirror, its blocks)
 
     def open(self) -> tuple[LossHistory, HistoryUpdate, MirrorNote | None]:
         """The history read to its end, from its mirror when that is valid; the update of the
@@ -88,10 +96,11 @@ class HistoryMirror:
                 self._ahead = CrcAhead(self.path)   # for the save that follows the parse
             if why is not None:
                 forget_mirror(history.path)        # refused once: not checked (and said) again
-                try:
-                    self._detector_path().unlink()
-                except OSError:
-                    pass
+                for kept in (self._detector_path(), self._summary_path()):
+                    try:
+                        kept.unlink()
+                    except OSError:
+                        pass
             return history, history.refresh(), MirrorNote(MIRROR_REBUILT, why) if why is not None else None
         self.mirrored_to = self.mirrored_offset = history._offset     # what it holds; the rest is parsed now
         self.mirrored_rows, self.source, self.opened_from = len(history), source, source
@@ -109,10 +118,11 @@ class HistoryMirror:
         """The mirror is not the history (a verification failed): remove it and what is kept
         beside it; the next :meth:`keep_up` writes it again from the history parsed anew."""
         forget_mirror(self.path)
-        try:
-            self._detector_path().unlink()
-        except OSError:
-            pass
+        for kept in (self._detector_path(), self._summary_path()):
+            try:
+                kept.unlink()
+            except OSError:
+                pass
         self.mirrored_to = self.mirrored_rows = self.mirrored_offset = None
         self.source = self.opened_from = None
         self._kept = set()
@@ -206,6 +216,43 @@ class HistoryMirror:
                 found[column] = detector
                 self._kept.add(column)
         return found
+
+    # -- the series table's blocks kept beside the mirror ---------------------------------------
+    def _summary_path(self) -> Path:
+        mirror = mirror_path(self.path)
+        return mirror.with_name(mirror.name + SUMMARY_SUFFIX)
+
+    def load_summaries(self, history: LossHistory, blocks: "SeriesBlocks") -> bool:
+        """Hand ``blocks`` the series table's blocks kept with the mirror this open used, for
+        the rows nothing changed since (:meth:`SeriesBlocks.good_rows`); whether there were any."""
+        if self.mirrored_rows is None or self.source is None:
+            return False
+        try:
+            kept = orjson.loads(read_cache_file(self._summary_path(), MAX_SUMMARY_BYTES))
+            if kept["source"] != self.source or kept["version"] != SUMMARY_VERSION or \
+                    kept["block_rows"] != BLOCK_ROWS or int(kept["rows"]) > self.mirrored_rows:
+                return False
+            blocks.adopt(history, blocks.blocks_of(kept), blocks.good_rows(history, kept))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False
+        return True
+
+    def keep_summaries(self, blocks: "SeriesBlocks") -> None:
+        """Keep ``blocks``' blocks of the rows the mirror holds beside it, when it holds more of
+        them than are kept; nothing is said when they cannot be written (the mirror's note is)."""
+        rows, source = self.mirrored_rows, self.source
+        if rows is None or source is None:
+            return
+        state = blocks.state(rows)
+        kept = (source.get("crc"), state["rows"], sorted((name, len(b)) for name, b in state["series"].items()))
+        if kept == self._summaries_kept or not state["rows"]:
+            return
+        self._summaries_kept = kept             # tried once per mirror and blocks
+        try:
+            atomic_write_bytes(self._summary_path(), orjson.dumps({"source": source, "version": SUMMARY_VERSION,
+                                                                   **state}), durable=False)
+        except (OSError, ValueError, TypeError):
+            pass
 
     def keep_detectors(self, history: LossHistory, detectors: "dict[str, SpikeDetector | None]") -> None:
         """Keep the detectors beside the mirror when one that read exactly what the mirror holds

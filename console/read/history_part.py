@@ -29,6 +29,7 @@ from ..model.findings import LISTED
 from ..model.history_series import series_data
 from ..model.levels import Level
 from ..model.mirror_note import MIRROR_NOT_SAVED, MIRROR_STALE, MirrorNote
+from ..model.series_blocks import SeriesBlocks
 from ..model.snapshot import HistoryView, Notice
 from .changes import event_notice
 from .detectors import HistoryFindings
@@ -120,6 +121,12 @@ class HistoryPart:
         self._verifier: threading.Thread | None = None  # the mirror's full check (verify_mirror)
         self._stale = False                     # it found the mirror stale: the next read re-reads
         self.verified: bool | None = None       # its answer (None: none yet, or it could not tell)
+        self.summaries = self._new_summaries()  # the series table's blocks, kept across views
+
+    def _new_summaries(self) -> SeriesBlocks:
+        blocks = SeriesBlocks()
+        blocks.on_computed = lambda done: self.mirror.keep_summaries(done)
+        return blocks
 
     def verify_mirror(self, on_stale: Callable[[], None]) -> bool:
         """Once the first frame is shown: check the mirror the first read used against every
@@ -174,6 +181,12 @@ class HistoryPart:
             restored = self.mirror.load_detectors(h, *self.findings.params(config))
             self.findings.detector = restored.get("loss", self.findings.detector)
             self.findings.grad_detector = restored.get("grad_norm", self.findings.grad_detector)
+            if not self.mirror.load_summaries(h, self.summaries):       # and the series table's blocks
+                self.summaries.follow(h, HistoryUpdate(reset=True))
+        else:
+            if reread:
+                self.summaries = self._new_summaries()
+            self.summaries.follow(h, update)
         found = self.findings.update(h, update, config, now, notices, first)
         self.mirror.keep_detectors(h, {"loss": self.findings.detector, "grad_norm": self.findings.grad_detector})
         if prev is not None and not update.changed and prev.torn_tail == h.torn_tail and prev.error == h.error \
@@ -209,7 +222,8 @@ class HistoryPart:
             last_nonfinite_step=h.last_nonfinite_step if h.nonfinite else None, **self.findings.view_fields(),
             tokens_column=_frozen(tokens), time_column=_frozen(h.time), series=series_data(h, _frozen),
             silent_rewinds=tuple(silent[-LISTED:]), silent_rewind_count=len(silent), mirror=self._mirror_note,
-            arm_column=_frozen(h.arm), arm_names=tuple(h.arm_names))
+            arm_column=_frozen(h.arm), arm_names=tuple(h.arm_names), summaries=self.summaries,
+            summary_generation=self.summaries.generation)
 
     def _say(self, update: HistoryUpdate, now: float, notices: list[Notice], first: bool) -> None:
         """What this read found worth a notice: a history replaced, lines skipped, non-finite

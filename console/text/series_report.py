@@ -55,14 +55,12 @@ def series_list(h: HistoryView) -> list[dict[str, Any]]:
     first and last step that has one, and its summary over the whole history
     (:mod:`console.model.series_summary`: last, min, max, mean, best, with their steps), where
     a step the run left behind (a rollback abandoned it) counts for none but ``first_step``."""
-    from ..model.series_summary import series_rows
+    from ..model.series_summary import first_step, series_rows
 
     out = []
     for row in series_rows(h):
-        steps, values = series_values(h, row.name)
-        ok = np.flatnonzero(np.isfinite(values))
         out.append({"name": row.name, "label": row.label, "points": row.points,
-                    "first_step": int(steps[ok[0]]) if len(ok) else None,
+                    "first_step": first_step(h, row.name),
                     "last_step": row.last_step,
                     "unit": spec_of(row.name).unit, "last": _num(row.last), "min": _num(row.min),
                     "min_step": row.min_step, "max": _num(row.max), "max_step": row.max_step, "mean": _num(row.mean),
