@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from console.model.findings import summary_problems
 from console.read.reader import RunReader
 from console.tui.app import ConsoleApp
 from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog, LossPlot
@@ -54,7 +55,7 @@ async def test_a_reported_file_at_a_checkpoint_name_is_one_external_checkpoint(t
     check = console(run_dir, "--check")
     assert check.returncode == 0, check.stdout + check.stderr
     summary = summarize_run(run_dir)
-    assert summary.checkpoints == 0 and summary.newest_checkpoint is None and not summary.problems
+    assert summary.checkpoints == 0 and summary.newest_checkpoint is None and not summary_problems(summary)
     assert summary.newest_external is not None and summary.newest_external.path == "step_000010.bin"
     app = ConsoleApp(run_dir, watch=False, tick=None)
     async with app.run_test(size=SIZE) as pilot:

@@ -38,7 +38,7 @@ def test_json_and_once_speak_of_the_head(rolled_back):
     assert data["steps_per_s"] == pytest.approx(2.0) and data["eta_s"] == pytest.approx((3000 - HEAD) / 2.0)
     once = console(rolled_back, "--once").stdout
     assert f"step         {HEAD:,} · loss {data['last_loss']:.4f}" in once, once
-    assert f"{FROM - HEAD} step(s) after step {HEAD:,} are an earlier segment's" in once
+    assert f"{FROM - HEAD} steps after step {HEAD:,} are an earlier segment's" in once
     assert f"{FROM:,}" not in once.split("history")[0]
 
 
