@@ -63,6 +63,15 @@ def job_state(job_id: str) -> str:
     return job.state if job else "GONE"
 
 
+def start_requeued_now(job_id: str) -> None:
+    """A requeued job is eligible two minutes later (SLURM's delay for the node's cleanup): here
+    it may start as soon as it is pending again (before that, the update is refused)."""
+    wait_for(lambda: job_state(job_id) == "PENDING", timeout=120, what=f"job {job_id} pending again")
+    r = subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
 def elsewhere(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``andrea-console ARGS`` in a UTS namespace whose host name is not this one."""
     return subprocess.run(["unshare", "--uts", "sh", "-c", 'hostname login-node && exec "$@"', "sh", sys.executable,
@@ -221,9 +230,7 @@ exec {sys.executable} -m trainer {run} --checkpoint-every 100000
         assert limited.status == "complete" and limited.step == last_logged(run)
         r = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
-        # A requeued job is eligible two minutes later (SLURM's delay for the node's cleanup):
-        # here it may start now.
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True, timeout=60)
+        start_requeued_now(job_id)
         wait_for(lambda: len(events(run, "resume")) == 1 and last_logged(run) > limited.step + 20, timeout=180,
                  what="the requeued job training")
         job, _ = query_job(job_id)

@@ -14,7 +14,7 @@ import pytest
 from rundir import read_trainer_record
 from rundir.layout import STOP_REQUEUE
 from rundir.slurm import query_job
-from tests.slurm.test_jobs import EXAMPLES, elsewhere, job_end, job_env, job_state
+from tests.slurm.test_jobs import EXAMPLES, elsewhere, job_end, job_env, job_state, start_requeued_now
 from tests.trainer.trainer_runs import ROOT, events, step_lines, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
@@ -58,9 +58,7 @@ def test_lightning_keeps_its_requeue_and_the_console_checkpoints_and_stops_the_j
         hpc = run / "lightning" / "hpc_ckpt_1.ckpt"
         assert hpc.exists()
         wait_for(lambda: events(run, "stop"), timeout=60, what="the requeued job's stop")
-        # A requeued job is eligible two minutes later (SLURM's delay for the node's cleanup):
-        # here it may start now.
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True, timeout=60)
+        start_requeued_now(job_id)
         [stop] = events(run, "stop")
         assert stop["reason"] == STOP_REQUEUE
         reported = [e["path"] for e in events(run, "external_checkpoint")]
