@@ -33,14 +33,15 @@ lint: install
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=25
 
 bench: install
 	$(BIN)/python -m bench
 
 # The long reliability runs: the kill -9 campaign at 1,000 kills (about 1 h 30 min on 2 CPUs), the
-# readers' fuzzing at 10,000 cases a property, and the dashboard's memory on a live run for 30 minutes;
-# the figures are printed at the end.
+# readers' fuzzing at 10,000 cases a property, the SLURM torchrun job stopped and resubmitted 10
+# times (the suite runs 4), and the dashboard's memory on a live run for 30 minutes; the figures are
+# printed at the end.
 # Smaller: make soak KILL9_KILLS=5 FUZZ_EXAMPLES=200. The run directories stay in
 # SOAK_TMP afterwards (pytest's numbered temporary directories would be removed by the
 # next pytest run on this machine, even one running beside the soak).
@@ -50,10 +51,11 @@ SOAK_TMP ?= /tmp/andrea-soak
 # The dashboard's memory soak (bench soak): 30 minutes of 200 lines a second.
 SOAK_S ?= 1800
 soak: install
-	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:xdist -q \
-		--basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py \
+	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SLURM_STOP_CYCLES=10 $(BIN)/python -m pytest \
+		-p no:xdist -q --basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py \
 		tests/console/test_plot_any_float.py tests/rundir/test_mirror_hostile.py \
-		tests/rundir/test_mirror_shared.py
+		tests/rundir/test_mirror_shared.py \
+		"tests/slurm/test_jobs.py::test_a_torchrun_job_checkpointed_stopped_and_resubmitted_ends_completed_every_time"
 	ANDREA_SOAK_S=$(SOAK_S) $(BIN)/python -m bench soak
 
 screenshots: install
