@@ -393,7 +393,10 @@ def _from_file(path: Path, fd: int, st: os.stat_result, mfd: int, mst: os.stat_r
     columns: dict[str, Any] = {}
     for name, dtype, count, offset in header.columns:
         columns[name] = np.frombuffer(data, np.dtype(dtype), count, data_start + offset)
-    meta = {**raw["meta"], "path": str(path)}       # this history's, whatever the header says
+    # This history's path, whatever the header says; and the bytes after the covered ones (a
+    # torn tail when the mirror was written) are read again: they may have been completed in
+    # place since, the file no longer.
+    meta = {**raw["meta"], "path": str(path), "torn_tail": 0}
     return LossHistory.from_state_dict(meta, columns, adopt=True), None, raw["source"]
 
 

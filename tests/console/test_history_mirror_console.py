@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from console.read import history_mirror
@@ -74,6 +74,9 @@ operations = st.lists(st.tuples(st.sampled_from(["append", "append torn", "trunc
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                        HealthCheck.too_slow])
 @given(start=st.integers(1, 60), ops=operations)
+# The newline after the only line changed and changed back: the mirror made in between covers no
+# line and carried the torn tail's length, so the next console took the completed line as torn.
+@example(start=1, ops=[("flip", 1, 1.0, 0), ("flip", 1, 1.0, 0)])
 def test_the_console_shows_a_fresh_parse_whatever_is_done_behind_the_mirror(tmp_path_factory, start, ops):
     """Appended to, cut short (anywhere, even mid-line), a byte changed, rewritten in place,
     replaced by another file: after each, a console started afresh (which opens through the
