@@ -17,7 +17,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 CEILING_S = 60.0
-STACKS_S = 3.0          # how long the workers get to print their stacks
+DUMP_HEADER = "Current thread "     # faulthandler's line before the stack of the thread it interrupted
 
 
 class Job:
@@ -54,12 +54,23 @@ class Job:
 
     def stuck(self, what: str) -> AssertionError:
         """The job did not get to ``what``: every worker's stacks, then the job's output, as the failure."""
+        dumps = self.output().count(DUMP_HEADER)
         for worker in self.workers().values():
             try:
                 worker.send_signal(signal.SIGUSR2)
+                dumps += 1
             except psutil.Error:
                 pass
-        time.sleep(STACKS_S)
+        # faulthandler writes a dump at once, but a loaded machine may not run the worker for
+        # seconds: wait for every dump's header, then for the output to stop growing.
+        deadline = time.monotonic() + CEILING_S
+        seen = ""
+        while time.monotonic() < deadline:
+            text = self.output()
+            if text.count(DUMP_HEADER) >= dumps and text == seen:
+                break
+            seen = text
+            time.sleep(0.2)
         return AssertionError(f"the job did not get to {what} within its bound; its output, with the ranks' "
                               f"stacks (SIGUSR2):\n{self.output()[-12000:]}")
 
