@@ -17,7 +17,7 @@ from rundir import checkpoint_stamps
 from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, STOP_SIGNAL
 
 from ..model.checkpoint_wait import WaitEnd
-from ..read.landing import CheckpointRequest, landed_text
+from ..read.landing import AwaitedCheckpoint, landed_text
 from ..read.reader import RunReader
 from .supervise import send, wait_for_checkpoint, wait_for_exit
 
@@ -35,7 +35,7 @@ def request_checkpoint(run_dir: Path, reader: RunReader | None, say: Say, change
     trainer exited or ``timeout`` passed without one. Without it (another run of the
     overview's), this job waits for the checkpoint and says what came of it. Both tell a
     landing and say it as :mod:`console.read.landing` does."""
-    request = CheckpointRequest(time.time(), checkpoint_stamps(run_dir), timeout=timeout)
+    request = AwaitedCheckpoint(time.time(), checkpoint_stamps(run_dir), timeout=timeout)
     if reader is not None:
         reader.expect_checkpoint(request)
     result = send(run_dir, CHECKPOINT_SIGNAL, request.baseline)

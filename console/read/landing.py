@@ -10,7 +10,7 @@ as it was when the signal was sent (:func:`lands`: its stamp differs from the re
 baseline, as :func:`rundir.newest_complete_since` finds it). Or when the trainer reports one
 in its own format at or after the signal (:func:`answers`, :class:`ExternalSince`).
 
-- The dashboard's reader keeps its requests in a :class:`CheckpointRequests` and settles
+- The dashboard's reader keeps its requests in a :class:`AwaitedCheckpoints` and settles
   them at each read (it looks at the checkpoints anyway).
 - The overview's job for another run and the command line poll for the landing
   (:func:`console.actions.supervise.wait_for_checkpoint`) with the same tests.
@@ -44,9 +44,11 @@ REQUEST_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True, eq=False)
-class CheckpointRequest:
-    """A SIGUSR1 sent at ``sent_at``, when the checkpoints were ``baseline``, to trainer
-    ``pid`` (set once it was sent); unanswered after ``timeout`` seconds it is said so."""
+class AwaitedCheckpoint:
+    """A checkpoint the console asked for and awaits (not the contract's request file,
+    :class:`rundir.checkpoint_request.CheckpointRequest`): a SIGUSR1 sent at ``sent_at``, when
+    the checkpoints were ``baseline``, to trainer ``pid`` (set once it was sent); unanswered
+    after ``timeout`` seconds it is said so."""
 
     sent_at: float
     baseline: dict[str, CheckpointStamp] = field(default_factory=dict)
@@ -54,7 +56,7 @@ class CheckpointRequest:
     timeout: float = REQUEST_TIMEOUT_S
 
 
-def lands(request: CheckpointRequest, name: str, stamp: CheckpointStamp | None) -> bool:
+def lands(request: AwaitedCheckpoint, name: str, stamp: CheckpointStamp | None) -> bool:
     """Whether complete checkpoint ``name``, now at ``stamp``, answers ``request``: it was
     written or completed since the signal."""
     return request.baseline.get(name) != stamp
@@ -171,31 +173,31 @@ class AnswerSince:
         return self._name
 
 
-class CheckpointRequests:
+class AwaitedCheckpoints:
     """The dashboard's requests waiting for their checkpoint. Safe to change from any thread
     (the signal's job) while one thread reads (:meth:`settle`)."""
 
     def __init__(self) -> None:
-        self._requests: list[CheckpointRequest] = []
+        self._requests: list[AwaitedCheckpoint] = []
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
         return bool(self._requests)
 
-    def expect(self, request: CheckpointRequest) -> None:
+    def expect(self, request: AwaitedCheckpoint) -> None:
         with self._lock:
             self._requests.append(request)
 
-    def forget(self, request: CheckpointRequest) -> None:
+    def forget(self, request: AwaitedCheckpoint) -> None:
         with self._lock:
             self._requests = [r for r in self._requests if r is not request]
 
-    def sent(self, request: CheckpointRequest, pid: int | None) -> None:
+    def sent(self, request: AwaitedCheckpoint, pid: int | None) -> None:
         with self._lock:
             self._requests = [replace(r, pid=pid) if r is request else r for r in self._requests]
 
     def settle(self, prev: RunSnapshot | None, snap: RunSnapshot, now: float,
-               stamp_of: Callable[[str], CheckpointStamp | None]) -> tuple[dict[str, CheckpointRequest],
+               stamp_of: Callable[[str], CheckpointStamp | None]) -> tuple[dict[str, AwaitedCheckpoint],
                                                                             list[CheckpointWait]]:
         """Which requested checkpoints ``snap`` shows landed (``{file name or recorded path:
         request}``), and the requests that ended unanswered: their trainer gone, or past
@@ -203,10 +205,10 @@ class CheckpointRequests:
         with self._lock:                    # held throughout: a request is sent (given its pid) meanwhile
             if not self._requests:          # the common read: nothing asked, no checkpoint looked at
                 return {}, []
-            answered: dict[str, CheckpointRequest] = {}
+            answered: dict[str, AwaitedCheckpoint] = {}
             settled: set[int] = set()        # every request a landing answers (several c within a step: one file)
 
-            def land(name: str, requests: list[CheckpointRequest]) -> None:
+            def land(name: str, requests: list[AwaitedCheckpoint]) -> None:
                 if requests:
                     answered[name] = requests[0]
                     settled.update(id(r) for r in requests)

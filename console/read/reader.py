@@ -47,7 +47,7 @@ from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Not
 from .changes import describe_changes
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
-from .landing import CheckpointRequest, CheckpointRequests
+from .landing import AwaitedCheckpoint, AwaitedCheckpoints
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .probe import TrainerProbe
@@ -143,7 +143,7 @@ class RunReader:
         self._history = HistoryPart(self.run_dir / LOSS_JSON, prefetch, self.findings)
         self._snapshot: RunSnapshot | None = None
         self.log = LogTail(self.run_dir / TRAINER_LOG)
-        self.requests = CheckpointRequests()     # the checkpoints asked for, settled at each read
+        self.requests = AwaitedCheckpoints()     # the checkpoints asked for, settled at each read
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
         self._said: dict[str, bool] = {}      # the trainer's word of its newest checkpoints (its history)
         self._storage_at = 0.0
@@ -167,16 +167,16 @@ class RunReader:
         (:meth:`HistoryPart.verify_mirror`); ``on_stale`` asks for a read of the history."""
         return self._history.verify_mirror(on_stale)
 
-    def expect_checkpoint(self, request: CheckpointRequest) -> None:
+    def expect_checkpoint(self, request: AwaitedCheckpoint) -> None:
         """A checkpoint was requested (SIGUSR1 sent): the read that sees it land says so, once,
         in its notice. Safe to call from any thread."""
         self.requests.expect(request)
 
-    def forget_checkpoint(self, request: CheckpointRequest) -> None:
+    def forget_checkpoint(self, request: AwaitedCheckpoint) -> None:
         """The request was not sent after all."""
         self.requests.forget(request)
 
-    def sent_checkpoint(self, request: CheckpointRequest, pid: int | None) -> None:
+    def sent_checkpoint(self, request: AwaitedCheckpoint, pid: int | None) -> None:
         """The request was sent to trainer ``pid``: a read that finds that trainer gone
         before the checkpoint lands says so."""
         self.requests.sent(request, pid)

@@ -14,7 +14,7 @@ import pytest
 
 from console.read.changes import UNFINISHED_S, describe_changes
 from console.model.checkpoint_wait import CheckpointWait, WaitEnd
-from console.read.landing import CheckpointRequest, landed_text
+from console.read.landing import AwaitedCheckpoint, landed_text
 from console.read.reader import RunReader
 from rundir.history.records import HistoryEvent
 from rundir.layout import CHECKPOINTS
@@ -61,7 +61,7 @@ def test_a_live_trainers_bin_before_its_json_is_one_landing_said_complete(tmp_pa
 
 def test_a_requested_checkpoint_is_said_landed_whichever_read_saw_its_bin(tmp_path):
     before, bin_only, complete = (with_trainer(s, "running") for s in landing_reads(tmp_path, 1.0))
-    request = CheckpointRequest(sent_at=WRITTEN - 0.5)
+    request = AwaitedCheckpoint(sent_at=WRITTEN - 0.5)
     requested = {"step_000200.bin": request}
     expected = ["requested checkpoint landed, 1.5 s after the signal: step_000200.bin (step 200, 11.7 KiB, complete)"]
     assert texts(describe_changes(bin_only, complete, WRITTEN + 1.0, requested)) == expected
@@ -93,7 +93,7 @@ def test_every_request_one_checkpoint_answers_is_settled_and_a_remote_trainer_is
     first one was left waiting, and said unanswered after 10 minutes); a trainer on another
     host, asked through the request file, is never signallable here and is waited for, not
     said to have exited."""
-    from console.read.landing import CheckpointRequests
+    from console.read.landing import AwaitedCheckpoints
 
     before, _, complete = (with_trainer(s, "running") for s in landing_reads(tmp_path, 1.0))
     pid = 4242
@@ -105,11 +105,11 @@ def test_every_request_one_checkpoint_answers_is_settled_and_a_remote_trainer_is
               HistoryEvent("checkpoint", 200, WRITTEN, 0, {"path": "step_000200.bin", "reason": "signal"}))
     complete = dataclasses.replace(complete, history=dataclasses.replace(
         complete.history, events=tuple(e for e in complete.history.events if e.event != "checkpoint") + answer))
-    requests = CheckpointRequests()
+    requests = AwaitedCheckpoints()
     baseline = {"step_000100.bin": ("as it was",)}                   # the older checkpoint, unchanged
     stamp_of = lambda name: baseline.get(name, ("written since",))       # noqa: E731
-    first = CheckpointRequest(sent_at=WRITTEN - 0.5, baseline=baseline)
-    second = CheckpointRequest(sent_at=WRITTEN - 0.4, baseline=baseline)
+    first = AwaitedCheckpoint(sent_at=WRITTEN - 0.5, baseline=baseline)
+    second = AwaitedCheckpoint(sent_at=WRITTEN - 0.4, baseline=baseline)
     for request in (first, second):
         requests.expect(request)
         requests.sent(request, pid)
@@ -117,7 +117,7 @@ def test_every_request_one_checkpoint_answers_is_settled_and_a_remote_trainer_is
     assert list(answered) == ["step_000200.bin"] and ended == [] and not requests
 
     remote = with_trainer(before, "remote")
-    waiting, asked = CheckpointRequests(), CheckpointRequest(sent_at=WRITTEN)
+    waiting, asked = AwaitedCheckpoints(), AwaitedCheckpoint(sent_at=WRITTEN)
     waiting.expect(asked)
     waiting.sent(asked, pid)
     answered, ended = waiting.settle(remote, with_trainer(remote, "remote"), WRITTEN + 1.0, lambda name: None)
