@@ -215,10 +215,11 @@ def test_a_hugging_face_trainer_that_fails_is_said_as_an_error(tmp_path):
     assert check.returncode == 2 and "the trainer stopped with an error" in check.stdout, check.stdout
 
 
-HF_RESUMED = '''
-import os, sys
+# A tiny GPT-2 on a few tokens, for the Hugging Face scripts below.
+HF_TINY = '''
+import os, signal, sys
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 from rundir.integrations.transformers import RundirCallback
 
 class Tokens(torch.utils.data.Dataset):
@@ -228,9 +229,14 @@ class Tokens(torch.utils.data.Dataset):
         ids = torch.arange(8) % 16
         return {"input_ids": ids, "labels": ids}
 
-def trainer(steps):
+def tiny_gpt2():
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=1))
+    return GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=1))
+'''
+
+HF_RESUMED = HF_TINY + '''
+def trainer(steps):
+    model = tiny_gpt2()
     args = TrainingArguments(output_dir=os.path.join(sys.argv[1], "checkpoints"), max_steps=steps,
                              per_device_train_batch_size=4, logging_steps=1, save_steps=2, report_to=[],
                              use_cpu=True, disable_tqdm=True)
@@ -253,26 +259,13 @@ def test_a_hugging_face_resume_from_the_newest_checkpoint_names_it(tmp_path):
     assert "resume from step 4 (checkpoints/checkpoint-4)" in (run_dir / TRAINER_LOG).read_text()
 
 
-HF_SIGNALLED = '''
-import os, signal, sys
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
-from rundir.integrations.transformers import RundirCallback
-
-class Tokens(torch.utils.data.Dataset):
-    def __len__(self):
-        return 64
-    def __getitem__(self, i):
-        ids = torch.arange(8) % 16
-        return {"input_ids": ids, "labels": ids}
-
+HF_SIGNALLED = HF_TINY + '''
 class Usr1(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step == 4:          # during the fifth step: taken at its end
             os.kill(os.getpid(), signal.SIGUSR1)
 
-torch.manual_seed(0)
-model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=1))
+model = tiny_gpt2()
 args = TrainingArguments(output_dir=os.path.join(sys.argv[1], "checkpoints"), max_steps=8,
                          per_device_train_batch_size=4, logging_steps=1, save_strategy="no", report_to=[],
                          use_cpu=True, disable_tqdm=True)
