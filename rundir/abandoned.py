@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .history import HistoryEvent
+from .history.records import HistoryEvent
 from .layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
 
 
@@ -70,6 +70,15 @@ def live_pivot_steps(events: Iterable[HistoryEvent]) -> list[int]:
     events = list(events)
     return [ev.step for ev in events if ev.event == EVENT_PIVOT and isinstance(ev.step, int)
             and rolled_back_past(events, ev.step, ev.time) is None]
+
+
+def abandoned_pivot_archives(events: Iterable[HistoryEvent]) -> set[str]:
+    """The archives of the pivots a rollback went back past (each ``pivot`` event names its
+    archive): the run no longer stands on them. By archive, not by step: a pivot done again at
+    the same step after the rollback is another pivot, and the one the run stands on."""
+    events = list(events)
+    return {ev.data["archive"] for ev in events if ev.event == EVENT_PIVOT and isinstance(ev.step, int)
+            and isinstance(ev.data.get("archive"), str) and rolled_back_past(events, ev.step, ev.time) is not None}
 
 
 def run_head(head_step: int | None, events: Sequence[HistoryEvent], rows_read: int) -> int | None:

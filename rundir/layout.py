@@ -173,6 +173,7 @@ EVENT_PIVOT = "pivot"
 EVENT_ZOMBIE = "zombie"
 EVENT_STOP = "stop"
 STOP_ERROR = "error"                # a stop event's reason that starts with it: the trainer failed ("error: OSError")
+STOP_NONFINITE = "nonfinite"        # a stop event's reason: a safety policy stopped a diverged run (trainer/train.py)
 STOP_REQUEUE = "requeue"            # a stop event's reason: a framework saved and requeued its SLURM job (Lightning)
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"

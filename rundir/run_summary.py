@@ -33,7 +33,8 @@ from .filesystems import fresh_stamp
 from .history import HistoryEvent, read_history_tail
 from .history.records import nonfinite_mask
 from .layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON,
-                     PIVOT_JOURNAL, ROLLBACK_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON, is_checkpoint_bin, is_temporary)
+                     PIVOT_JOURNAL, ROLLBACK_JOURNAL, RUN_TOML, STATE_JSON, STOP_NONFINITE, TRAINER_JSON,
+                     is_checkpoint_bin, is_error_stop, is_temporary)
 from .pivot_files import read_journal, unfinished_text
 from .process import Verification, verify_trainer
 from .ranks import RankStatus, judge_ranks, read_ranks
@@ -82,7 +83,7 @@ class RunSummary:
     disk_approximate: bool
     last_activity: float                # newest mtime among the history, checkpoints, record and directory
     history_format: str | None
-    finished: bool = False              # the history's last event is a clean stop
+    finished: bool = False              # the history's last event is a clean stop (finished_cleanly)
     # The newest checkpoint in the trainer's own format (a run API loop's) that the history's
     # tail reports; the overview shows it where the run has none of ours.
     newest_external: ExternalCheckpoint | None = None
@@ -153,6 +154,15 @@ def stopped(events: Sequence[HistoryEvent]) -> bool:
     return False
 
 
+def finished_cleanly(events: Sequence[HistoryEvent]) -> bool:
+    """Whether the history's last event is a ``stop`` that says the trainer ended as it meant
+    to (not an error, nor a safety policy's stop): the overview's "finished"."""
+    if not events or events[-1].event != EVENT_STOP:
+        return False
+    reason = events[-1].data.get("reason")
+    return not is_error_stop(reason) and reason != STOP_NONFINITE
+
+
 def failed_checkpoint_event(events: Sequence[HistoryEvent], newest_step: int | None) -> HistoryEvent | None:
     """The newest ``checkpoint_failed`` event not yet followed by a checkpoint on disk (the
     newest's step is ``newest_step``), and not before the trainer's last start."""
@@ -169,7 +179,7 @@ def safety_stop_event(events: Sequence[HistoryEvent]) -> HistoryEvent | None:
     """The trainer's last ``stop`` event, when a safety policy (divergence) made it."""
     for ev in reversed(events):
         if ev.event == EVENT_STOP:
-            return ev if ev.data.get("reason") == "nonfinite" else None
+            return ev if ev.data.get("reason") == STOP_NONFINITE else None
         if ev.event in (EVENT_START, EVENT_RESUME):
             return None
     return None
@@ -322,7 +332,7 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     eta = eta_seconds(max_steps, last_step, rate) if v.ok else None
     tokens = int(tail.tokens[-1]) if len(tail.tokens) and tail.tokens[-1] >= 0 else None
     used, approximate = directory_size(run)
-    finished = bool(tail.events) and tail.events[-1].event == EVENT_STOP and not v.ok
+    finished = finished_cleanly(tail.events) and not v.ok
     return RunSummary(
         run, run.name, v.state, v.reason, v.record.pid if v.record else None, last_step, _ema(tail.loss), rate, tokens,
         max_steps, eta, newest, n_checkpoints, used, approximate, last_activity, tail.format, finished,

@@ -37,7 +37,7 @@ PATTERN_CONSTANTS = {"TMP_PREFIX", "CHECKPOINT_PREFIX", "CHECKPOINT_SUFFIX", "SI
 RANK_PLACEHOLDER = "NNNNN"
 # String constants of layout.py that name no file: the signal label of a taken checkpoint request,
 # the stop event's reasons.
-NOT_FILE_NAMES = {"CHECKPOINT_REQUESTED", "STOP_ERROR", "STOP_REQUEUE"}
+NOT_FILE_NAMES = {"CHECKPOINT_REQUESTED", "STOP_ERROR", "STOP_NONFINITE", "STOP_REQUEUE"}
 
 
 # -- reading markdown ------------------------------------------------------------------

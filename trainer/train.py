@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import torch
 
-from rundir.layout import EVENT_EVAL, EVENT_SIGNAL, EVENT_STOP
+from rundir.layout import EVENT_EVAL, EVENT_SIGNAL, EVENT_STOP, STOP_NONFINITE
 from rundir.rank_heartbeat import NO_HEARTBEAT, NoHeartbeat, RankHeartbeat
 from rundir.retention import RetentionPolicy
 from trainer.checkpointer import Checkpointer, resume_hint
@@ -242,6 +242,6 @@ def _diverged(state: TrainingState, out: RunOutputs, ckpt: Checkpointer, guard: 
         saved = f"no checkpoint could be written; {resume_hint(out.run_dir)}"
     message = (f"{guard.in_a_row} non-finite steps in a row (run.max_nonfinite = {guard.limit}): the run diverged; "
                f"{saved}; lower the learning rate or resume from an earlier checkpoint")
-    out.event(EVENT_STOP, state.step, f"stopping: {message}", reason="nonfinite", in_a_row=guard.in_a_row,
+    out.event(EVENT_STOP, state.step, f"stopping: {message}", reason=STOP_NONFINITE, in_a_row=guard.in_a_row,
               last_good_step=good)
     raise SafetyStop(message)

@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 
 from rundir import (CheckpointInfo, CheckpointStamp, LossHistory, RunConfig, Sample, checkpoint_stamps,
                     checkpoints_since, find_zombies, newest_per_arm, read_samples, read_state)
-from rundir.abandoned import live_pivot_steps
+from rundir.abandoned import abandoned_pivot_archives
 from rundir.checkpoint import said_checkpoints
 from rundir.identity import open_directory
 from rundir.external import external_checkpoints, reported_files
@@ -32,7 +32,7 @@ from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
 from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_EXTERNAL_CHECKPOINT,
-                           EVENT_PIVOT, EVENT_PRUNE, EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES,
+                           EVENT_PRUNE, EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES,
                            STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known)
 from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
 from rundir.ranks import judge_ranks, read_ranks
@@ -305,9 +305,8 @@ class RunReader:
     def _part_guided(self, read: _Read) -> dict:
         pivots, pending_pivot = read_pivots(self.run_dir)
         # A pivot a rollback went back past is abandoned: the run no longer stands on it.
-        gone = {ev.step for ev in read.values["history"].events if ev.event == EVENT_PIVOT} \
-            - set(live_pivot_steps(read.values["history"].events))
-        pivots = tuple(p for p in pivots if p.step not in gone)
+        gone = abandoned_pivot_archives(read.values["history"].events)
+        pivots = tuple(p for p in pivots if p.archive not in gone)
         return {"pivots": pivots, "pending_pivot": pending_pivot, "pending_rollback": pending_rollback(self.run_dir)}
 
     def _part_retention(self, read: _Read) -> dict:

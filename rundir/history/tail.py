@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import late_bytes
+from ..abandoned import run_head
 from ..safe_read import open_regular
 from . import limits
 from .blocks import detect_format
@@ -29,7 +30,8 @@ class HistoryTail:
     """The newest steps of a history (the last :data:`TAIL_BYTES` of the file) up to where
     the run is, as columns sorted by step, and its events in file order. ``complete`` is True
     when the whole file fit in the tail (the columns are then the whole history). Steps after
-    the head (the step of the newest step line), an earlier segment's that the current one has
+    the head (the step of the newest step line, or the one a rollback or resume after it went
+    back to: :func:`rundir.abandoned.run_head`), an earlier segment's that the current one has
     not run again, are not in the columns: ``steps_ahead`` counts them."""
 
     format: str | None
@@ -107,16 +109,21 @@ def _tail_window(fd: int, st: os.stat_result, max_bytes: int) -> HistoryTail:
     batch = _read_pieces(pieces)
     columns = batch.columns
     step = columns["step"]                         # in file order
+    events = tuple(event_of(record, line, row) for record, line, row in batch.events)
+    # Where the run is (rundir.abandoned.run_head): the newest step line's step, or the step a
+    # rollback or resume after every step line went back to.
+    at = run_head(int(step[-1]), events, len(step)) if len(step) else None
     # The newest line for a step wins (a resumed run writes its steps again), up to the head.
-    if len(step) < 2 or bool((step[1:] > step[:-1]).all()):
+    in_order = len(step) < 2 or bool((step[1:] > step[:-1]).all())
+    if at is None or in_order and at == step[-1]:
         kept, ahead = slice(None), 0               # in order, each step once: the usual case
     else:
         order = np.argsort(step, kind="stable")
         newest = order[np.append(step[order][1:] != step[order][:-1], True)]
-        kept = newest[step[newest] <= step[-1]]
+        kept = newest[step[newest] <= at]
         ahead = len(newest) - len(kept)
     return HistoryTail(fmt, step[kept], columns["loss"][kept], columns["tokens"][kept], columns["time"][kept],
-                       tuple(event_of(record, line) for record, line, _ in batch.events), size=size,
+                       events, size=size,
                        mtime=st.st_mtime, complete=start == 0, bad_lines=bad + len(batch.bad), torn_tail=torn,
                        steps_ahead=ahead)
 
