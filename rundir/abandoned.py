@@ -8,12 +8,14 @@ spike among them."""
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from .history.records import HistoryEvent
 from .layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
+
+if TYPE_CHECKING:       # the history's tail asks run_head where the run is: no import back at run time
+    from .history.records import HistoryEvent
 
 
 def head_rows(steps: np.ndarray, head_step: int | None) -> int:
