@@ -139,7 +139,9 @@ def test_a_rollback_past_a_pivot_warns_and_the_pivot_is_no_longer_listed(make_ru
     (archive / "pivot.json").write_text(json.dumps({"final_step": 450, "stage": "complete",
                                                    "new_policy": {"caps": {}, "floors": {}}}))
     with LossHistoryWriter(run / LOSS_JSON) as w:
-        w.event("pivot", step=450, time=EPOCH + 450.5, archive=archive.name, policy={}, old_policy={}, dropped=[])
+        # as andrea-train writes it: the archive relative to the run directory (layout.pivot_archive_name)
+        w.event("pivot", step=450, time=EPOCH + 450.5, archive=str(archive.relative_to(run)), policy={}, old_policy={},
+                dropped=[])
     assert "P = 450" in console(run, "--once").stdout
     assert "WARNING" not in propose_rollback(run, RollbackRequest(to_step=500)).describe()
     text = propose_rollback(run, RollbackRequest(to_step=300, skip_batches=0)).describe()
