@@ -23,6 +23,22 @@ from typing import Iterator
 import pytest
 
 
+def fill(disk: Path) -> Path:
+    """Every free byte of ``disk`` taken by one file (returned, to free it): a full disk."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (1 << 16, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
 def mount_tmpfs(where: Path, size: str) -> bool:
     """A real small tmpfs at ``where`` (created), for a full disk; False where none can be
     mounted (not root, no mount permission, not Linux). Undo it with ``umount -l``."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import math
-import os
 import subprocess
 import tempfile
 import time
@@ -44,7 +43,7 @@ from rundir.pivot_files import (PivotJournal, archive_sidecars, plan_policy, rem
 from rundir.rollback_files import RollbackJournal, remove_rollback_journal, set_aside_checkpoints
 from rundir.atomic import atomic_write_json
 from rundir.run_summary import summarize_run
-from tests.mounts import mount_tmpfs
+from tests.mounts import fill, mount_tmpfs
 
 TRAINER, RUN_API = "andrea-train", "run API"
 CADENCE = 10                # the trainer's checkpoint_every (and eval_every, which follows it)
@@ -69,22 +68,6 @@ def small_disk() -> Path | None:
             atexit.register(subprocess.run, ["umount", "-l", str(where)], capture_output=True)
         _disk.append(where if mounted else None)
     return _disk[0]
-
-
-def fill(disk: Path) -> Path:
-    """Every free byte of ``disk`` taken by one file (returned, to free it)."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        for size in (1 << 16, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * size)
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
-    return filler
 
 
 class RunLife(RuleBasedStateMachine):

@@ -29,6 +29,18 @@ CADENCE = 20
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+@contextlib.contextmanager
+def trainer_of(run: Path):
+    """``andrea-train RUN`` started; on leaving, killed if it still runs, and its pipes read."""
+    trainer = start_trainer(run)
+    try:
+        yield trainer
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+        trainer.communicate()
+
+
 def console_out(*args: object) -> tuple[int, str]:
     """The console's command line, as ``andrea-console ARGS`` runs it (its exit status and stdout)."""
     out = io.StringIO()
@@ -97,8 +109,7 @@ def rolled_back_and_past(run: Path, step: int) -> bool:
 
 
 def test_train_checkpoint_stop_resume_rollback_stop(run):
-    trainer = start_trainer(run)
-    try:
+    with trainer_of(run) as trainer:
         wait_for(lambda: steps_past(run, 2 * CADENCE + 5), 120, "steps past two checkpoints")
         # SIGUSR1: a checkpoint off the cadence, the run goes on.
         asked = len(events(run, "checkpoint"))
@@ -109,40 +120,26 @@ def test_train_checkpoint_stop_resume_rollback_stop(run):
         # SIGTERM: the final checkpoint, a clean stop.
         trainer.send_signal(signal.SIGTERM)
         assert trainer.wait(60) == 0
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-        trainer.communicate()
     first = views_agree(run)
     assert first["checkpoints"][-1] == first["step"]          # the stop's own checkpoint
 
     # A resume from it: the same run goes on; stopped again, every view at its new head.
-    trainer = start_trainer(run)
-    try:
+    with trainer_of(run) as trainer:
         wait_for(lambda: steps_past(run, first["step"] + 10), 120, "steps after the resume")
         trainer.send_signal(signal.SIGTERM)
         assert trainer.wait(60) == 0
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-        trainer.communicate()
     resumed = views_agree(run)
     assert events(run, "resume")[-1]["from_step"] == first["step"]
 
     # A rollback to the second cadence checkpoint through the console's command line (the
     # trainer is relaunched detached, as run.launch says), then a stop through --stop.
     x = 2 * CADENCE
-    trainer = start_trainer(run)
-    try:
+    with trainer_of(run) as trainer:
         wait_for(lambda: verify_trainer(run).ok and steps_past(run, resumed["step"] + 2), 120, "the trainer again")
         done = subprocess.run([sys.executable, "-m", "console", str(run), "--rollback", "--to", str(x), "--yes",
                                "--timeout", "120"], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         assert trainer.wait(60) == 0                           # the rollback's stop
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-        trainer.communicate()
     rollback = events(run, "rollback")[-1]
     assert rollback["to_step"] == x and rollback["from_step"] >= resumed["step"]
     wait_for(lambda: rolled_back_and_past(run, x + 5), 120, "the new segment")

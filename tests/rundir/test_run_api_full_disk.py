@@ -15,22 +15,9 @@ import pytest
 
 from rundir import RunError, open_run
 from rundir.layout import LOSS_JSON, TRAINER_JSON, TRAINER_LOG
-from tests.mounts import mount_tmpfs
+from tests.mounts import fill, mount_tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _fill(disk: Path) -> None:
-    fd = os.open(disk / "fill", os.O_WRONLY | os.O_CREAT)
-    try:
-        for size in (1 << 16, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * size)
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
 
 
 def test_open_run_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
@@ -38,7 +25,7 @@ def test_open_run_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
     if not mount_tmpfs(disk, "256k"):
         pytest.skip("cannot mount a tmpfs here (not root, or no mount permission)")
     try:
-        _fill(disk)
+        fill(disk)
         with pytest.raises(RunError) as err:
             open_run(disk / "run", config={"lr": 1e-3})
         said = str(err.value)
