@@ -146,7 +146,8 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
     if h.mirror is not None:
         lines.append(f"             {h.mirror.text()}")
     if h.steps_ahead:
-        lines.append(f"             {counted(h.steps_ahead, 'step')} after step {h.last_step:,} "
+        after = f" after step {h.last_step:,}" if h.last_step is not None else ""   # a rollback to step 0
+        lines.append(f"             {counted(h.steps_ahead, 'step')}{after} "
                      f"{'is' if h.steps_ahead == 1 else 'are'} an earlier segment's, "
                      "not run again yet (dimmed on the plot)")
     lines.extend(findings_lines(h))

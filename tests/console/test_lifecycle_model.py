@@ -34,7 +34,7 @@ from console.actions.alerts import check_report
 from console.model.series_summary import series_row
 from console.read.reader import RunReader
 from console.text.overview_report import newest_of, trainer_label
-from console.text.run_report import to_json
+from console.text.run_report import render_text, to_json
 from rundir import LossHistoryWriter, RunConfig, open_run, write_checkpoint, write_run_config
 from rundir.config import engine_config_text, load_run_config
 from rundir.layout import LOSS_JSON
@@ -383,6 +383,7 @@ class RunLife(RuleBasedStateMachine):
         if stopped:
             assert h.steps_per_s is None and h.eta_s is None
         self._json_agrees(snap)
+        self._once_agrees(snap)
         self._check_agrees(snap)
         self._overview_agrees(stopped)
 
@@ -393,6 +394,15 @@ class RunLife(RuleBasedStateMachine):
         assert [(e["path"], e["step"]) for e in report["external_checkpoints"]] == list(self.externals.items())
         assert [(p["step"], p["archive"]) for p in report["pivots"]] == self.pivots
         assert report["pending_pivot"] is None and report["pending_rollback"] is None
+
+    def _once_agrees(self, snap) -> None:
+        """``--once``: the step line at the head, and steps an earlier segment left past it said
+        (a rollback to step 0 leaves no step line at the head)."""
+        lines = render_text(snap, now=self.clock, width=80).splitlines()
+        step = f"{self.head:,}" if self.losses else "-"
+        assert [line for line in lines if line.startswith("step ")][0].split()[1] == step
+        ahead = [line for line in lines if "an earlier segment's" in line]
+        assert len(ahead) == (1 if snap.history.steps_ahead else 0), ahead
 
     def _check_agrees(self, snap) -> None:
         code, lines = check_report(snap)
@@ -436,6 +446,12 @@ def test_a_pivot_abandoned_by_a_rollback_and_done_again_at_the_same_step_is_the_
 def test_the_overview_is_at_the_step_a_rollback_went_back_to():
     """Until the resumed trainer logs a step, the overview's row named the abandoned head."""
     play(TRAINER, ("start",), ("train", 14), ("rollback_to", 10))
+
+
+def test_a_rollback_to_a_checkpoint_at_step_0():
+    """No step line at or before the head: ``--once`` named the steps ahead "after step None"
+    and raised."""
+    play(TRAINER, ("start",), ("stop_on_sigterm",), ("resume",), ("train", 5), ("rollback_to", 0))
 
 
 def test_a_run_that_stopped_with_an_error_is_not_finished():

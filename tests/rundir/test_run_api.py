@@ -193,7 +193,10 @@ def test_a_kill_9_leaves_a_history_read_with_at_most_a_torn_tail(tmp_path):
         assert run.last_step == int(h.step[-1])
         run.log(run.last_step + 1, loss=0.5)
     again = history(run_dir)
-    assert again.bad_lines == 0 and int(again.step[-1]) == int(h.step[-1]) + 1
+    # A SIGKILL can cut a write between pages; the next writer ends that torn line first, so it
+    # is one unreadable line (docs/contract.md), never glued onto the resumed step.
+    assert again.bad_lines == (1 if h.torn_tail else 0) and int(again.step[-1]) == int(h.step[-1]) + 1
+    assert len(again.step) == len(h.step) + 1
 
 
 def test_importing_rundir_imports_no_framework():
