@@ -56,8 +56,8 @@ SOAK_S ?= 1800
 soak: install
 	KILL9_KILLS=$(KILL9_KILLS) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) SLURM_STOP_CYCLES=10 $(BIN)/python -m pytest \
 		-p no:xdist -q --basetemp=$(SOAK_TMP) tests/reliability/test_kill9.py tests/rundir/test_fuzz_readers.py \
-		tests/console/test_plot_any_float.py tests/rundir/test_mirror_hostile.py \
-		tests/rundir/test_mirror_shared.py \
+		tests/console/test_plot_any_float.py tests/console/test_mirror_hostile.py \
+		tests/console/test_mirror_shared.py \
 		"tests/slurm/test_jobs.py::test_a_torchrun_job_checkpointed_stopped_and_resubmitted_ends_completed_every_time"
 	ANDREA_SOAK_S=$(SOAK_S) $(BIN)/python -m bench soak
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.common import Result, paired_ratio
 from rundir import LossHistory, LossHistoryWriter
 from rundir.layout import LOSS_JSON
-from rundir.spikes import find_spikes
+from console.model.spikes import find_spikes
 from tests.rundirs import make_run
 
 STEPS = 1_000_000

@@ -1,4 +1,4 @@
-"""The history's columnar mirror (rundir/history/mirror.py): the reader's level, and the
+"""The history's columnar mirror (console/read/mirror_file.py): the reader's level, and the
 console's first frame through it.
 
 The console (each a fresh process from its spawn to the first full frame painted, headless,
@@ -58,7 +58,7 @@ def _write(path: Path, steps: int) -> None:
 
 
 def _open(path: Path, rows: int):
-    from rundir.history.mirror import open_history
+    from console.read.mirror_file import open_history
 
     def run() -> None:
         history, _, why = open_history(path, min_bytes=0)
@@ -96,7 +96,7 @@ def _long_history(steps: int) -> Path:
 
 def _mirror_of(run_dir: Path, cache: Path) -> Path:
     """Where the console keeps the mirror of ``run_dir``'s history in ``cache``."""
-    from rundir.cache_dir import mirror_path
+    from console.read.cache_dir import mirror_path
 
     saved = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(cache)
@@ -210,7 +210,7 @@ def run() -> list[Result]:
 
     from bench.common import Result, median_time, paired_ratio
     from rundir.history import LossHistory
-    from rundir.history.mirror import CrcAhead, open_history, save_mirror
+    from console.read.mirror_file import CrcAhead, open_history, save_mirror
     from tests.rundirs import make_run
 
     results = []

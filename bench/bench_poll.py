@@ -87,7 +87,7 @@ def watcher_share(tmp: Path) -> Result:
 
 def overview_share(tmp: Path) -> Result:
     from rundir import verify_trainer
-    from rundir.run_summary import RunsSummarizer
+    from console.read.run_summary import RunsSummarizer
     from console.read.runs_watcher import REFRESH_S
     from tests.rundirs import make_run
 

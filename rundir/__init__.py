@@ -7,7 +7,6 @@ One module per file kind:
 - :mod:`.checkpoint`  ``step_NNNNNN.bin`` / ``.json``: list, quick-validate, map, write
 - :mod:`.resume_record` ``step_NNNNNN.json`` (the resume contract) as a typed record
 - :mod:`.history`     ``.loss.json`` (a package): appender, incremental reader, tail reader, and the one rule for a line
-- :mod:`.spikes`      loss spikes in a history (rolling median and MAD, incremental)
 - :mod:`.resume_check` whether a resume re-ran its logged steps bit for bit
 - :mod:`.sidecars`    ``.state.json`` and ``.samples.json``
 - :mod:`.trainer_record` ``.trainer.json`` as a typed record, and whether a live process is the one it names
@@ -21,6 +20,9 @@ One module per file kind:
 - :mod:`.atomic`      atomic replacement, the only way these files are rewritten
 - :mod:`.safe_read`   bounded, non-blocking reads that never raise, the only way they are read
 - :mod:`.text`        :func:`~rundir.text.printable`: what any of them holds, made safe to show on a terminal
+
+What the console makes of these files (spikes, the overview's summaries, the history's mirror
+in the user's cache) is the console's: under console/, in its layers.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ class SamplesConfig:
         _check_int("samples.prompt_bytes", self.prompt_bytes, minimum=1)
 
 
-# [alerts] defaults (rundir.spikes uses them too; kept here, where no numpy is imported).
+# [alerts] defaults (console.model.spikes uses them too; kept here, where no numpy is imported).
 DEFAULT_WINDOW = 100        # W: finite steps in a spike baseline
 DEFAULT_K = 10.0            # k: MADs above the baseline's median that flag a step
 MIN_WINDOW = 8
@@ -154,7 +154,7 @@ MIN_WINDOW = 8
 
 @dataclass
 class AlertsConfig:
-    """Spike detection (:mod:`rundir.spikes`) and the guided rollback's margin.
+    """Spike detection (:mod:`console.model.spikes`) and the guided rollback's margin.
 
     ``window`` (W) finite steps make a baseline; a step more than ``k`` median absolute
     deviations above the baseline's median is flagged. A rollback proposes a checkpoint at

@@ -2,7 +2,7 @@
 
 A run directory is one that holds a history, a ``run.toml`` or a checkpoint (another
 engine's run may hold only some of them). Only directory listings: cheap enough for the
-command line to ask before it imports anything else. :mod:`rundir.run_summary` reads each.
+command line to ask before it imports anything else. :mod:`console.read.run_summary` reads each.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from rundir.cache_dir import CACHE_ENV
+from console.read.cache_dir import CACHE_ENV
 from tests.netfs import missing_requirements, mounted
 from tests.processes import stop_processes_naming
 from tests.rundirs import RunSpec, make_run

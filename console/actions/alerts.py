@@ -18,7 +18,7 @@ import os
 import signal
 import subprocess
 
-from rundir.spikes import DEFAULT_WINDOW
+from ..model.spikes import DEFAULT_WINDOW
 from rundir.text import strict_json_value
 
 from ..model.findings import LISTED, Finding

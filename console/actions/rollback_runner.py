@@ -40,7 +40,7 @@ from rundir.pivot_files import unfinished_text
 from rundir.rollback_files import (Loss, RollbackError, RollbackJournal, check_skip_batches, choose_checkpoint,
                                    lost_training, read_rollback_journal, set_aside_checkpoints,
                                    write_rollback_journal)
-from rundir.spikes import Spike, find_spikes
+from ..model.spikes import Spike, find_spikes
 
 from . import supervise
 from .guided_runner import JournalledRunner

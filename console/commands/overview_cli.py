@@ -31,7 +31,7 @@ def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int]
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         return code
     if args.once or args.json:
-        from rundir.run_summary import summarize_runs
+        from ..read.run_summary import summarize_runs
         from rundir.text import strict_json_value
 
         from ..text.overview_report import overview_json, render_overview_text

@@ -12,7 +12,7 @@ greps the console for that).
 :func:`derive_problems` is the problems list (one line a problem, most important first; many
 files or arms of one kind are one line that names a few and counts the rest).
 :func:`summary_problems` is the overview row's: the same findings, made by the same functions
-from what a run's cheap summary reads (rundir.run_summary: the history's tail, the newest
+from what a run's cheap summary reads (console.read.run_summary: the history's tail, the newest
 checkpoints), so the overview, ``--check`` and the problems pane agree.
 :func:`derive_alerts` is what is raised once to someone not looking at the screen: finer
 grained (a zombie arm, a spike, a run of non-finite steps each), with the key that makes it
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from rundir.text import counted
 from rundir.history import HistoryEvent, limits
-from rundir.spikes import Spike
+from .spikes import Spike
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON, is_error_stop
 
 from .format import LINE_LIMIT, TRAINER_LABELS, format_counter, format_size, idle_text, printable
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from rundir.checkpoint import CheckpointInfo
     from rundir.ranks import RankStatus
-    from rundir.run_summary import RunSummary
+    from .run_facts import RunSummary
     from rundir.storage import Storage
 
     from .snapshot import RunSnapshot

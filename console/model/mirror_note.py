@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .format import LINE_LIMIT, printable
 from .levels import Level
 
-# What a read did with the history's mirror (rundir.history.mirror) that is worth saying:
+# What a read did with the history's mirror (console.read.mirror_file) that is worth saying:
 # the mirror did not match the history and was made again, the cache could not be written
 # (the next start parses again), or a mirror used was found stale by its full check after
 # the first frame (the history was re-read from the file). A mirror used, or made for the

@@ -19,8 +19,8 @@ from rundir import CheckpointInfo, HistoryEvent, LossHistory, RunConfig, Sample
 from rundir.external import STATUS as EXTERNAL, ExternalCheckpoint
 from rundir.ranks import RankStatus, summary_line
 from rundir.resume_check import ResumeCheck
-from rundir.run_summary import failed_checkpoint_event, safety_stop_event
-from rundir.spikes import Spike
+from .run_facts import failed_checkpoint_event, safety_stop_event
+from .spikes import Spike
 from rundir.storage import Storage
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, is_error_stop
 
@@ -105,7 +105,7 @@ class HistoryView:
     loss: np.ndarray = field(repr=False, compare=False)
     rewinds: int = 0                    # how many reads found the history rewound or reset
     last_nonfinite_step: int | None = None
-    spikes: tuple[Spike, ...] = ()      # loss spikes (rundir.spikes), oldest first
+    spikes: tuple[Spike, ...] = ()      # loss spikes (console.model.spikes), oldest first
     nonfinite_steps: tuple[int, ...] = ()
     resume_checks: tuple[ResumeCheck, ...] = ()
     eta_s: float | None = None          # seconds to run.max_steps at the current segment's speed
@@ -122,7 +122,7 @@ class HistoryView:
     # that failed since); None: nothing to say.
     mirror: MirrorNote | None = None
     # The arms drawn, for the series of each arm's share and p (console.model.series).
-    grad_spikes: tuple[Spike, ...] = ()  # grad-norm spikes (rundir.spikes on grad_norm), oldest first
+    grad_spikes: tuple[Spike, ...] = ()  # grad-norm spikes (console.model.spikes on grad_norm), oldest first
     arm_column: np.ndarray | None = field(default=None, repr=False, compare=False)    # codes into arm_names
     arm_names: tuple[str, ...] = ()
     # Every other series: lr, grad_norm, the step lines' other numeric keys, the eval series.

@@ -13,7 +13,7 @@ from typing import Any
 from rundir import HistoryEvent, HistoryUpdate, LossHistory, RunConfig
 from rundir.layout import EVENT_RESUME, EVENT_ROLLBACK, EVENT_START
 from rundir.resume_check import ResumeCheck, check_resumes
-from rundir.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector
+from ..model.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector
 
 from ..model.snapshot import Notice
 

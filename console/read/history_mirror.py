@@ -1,4 +1,4 @@
-"""The console's use of the history's mirror (:mod:`rundir.history.mirror`): open a history
+"""The console's use of the history's mirror (:mod:`console.read.mirror_file`): open a history
 through it, say what happened to it, and keep it up as the history grows.
 
 The policy, :class:`HistoryMirror`:
@@ -10,14 +10,14 @@ The policy, :class:`HistoryMirror`:
   once. A mirror used is then verified whole (:meth:`HistoryMirror.verify`, the CRC-32 of
   every byte it covers: the dashboard does it in the background after its first frame).
 - **Writing** it (atomically, replacing the old one): when the history is at least
-  :data:`~rundir.history.mirror.MIN_MIRROR_BYTES` long and it had no mirror, the mirror was
+  :data:`~console.read.mirror_file.MIN_MIRROR_BYTES` long and it had no mirror, the mirror was
   refused, the history was replaced or shrank, or it has grown
-  :data:`~rundir.history.mirror.REWRITE_AFTER_BYTES` past what the mirror holds. Never at
+  :data:`~console.read.mirror_file.REWRITE_AFTER_BYTES` past what the mirror holds. Never at
   every read: writing a long run's mirror writes all of its columns.
 - **A cache that cannot be written** (read-only, full): the history is read as without a
   mirror, a note (:data:`~console.model.snapshot.MIRROR_NOT_SAVED`) says so once, and the
   write is tried again only after another ``REWRITE_AFTER_BYTES``.
-- **The spike detectors** of the loss and the grad-norm (:mod:`rundir.spikes`, a scan of
+- **The spike detectors** of the loss and the grad-norm (:mod:`console.model.spikes`, a scan of
   every step: about half a second each for 5M) are kept beside the mirror (``.spikes.json``:
   the flags and non-finite steps found) for exactly the rows the mirror holds, and carried on
   at the next open that uses that mirror with the same window and k, so that only the rows
@@ -34,16 +34,15 @@ from typing import TYPE_CHECKING, Any, Callable
 import orjson
 
 from rundir.atomic import atomic_write_bytes
-from rundir.cache_dir import mirror_path, read_cache_file
+from .cache_dir import mirror_path, read_cache_file
 from rundir.history import HistoryUpdate, LossHistory
-from rundir.history.mirror import (MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, CrcAhead, as_read, forget_mirror,
-                                   open_mirror, save_mirror, verify_covered)
+from .mirror_file import MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, CrcAhead, as_read, forget_mirror, open_mirror, save_mirror, verify_covered
 
 from ..model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT, MirrorNote
 from ..model.series_blocks import BLOCK_ROWS
 
 if TYPE_CHECKING:
-    from rundir.spikes import SpikeDetector
+    from ..model.spikes import SpikeDetector
 
     from ..model.series_blocks import SeriesBlocks
 
@@ -110,7 +109,7 @@ class HistoryMirror:
         """Whether every byte of the history that the mirror this open used covers is still
         the one it was made of (a full CRC-32: the sampled blocks of the open see no change
         between them); None when no mirror was used or it cannot be told (see
-        :func:`~rundir.history.mirror.verify_covered`). Any thread; reads the history only."""
+        :func:`~console.read.mirror_file.verify_covered`). Any thread; reads the history only."""
         source = self.opened_from
         return None if source is None else verify_covered(self.path, source, should_stop)
 
@@ -192,7 +191,7 @@ class HistoryMirror:
         self._kept = set()
         if self.mirrored_rows is None or self.source is None:
             return {}
-        from rundir.spikes import SpikeDetector
+        from ..model.spikes import SpikeDetector
 
         try:
             # Never through a symlink, never blocking on a FIFO, bounded; orjson caps nesting.

@@ -23,7 +23,7 @@ import numpy as np
 from rundir import HistoryUpdate, LossHistory, RunConfig
 from rundir.abandoned import head_rows, run_head
 from rundir.layout import EVENT_RESUME, EVENT_START, LOSS_JSON
-from rundir.run_summary import RATE_STEPS, eta_seconds, rate_per_s, stopped
+from ..model.run_facts import RATE_STEPS, eta_seconds, rate_per_s, stopped
 
 from ..model.findings import LISTED
 from ..model.history_series import series_data

@@ -27,7 +27,8 @@ from rundir.identity import open_directory
 from rundir.external import external_checkpoints, reported_files
 from rundir.config import RunSection
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
-from rundir.run_summary import RATE_STEPS, read_config, stall_threshold, trainer_stall
+from ..model.run_facts import RATE_STEPS, stall_threshold
+from .run_summary import read_config, trainer_stall
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
@@ -57,7 +58,7 @@ STORAGE_EVERY_S = 10.0
 
 # A verified trainer whose history has not grown for this long is shown as stalled: the
 # larger of STALL_MIN_S and STALL_STEPS median step times, unless --stall-after sets it
-# (rundir.run_summary.stall_threshold, which the overview uses too).
+# (console.model.run_facts.stall_threshold, which the overview uses too).
 
 # A sample is shown whole up to this many characters (its prompt up to PROMPT_CHARS); a
 # longer one, a runaway or hostile completion, is cut, saying how much was left out.
@@ -337,7 +338,7 @@ class RunReader:
 
     def _stall(self, trainer: TrainerView, now: float) -> TrainerView:
         """A verified trainer whose history, checkpoints and checkpoint temporaries stopped
-        changing (rundir.run_summary.trainer_stall, which the overview asks too)."""
+        changing (console.read.run_summary.trainer_stall, which the overview asks too)."""
         if trainer.state != "running":
             return replace(trainer, stalled_for=None, stall_threshold=None) if trainer.stalled_for else trainer
         stall = trainer_stall(self.run_dir, now, self.stall_threshold(), trainer.started, self._ckpt_written)

@@ -1,7 +1,7 @@
 """Watching a runs directory: every run summarized again and again, in a worker thread that
 only posts the result.
 
-The summaries are cheap (:mod:`rundir.run_summary` reads the tail of each history and
+The summaries are cheap (:mod:`console.read.run_summary` reads the tail of each history and
 the small files), so a scan of every run every :data:`REFRESH_S` seconds keeps new runs
 appearing and finished ones updating; ``wake`` asks for a scan at once (after a signal).
 """

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rundir.run_summary import RunSummary
+from ..model.run_facts import RunSummary
 from rundir.runs import RunsListing
 from rundir.text import counted
 

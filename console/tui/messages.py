@@ -15,7 +15,7 @@ from textual.message import Message
 from ..model.snapshot import Notice, RunSnapshot
 
 if TYPE_CHECKING:
-    from rundir.run_summary import RunSummary
+    from ..model.run_facts import RunSummary
     from rundir.runs import RunsListing
     from rundir.inspect import InspectReport
     from rich.console import RenderableType

@@ -16,7 +16,7 @@ from typing import Callable
 from textual import events, work
 
 from rundir import Verification, verify_trainer
-from rundir.run_summary import RunsSummarizer
+from ..read.run_summary import RunsSummarizer
 from rundir.storage import free_bytes
 
 from ..model.format import printable

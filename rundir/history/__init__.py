@@ -23,7 +23,6 @@ The modules, each a step on a line's way from the file to a column:
 - :mod:`.records`    what a line is: step line, event line or unreadable, and its values (the one place)
 - :mod:`.tail`       the newest lines only, for summaries
 - :mod:`.blocks`     bounded reads and searches; :mod:`.limits` every bound (read at use, so tests may shrink them)
-- :mod:`.mirror`     the history's columnar mirror in the user's cache, opened instead of a parse while it matches
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import numpy as np
 
 from console.read.reader import RunReader
 from rundir import LossHistoryWriter, load_run_config, write_run_config
-from rundir.spikes import find_spikes
+from console.model.spikes import find_spikes
 from tests.rundirs import RunSpec, make_run
 
 

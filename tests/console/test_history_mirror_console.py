@@ -19,10 +19,10 @@ from console.model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT
 from console.read.reader import RunReader
 from console.tui.screens.compare import read_series
 from rundir.atomic import ENOSPC_AFTER_ENV
-from rundir.cache_dir import CACHE_ENV, mirror_path
+from console.read.cache_dir import CACHE_ENV, mirror_path
 from rundir.history import LossHistory
 from rundir.layout import LOSS_JSON
-from rundir.spikes import SpikeDetector, find_spikes
+from console.model.spikes import SpikeDetector, find_spikes
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 COLUMNS = ("step", "loss", "tokens", "time")

@@ -42,7 +42,7 @@ from rundir.pivot_files import (PivotJournal, archive_sidecars, plan_policy, rem
                                 write_new_policy)
 from rundir.rollback_files import RollbackJournal, remove_rollback_journal, set_aside_checkpoints
 from rundir.atomic import atomic_write_json
-from rundir.run_summary import summarize_run
+from console.read.run_summary import summarize_run
 from tests.mounts import fill, mount_tmpfs
 
 TRAINER, RUN_API = "andrea-train", "run API"

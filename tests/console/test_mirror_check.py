@@ -20,9 +20,9 @@ from console.tui.app import ConsoleApp
 from console.model.mirror_note import MIRROR_STALE
 from console.read.reader import RunReader
 from console.tui.widgets import EventLog
-from rundir.cache_dir import mirror_path
-from rundir.history import mirror
-from rundir.history.mirror import open_mirror, verify_covered
+from console.read.cache_dir import mirror_path
+from console.read import mirror_file as mirror
+from console.read.mirror_file import open_mirror, verify_covered
 from rundir.layout import HISTORY, LOSS_JSON
 from tests.console.conftest import fixed_now
 from tests.rundirs import make_run

@@ -213,7 +213,7 @@ def test_a_run_api_runs_own_checkpoint_is_its_newest_in_the_overview(tmp_path):
 
     import rundir
     from console.text.overview_report import row_cells, summary_json
-    from rundir.run_summary import summarize_run
+    from console.read.run_summary import summarize_run
 
     run_dir = tmp_path / "runs" / "lightning"
     with rundir.open_run(run_dir, config={"lr": 0.1}) as run:

@@ -1,5 +1,5 @@
 """The overview's row and the dashboard's reader answer the same questions the same way:
-whether the trainer is stalled (rundir.run_summary.trainer_stall), and what is wrong with the
+whether the trainer is stalled (console.read.run_summary.trainer_stall), and what is wrong with the
 run (console.model.findings: the overview's problems are the findings --check and the
 problems pane say), against real trainers and run directories."""
 
@@ -13,7 +13,7 @@ from console.model.findings import summary_problems
 from console.read.reader import RunReader
 from console.text.overview_report import row_cells
 from rundir.layout import LOSS_JSON, TMP_PREFIX
-from rundir.run_summary import summarize_run
+from console.read.run_summary import summarize_run
 from tests.console.trainer_proc import Trainer
 from tests.rundirs import make_run
 

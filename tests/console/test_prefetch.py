@@ -15,7 +15,7 @@ from tests.rundirs import make_run
 
 from console.model.mirror_note import MIRROR_NOT_SAVED
 from console.read.prefetch import PREFETCH_MIN_BYTES, start_history_prefetch
-from rundir.cache_dir import CACHE_ENV
+from console.read.cache_dir import CACHE_ENV
 from rundir.layout import LOSS_JSON
 
 from .test_no_torch import ROOT
@@ -43,7 +43,7 @@ now = 2.0e9
 fed = RunReader(run_dir, now=lambda: now, prefetch=prefetch, free_space=lambda _: 1 << 40)   # not the live disk
 handed_over = fed._history._prefetch.result() if mode == "peek" else None
 from pathlib import Path
-from rundir.cache_dir import mirror_path
+from console.read.cache_dir import mirror_path
 mirror_file = mirror_path(Path(run_dir) / ".loss.json")
 spikes_kept = mirror_file.with_name(mirror_file.name + ".spikes.json").exists()   # by the child, before any read here
 fed_snap, fed_notices = fed.read()

@@ -159,7 +159,7 @@ def test_an_unfinished_pivot_is_worded_once(make_run_dir):
     from console.read.reader import RunReader
     from rundir.pivot_files import PivotJournal, unfinished_text, write_journal
     from console.model.findings import summary_problems
-    from rundir.run_summary import summarize_run
+    from console.read.run_summary import summarize_run
 
     run = make_run_dir(**SPIKY)
     journal = PivotJournal(stage="config_written", started=1.0, old_policy={}, new_policy={})

@@ -17,7 +17,7 @@ from console.model.series_summary import series_row
 from console.read.history_mirror import SUMMARY_SUFFIX
 from console.read.reader import RunReader
 from rundir.abandoned import abandoned_mask
-from rundir.cache_dir import mirror_path
+from console.read.cache_dir import mirror_path
 from tests.rundirs import EPOCH
 
 STEPS = 2 * BLOCK_ROWS + 20_000          # two whole blocks and a tail

@@ -14,7 +14,7 @@ from console.tui.app import ConsoleApp
 from console.tui.screens import ConfirmScreen
 from console.tui.widgets import EventLog, StatusPane
 from rundir.history import read_history_tail
-from rundir.run_summary import summarize_runs
+from console.read.run_summary import summarize_runs
 from tests.console.conftest import until
 from tests.console.trainer_proc import ROOT, Trainer
 from tests.mounts import bindfs

@@ -568,8 +568,8 @@ def test_a_step_without_loss_is_absent_never_nonfinite(tmp_path, monkeypatch, pa
     the C scanner, the typed decode, the careful one (a NaN token in the batch) and an array."""
     from rundir.history import ingest
     from console.model.findings import summary_problems
-    from rundir.run_summary import summarize_run
-    from rundir.spikes import SpikeDetector
+    from console.read.run_summary import summarize_run
+    from console.model.spikes import SpikeDetector
 
     if path != "scanner":
         monkeypatch.setattr(ingest, "_scan", None)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from rundir.history import LossHistory, limits
 from rundir.history.evals import EVAL_LOSS
 from rundir.history.keys import BASE_KEYS
-from rundir.history.mirror import CACHE_ENV, open_history, open_mirror, save_mirror
+from console.read.mirror_file import CACHE_ENV, open_history, open_mirror, save_mirror
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "60"))
 
@@ -178,7 +178,7 @@ def test_a_mirror_of_the_old_version_is_refused_and_rebuilt(tmp_path, monkeypatc
     path.parent.mkdir()
     path.write_bytes(b"".join(b'{"step":%d,"loss":2.0,"p":0.5}\n' % s for s in range(1, 50)))
     history, _, _ = open_history(path, min_bytes=0)
-    with mock.patch("rundir.history.mirror.MIRROR_VERSION", 1):
+    with mock.patch("console.read.mirror_file.MIRROR_VERSION", 1):
         assert save_mirror(history) is None
     reopened, update, why = open_history(path, min_bytes=0)
     assert why is not None and "version 1" in why

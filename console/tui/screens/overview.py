@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from rundir.run_summary import RunSummary
+from ...model.run_facts import RunSummary
 from rundir.runs import RunsListing
 
 from ...model.findings import summary_problems

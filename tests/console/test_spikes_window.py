@@ -1,4 +1,4 @@
-"""The spike detector keeps a bounded window of finite losses (rundir/spikes.py), not every
+"""The spike detector keeps a bounded window of finite losses (console/model/spikes.py), not every
 one it read: fed a long history a chunk at a time, with non-finite and absent losses, rewinds
 within the window and far before it (a rollback), and carried on from its kept state, it
 finds exactly the spikes of the whole history scanned at once."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from rundir.history.records import nonfinite_mask
-from rundir.spikes import SpikeDetector, _flag, _group
+from console.model.spikes import SpikeDetector, _flag, _group
 
 WINDOW, K = 100, 6.0
 

@@ -1,6 +1,6 @@
 """Where the console's cache is, and a look at a history mirror's header, without numpy.
 
-The history's columnar mirror (:mod:`rundir.history.mirror`) lives here; the console's
+The history's columnar mirror (:mod:`console.read.mirror_file`) lives here; the console's
 start-up reads a mirror's header before it forks (:mod:`console.prefetch`), when nothing
 but the standard library has been imported yet, so the paths and the header's framing are
 spelled here, once, for both.
@@ -21,7 +21,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from .safe_read import open_checked
+from rundir.safe_read import open_checked
 
 CACHE_ENV = "ANDREA_CACHE_DIR"
 # Version 3 of the framing: the header's length and its CRC-32 after the magic.
@@ -116,7 +116,7 @@ def mirror_path(history_path: Path) -> Path:
 def mirror_source(history_path: Path) -> dict[str, Any] | None:
     """The ``source`` of the mirror of ``history_path`` as its header says (``dev``, ``ino``,
     ``covered``: the history's bytes it holds, ...), or None when there is none or it cannot
-    be read. Not a check: :func:`rundir.history.mirror.open_mirror` checks the bytes."""
+    be read. Not a check: :func:`console.read.mirror_file.open_mirror` checks the bytes."""
     try:
         fd, _ = open_cache_file(mirror_path(history_path))
         try:

@@ -2,7 +2,7 @@
 
 The header (:mod:`.mirror`) is the reader's state as JSON plus where its columns lie in the
 file. It comes from a cache that other hosts may share and anyone with the user's rights may
-have written, so it is data from elsewhere: its CRC-32 (:mod:`rundir.cache_dir`) refuses a
+have written, so it is data from elsewhere: its CRC-32 (:mod:`console.read.cache_dir`) refuses a
 header torn or changed by accident, and a forged one that passes it is still held to a typed
 schema (msgspec: every field's type and range) and to what it must say of this history
 (:func:`checked_header`): the same file by path, device and inode, the columns this reader
@@ -20,9 +20,9 @@ import msgspec
 import numpy as np
 from msgspec import Meta, Struct
 
-from . import limits
-from .columns import SERIES_PREFIX, Superseded
-from .reader import LossHistory
+from rundir.history import limits
+from rundir.history.columns import SERIES_PREFIX, Superseded
+from rundir.history.reader import LossHistory
 
 Count = Annotated[int, Meta(ge=0, le=(1 << 63) - 1)]
 AnyInt = Annotated[int, Meta(ge=-(1 << 63), le=(1 << 63) - 1)]

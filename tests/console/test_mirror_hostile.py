@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from console.read.history_mirror import DETECTOR_SUFFIX, HistoryMirror
-from rundir.cache_dir import CACHE_ENV, MIRROR_HEADER_LENGTH, MIRROR_MAGIC, mirror_path, mirror_source
-from rundir.history.mirror import open_history, open_mirror
+from console.read.cache_dir import CACHE_ENV, MIRROR_HEADER_LENGTH, MIRROR_MAGIC, mirror_path, mirror_source
+from console.read.mirror_file import open_history, open_mirror
 
 from .test_history_mirror import fresh, step_line, summary
 

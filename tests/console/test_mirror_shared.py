@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from console.read import history_mirror
 from console.read.history_mirror import HistoryMirror
-from rundir.cache_dir import CACHE_ENV, mirror_path
+from console.read.cache_dir import CACHE_ENV, mirror_path
 from rundir.filesystems import filesystem_of
-from rundir.history import mirror
-from rundir.history.mirror import open_history, open_mirror, verify_covered
+from console.read import mirror_file as mirror
+from console.read.mirror_file import open_history, open_mirror, verify_covered
 
 from .test_history_mirror import fresh, mapped, step_line, summary
 
@@ -169,7 +169,7 @@ WORKER = r"""
 import json, os, sys, time
 from pathlib import Path
 from rundir.history import LossHistory
-from rundir.history.mirror import open_mirror, save_mirror
+from console.read.mirror_file import open_mirror, save_mirror
 from console.read import history_mirror
 from console.read.history_mirror import HistoryMirror
 

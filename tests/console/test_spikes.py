@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rundir.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector, find_spikes
+from console.model.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector, find_spikes
 
 
 def _noisy(n: int, level: float = 2.5, sigma: float = 0.02, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
