@@ -8,7 +8,7 @@ DEMO_DIR ?= runs/demo
 
 .PHONY: install demo lint test bench soak screenshots clean
 
-$(BIN)/.installed: pyproject.toml setup.py rundir/_tensor_sums.c rundir/_line_scan.c Makefile
+$(BIN)/.installed: pyproject.toml setup.py console/read/_tensor_sums.c rundir/_line_scan.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
@@ -65,4 +65,4 @@ screenshots: install
 	$(BIN)/python -m tests.console.make_screenshots
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build rundir/_tensor_sums.*.so
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build rundir/_line_scan.*.so console/read/_tensor_sums.*.so

@@ -1,4 +1,4 @@
-"""The checkpoint inspector (rundir.inspect) against a bare numpy pass over the same file.
+"""The checkpoint inspector (console.read.checkpoint_inspect) against a bare numpy pass over the same file.
 
 Targets (issue #15): inspecting an andrea-12m checkpoint (every per-tensor statistic and
 the totals) costs at most 2x a bare numpy pass over the same file (memory-mapped, the
@@ -31,8 +31,8 @@ import numpy as np
 from bench.common import PROC_STATUS_SOURCE, Result
 from rundir import ResumeState, RunConfig, checkpoint_path, write_checkpoint
 from rundir.checkpoint import HEADER, HEADER_SIZE, expected_size
-import rundir.inspect
-from rundir.inspect import inspect_file
+import console.read.checkpoint_inspect as inspector
+from console.read.checkpoint_inspect import inspect_file
 
 RSS_LIMIT_MB = 300
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Run in a fresh process: its peak RSS (VmHWM) is the inspection's, on top of the imports.
 _MEASURE = PROC_STATUS_SOURCE + """
 import json, sys
-from rundir.inspect import inspect_file
+from console.read.checkpoint_inspect import inspect_file
 before = status("VmRSS")
 report = inspect_file(sys.argv[1])
 print(json.dumps({"tensors": len(report.tensors), "before": before, "peak": status("VmHWM")}))
@@ -72,12 +72,12 @@ def _bare_pass(path: Path, n: int) -> None:
 _TIME = """
 import json, statistics, sys, time
 from pathlib import Path
-import rundir.inspect
+import console.read.checkpoint_inspect as inspector
 from bench.bench_inspect import _bare_pass
-from rundir.inspect import inspect_file
+from console.read.checkpoint_inspect import inspect_file
 path, n, threads = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 if sys.argv[4] == "numpy":                  # as installed without a C compiler
-    rundir.inspect._fused_chunk_sums = rundir.inspect._fused_pair_sums = None
+    inspector._fused_chunk_sums = inspector._fused_pair_sums = None
 _bare_pass(path, n)                         # both from the page cache, buffers warm
 inspect_file(path, threads=threads)
 pairs = []
@@ -117,7 +117,7 @@ def run() -> list[Result]:
         report = inspect_file(path)
         assert report.layout.kind == "model" and report.tensors[0].update_ratio is not None
         size = f"{path.stat().st_size / 1e6:.0f} MB"
-        fused = "fused pass (C)" if rundir.inspect._fused_chunk_sums is not None else "numpy passes: NOT BUILT"
+        fused = "fused pass (C)" if inspector._fused_chunk_sums is not None else "numpy passes: NOT BUILT"
         one = _timed(path, n, single=True)
         load = os.getloadavg()[0]           # a loaded machine stretches wall times: say how loaded
         results.append(Result("inspect", f"inspect andrea-12m ({size}, {fused}), both single-threaded "

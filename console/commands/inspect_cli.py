@@ -1,7 +1,7 @@
 """``andrea-console RUN_DIR --inspect [STEP|PATH] [--against STEP|PATH] [--json]``.
 
 Which checkpoint (a step of RUN_DIR, a path, or by default the newest complete one),
-then :func:`rundir.inspect.inspect_file`, printed as a table for people or as JSON.
+then :func:`console.read.checkpoint_inspect.inspect_file`, printed as a table for people or as JSON.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from rundir import CheckpointError, checkpoint_path, latest_resumable
-from rundir.inspect import inspect_file
+from ..read.checkpoint_inspect import inspect_file
 from rundir.text import printable, strict_json_value
 
 from ..text.inspect_format import render_report

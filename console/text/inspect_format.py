@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from rundir.inspect import InspectReport, TensorStats
+from ..model.inspect_report import InspectReport, TensorStats
 from rundir.text import printable
 
 

@@ -17,7 +17,7 @@ from ..model.snapshot import Notice, RunSnapshot
 if TYPE_CHECKING:
     from ..model.run_facts import RunSummary
     from rundir.runs import RunsListing
-    from rundir.inspect import InspectReport
+    from ..model.inspect_report import InspectReport
     from rich.console import RenderableType
 
     from ..actions.pivot_runner import PivotOutcome

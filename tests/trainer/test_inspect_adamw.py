@@ -1,4 +1,4 @@
-"""rundir.inspect against the real model and torch's own AdamW.
+"""console.read.checkpoint_inspect against the real model and torch's own AdamW.
 
 The inspector is torch-free; these tests hold it to the model it describes (names,
 shapes and order of ``named_parameters()``) and to the update torch.optim.AdamW
@@ -16,7 +16,7 @@ import torch
 from rundir import ResumeState, write_checkpoint
 from rundir.config import PRESETS, RunConfig
 from rundir.checkpoint_layout import model_layout
-from rundir.inspect import inspect_file
+from console.read.checkpoint_inspect import inspect_file
 from tests.trainer.trainer_runs import run_trainer
 from trainer.model import GPT
 

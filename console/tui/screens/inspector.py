@@ -1,6 +1,6 @@
 """The checkpoint inspector (``i``): a checkpoint's tensors, sortable by any column.
 
-The checkpoint is read by :func:`rundir.inspect.inspect_file` in a thread worker that
+The checkpoint is read by :func:`console.read.checkpoint_inspect.inspect_file` in a thread worker that
 posts its progress (a bar while it reads) and its report; the screen never waits on the
 file. ``[`` and ``]`` move to the older or newer checkpoint, ``a`` compares with the one
 before it; closing the screen (Escape) cancels a read in progress.
@@ -19,7 +19,8 @@ from textual.widgets import DataTable, Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from rundir import CheckpointError
-from rundir.inspect import InspectCancelled, InspectReport, inspect_file
+from ...model.inspect_report import InspectReport
+from ...read.checkpoint_inspect import InspectCancelled, inspect_file
 from rundir.layout import checkpoint_step
 
 from ...model.format import LINE_LIMIT, printable

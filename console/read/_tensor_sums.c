@@ -1,4 +1,4 @@
-/* The checkpoint inspector's (rundir/inspect.py) fused passes: over a chunk of a
+/* The checkpoint inspector's (console/read/checkpoint_inspect.py) fused passes: over a chunk of a
  * checkpoint's w, m and v (chunk_sums), every sum its statistics need in one read of each
  * value instead of numpy's eleven passes; over a chunk of two checkpoints' w and m
  * (pair_sums), the comparison's sums.
@@ -200,7 +200,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "rundir._tensor_sums",
+    PyModuleDef_HEAD_INIT, "console.read._tensor_sums",
     "The checkpoint inspector's fused passes over a chunk (chunk_sums, pair_sums).", -1, methods, NULL, NULL, NULL, NULL,
 };
 

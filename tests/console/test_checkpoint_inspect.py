@@ -1,4 +1,4 @@
-"""rundir.inspect: every statistic against numpy over the raw file, in float64.
+"""console.read.checkpoint_inspect: every statistic against numpy over the raw file, in float64.
 
 The references here read the ``.bin`` with ``np.fromfile`` and cut it by the report's
 shapes (cumulative counts), so they share neither the memory map, the chunking, the
@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import rundir.inspect
+import console.read.checkpoint_inspect as inspector
 from rundir import CheckpointError, RunConfig, inspect_checkpoint
 from rundir.checkpoint_layout import BARE_TENSOR_VALUES, chunk_layout, model_layout
-from rundir.inspect import InspectCancelled, inspect_file
+from console.read.checkpoint_inspect import InspectCancelled, inspect_file
 from rundir.config import PRESETS
 from tests.rundirs import make_run
 
@@ -31,11 +31,11 @@ def summing(request, monkeypatch):
     """Every test here runs twice: with the C extension's fused pass over a chunk, and
     with numpy's passes (what an install without a C compiler uses)."""
     if request.param == "numpy":
-        monkeypatch.setattr(rundir.inspect, "_fused_chunk_sums", None)
-        monkeypatch.setattr(rundir.inspect, "_fused_pair_sums", None)
+        monkeypatch.setattr(inspector, "_fused_chunk_sums", None)
+        monkeypatch.setattr(inspector, "_fused_pair_sums", None)
     else:
-        assert rundir.inspect._fused_chunk_sums is not None, (
-            "rundir._tensor_sums is not built: install a C compiler and reinstall (make install)")
+        assert inspector._fused_chunk_sums is not None, (
+            "console.read._tensor_sums is not built: install a C compiler and reinstall (make install)")
     return request.param
 
 
@@ -371,8 +371,8 @@ def test_a_checkpoint_on_a_shared_filesystem_is_read_not_mapped_with_the_same_re
     run = make_run(tmp_path / "node" / "run", checkpoints=(100, 200), model_sized=True)
     local = inspect_file(run / "step_000200.bin", run / "step_000100.bin", chunk_values=1000, threads=2).to_json()
     mapped = []
-    real_mmap = rundir.inspect.mmap.mmap
-    monkeypatch.setattr(rundir.inspect.mmap, "mmap", lambda *a, **k: mapped.append(a) or real_mmap(*a, **k))
+    real_mmap = inspector.mmap.mmap
+    monkeypatch.setattr(inspector.mmap, "mmap", lambda *a, **k: mapped.append(a) or real_mmap(*a, **k))
     with bindfs(tmp_path / "node", tmp_path / "login") as login:
         shared = inspect_file(login / "run" / "step_000200.bin", login / "run" / "step_000100.bin",
                               chunk_values=1000, threads=2).to_json()

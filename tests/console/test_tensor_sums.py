@@ -1,6 +1,6 @@
-"""rundir._tensor_sums: the inspector's fused pass over a chunk, against numpy in float64.
+"""console.read._tensor_sums: the inspector's fused pass over a chunk, against numpy in float64.
 
-The inspector's results with and without it are compared in test_inspect.py (every test
+The inspector's results with and without it are compared in test_checkpoint_inspect.py (every test
 there runs both ways); this tests the kernel's own contract: each sum, NaN and infinity
 propagating into exactly the sums of their array, the lengths the vector loop does not
 divide, and arguments refused with a message.
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from rundir import _tensor_sums
+from console.read import _tensor_sums
 
 EPS2 = float(np.float32(1e-8) * np.float32(1e-8))
 EPS_SCALED = float(np.float32(1e-8 / 31.6))

@@ -5,7 +5,7 @@ the mapping every few megabytes once read), so a 1.46 GB andrea-120m checkpoint 
 bounded peak RSS. The tensors and Adam's settings are :mod:`rundir.checkpoint_layout`'s
 (from the ``.json``; fixed-size chunks of the flat vector without one). Validity is :func:`inspect_checkpoint`'s,
 so a truncated, header-mismatched or foreign file gets the checkpoints pane's reason.
-Each chunk is summed in one fused pass (the C extension ``rundir._tensor_sums``), its
+Each chunk is summed in one fused pass (the C extension ``console.read._tensor_sums``), its
 comparison with the other checkpoint's in another, or with numpy's passes where it was not
 built (no C compiler at install).
 
@@ -34,19 +34,20 @@ import os
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from .checkpoint import HEADER_SIZE, CheckpointError, CheckpointInfo, expected_size, inspect_checkpoint
-from .checkpoint_layout import AdamSettings, Layout, TensorSlice, adam_settings, layout_of
-from .filesystems import filesystem_of
-from .safe_read import open_regular
-from .text import counted
+from rundir.checkpoint import HEADER_SIZE, CheckpointError, CheckpointInfo, expected_size, inspect_checkpoint
+from rundir.checkpoint_layout import AdamSettings, Layout, TensorSlice, adam_settings, layout_of
+from rundir.filesystems import filesystem_of
+from rundir.safe_read import open_regular
+from rundir.text import counted
 
-try:        # the fused passes over a chunk (rundir/_tensor_sums.c), built at install when a C compiler is there
+from ..model.inspect_report import CheckpointSummary, InspectReport, TensorStats
+
+try:        # the fused passes over a chunk (console/read/_tensor_sums.c), built at install when a C compiler is there
     from ._tensor_sums import chunk_sums as _fused_chunk_sums, pair_sums as _fused_pair_sums
 except ImportError:                         # numpy's passes instead, about twice as slow
     _fused_chunk_sums = _fused_pair_sums = None
@@ -69,66 +70,6 @@ ChunkSums = tuple[float, float, float, float, int, float, float]
 
 class InspectCancelled(Exception):
     """The caller's ``cancelled()`` said stop (the inspector screen was closed)."""
-
-
-# -- results ------------------------------------------------------------------------
-@dataclass
-class TensorStats:
-    """The statistics of one tensor (see the module docstring); None where undefined."""
-
-    name: str
-    shape: tuple[int, ...]
-    count: int
-    w_rms: float | None
-    w_maxabs: float | None
-    m_norm: float
-    sqrt_v_rms: float | None
-    dead_v_frac: float
-    update_ratio: float | None
-    nonfinite: dict[str, int]
-    w_rel_change: float | None = None       # with ``against`` only
-    m_cosine: float | None = None
-
-    def to_json(self, against: bool) -> dict[str, Any]:
-        out = {"name": self.name, "shape": list(self.shape), "count": self.count, "w_rms": self.w_rms,
-               "w_maxabs": self.w_maxabs, "m_norm": self.m_norm, "sqrt_v_rms": self.sqrt_v_rms,
-               "dead_v_frac": self.dead_v_frac, "update_ratio": self.update_ratio, "nonfinite": dict(self.nonfinite)}
-        if against:
-            out.update(w_rel_change=self.w_rel_change, m_cosine=self.m_cosine)
-        return out
-
-
-@dataclass(frozen=True)
-class CheckpointSummary:
-    path: Path
-    step: int
-    n_params: int
-    adam_step: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": str(self.path), "step": self.step, "n_params": self.n_params, "adam_step": self.adam_step}
-
-
-@dataclass
-class InspectReport:
-    """Everything :func:`inspect_file` found; :meth:`to_json` is ``--inspect --json``'s schema."""
-
-    checkpoint: CheckpointSummary
-    status: str                 # the checkpoint's status: complete or foreign
-    layout: Layout
-    adam: AdamSettings
-    tensors: list[TensorStats]
-    totals: dict[str, float | None]
-    against: CheckpointSummary | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = self.checkpoint.to_json()
-        out.update(status=self.status, layout=self.layout.kind, layout_note=self.layout.note,
-                   eps=self.adam.eps, lr=self.adam.lr, update_ratio_note=self.adam.unknown,
-                   tensors=[t.to_json(self.against is not None) for t in self.tensors], totals=dict(self.totals))
-        if self.against is not None:
-            out["against"] = self.against.to_json()
-        return out
 
 
 # -- reading ------------------------------------------------------------------------
