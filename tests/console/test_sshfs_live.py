@@ -106,9 +106,22 @@ async def test_checkpoints_through_sshfs_defaults_shown_in_time_and_a_pruned_one
 
 
 def signal_answers(run: Path) -> list[str]:
-    """The checkpoints the trainer wrote for a signal, by its own history."""
+    """The checkpoints that answered a checkpoint signal, by the trainer's own history
+    (docs/contract.md's `signal` event): the one whose write the signal came during, else the
+    next one (a signal at a cadence step is answered by that step's "cadence" checkpoint)."""
     events = read_history_tail(run / ".loss.json").events
-    return [ev.data["path"] for ev in events if ev.event == "checkpoint" and ev.data.get("reason") == "signal"]
+    answers, before, waiting = [], None, False
+    for ev in events:
+        if ev.event == "checkpoint":
+            if waiting:
+                answers.append(ev.data["path"])
+            before, waiting = ev.data["path"], False
+        elif ev.event == "signal" and ev.data.get("action") == "checkpoint":
+            if ev.data.get("during_checkpoint") and before is not None:
+                answers.append(before)
+            else:
+                waiting = True
+    return answers
 
 
 def test_checkpoint_and_stop_through_sshfs_on_the_same_host_name_the_answer(tmp_path):
