@@ -69,7 +69,7 @@ def _open(path: Path, rows: int):
 def first_frame(run_dir: str) -> None:
     """Helper mode: open the dashboard headless as ``andrea-console RUN_DIR`` does; print when
     (``time.time()``) its first full frame was painted, and the process's peak RSS in bytes."""
-    from console.cli import open_dashboard
+    from console.commands.dashboard_cli import open_dashboard
 
     from bench.first_frame import exit_after_first_frame
 

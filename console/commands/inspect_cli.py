@@ -13,12 +13,11 @@ from pathlib import Path
 
 from rundir import CheckpointError, checkpoint_path, latest_resumable
 from ..read.checkpoint_inspect import inspect_file
-from rundir.text import printable, strict_json_value
+from rundir.text import strict_json_value
 
 from ..text.inspect_format import render_report
+from .common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, fail
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
-OTHER_MODES = ("once", "checkpoint", "stop", "pivot", "pivot_rollback", "start")
 
 
 class InspectUsageError(ValueError):
@@ -49,21 +48,16 @@ def resolve(run_dir: Path, spec: str | None) -> Path:
 
 def run_inspect(run_dir: Path, args: argparse.Namespace) -> int:
     """The ``--inspect`` mode of ``andrea-console``; returns the exit status."""
-    others = [f"--{name.replace('_', '-')}" for name in OTHER_MODES if getattr(args, name, False)]
-    if others:
-        return _fail(f"--inspect does not combine with {', '.join(others)}", EXIT_USAGE)
-    if args.inspect is None:
-        return _fail("--against goes with --inspect", EXIT_USAGE)
     try:
         path = resolve(run_dir, args.inspect or None)
         against = resolve(run_dir, args.against) if args.against else None
     except InspectUsageError as err:
-        return _fail(str(err), err.code)
+        return fail(str(err), err.code)
     show = _progress_line if sys.stderr.isatty() and not args.json else None
     try:
         report = inspect_file(path, against, progress=show)
     except CheckpointError as err:
-        return _fail(str(err), EXIT_REFUSED)
+        return fail(str(err), EXIT_REFUSED)
     finally:
         if show is not None:
             sys.stderr.write("\r\x1b[K")
@@ -77,8 +71,3 @@ def run_inspect(run_dir: Path, args: argparse.Namespace) -> int:
 def _progress_line(done: int, total: int) -> None:
     sys.stderr.write(f"\rreading {100 * done // max(total, 1)}%")
     sys.stderr.flush()
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"andrea-console: {printable(message, None)}", file=sys.stderr)
-    return code

@@ -14,16 +14,20 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .common import EXIT_USAGE, fail
+from .parser import flag, given
 
-def run_overview(root: Path, args: argparse.Namespace, fail: Callable[[str, int], int]) -> int:
+# The modes that act on one run: a runs directory refuses them, asking for the run's directory.
+ONE_RUN = ("checkpoint", "stop", "pivot", "pivot_rollback", "rollback", "start", "csv", "inspect", "against",
+           "stacks")
+
+
+def run_overview(root: Path, args: argparse.Namespace) -> int:
     """The overview for ``andrea-console ROOT [--once | --json]``; an exit status."""
-    one_run = [flag for flag, on in (("--checkpoint", args.checkpoint), ("--stop", args.stop),
-                                     ("--pivot", args.pivot), ("--pivot-rollback", args.pivot_rollback),
-                                     ("--rollback", args.rollback),
-                                     ("--start", args.start), ("--csv", args.csv),
-                                     ("--inspect", args.inspect is not None or args.against)) if on]
+    one_run = [flag(m) for m in ONE_RUN if given(args, m)]
     if one_run:
-        return fail(f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})", 2)
+        return fail(f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})",
+                    EXIT_USAGE)
     if args.check:
         from ..actions.runs_check import check_runs
 

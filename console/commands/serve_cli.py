@@ -1,31 +1,31 @@
-"""The command line's checks of ``--serve`` and ``--read-only``: which options go together."""
+"""``andrea-console RUN_DIR|RUNS_DIR --serve``: the dashboard (or the overview) in web
+browsers, each tab its own console; with ``--allow-control --start`` the trainer is started
+first. Which options go with it is the parser's (:mod:`.parser`)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from ..web import MAX_TABS_LIMIT
+from rundir.runs import is_runs_dir
+
+from .common import EXIT_USAGE, asker, fail
+from .dashboard_cli import say_still_training, start_trainer_for
 
 
-def serve_usage(args: argparse.Namespace) -> str | None:
-    """Why the --serve and --read-only options do not go together as given (None: they do)."""
-    if (args.host is not None or args.port is not None or args.allow_control
-            or args.max_tabs is not None) and not args.serve:
-        return "--host, --port, --allow-control and --max-tabs go with --serve"
-    if args.read_only and args.allow_control:
-        return "--read-only and --allow-control contradict each other"
-    if args.max_tabs is not None and not 1 <= args.max_tabs <= MAX_TABS_LIMIT:
-        return f"--max-tabs {args.max_tabs}: expected 1 to {MAX_TABS_LIMIT}"
-    if args.port is not None and not 0 <= args.port <= 65535:
-        return f"--port {args.port}: expected 0 to 65535 (0: any free port)"
-    changes = [flag for flag, on in (("--start", args.start), ("--checkpoint", args.checkpoint),
-                                     ("--stop", args.stop), ("--pivot", args.pivot),
-                                     ("--pivot-rollback", args.pivot_rollback), ("--rollback", args.rollback)) if on]
-    if changes and (args.read_only or args.serve and not args.allow_control):
-        return (f"{changes[0]}: refused: this console is read-only (--serve without --allow-control, or "
-                "--read-only), it never signals or changes a run")
-    if args.serve and (args.inspect is not None or args.against):
-        return "--inspect does not go with --serve (the dashboard's i key inspects)"
-    if args.serve and args.notify is not None:
-        return "--notify does not go with --serve: every open tab would run it (use a terminal console or --check)"
-    return None
+def run_serve(run_dir: Path, args: argparse.Namespace) -> int:
+    if args.start and is_runs_dir(run_dir):
+        return fail(f"{run_dir} holds run directories: --start acts on one run, name it ({run_dir / 'NAME'})",
+                    EXIT_USAGE)
+    try:
+        from ..web.serve import serve
+    except ImportError as err:
+        return fail(f"--serve needs textual-serve: pip install 'andrea-console[serve]' ({err})", EXIT_USAGE)
+    child = None
+    if args.start:
+        child, code = start_trainer_for(run_dir, args, asker(args))
+        if code:
+            return code
+    code = serve(run_dir, args, fail, asker(args))
+    say_still_training(run_dir, child)
+    return code

@@ -138,7 +138,7 @@ async def test_dashboard_raises_the_alert_and_notify_failures_are_events(tmp_pat
 
 def test_the_notify_timeout_help_names_the_default():
     from console.actions.alerts import NOTIFY_TIMEOUT_S
-    from console.cli import build_parser
+    from console.commands.parser import build_parser
 
     [action] = [a for a in build_parser()._actions if "--notify-timeout" in a.option_strings]
     assert f"(default {NOTIFY_TIMEOUT_S:g})" in action.help

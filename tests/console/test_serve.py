@@ -11,6 +11,7 @@ import sys
 import urllib.error
 import urllib.request
 
+import psutil
 import pytest
 
 from console.tui.app import READ_ONLY_REFUSAL, ConsoleApp
@@ -90,6 +91,24 @@ def test_control_off_localhost_is_not_served_unconfirmed(tmp_path):
                   "--allow-control")
     assert out.returncode == 1 and "not confirmed" in out.stderr and not out.stdout, out
 
+
+
+def test_serve_with_control_and_start_starts_the_trainer_first(tmp_path):
+    """``--serve --allow-control --start``: the trainer is started, then the server (here off
+    localhost, not confirmed: exit 1), and the console says the trainer keeps training
+    (this path once raised a TypeError before starting anything)."""
+    run = tmp_path / "run"
+    out = console(str(run), "--serve", "--allow-control", "--start", "--preset", "micro", "--host", "0.0.0.0",
+                  "--port", "0")
+    started = re.search(r"the trainer \(pid (\d+)\) keeps training", out.stderr)
+    try:
+        assert out.returncode == 1 and "not confirmed" in out.stderr and started, out
+        assert f"`andrea-console {run} --stop` stops it" in out.stderr
+    finally:
+        if started:
+            trainer = psutil.Process(int(started[1]))
+            trainer.terminate()
+            trainer.wait(120)
 
 # -- the token, over plain HTTP ------------------------------------------------------
 

@@ -15,7 +15,7 @@ from .test_no_torch import ROOT
 SCRIPT = r"""
 import gc, json, sys
 from pathlib import Path
-from console.cli import open_dashboard
+from console.commands.dashboard_cli import open_dashboard
 
 seen = {}
 
