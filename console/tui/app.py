@@ -1,9 +1,12 @@
 """The operator console: a thin Textual app that routes screens and keys.
 
-The work is elsewhere: :mod:`console.read.reader` reads the run directory (in a thread
-worker), :mod:`console.read.watcher` watches it (in another), :mod:`console.actions.signal_jobs`
-signals the verified trainer and waits for its answer (in a third), and the panes in :mod:`console.tui.widgets`
-paint what they are given. Threads only post messages; widgets change on the UI thread.
+The work is elsewhere: the open run is a :class:`~console.tui.session.RunSession` (its
+reader, paced reads, watcher and snapshot), :mod:`console.read.reader` reads the run directory
+(in a thread worker), :mod:`console.read.watcher` watches it (in another),
+:mod:`console.actions.signal_jobs` signals the verified trainer and waits for its answer (in a
+third), and the panes in :mod:`console.tui.widgets` paint what they are given. Threads only
+post messages; widgets change on the UI thread. An app opened on a runs directory
+(:class:`~console.tui.overview_app.OverviewApp`) starts with no session and opens one per run.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import asyncio
 import gc
 import queue
 import subprocess
-import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -39,6 +41,7 @@ from ..read.watcher import POLL_S, STEADY_READ_INTERVAL_S, PacedReads, watch_run
 from .keys import CONTROL_ACTIONS
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady, WatchMode
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
+from .session import RunSession
 from .widgets import CheckpointsPane
 
 # The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
@@ -54,7 +57,7 @@ class ConsoleApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     SCREENS = {"help": HelpScreen}
 
-    def __init__(self, run_dir: str | Path, *, now: Callable[[], float] = time.time,
+    def __init__(self, run_dir: str | Path | None, *, now: Callable[[], float] = time.time,
                  probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
                  child: subprocess.Popen | None = None, options: PlotOptions | None = None,
                  window: int = 2000, tick: float | None = TICK_S, reader: RunReader | None = None,
@@ -66,20 +69,35 @@ class ConsoleApp(App[None]):
         self.alerts = AlertTracker()
         self.bell_on_alert, self.notify_argv, self.notify_timeout = bell, notify, notify_timeout
         self._alert_queue: queue.SimpleQueue[Finding] = queue.SimpleQueue()
-        self.run_dir = Path(run_dir)
         self.now = now
-        self.reader = reader or RunReader(self.run_dir, now=now, probe=probe)
-        self.reader.findings.grad_after_first = True      # read once the first frame is painted (started)
         self.watching = watch
-        self.child = child
         self.tick_s = tick
         self.options = options or PlotOptions()
         self.window_steps = window
-        self.snapshot: RunSnapshot | None = None
-        self._stop_watch = threading.Event()
-        self.reads = self._paced_reads()
-        self._child_reported = False
-        self.sub_title = printable(self.run_dir.name)
+        self.session: RunSession | None = None
+        if run_dir is not None:
+            run_dir = Path(run_dir)
+            reader = reader or RunReader(run_dir, now=now, probe=probe)
+            reader.findings.grad_after_first = True      # read once the first frame is painted (started)
+            self.session = self.new_session(run_dir, reader, child)
+            self.sub_title = printable(run_dir.name)
+
+    # The open run's, for the views and the tests (None where no run is open).
+    @property
+    def run_dir(self) -> Path | None:
+        return self.session.run_dir if self.session else None
+
+    @property
+    def reader(self) -> RunReader | None:
+        return self.session.reader if self.session else None
+
+    @property
+    def reads(self) -> PacedReads | None:
+        return self.session.reads if self.session else None
+
+    @property
+    def snapshot(self) -> RunSnapshot | None:
+        return self.session.snapshot if self.session else None
 
     # -- lifecycle ---------------------------------------------------------------
     def get_default_screen(self) -> DashboardScreen:
@@ -88,31 +106,32 @@ class ConsoleApp(App[None]):
         self.dashboard = DashboardScreen(self.window_steps, self.options.smoothing)
         return self.dashboard
 
-    def _paced_reads(self) -> PacedReads:
-        return PacedReads(self.reader.read, self.post_message, SnapshotReady, ConsoleNotice, self.now,
-                          start=partial(self.call_later, self.read_loop))
+    def new_session(self, run_dir: Path, reader: RunReader, child: subprocess.Popen | None = None) -> RunSession:
+        return RunSession(run_dir, reader, self.post_message, self.now, partial(self.call_later, self.read_loop),
+                          child)
 
     def on_mount(self) -> None:
-        self.follow_run()
+        if self.session is not None:
+            self.follow_run()
         if self.tick_s:
             self.set_interval(self.tick_s, self.tick)
         self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def follow_run(self) -> None:
-        """Read the run now, then whatever the watcher (a thread worker until ``_stop_watch`` is
-        set) sees change."""
+        """Read the open run now, then whatever the watcher (a thread worker until the session
+        closes) sees change."""
         self.request_read(ALL_KINDS)
         if self.watching:
-            self.watch_files()
+            self.watch_files(self.session)
 
     def on_unmount(self) -> None:
         self.stop_following()
 
     def stop_following(self) -> None:
-        """The watcher stops and the run's reads with it: nothing more is read (a read under way
-        ends with its snapshot, which a closed run's view drops)."""
-        self._stop_watch.set()
-        self.reads.close()
+        """The open run's session closes: nothing more is read (a read under way ends with its
+        snapshot, which no view takes)."""
+        if self.session is not None:
+            self.session.close()
 
     def started(self) -> None:
         """Start-up is over (the first full frame is painted). ``andrea-console`` keeps the
@@ -121,31 +140,38 @@ class ConsoleApp(App[None]):
         if not gc.isenabled():
             gc.freeze()
             gc.enable()
-        if self.reader.findings.grad_pending:
-            self.request_read({HISTORY})
+        session = self.session
+        if session is None:
+            return
+        if session.reader.findings.grad_pending:
+            session.request_read({HISTORY})
         # The mirror the first frame came from, checked whole in the background; a stale one
         # makes the history read again (asked of the paced reads from the check's thread).
-        self.reader.verify_history_mirror(lambda: self.reads.request({HISTORY}))
+        session.reader.verify_history_mirror(lambda: session.request_read({HISTORY}))
 
     def tick(self) -> None:
+        reap_children()             # a trainer this console started and someone stopped: no zombie
+        session = self.session
+        if session is None:
+            return
         # Files whose end read as NUL bytes not written yet are read again, though no change
         # may be seen when their bytes land (rundir.late_bytes).
-        self.request_read({TRAINER} | self.reader.late_kinds())
-        reap_children()             # a trainer this console started and someone stopped: no zombie
-        if self.child is not None and not self._child_reported and self.child.poll() is not None:
-            self._child_reported = True
-            code = self.child.returncode
+        session.request_read({TRAINER} | session.reader.late_kinds())
+        child = session.child
+        if child is not None and not session.child_reported and child.poll() is not None:
+            session.child_reported = True
+            code = child.returncode
             self.say(f"the trainer this console started exited with code {code}"
                      + ("" if code == 0 else " (see trainer.log)"), "good" if code == 0 else "error")
-            alert = child_exit_alert(self.child.pid, code)
+            alert = child_exit_alert(child.pid, code)
             if alert is not None and self.alerts.first_of_its_end(alert):
                 self.raise_alert(alert)
 
     # -- reading -----------------------------------------------------------------
     @work(thread=True, group="watch", exit_on_error=False)
-    def watch_files(self) -> None:
-        # The changes go straight to the paced reads, never through the UI thread.
-        watch_run(self.run_dir, self.reads.request, self._stop_watch, poll=self.poll,
+    def watch_files(self, session: RunSession) -> None:
+        # The changes go straight to the session's paced reads, never through the UI thread.
+        watch_run(session.run_dir, session.request_read, session.stop_watch, poll=self.poll,
                   announce=lambda fs: self.post_message(WatchMode(fs.watched_by, not fs.events)))
 
     @work(thread=True, group="read", exit_on_error=False)
@@ -154,21 +180,27 @@ class ConsoleApp(App[None]):
         reads.drain(lambda: worker.is_cancelled)
 
     def on_watch_mode(self, message: WatchMode) -> None:
+        if self.session is None:
+            return
         self.dashboard.watched_by = message.watched_by
         # Polled, the poll paces the changes already: a read as soon as one is seen.
-        self.reads.steady_s = POLL_S if message.polling else STEADY_READ_INTERVAL_S
+        self.session.reads.steady_s = POLL_S if message.polling else STEADY_READ_INTERVAL_S
 
     def on_files_changed(self, message: FilesChanged) -> None:
         self.request_read(message.kinds)
 
     def request_read(self, kinds: set[str] | frozenset[str]) -> None:
-        """Queue kinds to re-read (a burst of changes becomes one read)."""
-        self.reads.request(kinds)
+        """Queue kinds to re-read of the open run (a burst of changes becomes one read)."""
+        if self.session is not None:
+            self.session.request_read(kinds)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        if self.snapshot is None:
+        session = self.session
+        if session is None or not session.takes(message.snapshot):
+            return
+        if session.snapshot is None:
             self.call_after_refresh(self.started)
-        self.snapshot = message.snapshot
+        session.snapshot = message.snapshot
         dashboard = self.dashboard
         for notice in message.notices:
             dashboard.notice(notice)
@@ -199,10 +231,14 @@ class ConsoleApp(App[None]):
                 self.notify_from_thread(failure, "warning")
 
     def on_console_notice(self, message: ConsoleNotice) -> None:
-        self.dashboard.notice(message.notice)
+        self.notices().notice(message.notice)
 
     def say(self, text: str, level: str = "action") -> None:
-        self.dashboard.notice(Notice(self.now(), text, level))
+        self.notices().notice(Notice(self.now(), text, level))
+
+    def notices(self) -> DashboardScreen:
+        """Where the console's lines go: the open run's events pane."""
+        return self.dashboard
 
     def refuse(self, text: str) -> None:
         """A key that cannot act here: one line, in the events pane and where it was pressed (a toast)."""
@@ -260,10 +296,12 @@ class ConsoleApp(App[None]):
     @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
     def stop_trainer(self, run_dir: Path | None = None) -> None:
         worker = get_current_worker()
-        run_dir = self.run_dir if run_dir is None else run_dir
-        if stop_and_wait(run_dir, self.child, self.notify_from_thread, self._changed_from_thread,
-                         lambda: worker.is_cancelled) is not None:
-            self._child_reported = True         # its exit was waited for and said
+        session = self.session if run_dir is None or (self.session and run_dir == self.session.run_dir) else None
+        run_dir = session.run_dir if session is not None else run_dir
+        child = session.child if session is not None else None
+        if stop_and_wait(run_dir, child, self.notify_from_thread, self._changed_from_thread,
+                         lambda: worker.is_cancelled) is not None and session is not None:
+            session.child_reported = True       # its exit was waited for and said
 
     def _changed_from_thread(self, kinds: frozenset[str]) -> None:
         self.post_message(FilesChanged(kinds))

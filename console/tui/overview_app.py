@@ -1,8 +1,8 @@
 """``andrea-console runs/``: the overview of every run, and each run's dashboard one key away.
 
-The dashboard's app with the overview as its first screen: Enter points the app at the
-selected run (a reader and a watcher of its own) and shows its dashboard, Escape stops
-them and returns. ``c`` and ``s`` on the overview act on the selected run through the
+The dashboard's app with the overview as its first screen and no run open: Enter opens a
+session on the selected run (its reader, watcher and reads: :mod:`console.tui.session`) and
+shows its dashboard, Escape closes the session and returns. ``c`` and ``s`` on the overview act on the selected run through the
 same verification, confirmation and signalling as on the dashboard.
 """
 
@@ -13,21 +13,21 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from textual import events, work
+from textual import work
 
 from rundir import Verification, verify_trainer
 from ..read.run_summary import RunsSummarizer
 from rundir.storage import free_bytes
 
 from ..model.format import printable
-from ..model.snapshot import Notice, TrainerView
+from ..model.snapshot import TrainerView
 from ..plot.canvas import PlotOptions
 from ..read.reader import RunReader
 from ..read.runs_watcher import REFRESH_S, watch_runs
 from ..text.overview_report import trainer_label
-from .app import START_UP_S, ConsoleApp
+from .app import ConsoleApp
 from .keys import BACK_TO_OVERVIEW, bindings
-from .messages import ConsoleNotice, FilesChanged, RunsScanned, SnapshotReady
+from .messages import ConsoleNotice, FilesChanged, RunsScanned
 from .screens import DashboardScreen
 from .screens.compare import CompareScreen
 from .screens.overview import OverviewScreen
@@ -47,14 +47,13 @@ class OverviewApp(ConsoleApp):
                  stall_after: float | None = None, free_space: Callable[[Path], int | None] = free_bytes,
                  refresh: float | None = REFRESH_S, read_only: bool = False, poll: bool = False):
         self.root = Path(root)
-        super().__init__(self.root, now=now, probe=probe, watch=watch, options=options, window=window, tick=tick,
+        super().__init__(None, now=now, probe=probe, watch=watch, options=options, window=window, tick=tick,
                          read_only=read_only, poll=poll)
         self.summarizer = RunsSummarizer(self.root, verify, stall_after)
         self.probe = probe
         self.stall_after = stall_after
         self.free_space = free_space
         self.refresh_s = refresh if watch else None
-        self.run_open = False
         self.summaries: list = []
         self._scanned = False
         self._stop_runs = threading.Event()
@@ -66,17 +65,13 @@ class OverviewApp(ConsoleApp):
         self.overview = OverviewScreen(self.root)
         return self.overview
 
-    # Textual calls a message's handler in every class of the app's MRO: where the
-    # dashboard's handler must not run too, the handler here prevents it.
-    def on_mount(self, event: events.Mount) -> None:
-        event.prevent_default()             # no run to read yet: the overview scans the runs
+    # Textual calls a message's handler in every class of the app's MRO: the app's own
+    # (ticks, the open run's session) runs beside these.
+    def on_mount(self) -> None:
         self.watch_runs_dir()
-        if self.tick_s:
-            self.set_interval(self.tick_s, self.tick)
-        self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def on_unmount(self) -> None:
-        self._stop_runs.set()               # (the dashboard's handler stops following the run)
+        self._stop_runs.set()
 
     # -- the overview ------------------------------------------------------------------
     def scan(self) -> RunsScanned:
@@ -112,7 +107,7 @@ class OverviewApp(ConsoleApp):
         return s.path, TrainerView(state=s.trainer_state, label=trainer_label(s), reason=s.trainer_reason, pid=s.pid)
 
     def action_checkpoint(self) -> None:
-        if self.run_open:
+        if self.session is not None:
             return super().action_checkpoint()
         chosen = self._selected_trainer()
         if chosen is not None:
@@ -120,7 +115,7 @@ class OverviewApp(ConsoleApp):
             self.checkpoint_now(chosen[0])
 
     def action_stop(self) -> None:
-        if self.run_open:
+        if self.session is not None:
             return super().action_stop()
         chosen = self._selected_trainer()
         if chosen is not None:
@@ -132,14 +127,9 @@ class OverviewApp(ConsoleApp):
 
     # -- one run's dashboard -------------------------------------------------------------
     def open_run(self, run_dir: Path) -> None:
-        """Point the app at ``run_dir`` and show its dashboard (Escape comes back)."""
-        self.run_dir = run_dir
-        self.reader = RunReader(run_dir, now=self.now, probe=self.probe, stall_after=self.stall_after,
-                                free_space=self.free_space)
-        self.snapshot = None
-        self._stop_watch = threading.Event()
-        self.reads = self._paced_reads()
-        self.run_open = True
+        """A session on ``run_dir`` and its dashboard (Escape comes back)."""
+        self.session = self.new_session(run_dir, RunReader(run_dir, now=self.now, probe=self.probe,
+                                                           stall_after=self.stall_after, free_space=self.free_space))
         self.dashboard = RunDashboardScreen(self.window_steps, self.options.smoothing)
         self.sub_title = printable(run_dir.name)
         self.push_screen(self.dashboard)
@@ -147,35 +137,19 @@ class OverviewApp(ConsoleApp):
 
     def action_back(self) -> None:
         self.stop_following()
-        self.run_open = False
-        self.run_dir = self.root
-        self.snapshot = None
+        self.session = None
         self.sub_title = printable(self.root.resolve().name or self.root)
         self.pop_screen()
         self.rescan()
 
-    def tick(self) -> None:
-        if self.run_open:
-            super().tick()
-
     def on_files_changed(self, message: FilesChanged) -> None:
-        if not self.run_open:               # a signal worker's news on the overview: scan again
-            message.prevent_default()
+        if self.session is None:            # a signal worker's news on the overview: scan again
             self.rescan()
-
-    def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        # A read of a run that was closed (or another run) since it started is dropped.
-        if not (self.run_open and message.snapshot.run_dir == self.run_dir):
-            message.prevent_default()
-
-    def say(self, text: str, level: str = "action") -> None:
-        self._notice_to().notice(Notice(self.now(), text, level))
 
     def on_console_notice(self, message: ConsoleNotice) -> None:
-        message.prevent_default()
-        self._notice_to().notice(message.notice)
-        if not self.run_open:
+        if self.session is None:
             self.rescan()
 
-    def _notice_to(self):
-        return self.dashboard if self.run_open else self.overview
+    def notices(self):
+        """The open run's events pane, else the overview's notice line."""
+        return self.dashboard if self.session is not None else self.overview
