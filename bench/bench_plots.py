@@ -1,5 +1,5 @@
-"""The plots of any series: zoom, pan and cursor moves on a 1M-step history, and the ingest
-of 100 new lines with the grid of small plots on screen.
+"""The plots of any series: zoom, pan and cursor moves on a 1M-step history, the ingest
+of 100 new lines with the grid of small plots on screen, and the memory the grid adds.
 
 Key to frame is measured in-process (the key pressed through Textual's pilot, CPU time of
 this process until the frame is painted), beside one full-plot render of the same history
@@ -79,6 +79,53 @@ def _keys_on_a_big_history(run_dir: Path) -> list[Result]:
     return results
 
 
+# The dashboard in a process of its own (so that its RSS is the dashboard's): RSS after the
+# first frame, then after the grid of small plots is shown and 2,000 lines are read with it.
+_GRID_MEMORY = """
+import asyncio, sys
+from pathlib import Path
+import psutil
+from console.tui.app import ConsoleApp
+from console.tui.messages import SnapshotReady
+from rundir import LossHistoryWriter
+from rundir.layout import HISTORY
+
+async def main(run_dir):
+    app = ConsoleApp(run_dir, watch=False, tick=None)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        before = psutil.Process().memory_info().rss
+        await pilot.press("g")
+        await pilot.pause()
+        step = int(app.snapshot.history.last_step)
+        with LossHistoryWriter(run_dir / ".loss.json") as writer:
+            for _ in range(20):
+                for _ in range(100):
+                    step += 1
+                    writer.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "arm": "stdlib-code",
+                                   "tokens": step * 512, "time": 1.8e9 + step})
+                snap, notices = app.reader.read({HISTORY})
+                app.on_snapshot_ready(SnapshotReady(snap, notices))
+                await pilot.pause()
+        print(before, psutil.Process().memory_info().rss)
+
+asyncio.run(main(Path(sys.argv[1])))
+"""
+
+
+def _grid_memory(run_dir: Path) -> tuple[int, int]:
+    """The dashboard's RSS at its first frame, and with the grid shown and 2,000 lines read."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _GRID_MEMORY, str(run_dir)], capture_output=True, text=True,
+                         cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=600, check=True)
+    before, after = map(int, out.stdout.split()[-2:])
+    return before, after
+
+
 def run() -> list[Result]:
     import tempfile
 
@@ -91,6 +138,11 @@ def run() -> list[Result]:
         ingest = ingest_and_repaint(run_dir, size=SIZE, grid=True)
         results.append(Result("plots", "ingest 100 lines + repaint, grid of 4 shown, 200k steps", ingest * 1e3, "ms",
                               single * 1e3, "the same, main plot only", target="< 30 ms", met=ingest < 0.030))
+        before, after = _grid_memory(run_dir)
+        added = (after - before) / 2**20
+        results.append(Result("plots", "RSS added by the grid of 4, shown, 2,000 lines read, 200k steps", added, "MB",
+                              before / 2**20, "the dashboard's RSS at its first frame", target="<= 10 MB",
+                              met=added <= 10))
         big = Path(tmp) / "million"
         big.mkdir()
         _write_history(big, BIG_STEPS)
