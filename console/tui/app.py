@@ -269,9 +269,9 @@ class ConsoleApp(App[None]):
     def checkpoint_now(self, run_dir: Path | None = None) -> None:
         """SIGUSR1 to the trainer of ``run_dir`` (the dashboard's run when None)."""
         worker = get_current_worker()
-        run_dir = self.run_dir if run_dir is None else run_dir
-        request_checkpoint(run_dir, self.reader if run_dir == self.run_dir else None, self.notify_from_thread,
-                            self._changed_from_thread, lambda: worker.is_cancelled)
+        session = self._session_of(run_dir)
+        request_checkpoint(session.run_dir if session else run_dir, session.reader if session else None,
+                           self.notify_from_thread, self._changed_from_thread, lambda: worker.is_cancelled)
 
     def action_stop(self) -> None:
         self.confirm_stop(self.run_dir, self.snapshot.trainer if self.snapshot else None)
@@ -296,12 +296,18 @@ class ConsoleApp(App[None]):
     @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
     def stop_trainer(self, run_dir: Path | None = None) -> None:
         worker = get_current_worker()
-        session = self.session if run_dir is None or (self.session and run_dir == self.session.run_dir) else None
-        run_dir = session.run_dir if session is not None else run_dir
-        child = session.child if session is not None else None
-        if stop_and_wait(run_dir, child, self.notify_from_thread, self._changed_from_thread,
+        session = self._session_of(run_dir)
+        if stop_and_wait(session.run_dir if session else run_dir, session.child if session else None,
+                         self.notify_from_thread, self._changed_from_thread,
                          lambda: worker.is_cancelled) is not None and session is not None:
             session.child_reported = True       # its exit was waited for and said
+
+    def _session_of(self, run_dir: Path | None) -> RunSession | None:
+        """The open session when ``run_dir`` is its run (or None: the open run), else None (a
+        run of the overview that is not open)."""
+        if self.session is not None and run_dir in (None, self.session.run_dir):
+            return self.session
+        return None
 
     def _changed_from_thread(self, kinds: frozenset[str]) -> None:
         self.post_message(FilesChanged(kinds))
