@@ -50,7 +50,7 @@ from rundir.runs import is_runs_dir
 
 from . import tune_environment
 from .commands.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, fail, run_dir_problem
-from .commands.parser import build_parser, usage_problem
+from .commands.parser import NOT_DASHBOARD, build_parser, given, usage_problem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,9 +72,13 @@ def _main(argv: list[str] | None) -> int:
     refused = usage_problem(args) or run_dir_problem(run_dir, may_create=args.start)
     if refused:
         return fail(refused, EXIT_USAGE)
-    inspect = args.inspect is not None
-    dashboard = not (args.once or args.json or args.csv or args.check or inspect or args.checkpoint or args.stop
-                     or args.pivot or args.pivot_rollback or args.rollback or args.stacks)
+    runs = is_runs_dir(run_dir)             # runs/: every run at once
+    if runs:
+        from .commands.overview_cli import one_run_problem
+        refused = one_run_problem(run_dir, args)
+        if refused:
+            return fail(refused, EXIT_USAGE)
+    dashboard = not any(given(args, mode) for mode in NOT_DASHBOARD)
     if args.serve:
         from .commands.serve_cli import run_serve
         return run_serve(run_dir, args)
@@ -82,13 +86,13 @@ def _main(argv: list[str] | None) -> int:
     # TEXTUAL_DRIVER), not on a terminal.
     if dashboard and not sys.stdout.isatty() and not os.environ.get("TEXTUAL_DRIVER"):
         return fail("the dashboard needs a terminal, and stdout is not one: use --once (text) or --json", EXIT_USAGE)
-    if is_runs_dir(run_dir):             # runs/: every run at once
+    if runs:
         from .commands.overview_cli import run_overview
         return run_overview(run_dir, args)
     if args.stacks:
         from .commands.stacks_cli import run_stacks
         return run_stacks(run_dir)
-    if inspect:
+    if args.inspect is not None:
         from .commands.inspect_cli import run_inspect
         return run_inspect(run_dir, args)
     if args.once or args.json or args.csv or args.check:

@@ -16,6 +16,7 @@ from rundir.text import printable
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130                  # 128 + SIGINT, as a shell reports a Ctrl-C
+METRIC_POINTS = (200, 100_000)          # --json --metric's buckets: the default, the most
 
 
 def fail(message: str, code: int) -> int:
@@ -72,6 +73,3 @@ def collector_off() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-# --json --metric's buckets: the default, the most.
-METRIC_POINTS = (200, 100_000)

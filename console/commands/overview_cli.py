@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import EXIT_USAGE, fail
 from .parser import flag, given
 
 # The modes that act on one run: a runs directory refuses them, asking for the run's directory.
@@ -22,12 +21,17 @@ ONE_RUN = ("checkpoint", "stop", "pivot", "pivot_rollback", "rollback", "start",
            "stacks")
 
 
-def run_overview(root: Path, args: argparse.Namespace) -> int:
-    """The overview for ``andrea-console ROOT [--once | --json]``; an exit status."""
+def one_run_problem(root: Path, args: argparse.Namespace) -> str | None:
+    """Why a mode given cannot act on the runs directory ``root`` (it acts on one run), or None."""
     one_run = [flag(m) for m in ONE_RUN if given(args, m)]
     if one_run:
-        return fail(f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})",
-                    EXIT_USAGE)
+        return f"{root} holds run directories: {one_run[0]} acts on one run, name it ({root / 'NAME'})"
+    return None
+
+
+def run_overview(root: Path, args: argparse.Namespace) -> int:
+    """The overview for ``andrea-console ROOT [--once | --json]`` (:func:`one_run_problem` already
+    asked); an exit status."""
     if args.check:
         from ..actions.runs_check import check_runs
 

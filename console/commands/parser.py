@@ -152,10 +152,14 @@ GOES_WITH: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("against",), ("inspect",), "--against goes with --inspect"),
 )
 
+# The modes other than the dashboard (and --serve, which serves it): with none of them given,
+# the command line opens the dashboard.
+NOT_DASHBOARD = ("once", "json", "csv", "check", "checkpoint", "stop", "pivot", "pivot_rollback", "rollback",
+                 "stacks", "inspect")
+
 # (an option, the ones it refuses, the line said: {} is the refused ones given, as flags).
 NOT_TOGETHER: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("start", ("once", "json", "csv", "check", "checkpoint", "stop", "pivot", "pivot_rollback", "rollback", "stacks",
-               "inspect"), "--start opens the dashboard; it does not combine with {}"),
+    ("start", NOT_DASHBOARD, "--start opens the dashboard; it does not combine with {}"),
     ("read_only", ("allow_control",), "--read-only and --allow-control contradict each other"),
     ("serve", ("inspect",), "--inspect does not go with --serve (the dashboard's i key inspects)"),
     ("serve", ("notify",),

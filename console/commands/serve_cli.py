@@ -1,22 +1,18 @@
 """``andrea-console RUN_DIR|RUNS_DIR --serve``: the dashboard (or the overview) in web
 browsers, each tab its own console; with ``--allow-control --start`` the trainer is started
-first. Which options go with it is the parser's (:mod:`.parser`)."""
+first. Which options go with it is the parser's (:mod:`.parser`); on a runs directory, the
+modes that act on one run are refused before (:func:`.overview_cli.one_run_problem`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from rundir.runs import is_runs_dir
-
 from .common import EXIT_USAGE, asker, fail
 from .dashboard_cli import say_still_training, start_trainer_for
 
 
 def run_serve(run_dir: Path, args: argparse.Namespace) -> int:
-    if args.start and is_runs_dir(run_dir):
-        return fail(f"{run_dir} holds run directories: --start acts on one run, name it ({run_dir / 'NAME'})",
-                    EXIT_USAGE)
     try:
         from ..web.serve import serve
     except ImportError as err:
