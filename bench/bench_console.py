@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import subprocess
@@ -123,10 +123,6 @@ def ingest_and_repaint(run_dir: Path, rounds: int = 20, size: tuple[int, int] = 
     import statistics
 
     from console.tui.app import ConsoleApp
-    from console.tui.messages import SnapshotReady
-    from rundir.layout import HISTORY
-    from rundir import LossHistoryWriter
-
     from console.tui.widgets import loss_plot
 
     loss_plot.DATA_REPAINT_S = 0.0          # every ingest repaints the plot too: the worst case
@@ -140,23 +136,33 @@ def ingest_and_repaint(run_dir: Path, rounds: int = 20, size: tuple[int, int] = 
             if grid:
                 await pilot.press("g")
                 await pilot.pause()
-            step = int(app.snapshot.history.last_step)
-            with LossHistoryWriter(run_dir / ".loss.json") as writer:
-                for _ in range(rounds):
-                    for _ in range(100):
-                        step += 1
-                        writer.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0,
-                                       "arm": "stdlib-code", "tokens": step * 512, "time": 1.8e9 + step})
-                    # CPU time of this process: the read, the panes and the frame, not the
-                    # idle waits of the test pilot.
-                    t0 = time.process_time()
-                    snap, notices = app.reader.read({HISTORY})
-                    app.on_snapshot_ready(SnapshotReady(snap, notices))
-                    await pilot.pause()
-                    times.append(time.process_time() - t0)
+            times.extend(await ingest_rounds(app, pilot, run_dir, rounds))
 
     asyncio.run(main())
     return statistics.median(times)
+
+
+async def ingest_rounds(app: Any, pilot: Any, run_dir: Path, rounds: int) -> list[float]:
+    """``rounds`` times: 100 new step lines appended, read and shown by the running dashboard
+    ``app``; the CPU seconds of each round's read, panes and frame (not the pilot's idle waits)."""
+    from console.tui.messages import SnapshotReady
+    from rundir import LossHistoryWriter
+    from rundir.layout import HISTORY
+
+    times: list[float] = []
+    step = int(app.snapshot.history.last_step)
+    with LossHistoryWriter(run_dir / ".loss.json") as writer:
+        for _ in range(rounds):
+            for _ in range(100):
+                step += 1
+                writer.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0,
+                               "arm": "stdlib-code", "tokens": step * 512, "time": 1.8e9 + step})
+            t0 = time.process_time()
+            snap, notices = app.reader.read({HISTORY})
+            app.on_snapshot_ready(SnapshotReady(snap, notices))
+            await pilot.pause()
+            times.append(time.process_time() - t0)
+    return times
 
 
 def _cpu_while_writing(run_dir: Path) -> tuple[float, int]:

@@ -85,10 +85,8 @@ _GRID_MEMORY = """
 import asyncio, sys
 from pathlib import Path
 import psutil
+from bench.bench_console import ingest_rounds
 from console.tui.app import ConsoleApp
-from console.tui.messages import SnapshotReady
-from rundir import LossHistoryWriter
-from rundir.layout import HISTORY
 
 async def main(run_dir):
     app = ConsoleApp(run_dir, watch=False, tick=None)
@@ -98,16 +96,7 @@ async def main(run_dir):
         before = psutil.Process().memory_info().rss
         await pilot.press("g")
         await pilot.pause()
-        step = int(app.snapshot.history.last_step)
-        with LossHistoryWriter(run_dir / ".loss.json") as writer:
-            for _ in range(20):
-                for _ in range(100):
-                    step += 1
-                    writer.append({"step": step, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0, "arm": "stdlib-code",
-                                   "tokens": step * 512, "time": 1.8e9 + step})
-                snap, notices = app.reader.read({HISTORY})
-                app.on_snapshot_ready(SnapshotReady(snap, notices))
-                await pilot.pause()
+        await ingest_rounds(app, pilot, run_dir, 20)
         print(before, psutil.Process().memory_info().rss)
 
 asyncio.run(main(Path(sys.argv[1])))
