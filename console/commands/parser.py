@@ -164,7 +164,7 @@ NOT_TOGETHER: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("serve", ("inspect",), "--inspect does not go with --serve (the dashboard's i key inspects)"),
     ("serve", ("notify",),
      "--notify does not go with --serve: every open tab would run it (use a terminal console or --check)"),
-    ("inspect", ("once", "csv", "check", "checkpoint", "stop", "pivot", "pivot_rollback", "rollback", "stacks"),
+    ("inspect", tuple(m for m in NOT_DASHBOARD if m not in ("inspect", "json")),    # --inspect --json: as JSON
      "--inspect does not combine with {}"),
 )
 
