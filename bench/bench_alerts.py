@@ -53,8 +53,9 @@ with open(sys.argv[1], "a") as f:
 
 async def _latencies(run: Path, received: Path) -> list[float]:
     from console.tui.app import ConsoleApp
+    from console.tui.options import ConsoleOptions
 
-    app = ConsoleApp(run, bell=False, notify=[sys.executable, "-c", _RECEIVER, str(received)])
+    app = ConsoleApp(run, ConsoleOptions(bell=False, notify=[sys.executable, "-c", _RECEIVER, str(received)]))
     landed: dict[str, float] = {}
     async with app.run_test(size=(140, 45)) as pilot:
         deadline = time.monotonic() + 60

@@ -123,13 +123,14 @@ def ingest_and_repaint(run_dir: Path, rounds: int = 20, size: tuple[int, int] = 
     import statistics
 
     from console.tui.app import ConsoleApp
+    from console.tui.options import ConsoleOptions
     from console.tui.widgets import loss_plot
 
     loss_plot.DATA_REPAINT_S = 0.0          # every ingest repaints the plot too: the worst case
     times: list[float] = []
 
     async def main() -> None:
-        app = ConsoleApp(run_dir, watch=False, tick=None)
+        app = ConsoleApp(run_dir, ConsoleOptions(watch=False, tick=None))
         async with app.run_test(size=size) as pilot:
             await app.workers.wait_for_complete()
             await pilot.pause()

@@ -116,6 +116,7 @@ class Tracer:
 def trace_way(run_dir: Path) -> tuple[list[Step], list[tuple[str, str, str]]]:
     """Append one step to ``run_dir`` as the trainer does and follow it to the plot."""
     from console.tui.app import ConsoleApp
+    from console.tui.options import ConsoleOptions
     from trainer.outputs import RunOutputs
     from trainer.progress import Progress
 
@@ -124,7 +125,7 @@ def trace_way(run_dir: Path) -> tuple[list[Step], list[tuple[str, str, str]]]:
     sys.setprofile(tracer)
 
     async def follow() -> None:
-        app = ConsoleApp(run_dir, tick=None)
+        app = ConsoleApp(run_dir, ConsoleOptions(tick=None))
         async with app.run_test(size=(160, 48)) as pilot:
             for _ in range(600):
                 if app.snapshot is not None:

@@ -41,11 +41,12 @@ def _write_history(run_dir: Path, steps: int) -> None:
 
 def _keys_on_a_big_history(run_dir: Path) -> list[Result]:
     from console.tui.app import ConsoleApp
+    from console.tui.options import ConsoleOptions
 
     results: list[Result] = []
 
     async def main() -> None:
-        app = ConsoleApp(run_dir, watch=False, tick=None)
+        app = ConsoleApp(run_dir, ConsoleOptions(watch=False, tick=None))
         async with app.run_test(size=SIZE) as pilot:
             await app.workers.wait_for_complete()
             await pilot.pause()
@@ -87,9 +88,10 @@ from pathlib import Path
 import psutil
 from bench.bench_console import ingest_rounds
 from console.tui.app import ConsoleApp
+from console.tui.options import ConsoleOptions
 
 async def main(run_dir):
-    app = ConsoleApp(run_dir, watch=False, tick=None)
+    app = ConsoleApp(run_dir, ConsoleOptions(watch=False, tick=None))
     async with app.run_test(size=(160, 48)) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()

@@ -43,11 +43,13 @@ def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, stall_after: float
             from ..plot.canvas import PlotOptions
             from ..read.reader import RunReader
             from ..tui.app import ConsoleApp          # Textual only for the dashboard
+            from ..tui.options import ConsoleOptions
 
             app_class = customize(ConsoleApp) if customize else ConsoleApp
-            app = app_class(run_dir, options=PlotOptions(smoothing=smoothing),
-                            reader=RunReader(run_dir, prefetch=prefetch, stall_after=stall_after,
-                                             spike_window=spikes[0], spike_k=spikes[1]), **app_options)
+            reader = RunReader(run_dir, prefetch=prefetch, stall_after=stall_after, spike_window=spikes[0],
+                               spike_k=spikes[1])
+            app = app_class(run_dir, ConsoleOptions(plot=PlotOptions(smoothing=smoothing), stall_after=stall_after,
+                                                    reader=reader, **app_options))
             app.run(**(run_options or {}))
         finally:
             if prefetch is not None:

@@ -60,11 +60,13 @@ def run_overview(root: Path, args: argparse.Namespace) -> int:
 def open_overview(root: Path, *, smoothing: float = 0.98, customize: Callable[[type], type] | None = None,
                   run_options: dict[str, Any] | None = None, **app_options: Any) -> None:
     """Open the overview on ``root`` and return when it quits (``customize`` wraps the app
-    class for benchmarks; ``run_options`` go to ``App.run``)."""
-    from ..tui.overview_app import OverviewApp
+    class for benchmarks; ``run_options`` go to ``App.run``; ``app_options`` are
+    :class:`~console.tui.options.ConsoleOptions`' fields)."""
     from ..plot.canvas import PlotOptions
+    from ..tui.app import ConsoleApp
+    from ..tui.options import ConsoleOptions
 
-    app_class = customize(OverviewApp) if customize else OverviewApp
-    app_class(root, options=PlotOptions(smoothing=smoothing), **app_options).run(**(run_options or {}))
+    app_class = customize(ConsoleApp) if customize else ConsoleApp
+    app_class(root, ConsoleOptions(plot=PlotOptions(smoothing=smoothing), **app_options)).run(**(run_options or {}))
 
 

@@ -5,8 +5,11 @@ reader, paced reads, watcher and snapshot), :mod:`console.read.reader` reads the
 (in a thread worker), :mod:`console.read.watcher` watches it (in another),
 :mod:`console.actions.signal_jobs` signals the verified trainer and waits for its answer (in a
 third), and the panes in :mod:`console.tui.widgets` paint what they are given. Threads only
-post messages; widgets change on the UI thread. An app opened on a runs directory
-(:class:`~console.tui.overview_app.OverviewApp`) starts with no session and opens one per run.
+post messages; widgets change on the UI thread. Opened on a runs directory, the app starts
+on the overview (:class:`~console.tui.screens.overview.OverviewScreen`, which keeps its runs
+scanned) with no session: Enter opens one on the selected run and pushes its dashboard,
+Escape closes it and pops back. What the app was asked for is one
+:class:`~console.tui.options.ConsoleOptions`.
 """
 
 from __future__ import annotations
@@ -15,10 +18,9 @@ import asyncio
 import gc
 import queue
 import subprocess
-import time
 from functools import partial
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 from textual import actions, work
 from textual.app import App
@@ -27,25 +29,29 @@ from textual.worker import get_current_worker
 
 from rundir.layout import ALL_KINDS, HISTORY, TRAINER
 from rundir.rollback_files import pending_rollback
+from rundir.runs import is_runs_dir
+from rundir.text import counted
 
-from ..actions.alerts import NOTIFY_TIMEOUT_S, AlertTracker, run_notify
+from ..actions.alerts import AlertTracker, run_notify
 from ..actions.pivot_runner import pending_pivot
 from ..actions.signal_jobs import request_checkpoint, stop_and_wait
 from ..actions.supervise import reap_children
 from ..model.findings import Finding, child_exit_alert
 from ..model.format import LINE_LIMIT, printable
+from ..model.run_facts import RunSummary
 from ..model.snapshot import Notice, RunSnapshot, TrainerView
-from ..plot.canvas import PlotOptions
 from ..read.reader import RunReader
+from ..read.run_summary import RunsSummarizer
 from ..read.watcher import POLL_S, STEADY_READ_INTERVAL_S, PacedReads, watch_run
 from .keys import CONTROL_ACTIONS
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady, WatchMode
-from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen
+from ..text.overview_report import trainer_label
+from .options import ConsoleOptions
+from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen, RunDashboardScreen
+from .screens.overview import OverviewScreen
 from .session import RunSession
 from .widgets import CheckpointsPane
 
-# The trainer's liveness, CPU and uptime are re-read this often even when no file changes.
-TICK_S = 2.0
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
 READ_ONLY_REFUSAL = "{key}: refused: this console is read-only, it never signals or changes the run"
@@ -57,30 +63,29 @@ class ConsoleApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     SCREENS = {"help": HelpScreen}
 
-    def __init__(self, run_dir: str | Path | None, *, now: Callable[[], float] = time.time,
-                 probe: Callable[[Path], TrainerView] | None = None, watch: bool = True,
-                 child: subprocess.Popen | None = None, options: PlotOptions | None = None,
-                 window: int = 2000, tick: float | None = TICK_S, reader: RunReader | None = None,
-                 bell: bool = True, notify: list[str] | None = None, notify_timeout: float = NOTIFY_TIMEOUT_S,
-                 read_only: bool = False, poll: bool = False):
+    def __init__(self, root: str | Path, options: ConsoleOptions = ConsoleOptions()):
+        """``root``: a run directory (its dashboard) or a directory of runs (their overview
+        first, each run's dashboard a key away), as :func:`rundir.runs.is_runs_dir` tells
+        them apart for the command line."""
         super().__init__()
-        self.read_only = read_only
-        self.poll = poll                        # --poll: follow the run by polling whatever its filesystem
+        self.root = Path(root)
+        self.options = options
+        self.now = options.now
         self.alerts = AlertTracker()
-        self.bell_on_alert, self.notify_argv, self.notify_timeout = bell, notify, notify_timeout
         self._alert_queue: queue.SimpleQueue[Finding] = queue.SimpleQueue()
-        self.now = now
-        self.watching = watch
-        self.tick_s = tick
-        self.options = options or PlotOptions()
-        self.window_steps = window
         self.session: RunSession | None = None
-        if run_dir is not None:
-            run_dir = Path(run_dir)
-            reader = reader or RunReader(run_dir, now=now, probe=probe)
+        self.runs_root = self.root if is_runs_dir(self.root) else None
+        if self.runs_root is None:
+            reader = options.reader or options.reader_for(self.root)
             reader.findings.grad_after_first = True      # read once the first frame is painted (started)
-            self.session = self.new_session(run_dir, reader, child)
-            self.sub_title = printable(run_dir.name)
+            self.session = self.new_session(self.root, reader, options.child)
+        self.sub_title = self._title()
+
+    def _title(self) -> str:
+        """The open run's name, else the runs directory's."""
+        if self.session is not None:
+            return printable(self.session.run_dir.name)
+        return printable(self.root.resolve().name or self.root)
 
     # The open run's, for the views and the tests (None where no run is open).
     @property
@@ -99,11 +104,26 @@ class ConsoleApp(App[None]):
     def snapshot(self) -> RunSnapshot | None:
         return self.session.snapshot if self.session else None
 
+    @property
+    def read_only(self) -> bool:
+        """Whether every key that signals or changes a run is refused (the key bar and help say so)."""
+        return self.options.read_only
+
+    @property
+    def summaries(self) -> list[RunSummary]:
+        """The overview's runs as last scanned (none on a run's own console)."""
+        return self.overview.summaries if self.runs_root is not None else []
+
     # -- lifecycle ---------------------------------------------------------------
-    def get_default_screen(self) -> DashboardScreen:
-        # The dashboard is the app's own screen: composed and sized once at start-up, with
-        # no default screen to paint and then replace.
-        self.dashboard = DashboardScreen(self.window_steps, self.options.smoothing)
+    def get_default_screen(self) -> OverviewScreen | DashboardScreen:
+        # The first screen is the app's own: composed and sized once at start-up, with no
+        # default screen to paint and then replace.
+        o = self.options
+        if self.runs_root is not None:
+            self.overview = OverviewScreen(self.root, RunsSummarizer(self.root, o.verify, o.stall_after), o.now,
+                                           o.refresh if o.watch else None)
+            return self.overview
+        self.dashboard = DashboardScreen(o.window, o.plot.smoothing)
         return self.dashboard
 
     def new_session(self, run_dir: Path, reader: RunReader, child: subprocess.Popen | None = None) -> RunSession:
@@ -113,15 +133,15 @@ class ConsoleApp(App[None]):
     def on_mount(self) -> None:
         if self.session is not None:
             self.follow_run()
-        if self.tick_s:
-            self.set_interval(self.tick_s, self.tick)
+        if self.options.tick:
+            self.set_interval(self.options.tick, self.tick)
         self.set_timer(START_UP_S, self.started)        # if no first frame comes by then
 
     def follow_run(self) -> None:
         """Read the open run now, then whatever the watcher (a thread worker until the session
         closes) sees change."""
         self.request_read(ALL_KINDS)
-        if self.watching:
+        if self.options.watch:
             self.watch_files(self.session)
 
     def on_unmount(self) -> None:
@@ -171,7 +191,7 @@ class ConsoleApp(App[None]):
     @work(thread=True, group="watch", exit_on_error=False)
     def watch_files(self, session: RunSession) -> None:
         # The changes go straight to the session's paced reads, never through the UI thread.
-        watch_run(session.run_dir, session.request_read, session.stop_watch, poll=self.poll,
+        watch_run(session.run_dir, session.request_read, session.stop_watch, poll=self.options.poll,
                   announce=lambda fs: self.post_message(WatchMode(fs.watched_by, not fs.events)))
 
     @work(thread=True, group="read", exit_on_error=False)
@@ -187,7 +207,10 @@ class ConsoleApp(App[None]):
         self.session.reads.steady_s = POLL_S if message.polling else STEADY_READ_INTERVAL_S
 
     def on_files_changed(self, message: FilesChanged) -> None:
-        self.request_read(message.kinds)
+        if self.session is not None:
+            self.session.request_read(message.kinds)
+        elif self.runs_root is not None:        # a signal job's news on the overview: scan again
+            self.overview.rescan()
 
     def request_read(self, kinds: set[str] | frozenset[str]) -> None:
         """Queue kinds to re-read of the open run (a burst of changes becomes one read)."""
@@ -212,9 +235,9 @@ class ConsoleApp(App[None]):
     def raise_alert(self, alert: Finding) -> None:
         """An event, the bell (unless --no-bell) and --notify CMD (in a worker)."""
         self.say(f"ALERT: {alert.text}", alert.level)
-        if self.bell_on_alert:
+        if self.options.bell:
             self.bell()
-        if self.notify_argv:
+        if self.options.notify:
             self._alert_queue.put(alert)
             self.send_alerts()
 
@@ -226,19 +249,22 @@ class ConsoleApp(App[None]):
                 alert = self._alert_queue.get_nowait()
             except queue.Empty:
                 return
-            failure = run_notify(self.notify_argv, alert.to_json(str(self.run_dir), self.now()), self.notify_timeout)
+            failure = run_notify(self.options.notify, alert.to_json(str(self.run_dir), self.now()),
+                                 self.options.notify_timeout)
             if failure:
                 self.notify_from_thread(failure, "warning")
 
     def on_console_notice(self, message: ConsoleNotice) -> None:
         self.notices().notice(message.notice)
+        if self.session is None and self.runs_root is not None:
+            self.overview.rescan()
 
     def say(self, text: str, level: str = "action") -> None:
         self.notices().notice(Notice(self.now(), text, level))
 
-    def notices(self) -> DashboardScreen:
-        """Where the console's lines go: the open run's events pane."""
-        return self.dashboard
+    def notices(self) -> DashboardScreen | OverviewScreen:
+        """Where the console's lines go: the open run's events pane, else the overview's notice line."""
+        return self.dashboard if self.session is not None else self.overview
 
     def refuse(self, text: str) -> None:
         """A key that cannot act here: one line, in the events pane and where it was pressed (a toast)."""
@@ -262,8 +288,12 @@ class ConsoleApp(App[None]):
         return await super().run_action(action, default_namespace, namespaces)
 
     def action_checkpoint(self) -> None:
-        self.say("c: checkpoint requested")
-        self.checkpoint_now()
+        if self.session is not None:
+            self.say("c: checkpoint requested")
+            self.checkpoint_now()
+        elif (chosen := self._selected_trainer()) is not None:
+            self.say(f"c: checkpoint requested for {chosen[0].name}")
+            self.checkpoint_now(chosen[0])
 
     @work(thread=True, exclusive=True, group="signal", exit_on_error=False)
     def checkpoint_now(self, run_dir: Path | None = None) -> None:
@@ -274,7 +304,18 @@ class ConsoleApp(App[None]):
                            self.notify_from_thread, self._changed_from_thread, lambda: worker.is_cancelled)
 
     def action_stop(self) -> None:
-        self.confirm_stop(self.run_dir, self.snapshot.trainer if self.snapshot else None)
+        if self.session is not None:
+            self.confirm_stop(self.session.run_dir, self.snapshot.trainer if self.snapshot else None)
+        elif (chosen := self._selected_trainer()) is not None:
+            self.confirm_stop(*chosen)
+
+    def _selected_trainer(self) -> tuple[Path, TrainerView] | None:
+        """The overview's selected run and its trainer as last scanned."""
+        s = self.overview.selected
+        if s is None:
+            self.say("no run selected", "warning")
+            return None
+        return s.path, TrainerView(state=s.trainer_state, label=trainer_label(s), reason=s.trainer_reason, pid=s.pid)
 
     def confirm_stop(self, run_dir: Path, trainer: TrainerView | None) -> None:
         """Ask, then SIGTERM the verified trainer of ``run_dir`` (``trainer`` as last seen)."""
@@ -386,6 +427,29 @@ class ConsoleApp(App[None]):
             self.say(outcome.message if outcome.ok else f"rollback: {outcome.message}",
                      "good" if outcome.ok else "error")
             self.request_read(ALL_KINDS)
+
+    # -- the overview's routes ---------------------------------------------------------------
+    def open_run(self, run_dir: Path) -> None:
+        """A session on ``run_dir`` and its dashboard (Escape comes back)."""
+        self.session = self.new_session(run_dir, self.options.reader_for(run_dir))
+        self.dashboard = RunDashboardScreen(self.options.window, self.options.plot.smoothing)
+        self.sub_title = self._title()
+        self.push_screen(self.dashboard)
+        self.follow_run()
+
+    def action_back(self) -> None:
+        """From a run's dashboard back to the overview: its session closes."""
+        self.stop_following()
+        self.session = None
+        self.sub_title = self._title()
+        self.pop_screen()
+        self.overview.rescan()
+
+    def open_compare(self, runs: list[tuple[str, Path]]) -> None:
+        from .screens.compare import CompareScreen         # its plot only when asked for
+
+        self.say(f"comparing {counted(len(runs), 'run')}")
+        self.push_screen(CompareScreen(runs, self.options.plot.smoothing))
 
     def action_help(self) -> None:
         self.push_screen("help")

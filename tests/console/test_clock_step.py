@@ -11,6 +11,8 @@ import json
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.widgets import EventLog
 from rundir import read_trainer_record, verify_trainer, write_trainer_record
 from tests.console.conftest import until
@@ -39,7 +41,7 @@ async def test_a_live_trainer_stays_live_after_a_clock_step(tmp_path):
         r = console(run, "--checkpoint", "--timeout", "120", timeout=180)
         assert r.returncode == 0 and r.stdout.strip().endswith(".bin"), r.stderr
 
-        app = ConsoleApp(run, tick=0.5)
+        app = ConsoleApp(run, ConsoleOptions(tick=0.5))
         async with app.run_test(size=(140, 45)) as pilot:
             def log() -> str:
                 return "\n".join(app.dashboard.query_one(EventLog).texts)

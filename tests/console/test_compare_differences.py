@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from console.model.run_diff import ABSENT, DiffRow, flatten, run_diff, start_data
-from console.tui.overview_app import OverviewApp
+from console.tui.app import ConsoleApp
+from console.tui.options import ConsoleOptions
 from console.tui.screens.compare import read_series
 from rundir import HistoryEvent, RunConfig, load_run_config, write_run_config
 from tests.console.conftest import fixed_now
@@ -134,8 +135,8 @@ def test_read_series_gives_the_differences(tmp_path):
     assert lr.values == ("0.003", "0.001", "0.003", ABSENT)
 
 
-def app_for(root: Path) -> OverviewApp:
-    return OverviewApp(root, now=fixed_now, watch=False, tick=None, free_space=lambda _: 500 << 30)
+def app_for(root: Path) -> ConsoleApp:
+    return ConsoleApp(root, ConsoleOptions(now=fixed_now, watch=False, tick=None, free_space=lambda _: 500 << 30))
 
 
 async def compared(pilot) -> None:

@@ -18,6 +18,8 @@ import orjson
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.messages import SnapshotReady
 from console.read.reader import PROMPT_CHARS, SAMPLE_CHARS, RunReader
 from console.text.run_report import ROWS_LISTED, render_text
@@ -120,7 +122,7 @@ def test_many_checkpoints_landing_at_once_make_a_few_notices(tmp_path):
 async def test_the_checkpoints_pane_draws_the_newest_rows_and_counts_the_rest(tmp_path):
     run = make_run(tmp_path / "run")
     bare_checkpoints(run)
-    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=(140, 45)) as pilot:
         await settled(pilot)
         text = pane_text(app.dashboard.query_one(CheckpointsPane))
@@ -172,7 +174,7 @@ async def test_the_arms_pane_draws_the_live_arms_first_and_counts_the_rest(tmp_p
     state = orjson.loads((run / ".state.json").read_bytes())
     state["arms"]["pydoc-topics"] = state["arms"].pop("pydoc-topics")    # a live arm listed after 500 zombies
     (run / ".state.json").write_bytes(orjson.dumps(state))
-    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=(140, 45)) as pilot:
         await settled(pilot)
         pane = app.dashboard.query_one(ArmsPane)
@@ -228,7 +230,7 @@ async def test_a_huge_sample_is_shown_cut(tmp_path):
     (sample,) = snap.samples
     assert sample.completion == "x" * SAMPLE_CHARS + f" … [{2_000_000 - SAMPLE_CHARS:,} more characters not shown]"
     assert sample.prompt.startswith("p" * PROMPT_CHARS + " … [")
-    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=(140, 45)) as pilot:
         await settled(pilot)
         assert "more characters not shown" in pane_text(app.dashboard.query_one(SamplesPane))
@@ -406,7 +408,7 @@ def test_a_run_directory_that_cannot_be_read_is_a_problem_and_exits_2():
 async def test_problems_are_pinned_while_log_lines_scroll(tmp_path):
     run = make_run(tmp_path / "run", state_arms=("stdlib-code", "stdlib-docstrings", "pydoc-topics", "ghost"),
                    truncated=(300,))
-    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=(140, 45)) as pilot:
         await settled(pilot)
         bar = app.dashboard.query_one(ProblemsBar)
@@ -432,7 +434,7 @@ async def test_a_notice_outlives_a_second_of_fast_reads_of_a_fast_logging_traine
     out of a 24-row terminal's events pane within a second, before a loaded machine painted it.
     The log's lines now come at most once a second, whatever the read rate."""
     run = make_run(tmp_path / "run")
-    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=(80, 24)) as pilot:
         await settled(pilot)
         log = app.dashboard.query_one(EventLog)
@@ -453,7 +455,7 @@ async def test_a_notice_outlives_a_second_of_fast_reads_of_a_fast_logging_traine
 
 @pytest.mark.asyncio
 async def test_no_problem_no_pinned_line(tmp_path):
-    app = ConsoleApp(make_run(tmp_path / "run"), now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(make_run(tmp_path / "run"), ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=(140, 45)) as pilot:
         await settled(pilot)
         bar = app.dashboard.query_one(ProblemsBar)

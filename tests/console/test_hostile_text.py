@@ -17,6 +17,8 @@ import orjson
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.read.reader import RunReader
 from console.text.run_report import render_text, to_json
 from console.tui.screens import DetailScreen
@@ -171,7 +173,7 @@ def content_text(widget) -> str:
 @pytest.mark.asyncio
 async def test_dashboard_panes_show_nothing_raw(tmp_path):
     run = hostile_run(tmp_path)
-    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=SIZE) as pilot:
         for _ in range(3):
             await app.workers.wait_for_complete()
@@ -227,7 +229,7 @@ async def test_dashboard_panes_show_nothing_raw(tmp_path):
 async def test_the_compact_layout_and_every_detail_view_show_nothing_raw(tmp_path):
     """At 80x24, each pane in turn and the detail view of each of its rows (Enter)."""
     run = hostile_run(tmp_path)
-    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=(80, 24)) as pilot:
         for _ in range(3):
             await app.workers.wait_for_complete()

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen, HelpScreen, PivotScreen
 from console.tui.widgets import EventLog, LossPlot
 from console.actions.supervise import start_trainer
@@ -37,7 +39,7 @@ def running(app: ConsoleApp) -> bool:
 async def test_keys_c_l_w_e_help_pivot_cancel_and_quit(tmp_path):
     run = tmp_path / "live"
     with Trainer(run) as trainer:
-        app = ConsoleApp(run, tick=0.5)
+        app = ConsoleApp(run, ConsoleOptions(tick=0.5))
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: running(app), what="the trainer verified as running")
             assert not list_checkpoints(run)
@@ -56,7 +58,7 @@ async def test_keys_c_l_w_e_help_pivot_cancel_and_quit(tmp_path):
             await pilot.press("l")
             assert not plot.log_y
             await pilot.press("w")
-            assert plot.window == app.window_steps
+            assert plot.window == app.options.window
             await pilot.press("w")
             assert plot.window is None
             before = plot.smoothing
@@ -101,7 +103,7 @@ async def test_keys_c_l_w_e_help_pivot_cancel_and_quit(tmp_path):
 async def test_stop_confirmed_trainer_exits_0_with_a_final_checkpoint(tmp_path, confirm_key):
     run = tmp_path / "live"
     with Trainer(run) as trainer:
-        app = ConsoleApp(run, tick=0.5)
+        app = ConsoleApp(run, ConsoleOptions(tick=0.5))
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: running(app), what="the trainer verified as running")
             # An earlier checkpoint first: the exit must name the final one, not this one.
@@ -146,7 +148,7 @@ async def test_a_trainer_the_console_started_is_reaped_when_it_exits(tmp_path):
     write_run_config(run, config)
     child = start_trainer(run).child
     try:
-        app = ConsoleApp(run, tick=0.5)
+        app = ConsoleApp(run, ConsoleOptions(tick=0.5))
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: running(app), what="the trainer verified as running")
             result = send(run, STOP_SIGNAL)

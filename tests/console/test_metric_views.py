@@ -133,6 +133,7 @@ async def test_the_grid_s_x_axes_line_up_whatever_steps_each_series_has(tmp_path
 @pytest.mark.asyncio
 async def test_the_checkpoints_pane_s_age_reads_as_the_status_pane_s(tmp_path):
     from console.tui.app import ConsoleApp
+    from console.tui.options import ConsoleOptions
     from console.read.reader import RunReader
     from console.tui.widgets import CheckpointsPane, StatusPane
     from tests.rundirs import EPOCH
@@ -140,7 +141,7 @@ async def test_the_checkpoints_pane_s_age_reads_as_the_status_pane_s(tmp_path):
     run = make_run(tmp_path / "run", RunSpec(steps=100, checkpoints=(100,)))
     clock = [EPOCH + 50 + 13]                       # the checkpoint at step 100 was written at EPOCH + 50
     reader = RunReader(run, now=lambda: clock[0], free_space=lambda _: 500 << 30)
-    app = ConsoleApp(run, now=lambda: clock[0], watch=False, tick=None, reader=reader)
+    app = ConsoleApp(run, ConsoleOptions(now=lambda: clock[0], watch=False, tick=None, reader=reader))
     async with app.run_test(size=BIG) as pilot:
         await settled(pilot)
         for seconds in (16, 19):
@@ -289,11 +290,12 @@ def drawn_columns(plot) -> list[int]:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", [NARROW, BIG])
 async def test_the_comparison_zooms_pans_and_reads_every_run_at_its_cursor(tmp_path, size):
-    from console.tui.overview_app import OverviewApp
+    from console.tui.app import ConsoleApp
+    from console.tui.options import ConsoleOptions
     from tests.console.conftest import fixed_now
 
-    app = OverviewApp(compare_runs(tmp_path), now=fixed_now, watch=False, tick=None,
-                      free_space=lambda _: 500 << 30)
+    app = ConsoleApp(compare_runs(tmp_path),
+                     ConsoleOptions(now=fixed_now, watch=False, tick=None, free_space=lambda _: 500 << 30))
     async with app.run_test(size=size) as pilot:
         plot = await comparing(pilot)
         assert "EMA 0.98" in str(plot.border_subtitle)             # the dashboard's smoothing

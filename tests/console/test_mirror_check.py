@@ -17,6 +17,7 @@ import pytest
 
 from console.read import history_mirror
 from console.tui.app import ConsoleApp
+from console.tui.options import ConsoleOptions
 from console.model.mirror_note import MIRROR_STALE
 from console.read.reader import RunReader
 from console.tui.widgets import EventLog
@@ -103,7 +104,7 @@ async def test_the_dashboard_says_it_once_and_shows_the_file(edited_run):
     """The dashboard's first frame starts the check; a stale mirror is one line in the events
     pane and a re-read, posted as a message (no widget is touched from the check's thread)."""
     run, step, loss = edited_run
-    app = ConsoleApp(run, now=fixed_now, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(now=fixed_now, watch=False, tick=None))
     async with app.run_test(size=(140, 45)) as pilot:
         deadline = time.monotonic() + CEILING_S
         while (app.snapshot is None or loss_at(app.snapshot, step) != loss) and time.monotonic() < deadline:

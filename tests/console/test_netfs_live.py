@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen
 from console.tui.widgets import EventLog
 from rundir import LossHistory
@@ -41,7 +43,7 @@ async def stop_with_s(pilot, app: ConsoleApp, trainer: Trainer) -> None:
 async def test_train_checkpoint_stop_and_resume_watched_through_another_client(mount_netfs):
     backing, compute_node = mount_netfs(refuse_flock=True, attr_timeout=0.2)
     _, login_node = mount_netfs(backing, refuse_flock=True, attr_timeout=1.0, nul_window=1.0)
-    app = ConsoleApp(login_node / "run", tick=0.5)
+    app = ConsoleApp(login_node / "run", ConsoleOptions(tick=0.5))
     async with app.run_test(size=SIZE) as pilot:
         with Trainer(compute_node / "run") as trainer:
             await until(pilot, lambda: app.snapshot is not None and app.snapshot.trainer.state == "running",

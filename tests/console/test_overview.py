@@ -11,7 +11,9 @@ import sys
 import psutil
 import pytest
 
-from console.tui.overview_app import OverviewApp
+from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen, DashboardScreen
 from console.tui.screens.compare import CompareScreen
 from console.text.overview_report import COLUMNS
@@ -45,13 +47,13 @@ def console(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def select(app: OverviewApp, name: str) -> None:
+def select(app: ConsoleApp, name: str) -> None:
     table = app.overview.table
     index = next(i for i, s in enumerate(table.summaries) if s.name == name)
     table.move_cursor(row=index, animate=False)
 
 
-def by_name(app: OverviewApp) -> dict:
+def by_name(app: ConsoleApp) -> dict:
     return {s.name: s for s in app.summaries}
 
 
@@ -90,7 +92,7 @@ async def test_overview_live(tmp_path):
     selected trainer, s stops it after the confirmation."""
     root = make_runs_dir(tmp_path / "runs")
     with Trainer(root / "live") as trainer:
-        app = OverviewApp(root, refresh=0.5)
+        app = ConsoleApp(root, ConsoleOptions(refresh=0.5))
         async with app.run_test(size=SIZE, notifications=False) as pilot:
             await until(pilot, lambda: "live" in by_name(app), what="the first scan")
             await until(pilot, lambda: by_name(app)["live"].trainer_state == "running", what="live verified")
@@ -164,13 +166,13 @@ async def test_run_column_fits_the_longest_name_up_to_a_cap(tmp_path):
     table is idle), and a name longer than the cap ends in an ellipsis."""
     root = tmp_path / "runs"
     make_run(root / "short", steps=50, checkpoints=())
-    app = OverviewApp(root, watch=False, tick=None)
+    app = ConsoleApp(root, ConsoleOptions(watch=False, tick=None))
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.summaries, what="the first scan")
         assert app.overview.table.columns["run"].width == len("short")
         long_name = "a-very-long-run-name-" * 3
         make_run(root / long_name, steps=50, checkpoints=())
-        app.rescan()
+        app.overview.rescan()
         await until(pilot, lambda: len(app.summaries) == 2, what="the second scan")
         table = app.overview.table
         assert table.columns["run"].width == NAME_CAP
@@ -184,7 +186,7 @@ async def test_opening_runs_again_and_again_adds_no_timers_and_leaves_no_reads(t
     """Each Enter follows the run (its reads and its watcher) and each Escape stops that: the
     app's tick and start-up timer are the app's, set once, however many runs were opened."""
     root = make_runs_dir(tmp_path / "runs")
-    app = OverviewApp(root, refresh=None, tick=60.0)
+    app = ConsoleApp(root, ConsoleOptions(refresh=None, tick=60.0))
     ticks = []
     real_set_interval = app.set_interval
     app.set_interval = lambda interval, callback, **kw: ticks.append(callback) or real_set_interval(interval, callback,
@@ -243,7 +245,7 @@ async def test_columns_are_shown_whole_and_arrows_scroll_them_a_column_at_a_time
     from tests.console.test_pivot_screen import screen_lines
     root = tmp_path / "runs"
     make_run(root / "long-run", steps=13_600, checkpoints=(13_000, 13_600))
-    app = OverviewApp(root, watch=False, tick=None, now=lambda: 1e9)
+    app = ConsoleApp(root, ConsoleOptions(watch=False, tick=None, now=lambda: 1e9))
     headers = [header for header, _, _ in COLUMNS]
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.summaries and table_measured(app.overview.table), what="the runs table")

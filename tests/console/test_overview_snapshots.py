@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from console.tui.overview_app import OverviewApp
+from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.screens.compare import CompareScreen
 from console.tui.widgets.compare_plot import ComparePlot
 from rundir import TrainerRecord, Verification, verify_trainer
@@ -43,9 +45,9 @@ def runs_dir(tmp_path: Path) -> Path:
     return root
 
 
-def app_for(root: Path) -> OverviewApp:
-    return OverviewApp(root, now=fixed_now, verify=verify, watch=False, tick=None,
-                       free_space=lambda _: 500 << 30)
+def app_for(root: Path) -> ConsoleApp:
+    return ConsoleApp(root, ConsoleOptions(now=fixed_now, verify=verify, watch=False, tick=None,
+                                           free_space=lambda _: 500 << 30))
 
 
 async def scanned(pilot) -> None:

@@ -13,6 +13,8 @@ import orjson
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen, PivotScreen
 from console.tui.widgets import EventLog
 from tests.console.conftest import until
@@ -154,7 +156,7 @@ def test_pivot_cli_refuses_bad_policy_and_changes_nothing(live):
 async def test_pivot_screen_of_a_live_run(live):
     r = live()
     before = (r.run / ".loss.json").read_bytes()
-    app = ConsoleApp(r.run, tick=0.5)
+    app = ConsoleApp(r.run, ConsoleOptions(tick=0.5))
     async with app.run_test(size=(80, 24)) as pilot:         # an SSH session's size: the compact screen
         await until(pilot, lambda: app.snapshot is not None and app.snapshot.trainer.state == "running", 30,
                     "the trainer verified running")

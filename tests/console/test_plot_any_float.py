@@ -136,7 +136,7 @@ def test_the_issues_values_in_once_and_the_dashboard(make_run_dir):
 
 @pytest.mark.asyncio
 async def test_the_dashboard_and_the_comparison_draw_them(make_run_dir):
-    from console.tui.overview_app import OverviewApp
+    from console.tui.app import ConsoleApp
     from console.tui.screens.compare import CompareScreen
     from tests.console.test_snapshots import WIDE, app_for, live_probe, settled
     from tests.console.test_status_text import copied_lines
@@ -150,7 +150,7 @@ async def test_the_dashboard_and_the_comparison_draw_them(make_run_dir):
             await pilot.press(key)
             await pilot.pause()
         assert app.is_running and "beyond ±1e+300 not plotted" in "\n".join(copied_lines(app.export_screenshot()))
-    overview = OverviewApp(run.parent)
+    overview = ConsoleApp(run.parent)
     async with overview.run_test(size=WIDE) as pilot:
         from tests.console.conftest import until
         await until(pilot, lambda: overview.summaries, what="the overview's first summary")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.messages import RollbackProgress
 from console.actions.rollback_runner import RollbackOutcome
 from console.tui.screens import ConfirmScreen, RollbackScreen
@@ -122,7 +124,7 @@ async def _start_and_answer(pilot, screen: RollbackScreen, key: str) -> Rollback
 @pytest.mark.asyncio
 async def test_rollback_screen_cancel_then_run_on_a_live_trainer(spiky_run):  # noqa: F811
     run = spiky_run
-    app = ConsoleApp(run, tick=0.5)
+    app = ConsoleApp(run, ConsoleOptions(tick=0.5))
     async with app.run_test(size=NARROW) as pilot:           # an SSH session's size: the compact screen
         await until(pilot, lambda: app.snapshot is not None and app.snapshot.trainer.state == "running", 30,
                     "the trainer verified running")

@@ -12,6 +12,7 @@ import pytest
 from console.model.findings import summary_problems
 from console.read.reader import RunReader
 from console.tui.app import ConsoleApp
+from console.tui.options import ConsoleOptions
 from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog, LossPlot
 from rundir import open_run
 from rundir.layout import HISTORY
@@ -57,7 +58,7 @@ async def test_a_reported_file_at_a_checkpoint_name_is_one_external_checkpoint(t
     summary = summarize_run(run_dir)
     assert summary.checkpoints == 0 and summary.newest_checkpoint is None and not summary_problems(summary)
     assert summary.newest_external is not None and summary.newest_external.path == "step_000010.bin"
-    app = ConsoleApp(run_dir, watch=False, tick=None)
+    app = ConsoleApp(run_dir, ConsoleOptions(watch=False, tick=None))
     async with app.run_test(size=SIZE) as pilot:
         await settled(pilot)
         text = app.dashboard.query_one(CheckpointsPane).content.plain
@@ -75,7 +76,7 @@ async def test_arms_pivot_and_inspect_say_what_a_run_of_the_run_api_is(tmp_path)
     once = console(run_dir, "--once").stdout
     assert "  none: this run's trainer mixes no sources (a run of the run API: its run.toml has [config], " \
            "no [arms])" in once
-    app = ConsoleApp(run_dir, watch=False, tick=None)
+    app = ConsoleApp(run_dir, ConsoleOptions(watch=False, tick=None))
     async with app.run_test(size=SIZE) as pilot:
         await settled(pilot)
         arms = app.dashboard.query_one(ArmsPane).content.plain
@@ -109,7 +110,7 @@ async def test_the_plot_marks_the_checkpoints_its_trainer_reported(tmp_path):
     once = console(run_dir, "--once").stdout
     axis = next(line for line in once.splitlines() if line.lstrip().startswith("└"))
     assert axis.count("▴") == 2, once
-    app = ConsoleApp(run_dir, watch=False, tick=None)
+    app = ConsoleApp(run_dir, ConsoleOptions(watch=False, tick=None))
     async with app.run_test(size=SIZE) as pilot:
         await settled(pilot)
         assert sorted(m.step for m in app.snapshot.markers if m.kind == "checkpoint") == [40, 80]

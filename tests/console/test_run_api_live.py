@@ -13,6 +13,8 @@ import time
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.model.format import format_float
 from console.tui.screens import ConfirmScreen
 from console.tui.widgets import CheckpointsPane, EventLog, StatusPane
@@ -44,7 +46,7 @@ async def test_the_dashboard_checkpoints_and_stops_a_plain_loop(tmp_path):
         while not (verify_trainer(run).ok and (run / LOSS_JSON).exists()):
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "loop.out").read_text()
             time.sleep(0.1)
-        app = ConsoleApp(run, tick=0.5)
+        app = ConsoleApp(run, ConsoleOptions(tick=0.5))
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.snapshot is not None and app.snapshot.trainer.state == "running"
                         and app.snapshot.history.n_steps > 0, "the loop verified and its steps read")

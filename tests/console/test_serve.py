@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from console.tui.app import READ_ONLY_REFUSAL, ConsoleApp
-from console.tui.overview_app import OverviewApp
+from console.tui.options import ConsoleOptions
 from console.tui.screens import DashboardScreen
 from console.tui.widgets import EventLog
 from tests.console import browser
@@ -36,7 +36,7 @@ def console(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 @pytest.mark.asyncio
 async def test_a_read_only_dashboard_refuses_c_s_p_r_with_one_line_each(tmp_path):
-    app = ConsoleApp(make_run(tmp_path / "run", steps=300), watch=False, tick=None, read_only=True)
+    app = ConsoleApp(make_run(tmp_path / "run", steps=300), ConsoleOptions(watch=False, tick=None, read_only=True))
     async with app.run_test(size=(140, 45)) as pilot:
         await until(pilot, lambda: app.snapshot is not None, what="the first read")
         for key in "cspr":
@@ -53,7 +53,7 @@ async def test_a_read_only_dashboard_refuses_c_s_p_r_with_one_line_each(tmp_path
 @pytest.mark.asyncio
 async def test_a_read_only_overview_refuses_c_and_s_on_the_selected_run(tmp_path):
     make_run(tmp_path / "runs" / "one", steps=50)
-    app = OverviewApp(tmp_path / "runs", watch=False, tick=None, read_only=True)
+    app = ConsoleApp(tmp_path / "runs", ConsoleOptions(watch=False, tick=None, read_only=True))
     async with app.run_test(size=(140, 45)) as pilot:
         await until(pilot, lambda: app.summaries, what="the runs scanned")
         await pilot.press("c")

@@ -11,6 +11,8 @@ import sys
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen
 from console.tui.widgets import EventLog, StatusPane
 from rundir.history import read_history_tail
@@ -47,7 +49,7 @@ async def test_the_console_follows_checks_checkpoints_and_stops_a_run_behind_a_f
         summaries, _ = summarize_runs(login)
         assert [(s.name, s.trainer_state) for s in summaries] == [("run", "running")]
 
-        app = ConsoleApp(login / "run", tick=0.5)
+        app = ConsoleApp(login / "run", ConsoleOptions(tick=0.5))
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: shown_step(app) >= 0, what="a first step shown")
             await until(pilot, lambda: "polling · fuse" in app.dashboard.query_one(StatusPane)._shown,

@@ -11,6 +11,8 @@ import asyncio
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.messages import SnapshotReady
 from console.tui.widgets import StatusPane
 from tests.console.test_snapshots import settled
@@ -20,7 +22,7 @@ from tests.rundirs import make_run
 @pytest.mark.asyncio
 async def test_snapshots_posted_during_shutdown_are_dropped(tmp_path):
     run = make_run(tmp_path / "run", steps=200)
-    app = ConsoleApp(run, watch=False, tick=None)
+    app = ConsoleApp(run, ConsoleOptions(watch=False, tick=None))
     posted_while_closing = 0
 
     async def post_while_closing(snap, notices) -> None:

@@ -14,6 +14,8 @@ import pytest
 from textual.widgets import Input
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.read.reader import RunReader
 from console.model.snapshot import TrainerView
 from tests.console.conftest import fixed_now
@@ -36,7 +38,8 @@ FREE_SPACE = 500 << 30          # a fixed filesystem: free space is not the mach
 
 def app_for(run_dir: Path, probe=None, **options) -> ConsoleApp:
     reader = RunReader(run_dir, now=fixed_now, probe=probe, free_space=lambda _: FREE_SPACE)
-    return ConsoleApp(run_dir, now=fixed_now, probe=probe, watch=False, tick=None, reader=reader, **options)
+    return ConsoleApp(run_dir, ConsoleOptions(now=fixed_now, probe=probe, watch=False, tick=None, reader=reader,
+                                              **options))
 
 
 def steady_cursors(app) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from console.tui.app import ConsoleApp
+
+from console.tui.options import ConsoleOptions
 from console.tui.widgets import StatusPane
 from rundir import verify_trainer
 from rundir.history import read_history_tail
@@ -78,7 +80,7 @@ async def test_checkpoints_through_sshfs_defaults_shown_in_time_and_a_pruned_one
         trainer = CheckpointingTrainer(node)
         try:
             run = laptop / "run"
-            app = ConsoleApp(run, tick=0.5)
+            app = ConsoleApp(run, ConsoleOptions(tick=0.5))
             async with app.run_test(size=SIZE) as pilot:
                 await until(pilot, lambda: "dir_cache=no" in app.dashboard.query_one(StatusPane)._shown,
                             timeout=60, what="the status saying the mount caches listings")

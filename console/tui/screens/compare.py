@@ -74,13 +74,12 @@ def differences_table(names: list[str], rows: list[DiffRow]) -> Table | Text:
 class CompareScreen(Screen):
     BINDINGS = bindings(COMPARE_KEYS)
 
-    def __init__(self, runs: list[tuple[str, Path]]) -> None:
+    def __init__(self, runs: list[tuple[str, Path]], smoothing: float) -> None:
         super().__init__(id="compare")
-        self.runs = runs
+        self.runs, self.smoothing = runs, smoothing
 
     def compose(self) -> ComposeResult:
-        options = getattr(self.app, "options", None)
-        yield ComparePlot(options.smoothing if options is not None else 0.98, id="compare-plot", classes="pane")
+        yield ComparePlot(self.smoothing, id="compare-plot", classes="pane")
         with VerticalScroll(id="compare-differences", classes="pane"):
             yield Static("", id="compare-differences-table")
         yield Static("", id="compare-problems")

@@ -19,7 +19,7 @@ from textual.widget import Widget
 
 from ...model.series import DEFAULT_GRID, available, spec_of
 from ...model.snapshot import Notice, RunSnapshot
-from ..keys import JOB_KEYS, RUN_KEYS, VIEW_KEYS, bindings, hints, pane_keys
+from ..keys import BACK_TO_OVERVIEW, JOB_KEYS, RUN_KEYS, VIEW_KEYS, bindings, hints, pane_keys
 from ..messages import DetailRequested
 from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
                        StatusPane)
@@ -321,3 +321,9 @@ class DashboardScreen(Screen):
     @property
     def plot(self) -> LossPlot:
         return self.query_one("#plot", LossPlot)
+
+
+class RunDashboardScreen(DashboardScreen):
+    """A run's dashboard opened from the overview: Escape returns to it."""
+
+    BINDINGS = bindings((BACK_TO_OVERVIEW,))

@@ -1,26 +1,37 @@
 """The overview of a runs directory: one row per run, the selected run's problems, the last
-thing the console did, and the keys. Enter opens the run's dashboard (the app routes it)."""
+thing the console did, and the keys. Enter opens the run's dashboard (the app routes it).
+
+The screen keeps its runs fresh itself: a thread worker scans the directory (every
+``refresh`` seconds, and at once when :meth:`OverviewScreen.rescan` wakes it) and posts each
+scan; the screen shows it on the UI thread.
+"""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Callable
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ...model.run_facts import RunSummary
 from rundir.runs import RunsListing
+from rundir.text import counted
 
 from ...model.findings import summary_problems
 from ...model.format import LINE_LIMIT, printable
 from ...model.levels import Level
+from ...model.run_facts import RunSummary
 from ...model.snapshot import Notice
+from ...read.run_summary import RunsSummarizer
+from ...read.runs_watcher import watch_runs
 from ..keys import OVERVIEW_KEYS, bindings
+from ..messages import RunsScanned
 from ..widgets import KeyBar
 from ..widgets.runs_table import RunsTable
-from rundir.text import counted
 
 NOTICE_STYLES = {Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red", Level.ACTION: "cyan",
                  Level.INFO: "grey70"}
@@ -29,10 +40,17 @@ NOTICE_STYLES = {Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bol
 class OverviewScreen(Screen):
     BINDINGS = bindings(OVERVIEW_KEYS)
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, summarizer: RunsSummarizer, now: Callable[[], float],
+                 refresh: float | None) -> None:
         super().__init__(id="overview")
         self.root = root
         self.listing: RunsListing | None = None
+        self.summaries: list[RunSummary] = []
+        self.summarizer, self.now, self.refresh_s = summarizer, now, refresh
+        self._scanned = False
+        self._stop_runs = threading.Event()
+        self._wake_runs = threading.Event()
+        self._scan_lock = threading.Lock()
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(None), id="overview-title")
@@ -55,6 +73,39 @@ class OverviewScreen(Screen):
         if listing.error:
             text.append(f" · {printable(listing.error, LINE_LIMIT)}", style="bold red")
         return text
+
+    # -- the runs, scanned in a thread worker ----------------------------------------------
+    def on_mount(self) -> None:
+        self.watch_runs_dir()
+
+    def on_unmount(self) -> None:
+        self._stop_runs.set()
+
+    def scan(self) -> RunsScanned:
+        with self._scan_lock:               # a one-shot rescan may overlap another
+            summaries, listing = self.summarizer.scan(self.now())
+        return RunsScanned(summaries, listing)
+
+    @work(thread=True, group="runs", exit_on_error=False)
+    def watch_runs_dir(self) -> None:
+        if self.refresh_s is None:          # not watching: one scan, then the worker ends
+            self.post_message(self.scan())
+            return
+        watch_runs(self.scan, self.post_message, self._stop_runs, self._wake_runs, self.refresh_s)
+
+    def rescan(self) -> None:
+        """Scan again now (a signal's job said something of a run)."""
+        if self.refresh_s is None:
+            self.watch_runs_dir()
+        else:
+            self._wake_runs.set()
+
+    def on_runs_scanned(self, message: RunsScanned) -> None:
+        first, self._scanned = not self._scanned, True
+        self.summaries = message.summaries
+        self.show(message.summaries, message.listing, self.now())
+        if first:
+            self.app.call_after_refresh(self.app.started)   # type: ignore[attr-defined]
 
     @property
     def table(self) -> RunsTable:
