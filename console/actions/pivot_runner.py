@@ -28,7 +28,8 @@ from rundir import (ConfigError, LossHistory, RunConfig, checkpoint_path, latest
                     verify_trainer)
 from rundir.layout import CHECKPOINT_SIGNAL, EVENT_PIVOT, LOSS_JSON, PIVOT_RECORD
 from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, plan_policy, policy_text,
-                                read_journal, remove_journal, rollback_archive, write_journal, write_new_policy)
+                                read_journal, remove_journal, rollback_archive, unfinished_text, write_journal,
+                                write_new_policy)
 
 from . import supervise
 from .guided_runner import JournalledRunner
@@ -218,13 +219,12 @@ def rollback_pivot(run_dir: str | os.PathLike[str]) -> PivotOutcome:
 
 
 def pending_pivot(run_dir: str | os.PathLike[str]) -> str | None:
-    """A one-line description of an interrupted pivot, for the dashboard, or None."""
+    """The one line of an interrupted pivot (:func:`rundir.pivot_files.unfinished_text`, as the
+    problems and the overview say it), for the pivot screen, or None."""
     journal, error = read_journal(run_dir)
     if error:
         return error
-    if journal is None:
-        return None
-    return f"a pivot is unfinished (last completed stage: {journal.stage}); press p to complete it"
+    return unfinished_text(journal) if journal is not None else None
 
 
 def parse_assignments(items: list[str], what: str) -> dict[str, float]:

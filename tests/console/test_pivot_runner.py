@@ -25,3 +25,18 @@ def test_an_exited_child_is_not_pending():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert not relaunch_pending({"time": time.time(), "pid": proc.pid}, time.time())
+
+
+def test_the_pivot_screen_says_an_unfinished_pivot_as_every_other_view(tmp_path):
+    """One wording of an unfinished pivot: the pivot screen's line is the problems' and the overview's."""
+    from console.actions.pivot_runner import pending_pivot
+    from rundir.pivot_files import PivotJournal, read_journal, unfinished_text, write_journal
+    from tests.rundirs import make_run
+
+    run = make_run(tmp_path / "run", steps=20)
+    assert pending_pivot(run) is None
+    write_journal(run, PivotJournal(stage="config_written", started=time.time(), old_policy={}, new_policy={}))
+    journal, error = read_journal(run)
+    assert error is None and journal is not None
+    assert pending_pivot(run) == unfinished_text(journal)
+    assert "(last completed stage: config_written)" in unfinished_text(journal)
