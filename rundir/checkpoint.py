@@ -269,7 +269,7 @@ def read_sidecar(path: str | os.PathLike[str]) -> tuple[ResumeRecord | None, str
     read = read_json_object(path, RESUME_JSON_MAX)
     if read.missing:
         return None, f"no {path.name}"
-    if not read.ok:
+    if not read.ok or read.value is None:
         return None, read.error
     return parse_resume_record(read.value, path.name)
 
@@ -307,7 +307,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> CheckpointArrays:
         if st.st_size != expected_size(n):
             raise CheckpointError(f"{name}: changed since it was looked at ({st.st_size:,} bytes, "
                                   f"expected {expected_size(n):,})")
-        arrays = None
+        arrays: np.ndarray | None = None
         if not filesystem_of(path).shared:
             try:
                 arrays = np.memmap(fh, dtype="<f4", mode="r", offset=HEADER_SIZE, shape=(3, n))
@@ -322,7 +322,7 @@ def _read_arrays(fh: Any, name: str, n: int) -> np.ndarray:
     """The three arrays read into memory from open file ``fh``, a chunk at a time; a file cut
     short meanwhile raises :class:`CheckpointError`."""
     arrays = np.empty((3, n), dtype="<f4")
-    view = memoryview(arrays.reshape(-1).view(np.uint8))
+    view = arrays.reshape(-1).view(np.uint8).data      # a memoryview of its bytes
     fh.seek(HEADER_SIZE)
     got = 0
     while got < len(view):
@@ -370,7 +370,7 @@ def _as_f32(name: str, array: Any, n_params: int) -> memoryview:
     arr = np.ascontiguousarray(arr.reshape(-1))
     if arr.dtype.byteorder == ">":
         arr = arr.byteswap().view(arr.dtype.newbyteorder("<"))
-    return memoryview(arr).cast("B")
+    return arr.data.cast("B")
 
 
 def _chunks(header: bytes, views: list[memoryview]) -> Iterator[bytes | memoryview]:

@@ -115,7 +115,7 @@ def take_request(run_dir: str | os.PathLike[str], record: TrainerRecord) -> Take
     except OSError as err:
         return TakenRequest(False, note=f"{CHECKPOINT_REQUEST} could not be removed ({err}): not answered",
                             left=left)
-    if not read.ok:
+    if not read.ok or read.value is None:
         return TakenRequest(False, note=f"removed an unreadable {CHECKPOINT_REQUEST}: {read.error}")
     request, why = _parse(read.value)
     if request is None:

@@ -421,7 +421,7 @@ def read_run_toml(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     :class:`RunConfig`); raises :class:`ConfigError` naming the problem."""
     path = Path(run_dir) / RUN_TOML
     read = read_bytes(path, RUN_TOML_MAX, str(path))
-    if not read.ok:
+    if not read.ok or read.value is None:
         raise ConfigError(read.error)
     try:
         text = read.value.decode("utf-8")
@@ -429,7 +429,7 @@ def read_run_toml(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     _refuse_long_keys(text, path)
     try:
-        data = tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
     except (RecursionError, MemoryError) as err:

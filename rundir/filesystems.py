@@ -24,6 +24,7 @@ import ctypes.util
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 # statfs(2) f_type magics (linux/magic.h and each filesystem's own header).
 _NETWORK = {
@@ -80,7 +81,7 @@ class _StatFs(ctypes.Structure):
 
 
 @lru_cache(maxsize=1)
-def _statfs_call():
+def _statfs_call() -> Callable[..., int] | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         call = libc.statfs
@@ -100,7 +101,8 @@ def filesystem_magic(path: str | os.PathLike[str]) -> int | None:
     buf = _StatFs()
     if call(os.fsencode(path), ctypes.byref(buf)) != 0:
         return None
-    return buf.f_type & 0xFFFFFFFF
+    f_type: int = buf.f_type
+    return f_type & 0xFFFFFFFF
 
 
 def filesystem_of(path: str | os.PathLike[str]) -> Filesystem:

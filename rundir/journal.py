@@ -43,7 +43,8 @@ class StagedJournal:
         return self.STAGES.index(self.stage) >= self.STAGES.index(stage)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)      # type: ignore[call-overload]  # subclasses are dataclasses
+        data: dict[str, Any] = asdict(self)      # type: ignore[call-overload]  # subclasses are dataclasses
+        return data
 
 
 def read_staged(run_dir: str | os.PathLike[str], cls: type[J]) -> tuple[J | None, str | None]:
@@ -51,7 +52,7 @@ def read_staged(run_dir: str | os.PathLike[str], cls: type[J]) -> tuple[J | None
     read = read_json_object(Path(run_dir) / cls.FILE, JOURNAL_MAX)
     if read.missing:
         return None, None
-    if not read.ok:
+    if not read.ok or read.value is None:
         return None, f"{cls.FILE}: unreadable ({read.error})"
     try:
         journal = cls(**read.value)
@@ -95,6 +96,6 @@ def list_archived_records(run_dir: str | os.PathLike[str], prefix: str, record: 
         return out
     for entry in entries:
         read = read_json_object(entry / record, JOURNAL_MAX)
-        data = read.value if read.ok else {"error": read.error}
+        data: dict[str, Any] = read.value if read.ok and read.value is not None else {"error": read.error}
         out.append({**data, "path": str(entry.relative_to(run_dir))})
     return out

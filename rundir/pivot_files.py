@@ -160,12 +160,14 @@ def archive_sidecars(run_dir: str | os.PathLike[str], journal: PivotJournal, now
     remove_stale_temps(dest)                  # an interrupted call's half-written copy of run.toml
     archived = []
     for name in ARCHIVED_FILES:
-        if sources[name] is not None:
-            os.replace(sources[name], dest / name)      # same file system: an atomic move
+        source = sources[name]
+        if source is not None:
+            os.replace(source, dest / name)      # same file system: an atomic move
         if (dest / name).exists():
             archived.append(name)
-    if not (dest / RUN_TOML).exists() and sources[RUN_TOML] is not None:
-        atomic_write_bytes(dest / RUN_TOML, sources[RUN_TOML].read_bytes())
+    run_toml = sources[RUN_TOML]
+    if not (dest / RUN_TOML).exists() and run_toml is not None:
+        atomic_write_bytes(dest / RUN_TOML, run_toml.read_bytes())
     atomic_write_json(dest / PIVOT_RECORD, {**journal.to_dict(), "archived": archived,
                                             "previous_run_toml": (dest / RUN_TOML).exists()})
     fsync_dir(run_dir)

@@ -210,6 +210,7 @@ def trainer_alive(run_dir: str | os.PathLike[str], verification: Verification) -
         return record.same_trainer(now)      # no process table or scheduler to ask: its record stays
     if not record.same_trainer(now):
         return False                         # a clean exit removes the record
+    assert verification.job is not None      # via SLURM: neither here nor elsewhere
     job, _ = query_job(verification.job.job_id)
     return job is not None and job.state == "RUNNING"
 

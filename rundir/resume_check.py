@@ -89,7 +89,8 @@ def _told_apart(a: float, b: float) -> str:
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a == b) | (np.isnan(a) & np.isnan(b))
+    same: np.ndarray = (a == b) | (np.isnan(a) & np.isnan(b))
+    return same
 
 
 def changed_computation(event: HistoryEvent, previous: HistoryEvent | None) -> tuple[str, ...]:
@@ -137,7 +138,8 @@ def _logged_again(superseded: Superseded, pairs: np.ndarray, resumed_at: float) 
     their replacement. A clock that differs between the two processes makes a line of the one
     before look later than the resume, but then later than its replacement too: compared."""
     old = superseded.get("old_time")[pairs]
-    return (old >= resumed_at) & (old <= superseded.get("new_time")[pairs])
+    again: np.ndarray = (old >= resumed_at) & (old <= superseded.get("new_time")[pairs])
+    return again
 
 
 def check_resumes(events: Iterable[HistoryEvent], superseded: Superseded, last_step: int | None,

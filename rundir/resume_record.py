@@ -141,7 +141,8 @@ def _plain_type(annotation: Any) -> type:
     """``int`` for ``int | None``: the type a field's value must have when present."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     plain = args[0] if args else annotation
-    return typing.get_origin(plain) or plain
+    plain_type: type = typing.get_origin(plain) or plain
+    return plain_type
 
 
 _OPTIONAL_TYPES = {name: _plain_type(hint) for name, hint in typing.get_type_hints(ResumeRecord).items()

@@ -105,6 +105,8 @@ class Run:
     say where this process stands (:mod:`rundir.job`), :attr:`is_owner` whether it is global
     rank 0, the one that writes the run directory."""
 
+    _last_step: int | None          # the history's newest step: set on opening (_start or _join)
+
     def __init__(self, path: str | os.PathLike[str], config: Mapping[str, Any] | None = None,
                  join_timeout: float = JOIN_TIMEOUT_S):
         if threading.current_thread() is not threading.main_thread():
@@ -218,7 +220,7 @@ class Run:
         # whatever its command line says.
         self._dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         tail = read_history_tail(self.path / LOSS_JSON)
-        self._last_step: int | None = int(tail.step[-1]) if len(tail.step) else None
+        self._last_step = int(tail.step[-1]) if len(tail.step) else None
         self._doing = f"opening {LOSS_JSON}"
         self._history = LossHistoryWriter(self.path / LOSS_JSON)
         self._doing = f"opening {TRAINER_LOG}"
@@ -480,7 +482,7 @@ class Run:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:
-        if kind is None or (issubclass(kind, SystemExit) and err is not None and err.code in (None, 0)):
+        if kind is None or (issubclass(kind, SystemExit) and isinstance(err, SystemExit) and err.code in (None, 0)):
             self.finish()
         else:
             self.finish("interrupted" if issubclass(kind, KeyboardInterrupt) else f"error: {kind.__name__}")

@@ -53,9 +53,9 @@ def text_path(where: str, path: Any) -> Path:
 
 def number(key: str, value: Any) -> float | int:
     """A step line's value: an int or float as it is, a numpy or torch scalar by ``item()``."""
-    kind = type(value)
-    if kind is float:
+    if type(value) is float:
         return value
+    kind = type(value)
     if kind is int:
         return int64(key, value)
     if kind is not bool:

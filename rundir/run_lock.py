@@ -113,7 +113,7 @@ class LockOwner:
         if not isinstance(data, dict):
             return None
         pid, host, token = data.get("pid"), data.get("host"), data.get("token")
-        numbers = [data.get(key) for key in ("create_time", "heartbeat", "acquired")]
+        numbers: list[Any] = [data.get(key) for key in ("create_time", "heartbeat", "acquired")]
         if not (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and isinstance(host, str) and host
                 and isinstance(token, str) and token
                 and all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers)):
@@ -151,7 +151,7 @@ def _read(path: Path) -> _Seen | None:
     if read.missing:
         return None
     owner = None
-    if read.ok:
+    if read.ok and read.value is not None:
         parsed = parse_json(read.value, path.name)
         owner = LockOwner.from_value(parsed.value) if parsed.ok else None
     return _Seen(owner, st.st_mtime, (owner.token if owner else None, st.st_ino, st.st_mtime_ns, st.st_size))
@@ -182,7 +182,8 @@ def _process_gone(owner: LockOwner) -> bool:
         ticks = read_start_ticks(owner.pid)
         if owner.start_ticks is not None and ticks is not None:
             return ticks != owner.start_ticks
-        return abs(proc.create_time() - owner.create_time) > 0.01
+        created: float = proc.create_time()
+        return abs(created - owner.create_time) > 0.01
     except psutil.NoSuchProcess:
         return True
     except psutil.Error:

@@ -160,7 +160,8 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int, name: str | None = 
     waits = iter(LATE_RETRIES_S)
     while True:
         read, mtime = _read_whole(Path(path), max_bytes, name)
-        if not (read.ok and read.value.endswith(b"\0") and time.time() - mtime < late_bytes.GRACE_S):
+        if not (read.ok and read.value is not None and read.value.endswith(b"\0")
+                and time.time() - mtime < late_bytes.GRACE_S):
             return read
         wait = next(waits, None)
         if wait is None:
@@ -227,7 +228,7 @@ def read_json(path: str | os.PathLike[str], max_bytes: int, name: str | None = N
     waits = iter(CUT_RETRIES_S)
     while True:
         read = read_bytes(path, max_bytes, name)
-        if not read.ok:
+        if not read.ok or read.value is None:
             return FileRead(None, read.error, read.missing)
         parsed = parse_json(read.value, name or Path(path).name)
         if parsed.ok or not _written_lately_on_a_shared_filesystem(path):

@@ -117,8 +117,11 @@ def read_state(run_dir: str | os.PathLike[str]) -> SidecarRead[BanditState]:
             name=str(name), pulls=_count(arm.get("pulls")), ema_reward=_number(arm.get("ema_reward")),
             prob=_number(arm.get("prob")), source=str(arm.get("source") or ""),
             extra={k: v for k, v in arm.items() if k not in known} if arm.keys() - known else {})
-    policy = data.get("policy") if isinstance(data.get("policy"), dict) else {}
-    phase = data.get("phase") if isinstance(data.get("phase"), dict) else {}
+    policy, phase = data.get("policy"), data.get("phase")
+    if not isinstance(policy, dict):
+        policy = {}
+    if not isinstance(phase, dict):
+        phase = {}
     state = BanditState(version=_count(data.get("version")), step=_count(data.get("step")),
                         caps=_probabilities(policy.get("caps")), floors=_probabilities(policy.get("floors")),
                         arms=arms, phase=phase, raw=data)

@@ -104,7 +104,7 @@ def _names_run_dir(job: JobInfo, run_dir: Path) -> bool:
     if words:                               # the batch script itself: does it name the run directory?
         script = Path(words[0]) if Path(words[0]).is_absolute() or work_dir is None else work_dir / words[0]
         read = read_bytes(script, SCRIPT_MAX)
-        text = read.value.decode("utf-8", "replace") if read.ok else None
+        text = read.value.decode("utf-8", "replace") if read.ok and read.value is not None else None
     else:
         text, _ = batch_script(job.job_id)
     return text is not None and _words_name(_script_words(text), work_dir, target, by_name=True)

@@ -22,7 +22,7 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Iterable
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("stdlib-code", "stdlib-docstrings", "pydoc-topics")
@@ -274,8 +274,9 @@ def _docstrings(path: Path) -> list[bytes]:
     return [inspect.cleandoc(m.group(2).decode("utf-8", "replace")).encode() for m in _DOCSTRING.finditer(text)]
 
 
-def _read_capped(chunks, cap: int) -> bytes:
-    out, total = [], 0
+def _read_capped(chunks: Iterable[bytes], cap: int) -> bytes:
+    out: list[bytes] = []
+    total = 0
     for chunk in chunks:
         out.append(chunk)
         total += len(chunk)

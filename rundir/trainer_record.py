@@ -97,8 +97,8 @@ class RunDirId:
     def from_value(cls, value: Any) -> "RunDirId | None":
         if not isinstance(value, dict):
             return None
-        dev, ino = value.get("dev"), value.get("ino")
-        if _int_or_none(dev) is None or _int_or_none(ino) is None:
+        dev, ino = _int_or_none(value.get("dev")), _int_or_none(value.get("ino"))
+        if dev is None or ino is None:
             return None
         return cls(dev, ino)
 
@@ -268,7 +268,7 @@ def read_trainer_record(run_dir: str | os.PathLike[str]) -> tuple[TrainerRecord 
     read = read_json_object(Path(run_dir) / TRAINER_JSON, PID_RECORD_MAX)
     if read.missing:
         return None, None
-    if not read.ok:
+    if not read.ok or read.value is None:
         return None, read.error
     return parse_trainer_record(read.value)
 

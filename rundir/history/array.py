@@ -84,8 +84,11 @@ class JsonArrayReading(Ingest):
             b = piece_end(buf, cur, end, close)
             if 0 < b - cur <= min(2 * limits.ARRAY_PIECE_BYTES, limits.MAX_LINE_BYTES):
                 buf[cur], buf[b] = 0x5B, 0x5D
-                n = self._typed_block(buf, cur, b, number, update, None,
-                                      lambda offset, lo=cur, hi=b: event_separators(buf, offset, lo, hi))
+
+                def event_at(offset: int, lo: int = cur, hi: int = b) -> tuple[int, int] | None:
+                    return event_separators(buf, offset, lo, hi)
+
+                n = self._typed_block(buf, cur, b, number, update, None, event_at)
                 if n >= 0:
                     number, cur = number + n, b
                     continue

@@ -199,7 +199,7 @@ def event_separators(buf: bytearray, at: int, lo: int, hi: int) -> tuple[int, in
 _JSON = json.JSONDecoder()
 
 
-def _element_around(data: bytes, at: int, decoder: json.JSONDecoder,
+def _element_around(data: bytes | bytearray, at: int, decoder: json.JSONDecoder,
                     window: int = 1 << 14) -> tuple[dict[str, Any], int, int] | None:
     """The top-level array element (an object) whose text contains offset ``at``, as
     ``(object, start, end)``; None if there is none within reach (an element longer than
@@ -224,7 +224,7 @@ def _element_around(data: bytes, at: int, decoder: json.JSONDecoder,
     return None
 
 
-def _next_byte(data: bytes, i: int, direction: int) -> int:
+def _next_byte(data: bytes | bytearray, i: int, direction: int) -> int:
     """The first byte after (``direction`` 1) or before (-1) offset ``i`` that is not
     JSON whitespace; -1 at either end."""
     i += direction

@@ -3,6 +3,8 @@ and the lines it replaced kept beside their replacement (for resume verification
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import limits
@@ -71,7 +73,7 @@ class Columns:
         else:
             setattr(self, name, arr)
 
-    def extend(self, block: dict[str, np.ndarray], superseded: "Superseded | None" = None, seq: int = 0) -> bool:
+    def extend(self, block: dict[str, Any], superseded: "Superseded | None" = None, seq: int = 0) -> bool:
         """Add rows (in file order); returns True when that rewound over known steps. The
         rows that newer ones replace go to ``superseded`` with their replacement (whose
         place among all the step lines read is ``seq`` plus its index in the block)."""
@@ -82,7 +84,7 @@ class Columns:
         old_n = self.n
         in_order = bool(np.all(steps[1:] > steps[:-1])) and (old_n == 0 or steps[0] > self.step[old_n - 1])
         self._reserve(old_n + k)
-        given = block.get("series", {})
+        given: dict[str, np.ndarray] = block.get("series", {})
         for name in given:
             if name not in self.series:
                 self.add_series(name)

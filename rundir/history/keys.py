@@ -43,7 +43,7 @@ DROPPED_NAMES = 5               # names of dropped keys kept, for the finding
 MAX_DROPPED_TRACKED = 10_000    # dropped keys remembered, so that each is counted once
 MAX_KEY_CHARS = 200             # a longer key is never a series (counted as dropped)
 _UNDECLARABLE = re.compile(r'[\\"\x00-\x1f]')
-_OTHER = str | bool | None | list | dict     # any JSON value but a number: a number fails the decode
+_OTHER = str | bool | None | list[Any] | dict[Any, Any]     # any JSON value but a number: a number fails the decode
 
 
 def is_number(value: Any) -> bool:

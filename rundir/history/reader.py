@@ -110,9 +110,9 @@ class LossHistory(JsonArrayReading):
         history.nonfinite, history.torn_tail = int(meta["nonfinite"]), int(meta["torn_tail"])
         history.rows_read = int(meta.get("rows_read", 0))
         for name in Superseded.NAMES:
-            given = columns.get(f"superseded.{name}")
-            if given is not None:
-                history.superseded.columns[name] = np.array(given, history.superseded.columns[name].dtype)
+            saved = columns.get(f"superseded.{name}")
+            if saved is not None:
+                history.superseded.columns[name] = np.array(saved, history.superseded.columns[name].dtype)
         kept = history.superseded.columns
         for name in ("old_time", "new_time"):
             if len(kept[name]) != len(kept["step"]):        # handed over by a reader before the times

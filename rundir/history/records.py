@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeGuard
 
 import msgspec
 import numpy as np
@@ -45,7 +45,7 @@ def nonfinite_mask(loss: np.ndarray) -> np.ndarray:
     """Which of ``loss`` (float64) are non-finite losses: NaN or infinite, but not a line that
     had no loss at all (an engine that logs its loss every 10th step, or a step of other
     metrics only): absent is absent, never non-finite."""
-    bad = ~np.isfinite(loss)
+    bad: np.ndarray = ~np.isfinite(loss)
     if bad.any():
         bad &= np.ascontiguousarray(loss).view(np.uint64) != ABSENT_LOSS_BITS
     return bad
@@ -130,7 +130,7 @@ def nonfinite_label(value: float) -> str | None:
     return None
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
 
 
@@ -306,7 +306,8 @@ def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], by
     events = tuple(map(_GET["event"], decoded))
     found: list[tuple[dict[str, Any], int, int]] = []
     if events.count(None) != len(decoded):
-        is_step = np.equal(np.array(events, object), None)
+        # numpy's stubs take no None operand; on an object array it compares each element with it
+        is_step = np.equal(np.array(events, object), None)  # type: ignore[call-overload]
         for n_before, i in enumerate(np.flatnonzero(~is_step).tolist()):     # events are rare: read them whole
             record = parse_line(element(i, decoded))
             if not isinstance(record, dict) or "event" not in record \

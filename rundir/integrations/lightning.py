@@ -201,7 +201,7 @@ def _sigterm_to_the_run(trainer: Any) -> None:
 def _requeue_signal(trainer: Any) -> Any:
     """The signal Lightning's SLURM auto-requeue takes (SIGUSR1 by default), or None when it
     does not requeue (not under SLURM, or ``SLURMEnvironment(auto_requeue=False)``)."""
-    from lightning.fabric.plugins.environments import SLURMEnvironment
+    from lightning.fabric.plugins.environments.slurm import SLURMEnvironment
 
     environment = getattr(getattr(trainer, "_accelerator_connector", None), "cluster_environment", None)
     if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
@@ -213,7 +213,7 @@ def _log_step(run: Any, trainer: Any, step: int, outputs: Any) -> None:
     """A Lightning step's line: its own loss at every step; the logged metrics (computed anew
     at each access of callback_metrics: the callback's largest cost) at Lightning's
     log_every_n_steps."""
-    out = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    out: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
     loss = out.item() if hasattr(out, "item") and getattr(out, "ndim", 0) == 0 else None
     every = getattr(trainer, "log_every_n_steps", 1) or 1
     metrics = scalars(trainer.callback_metrics) if step % every == 0 or loss is None else {}

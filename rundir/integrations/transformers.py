@@ -51,11 +51,12 @@ def _build() -> type:
 
         def __init__(self, run: "str | Path | Run", config: dict[str, Any] | None = None):
             self.owned = not isinstance(run, Run)
-            self.run: Run | None = None if self.owned else run
+            self.run: Run | None = run if isinstance(run, Run) else None
             self._path, self._config = run, config
 
         def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.run is None:                # every rank: rank 0 owns the run, the others join it
+                assert not isinstance(self._path, Run)      # no Run given: a path
                 self.run = open_run(self._path, self._config if self._config is not None else args.to_dict())
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
