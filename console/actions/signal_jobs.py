@@ -30,11 +30,13 @@ Changed = Callable[[frozenset[str]], None]
 def request_checkpoint(run_dir: Path, reader: RunReader | None, say: Say, changed: Changed,
                         cancelled: Callable[[], bool], timeout: float = SIGNAL_TIMEOUT_S) -> None:
     """SIGUSR1 to the verified trainer of ``run_dir``. With ``reader`` (the dashboard's own
-    run) the reader settles the request: it learns of it before the signal can be answered,
-    looks at the checkpoints at every read while it waits, and says the landing, or that the
-    trainer exited or ``timeout`` passed without one. Without it (another run of the
-    overview's), this job waits for the checkpoint and says what came of it. Both tell a
-    landing and say it as :mod:`console.read.landing` does."""
+    run) the reader's reads drive the wait: it learns of the request before the signal can be
+    answered, hands each read's snapshot to it while it waits, and says the landing, or that
+    the trainer exited or ``timeout`` passed without one. Without it (another run of the
+    overview's), this job drives the same wait by polling the files
+    (:func:`~console.actions.supervise.wait_for_checkpoint`) and says what came of it. Either
+    way one rule decides (:class:`console.read.landing.RequestWait`), and the landing is said
+    as :mod:`console.read.landing` says it."""
     request = AwaitedCheckpoint(time.time(), checkpoint_stamps(run_dir), timeout=timeout)
     if reader is not None:
         reader.expect_checkpoint(request)

@@ -3,9 +3,9 @@
 Shared by the CLI (``--start``, ``--checkpoint``, ``--stop``) and the dashboard's keys.
 Nothing here ever signals a process that :func:`rundir.verify_trainer` did not
 verify: :func:`rundir.signal_trainer` checks again right before sending. A wait for a
-checkpoint compares the checkpoints with those before the signal
-(:func:`rundir.newest_complete_since`), and the trainer's own checkpoints with the signal's
-time, as the dashboard's reader does (:mod:`console.read.landing`: the one detector).
+checkpoint (:func:`wait_for_checkpoint`) is a poll that hands a look from the files to the
+one rule of waiting, :class:`console.read.landing.RequestWait`, which the dashboard's reads
+drive too: what landed, and when the wait ends without it, are decided there, not here.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 
-from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps, inspect_checkpoint,
+from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps,
                     latest_resumable,
                     load_run_config, newest_complete_since, signal_trainer, verify_trainer)
-from rundir.external import ExternalCheckpoint
 from rundir.identity import run_lock_holder
 from rundir.run_lock import live_lock_owner
 from rundir.process import trainer_alive
@@ -37,7 +36,7 @@ from rundir.text import printable
 
 from .. import launch_environment
 from ..model.checkpoint_wait import CheckpointWait, WaitEnd
-from ..read.landing import AnswerSince, ExternalSince
+from ..read.landing import AwaitedCheckpoint, ExternalSince, FilesLook, RequestWait
 
 POLL_S = 0.1
 SLURM_POLL_S = 1.0
@@ -221,35 +220,25 @@ def refusal(v: Verification) -> str:
 
 def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,
                         cancelled: Callable[[], bool] = lambda: False) -> CheckpointWait:
-    """After a SIGUSR1 (the command line's ``--checkpoint``, the pivot's first step): poll
-    for the new complete checkpoint until it lands, the trainer exits or ``timeout``."""
+    """After a SIGUSR1 (the overview's ``c`` on another run, the command line's
+    ``--checkpoint``, the pivot's first step): the poll that drives the one rule of waiting
+    (:class:`console.read.landing.RequestWait`), a look from the files every ``POLL_S``,
+    until the checkpoint lands, the trainer exits or ``timeout`` passes."""
     run_dir = Path(run_dir)
-    deadline = time.monotonic() + timeout
     record = result.verification.record
-    pid = record.pid if record is not None else None
-    alive = _Liveness(run_dir, result.verification)
-    own, answer = ExternalSince(run_dir, result.sent_at), AnswerSince(run_dir, result.sent_at)
-
-    def landed() -> tuple[CheckpointInfo | None, ExternalCheckpoint | None]:
-        """The trainer's answer where its history names one, else (another engine) any new file."""
-        name = answer.name()
-        if answer.reports:
-            info = inspect_checkpoint(run_dir / name) if name is not None else None
-            return (info if info is not None and info.status == "complete" else None), own()
-        return newest_complete_since(run_dir, result.baseline), own()
-
-    while time.monotonic() < deadline:
-        if cancelled():
-            return CheckpointWait(WaitEnd.CANCELLED, pid=pid)
-        info, external = landed()
-        if info is not None or external is not None:
-            return CheckpointWait(WaitEnd.LANDED, info, pid=pid, external=external)
-        if record is not None and not alive():
-            info, external = landed()
-            return CheckpointWait(WaitEnd.LANDED, info, pid=pid, external=external) if info or external else \
-                CheckpointWait(WaitEnd.TRAINER_EXITED, pid=pid)
+    request = AwaitedCheckpoint(result.sent_at, result.baseline, record.pid if record is not None else None,
+                                timeout)
+    wait, look, alive = RequestWait(request), FilesLook(run_dir, request), _Liveness(run_dir, result.verification)
+    started = time.monotonic()
+    while not cancelled():
+        waited = time.monotonic() - started
+        # The trainer first, then the files: the look that finds it gone has read what it wrote before it went.
+        pid, state = alive.seen()
+        end = wait.see(look(pid, state, waited))
+        if end is not None:
+            return end
         time.sleep(POLL_S)
-    return CheckpointWait(WaitEnd.TIMED_OUT, timeout=timeout, pid=pid)
+    return CheckpointWait(WaitEnd.CANCELLED, pid=request.pid)
 
 
 class _Liveness:
@@ -265,6 +254,16 @@ class _Liveness:
         if time.monotonic() - self.asked >= self.every:
             self.asked, self.answer = time.monotonic(), trainer_alive(self.run_dir, self.verification)
         return self.answer
+
+    def seen(self) -> tuple[int | None, str]:
+        """The trainer as the poll sees it, in the words :func:`console.read.landing.trainer_gone`
+        reads the dashboard's in: the verified one while it runs (``running``), or while its
+        record stands when it is on another host with no scheduler to ask (``remote``:
+        :func:`rundir.process.trainer_alive` can tell no more of it); else none."""
+        record = self.verification.record
+        if record is None or not self():
+            return None, "stopped"
+        return record.pid, "remote" if self.verification.elsewhere else "running"
 
 
 def wait_for_exit(run_dir: str | os.PathLike[str], result: SignalResult, timeout: float,

@@ -1,5 +1,7 @@
-"""How a checkpoint request ended, as a record: the command line's wait and the dashboard's
-reader say it from the same record, and the exit code is chosen by its kind, not its words."""
+"""How a checkpoint request ended, as a record: the one rule of waiting
+(:class:`console.read.landing.RequestWait`) ends each wait with one, whether the dashboard's
+reads or the poll of the overview and the command line drive it; each says it from the same
+record, and the exit code is chosen by its kind, not its words."""
 
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ class CheckpointWait:
     timeout: float = 0.0
     pid: int | None = None
     external: ExternalCheckpoint | None = None      # landed in the trainer's own format (the run API)
+    # Every checkpoint that answered it (file names, the trainer's recorded paths): the
+    # dashboard says each one's landing; info and external are the newest of them.
+    answered_by: tuple[str, ...] = ()
 
     @property
     def why(self) -> str:

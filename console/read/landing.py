@@ -1,4 +1,5 @@
-"""The one detector of a requested checkpoint's landing, and the one wording of a landing.
+"""The one detector of a requested checkpoint's landing, the one rule of waiting for it, and
+the one wording of a landing.
 
 A checkpoint is asked for with SIGUSR1: the dashboard's key, the overview's, ``--checkpoint``.
 It has landed when the trainer's history names the checkpoint that answered it
@@ -10,13 +11,22 @@ as it was when the signal was sent (:func:`lands`: its stamp differs from the re
 baseline, as :func:`rundir.newest_complete_since` finds it). Or when the trainer reports one
 in its own format at or after the signal (:func:`answers`, :class:`ExternalSince`).
 
-- The dashboard's reader keeps its requests in a :class:`AwaitedCheckpoints` and settles
-  them at each read (it looks at the checkpoints anyway).
-- The overview's job for another run and the command line poll for the landing
-  (:func:`console.actions.supervise.wait_for_checkpoint`) with the same tests.
+One :class:`RequestWait` waits for one request: handed a :class:`Look` at a time, it says
+whether the request landed, or ended unanswered (the trainer it went to gone:
+:func:`trainer_gone`; or past its timeout), as a
+:class:`~console.model.checkpoint_wait.CheckpointWait`. Two drivers hand it their looks:
 
-Each says a landing with :func:`landing_text`; how a wait ended otherwise is a
-:class:`~console.model.checkpoint_wait.CheckpointWait`, said by its ``why``.
+- the dashboard's reads: its reader keeps its requests in a :class:`AwaitedCheckpoints`,
+  whose :meth:`~AwaitedCheckpoints.settle` hands each the look of the read's snapshot (it
+  looks at the checkpoints anyway);
+- the poll of the overview's job for another run, of the command line and of the guided
+  pivot (:func:`console.actions.supervise.wait_for_checkpoint`), which makes a look from the
+  files (:class:`FilesLook`) every ``POLL_S``.
+
+A look sees the trainer before the files, the way the dashboard's reader reads them: the look
+that finds the trainer gone has read whatever it wrote before it went, and is the last look
+for a landing. Each driver says a landing with :func:`landing_text`; how a wait ended otherwise
+is said by the wait's ``why``.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rundir import CheckpointStamp
+from rundir import CheckpointInfo, CheckpointStamp, checkpoint_stamps, checkpoints_since, inspect_checkpoint
 from rundir.external import ExternalCheckpoint, external_checkpoints
 from rundir.filesystems import fresh_stamp
 from rundir.history import HistoryTail, read_history_tail
@@ -173,6 +183,97 @@ class AnswerSince:
         return self._name
 
 
+# The trainer states a request is waited through (rundir.process.TrainerState): the verified
+# trainer, and one on another host with no scheduler to ask, which nothing here can examine
+# (it was asked through the request file; its record stands while it runs).
+_WAITED_FOR = ("running", "remote")
+
+
+def trainer_gone(asked: int | None, pid: int | None, state: str) -> bool:
+    """Whether the trainer a request went to (pid ``asked``; None: not sent yet, nothing to be
+    gone) is gone, by the trainer a look saw: the run names another process (``pid``), or the
+    one asked is neither running nor on another host with no scheduler to ask (``state``, in
+    :data:`rundir.process.TrainerState`'s words). The dashboard feeds it its snapshot's
+    :class:`~console.model.snapshot.TrainerView`; the poll, its liveness of the verified trainer."""
+    return asked is not None and (pid != asked or state not in _WAITED_FOR)
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at a run for one request: the trainer (seen before the files), the seconds
+    waited (on the driver's clock), and the candidates the files showed: the checkpoint the
+    history names as the request's answer (:func:`answer_to`), whether the history says
+    checkpoints at all, complete checkpoints with ``stamp_of`` their stamps, and the
+    trainer's own checkpoints."""
+
+    pid: int | None
+    state: str
+    waited: float
+    answer: str | None = None
+    reports: bool = False
+    checkpoints: Sequence[CheckpointInfo] = ()
+    stamp_of: Callable[[str], CheckpointStamp | None] = lambda name: None
+    external: Sequence[ExternalCheckpoint] = ()
+
+
+class RequestWait:
+    """The waiting of one checkpoint request, whichever loop drives it (the dashboard's reads,
+    the poll): what counts as its landing, when it ends unanswered, and what it ends as."""
+
+    def __init__(self, request: AwaitedCheckpoint):
+        self.request = request
+
+    def landings(self, look: Look) -> tuple[list[CheckpointInfo], list[ExternalCheckpoint]]:
+        """The look's checkpoints that answer the request, and the trainer's own ones: the one
+        the history names (it says checkpoints), else every complete file changed since the
+        signal; and every checkpoint in the trainer's format reported at or after it."""
+        r = self.request
+        if look.reports:
+            found = [c for c in look.checkpoints if c.path.name == look.answer]
+        else:
+            found = [c for c in look.checkpoints if lands(r, c.path.name, look.stamp_of(c.path.name))]
+        return found, [e for e in look.external if answers(r.sent_at, e)]
+
+    def see(self, look: Look) -> CheckpointWait | None:
+        """How the wait ended at ``look``, or None while it goes on: landed (the newest
+        checkpoint that answers it; ``answered_by`` names each), else the trainer it went to
+        gone (the look saw the trainer before the files: it was the last look for a landing),
+        else past the request's timeout."""
+        r = self.request
+        found, external = self.landings(look)
+        if found or external:
+            names = tuple(c.path.name for c in found) + tuple(e.path for e in external)
+            return CheckpointWait(WaitEnd.LANDED, max(found, key=lambda c: c.step) if found else None, pid=r.pid,
+                                  external=external[-1] if external else None, answered_by=names)
+        if trainer_gone(r.pid, look.pid, look.state):
+            return CheckpointWait(WaitEnd.TRAINER_EXITED, pid=r.pid)
+        if look.waited >= r.timeout:
+            return CheckpointWait(WaitEnd.TIMED_OUT, timeout=r.timeout, pid=r.pid)
+        return None
+
+
+class FilesLook:
+    """The poll's looks at a run for one request, read from its files: the history's tail
+    (read again only when it changed), and the checkpoints' stamps."""
+
+    def __init__(self, run_dir: Path, request: AwaitedCheckpoint):
+        self.run_dir, self.request = Path(run_dir), request
+        self._own, self._answer = ExternalSince(run_dir, request.sent_at), AnswerSince(run_dir, request.sent_at)
+
+    def __call__(self, pid: int | None, state: str, waited: float) -> Look:
+        """A look with the trainer as the caller saw it just before (``pid``, ``state``)."""
+        name, own = self._answer.name(), self._own()
+        external = (own,) if own is not None else ()
+        if self._answer.reports:
+            info = inspect_checkpoint(self.run_dir / name) if name is not None else None
+            found = (info,) if info is not None and info.status == "complete" else ()
+            return Look(pid, state, waited, name, True, found, external=external)
+        stamps = checkpoint_stamps(self.run_dir)
+        found = tuple(c for c in checkpoints_since(self.run_dir, self.request.baseline, stamps)
+                      if c.status == "complete")
+        return Look(pid, state, waited, None, False, found, stamps.get, external)
+
+
 class AwaitedCheckpoints:
     """The dashboard's requests waiting for their checkpoint. Safe to change from any thread
     (the signal's job) while one thread reads (:meth:`settle`)."""
@@ -200,51 +301,37 @@ class AwaitedCheckpoints:
                stamp_of: Callable[[str], CheckpointStamp | None]) -> tuple[dict[str, AwaitedCheckpoint],
                                                                             list[CheckpointWait]]:
         """Which requested checkpoints ``snap`` shows landed (``{file name or recorded path:
-        request}``), and the requests that ended unanswered: their trainer gone, or past
-        their timeout. ``stamp_of``: a checkpoint file's stamp as this read saw it."""
+        request}``, the first request each answers), and the requests that ended unanswered:
+        each request's :class:`RequestWait` handed the snapshot's look. ``stamp_of``: a
+        checkpoint file's stamp as this read saw it."""
         with self._lock:                    # held throughout: a request is sent (given its pid) meanwhile
             if not self._requests:          # the common read: nothing asked, no checkpoint looked at
                 return {}, []
-            answered: dict[str, AwaitedCheckpoint] = {}
-            settled: set[int] = set()        # every request a landing answers (several c within a step: one file)
-
-            def land(name: str, requests: list[AwaitedCheckpoint]) -> None:
-                if requests:
-                    answered[name] = requests[0]
-                    settled.update(id(r) for r in requests)
-
             events = snap.history.events
-            if reports_checkpoints(events):          # the trainer's word names the answer
-                complete = {c.path.name for c in snap.checkpoints if c.status == "complete"}
-                for r in self._requests:
-                    name = answer_to(events, r.sent_at)
-                    if name is not None and name in complete:
-                        land(name, [r])
-            elif prev is not None and snap.checkpoints is not prev.checkpoints:
-                for c in snap.checkpoints:
-                    if c.status == "complete":
-                        stamp = stamp_of(c.path.name)
-                        land(c.path.name, [r for r in self._requests if lands(r, c.path.name, stamp)])
+            reports = reports_checkpoints(events)
+            # Only what this read found new is a candidate (the history's answer aside, looked up
+            # whenever): the reads before it looked at the rest.
+            changed = prev is not None and snap.checkpoints is not prev.checkpoints
+            complete = [c for c in snap.checkpoints if c.status == "complete"] if reports or changed else []
+            external: list[ExternalCheckpoint] = []
             if prev is not None and snap.external_checkpoints is not prev.external_checkpoints:
                 seen = set(prev.external_checkpoints)
-                for e in snap.external_checkpoints:
-                    if e not in seen:
-                        land(e.path, [r for r in self._requests if answers(r.sent_at, e)])
+                external = [e for e in snap.external_checkpoints if e not in seen]
+            # The reader reads the trainer before the files: the snapshot is a look of the rule's.
             trainer = snap.trainer
+            answered: dict[str, AwaitedCheckpoint] = {}
             ended: list[CheckpointWait] = []
             waiting = []
             for r in self._requests:
-                if id(r) in settled:
-                    continue
-                # Gone: the record names another process, or the one asked cannot be signalled any
-                # more. A trainer on another host is never signallable here: it was asked through
-                # the request file, and is waited for.
-                gone = trainer.pid != r.pid or (not trainer.signallable and trainer.state != "remote")
-                if r.pid is not None and gone:
-                    ended.append(CheckpointWait(WaitEnd.TRAINER_EXITED, pid=r.pid))
-                elif now - r.sent_at >= r.timeout:
-                    ended.append(CheckpointWait(WaitEnd.TIMED_OUT, timeout=r.timeout, pid=r.pid))
-                else:
+                look = Look(trainer.pid, trainer.state, now - r.sent_at, answer_to(events, r.sent_at) if reports else None,
+                            reports, complete, stamp_of, external)
+                end = RequestWait(r).see(look)
+                if end is None:
                     waiting.append(r)
+                elif end.end is WaitEnd.LANDED:     # several c within a step: one file answers them all
+                    for name in end.answered_by:
+                        answered.setdefault(name, r)
+                else:
+                    ended.append(end)
             self._requests = waiting
         return answered, ended
