@@ -46,12 +46,32 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar, cast
 
+from .agreement import JobAgreement
 from .external import saved_size
 from .history import LossHistoryWriter, read_history_tail
-from .job import (JOIN_TIMEOUT_S, JobError, PendingMax, all_max, group_ready, job_ranks, launch_key, torchrun_launcher,
-                  wait_for_owner)
-from .layout import (CHECKPOINT_SIGNALS, EVENT_EXTERNAL_CHECKPOINT, EVENT_RESUME, EVENT_SIGNAL, EVENT_START,
-                     EVENT_STOP, LOSS_JSON, RUN_TOML, STOP_SIGNALS, TRAINER_JSON, TRAINER_LOG, is_error_stop)
+from .job import (
+    JOIN_TIMEOUT_S,
+    JobError,
+    all_max,
+    group_ready,
+    job_ranks,
+    launch_key,
+    torchrun_launcher,
+    wait_for_owner,
+)
+from .layout import (
+    CHECKPOINT_SIGNALS,
+    EVENT_EXTERNAL_CHECKPOINT,
+    EVENT_RESUME,
+    EVENT_SIGNAL,
+    EVENT_START,
+    EVENT_STOP,
+    LOSS_JSON,
+    RUN_TOML,
+    TRAINER_JSON,
+    TRAINER_LOG,
+    is_error_stop,
+)
 from .process import RunLock, RunLockedError
 from .rank_heartbeat import RankHeartbeat
 from .run_inputs import RunError, checked_step, metric_name, number, recorded_path, run_toml_text, text_path
@@ -59,20 +79,18 @@ from .run_inputs import shown as _shown
 from .safe_read import open_for_append
 from .signals import STOP_NAMES as _STOP_NAMES
 from .signals import RequestWatch, SharedSignalFlags, SignalRequests
-from .trainer_record import (REQUESTS_BY_FILE, RunDirId, SlurmPlacement, TrainerRecord, remove_trainer_record,
-                             write_trainer_record)
+from .trainer_record import (
+    REQUESTS_BY_FILE,
+    RunDirId,
+    SlurmPlacement,
+    TrainerRecord,
+    remove_trainer_record,
+    write_trainer_record,
+)
 
 ENGINE = "rundir.open_run"          # the start event's "engine": who wrote the history
 _FIELDS = ("loss", "lr", "grad_norm", "tokens")
-_STOP_ORDER = tuple(sig.name for sig in STOP_SIGNALS)     # SIGTERM, SIGINT: the agreement's slots
-_ANOTHER_RANK = "SIGUSR1 (another rank)"      # a checkpoint only other ranks received
 _UNLOOKED = "signal (the loop did not look at run.stop_requested)"
-# With several processes the ranks agree at every K-th run.log, K set by rank 0 so that the
-# points are about this far apart (and agreed with the decision): a request reaches the loop
-# within two points, and the all-reduce, started at one point and waited for at the next, has
-# finished meanwhile.
-AGREE_EVERY_S = 0.1
-AGREE_MAX_EVERY = 1000
 
 
 def open_run(path: str | os.PathLike[str], config: Mapping[str, Any] | None = None,
@@ -129,10 +147,7 @@ class Run:
         self._loop_step: int | None = None      # the step agree() was told the loop is at
         self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
         self._beat: RankHeartbeat | None = None     # a job of several processes: this rank's record
-        self._pending: PendingMax | None = None     # the agreement in flight, and what this rank sent in it
-        self._pending_names: tuple[list[int], list[str]] = ([], [])
-        self._every = self._until = 1           # logs between agreement points (agreed), and left to the next
-        self._point = (time.monotonic(), 0)     # the last agreement point: when, at which log count
+        self._agreement = JobAgreement(self._ranks)     # several processes: the job's one decision
         self._dir_fd = self._log_fd = -1
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -301,52 +316,20 @@ class Run:
                 self._end_unlooked_stop()
             self._poll()
             return
-        self._until -= 1
-        if self._until > 0:
+        if not self._agreement.due():
             return
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self._apply(pending.result(), self._pending_names)
+        answer = self._agreement.answer()
+        if answer is not None:
+            taken, unlooked = answer
+            if unlooked:
+                self._end_unlooked_stop()
+            self._taken(taken)
         if self._ranks.owner:
             self._watch.poll(self._signals)
-        local = self._signals.take()
-        mine = [int(local.checkpoint)] + [int(name in local.names) for name in _STOP_ORDER] + [int(ignored),
-                                                                                              self._next_every()]
         try:
-            self._pending, self._pending_names = PendingMax(mine, self._ranks, "run.log"), (mine, local.names)
+            self._agreement.send(self._signals.take(), ignored, self._logs)
         except JobError as err:
             raise RunError(str(err)) from None
-        self._until = self._every
-
-    def _next_every(self) -> int:
-        """Rank 0's proposal (the others send 0) of the logs between agreement points: about
-        :data:`AGREE_EVERY_S` of its steps, so that the agreement costs a fast loop nothing."""
-        now, logs = time.monotonic(), self._logs
-        (then, before), self._point = self._point, (now, logs)
-        if not self._ranks.owner or logs <= before:
-            return 0
-        return max(1, min(AGREE_MAX_EVERY, int(AGREE_EVERY_S * (logs - before) / max(now - then, 1e-9))))
-
-    def _apply(self, agreed: list[int], sent: tuple[list[int], list[str]]) -> None:
-        """The job's answer to what every rank sent (this rank: ``sent``), the same on every rank."""
-        mine, names = sent
-        names = list(names) + [n for n, a, m in zip(_STOP_ORDER, agreed[1:3], mine[1:3]) if a and not m]
-        taken = SignalRequests(checkpoint=bool(agreed[0]), stop=bool(agreed[1] or agreed[2]), names=names)
-        if agreed[0] and not mine[0] and not taken.stop:
-            taken.names.append(_ANOTHER_RANK)
-        self._every = max(1, agreed[4])
-        if agreed[3]:
-            self._end_unlooked_stop()
-        self._taken(taken)
-
-    def _settle(self) -> None:
-        """The agreement still in flight waited for (every rank ends with the same one), its answer dropped."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            try:
-                pending.result()
-            except Exception:                   # noqa: BLE001  (a group already destroyed: nothing to wait for)
-                pass
 
     @property
     @_serial
@@ -444,7 +427,7 @@ class Run:
         Safe to call twice; in a forked child of the process that opened the run, nothing."""
         if self._closed or os.getpid() != self._pid:
             return
-        self._settle()
+        self._agreement.settle()
         if self._beat is not None:              # its last record, with how this rank ended
             self._beat.close(1 if is_error_stop(reason) else 0)
             self._beat = None
