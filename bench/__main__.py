@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import pkgutil
 import os
+import pkgutil
 import subprocess
 import sys
 import tempfile

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from bench.common import Result, paired_ratio
+from console.model.spikes import find_spikes
 from rundir import LossHistory, LossHistoryWriter
 from rundir.layout import LOSS_JSON
-from console.model.spikes import find_spikes
 from tests.rundirs import make_run
 
 STEPS = 1_000_000

@@ -72,9 +72,8 @@ def compile_sources() -> None:
 def first_frame(run_dir: str) -> None:
     """Open the dashboard headless the way ``andrea-console RUN_DIR`` does; print the time
     (``time.time()``) at which the first full read has been painted, and exit."""
-    from console.commands.dashboard_cli import open_dashboard
-
     from bench.first_frame import exit_after_first_frame
+    from console.commands.dashboard_cli import open_dashboard
 
     painted: list[float] = []
     open_dashboard(Path(run_dir), customize=exit_after_first_frame(painted), watch=False, tick=None,

@@ -60,14 +60,14 @@ def _worker(run_dir: Path, out_json: Path) -> None:
     """One torchrun process: build the state as andrea-train does, train, time."""
     import torch
 
+    from rundir import load_run_config
+    from rundir.signals import SignalFlags
     from trainer.data import ArmData
     from trainer.determinism import configure
     from trainer.distributed import AgreedSignals, NullOutputs, Ranks
     from trainer.outputs import RunOutputs
     from trainer.progress import Progress
     from trainer.resume import build_state
-    from rundir import load_run_config
-    from rundir.signals import SignalFlags
     from trainer.train import train
 
     ranks = Ranks.from_env()

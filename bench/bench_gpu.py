@@ -44,8 +44,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench.common import Result
-from bench.gpu_runs import (History, TrainerRun, checkpoint_times, compare_checkpoints, console_once, first_difference,
-                            nondeterminism_warnings, run_trainer, speed, start_console, start_trainer, wait_trainer)
+from bench.gpu_runs import (
+    History,
+    TrainerRun,
+    checkpoint_times,
+    compare_checkpoints,
+    console_once,
+    first_difference,
+    nondeterminism_warnings,
+    run_trainer,
+    speed,
+    start_console,
+    start_trainer,
+    wait_trainer,
+)
 
 # Dense (no sparsity) bf16 tensor-core peaks, FLOP/s, from NVIDIA's datasheets. The first
 # name contained in torch.cuda.get_device_name() wins: specific variants come first.

@@ -24,8 +24,8 @@ import numpy as np
 import orjson
 
 from bench.common import PROC_STATUS_SOURCE, Result, paired_ratio
-from tests.rundirs import make_run
 from rundir import LossHistory, LossHistoryWriter
+from tests.rundirs import make_run
 
 ENTRIES = 200_000
 BIG_MB = int(os.environ.get("BENCH_HISTORY_MB", "1024"))

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
+import console.read.checkpoint_inspect as inspector
 from bench.common import PROC_STATUS_SOURCE, Result
+from console.read.checkpoint_inspect import inspect_file
 from rundir import ResumeState, RunConfig, checkpoint_path, write_checkpoint
 from rundir.checkpoint import HEADER, HEADER_SIZE, expected_size
-import console.read.checkpoint_inspect as inspector
-from console.read.checkpoint_inspect import inspect_file
 
 RSS_LIMIT_MB = 300
 ROOT = Path(__file__).resolve().parents[1]

@@ -69,9 +69,8 @@ def _open(path: Path, rows: int):
 def first_frame(run_dir: str) -> None:
     """Helper mode: open the dashboard headless as ``andrea-console RUN_DIR`` does; print when
     (``time.time()``) its first full frame was painted, and the process's peak RSS in bytes."""
-    from console.commands.dashboard_cli import open_dashboard
-
     from bench.first_frame import exit_after_first_frame
+    from console.commands.dashboard_cli import open_dashboard
 
     painted: list[float] = []
     open_dashboard(Path(run_dir), customize=exit_after_first_frame(painted), watch=False, tick=None,
@@ -209,8 +208,8 @@ def run() -> list[Result]:
     import orjson
 
     from bench.common import Result, median_time, paired_ratio
-    from rundir.history import LossHistory
     from console.read.mirror_file import CrcAhead, open_history, save_mirror
+    from rundir.history import LossHistory
     from tests.rundirs import make_run
 
     results = []

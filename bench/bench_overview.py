@@ -48,9 +48,8 @@ def make_runs(tmp: Path) -> tuple[Path, Path]:
 def first_frame(root: str) -> None:
     """Open the overview headless as ``andrea-console ROOT`` does; print the time
     (``time.time()``) at which every run's row has been painted, and exit."""
-    from console.commands.overview_cli import open_overview
-
     from bench.first_frame import exit_after_first_frame
+    from console.commands.overview_cli import open_overview
 
     painted: list[float] = []
     open_overview(Path(root), customize=exit_after_first_frame(painted), watch=False, tick=None,

@@ -86,9 +86,9 @@ def watcher_share(tmp: Path) -> Result:
 
 
 def overview_share(tmp: Path) -> Result:
-    from rundir import verify_trainer
     from console.read.run_summary import RunsSummarizer
     from console.read.runs_watcher import REFRESH_S
+    from rundir import verify_trainer
     from tests.rundirs import make_run
 
     root = tmp / "runs"

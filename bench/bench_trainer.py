@@ -37,16 +37,16 @@ import numpy as np
 import torch
 
 from bench.common import Result, median_time, paired_ratio
+from rundir import ResumeState, RunConfig, write_checkpoint
+from rundir.retention import RetentionPolicy
+from rundir.signals import SignalFlags
+from trainer.checkpointer import Checkpointer
 from trainer.data import ArmData
 from trainer.determinism import configure
 from trainer.model import GPT
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
-from rundir import ResumeState, RunConfig, write_checkpoint
-from rundir.retention import RetentionPolicy
-from trainer.checkpointer import Checkpointer
-from rundir.signals import SignalFlags
 from trainer.state import TrainingState
 from trainer.train import train
 

@@ -182,7 +182,6 @@ def run() -> list[Result]:
     from bench.bench_console import compile_sources, make_big_run
     from bench.common import Result
     from tests.console import browser
-
     from tests.rundirs import make_run
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -11,10 +11,13 @@ One module per file kind:
 - :mod:`.sidecars`    ``.state.json`` and ``.samples.json``
 - :mod:`.trainer_record` ``.trainer.json`` as a typed record, and whether a live process is the one it names
 - :mod:`.process`     ``.lock``, verifying and signalling the trainer
-- :mod:`.ranks`       ``.rank-NNNNN.json``: every rank of a job, read by launch and judged; :mod:`.rank_heartbeat` writes it, :mod:`.stacks` asks every rank for its stacks
+- :mod:`.ranks`       ``.rank-NNNNN.json``: every rank of a job, read by launch and judged;
+                      :mod:`.rank_heartbeat` writes it, :mod:`.stacks` asks every rank for its stacks
 - :mod:`.config`      ``run.toml``
-- :mod:`.run`         the run API: any training loop operated as andrea-train is (``open_run``); :mod:`.integrations` its framework callbacks
-- :mod:`.job`         the run API's job of several processes: each one's rank, their launch, the all-reduce they agree by
+- :mod:`.run`         the run API: any training loop operated as andrea-train is (``open_run``);
+                      :mod:`.integrations` its framework callbacks
+- :mod:`.job`         the run API's job of several processes: each one's rank, their launch, the all-reduce;
+                      :mod:`.agreement` the job's one decision on the requests its ranks received
 - :mod:`.external`    a trainer's own checkpoints, as ``external_checkpoint`` events
 - :mod:`.sources`     the arms' data sources; :mod:`.zombies` arms whose data is gone
 - :mod:`.atomic`      atomic replacement, the only way these files are rewritten
@@ -53,20 +56,47 @@ _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in nam
 __all__ = sorted(_MODULE_OF)
 
 if TYPE_CHECKING:
-    from .checkpoint import (CheckpointArrays, CheckpointError, CheckpointInfo, CheckpointStamp, checkpoint_path,
-                             checkpoint_stamps, checkpoints_since, inspect_checkpoint, latest_resumable,
-                             newest_complete_since, list_checkpoints, open_checkpoint,
-                             read_sidecar, verify_checksum, write_checkpoint)
+    from .checkpoint import (
+        CheckpointArrays,
+        CheckpointError,
+        CheckpointInfo,
+        CheckpointStamp,
+        checkpoint_path,
+        checkpoint_stamps,
+        checkpoints_since,
+        inspect_checkpoint,
+        latest_resumable,
+        list_checkpoints,
+        newest_complete_since,
+        open_checkpoint,
+        read_sidecar,
+        verify_checksum,
+        write_checkpoint,
+    )
     from .config import ConfigError, RunConfig, load_run_config, write_run_config
     from .history import HistoryEvent, HistoryUpdate, LossHistory, LossHistoryWriter
     from .process import RunLock, RunLockedError, Verification, signal_trainer, verify_trainer
     from .resume_record import ResumeRecord, ResumeState, RngStates
     from .run import Run, RunError, open_run
     from .safe_read import FileRead, read_bytes, read_json, read_json_object
-    from .sidecars import (ArmState, BanditState, Sample, SidecarRead, newest_per_arm, read_samples, read_state,
-                           write_samples, write_state)
-    from .trainer_record import (SlurmPlacement, TrainerRecord, read_trainer_record, remove_trainer_record,
-                                 write_trainer_record)
+    from .sidecars import (
+        ArmState,
+        BanditState,
+        Sample,
+        SidecarRead,
+        newest_per_arm,
+        read_samples,
+        read_state,
+        write_samples,
+        write_state,
+    )
+    from .trainer_record import (
+        SlurmPlacement,
+        TrainerRecord,
+        read_trainer_record,
+        remove_trainer_record,
+        write_trainer_record,
+    )
     from .zombies import find_zombies
 
 

@@ -25,9 +25,17 @@ import numpy as np
 
 from .atomic import atomic_write_chunks, atomic_write_json
 from .filesystems import filesystem_of, fresh_stamp
-from .safe_read import RESUME_JSON_MAX, open_regular, read_json_object
-from .layout import CHECKPOINT_NAME, EVENT_CHECKPOINT, EVENT_PRUNE, checkpoint_name, is_checkpoint_bin, is_checkpoint_file, sidecar_name
+from .layout import (
+    CHECKPOINT_NAME,
+    EVENT_CHECKPOINT,
+    EVENT_PRUNE,
+    checkpoint_name,
+    is_checkpoint_bin,
+    is_checkpoint_file,
+    sidecar_name,
+)
 from .resume_record import FORMAT_VERSION, ResumeRecord, ResumeState, parse_resume_record  # noqa: F401
+from .safe_read import RESUME_JSON_MAX, open_regular, read_json_object
 from .text import counted
 
 HEADER = struct.Struct("<ii")

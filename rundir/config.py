@@ -30,7 +30,6 @@ from .layout import RUN_TOML
 from .safe_read import RUN_TOML_MAX, read_bytes
 
 
-
 class ConfigError(ValueError):
     """A ``run.toml`` (or flag) value that is not allowed; the message names key, value and rule."""
 

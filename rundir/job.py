@@ -194,5 +194,5 @@ class PendingMax:
         return [int(v) for v in self._tensor.tolist()]
 
 
-__all__ = ["JOIN_TIMEOUT_S", "JobError", "JobRanks", "PendingMax", "all_max", "group_ready", "job_ranks", "launch_key", "torchrun_launcher",
-           "wait_for_owner"]
+__all__ = ["JOIN_TIMEOUT_S", "JobError", "JobRanks", "PendingMax", "all_max", "group_ready", "job_ranks", "launch_key",
+           "torchrun_launcher", "wait_for_owner"]

@@ -177,7 +177,8 @@ STOP_NONFINITE = "nonfinite"        # a stop event's reason: a safety policy sto
 STOP_REQUEUE = "requeue"            # a stop event's reason: a framework saved and requeued its SLURM job (Lightning)
 EVENT_PRUNE = "prune"
 EVENT_ROLLBACK = "rollback"
-EVENT_EVAL = "eval"                 # a held-out eval: eval_loss, per_arm, windows (trainer/evaluation.py writes it, rundir/history/evals.py reads it)
+# A held-out eval: eval_loss, per_arm, windows (trainer/evaluation.py writes it, rundir/history/evals.py reads it).
+EVENT_EVAL = "eval"
 # A checkpoint in another trainer's own format (a file or a directory: torch.save, a
 # framework's, torch.distributed.checkpoint), recorded by the run API (rundir/run.py):
 # step, path, size, optional checksum. Listed as "external", never resumed from by us.

@@ -21,10 +21,17 @@ from typing import Any, ClassVar
 
 from .atomic import atomic_write_bytes, atomic_write_json, fsync_dir, remove_stale_temps
 from .config import ArmConfig, ConfigError, RunConfig, dump_run_config, validate_policy
-from .journal import (StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged,
-                      write_staged)
-from .layout import (ARCHIVE_DIR, PIVOT_ARCHIVE_PREFIX, PIVOT_JOURNAL, PIVOT_RECORD, RUN_TOML, SAMPLES_JSON,
-                     STATE_JSON, pivot_archive_name)
+from .journal import StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged, write_staged
+from .layout import (
+    ARCHIVE_DIR,
+    PIVOT_ARCHIVE_PREFIX,
+    PIVOT_JOURNAL,
+    PIVOT_RECORD,
+    RUN_TOML,
+    SAMPLES_JSON,
+    STATE_JSON,
+    pivot_archive_name,
+)
 
 ARCHIVED_FILES = (SAMPLES_JSON, STATE_JSON)
 # The stages in order; a journal's ``stage`` is the last one completed.

@@ -32,14 +32,19 @@ from typing import Literal
 import psutil
 
 from .checkpoint_request import write_request
-from .identity import holds_run_lock, trainer_directory
 from .config import ConfigError
-from .run_lock import (RunLock, RunLockedError, configured_stale_after, heartbeat_age, lock_owner_state,
-                       read_lock_owner)
+from .identity import holds_run_lock, trainer_directory
+from .run_lock import RunLock, RunLockedError, configured_stale_after, heartbeat_age, lock_owner_state, read_lock_owner
 from .slurm import JobInfo, check_job, query_job, scancel_command
 from .text import printable
-from .trainer_record import (SlurmPlacement, TrainerRecord, process_start, read_trainer_record,
-                             remove_trainer_record, write_trainer_record)
+from .trainer_record import (
+    SlurmPlacement,
+    TrainerRecord,
+    process_start,
+    read_trainer_record,
+    remove_trainer_record,
+    write_trainer_record,
+)
 
 __all__ = ["RunLock", "RunLockedError", "SlurmPlacement", "TrainerRecord", "Verification", "read_trainer_record",
            "remove_trainer_record", "signal_trainer", "trainer_alive", "verify_trainer", "write_trainer_record"]
@@ -226,8 +231,8 @@ def signal_trainer(run_dir: str | os.PathLike[str], sig: signal.Signals) -> Veri
     nothing; only the trainer the request names takes it)."""
     verification = verify_trainer(run_dir)
     record = verification.record
-    if sig == signal.SIGUSR1 and record is not None and \
-            ((record.requests_by_file and (verification.ok or verification.elsewhere)) or verification.state == "remote"):
+    by_file = record is not None and record.requests_by_file and (verification.ok or verification.elsewhere)
+    if sig == signal.SIGUSR1 and record is not None and (by_file or verification.state == "remote"):
         # Several processes, maybe on several nodes, launched by whatever launcher, or a SIGUSR1
         # that means something else to it: rank 0 takes the request from the shared directory
         # (rundir/checkpoint_request.py).

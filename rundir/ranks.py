@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 
 from .layout import rank_of_record
 from .safe_read import read_json_object
+from .text import counted
 from .trainer_record import read_boot_id, read_trainer_record
 
 RANK_RECORD_VERSION = 1
@@ -307,7 +308,7 @@ def summary_line(statuses: Iterable[RankStatus]) -> str:
     if not statuses:
         return ""
     hosts = {s.record.host for s in statuses}
-    text = f"{len(statuses)} rank{'s' if len(statuses) != 1 else ''} on {len(hosts)} node{'s' if len(hosts) != 1 else ''}"
+    text = f"{counted(len(statuses), 'rank')} on {counted(len(hosts), 'node')}"
     timed = [s for s in statuses if s.slower_by is not None and s.verdict != "exited"]
     if timed:
         slowest = max(timed, key=lambda s: (s.slower_by or 0.0, -s.record.rank))

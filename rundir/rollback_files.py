@@ -20,14 +20,12 @@ from typing import Any, ClassVar, Iterable
 
 import numpy as np
 
+from .abandoned import head_rows
 from .atomic import atomic_write_json, fsync_dir, remove_stale_temps
 from .checkpoint import CheckpointInfo, list_checkpoints, sidecar_path
-from .abandoned import head_rows
 from .history import LossHistory
-from .journal import (StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged,
-                      write_staged)
-from .layout import (ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, checkpoint_step,
-                     rollback_archive_name)
+from .journal import StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged, write_staged
+from .layout import ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, checkpoint_step, rollback_archive_name
 from .pivot_files import PivotError, archive_root, regular_file_or_none, utc_stamp
 from .text import counted
 

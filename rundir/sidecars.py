@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from .atomic import atomic_write_json
 from .layout import SAMPLES_JSON, STATE_JSON
 from .safe_read import SAMPLES_MAX, SIDECAR_MAX, FileRead, read_json

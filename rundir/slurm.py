@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
 from .safe_read import read_bytes
 from .trainer_record import BATCH_STEP, SlurmPlacement
 

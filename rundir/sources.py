@@ -166,7 +166,8 @@ def check_source(spec: str, base_dir: str | os.PathLike[str]) -> SourceCheck:
     if spec.startswith(BUILTIN_PREFIX):
         name = spec[len(BUILTIN_PREFIX):]
         if name not in BUILTINS:
-            return SourceCheck(False, f"unknown built-in {spec!r}; known: {', '.join(BUILTIN_PREFIX + b for b in BUILTINS)}")
+            known = ", ".join(BUILTIN_PREFIX + b for b in BUILTINS)
+            return SourceCheck(False, f"unknown built-in {spec!r}; known: {known}")
         return SourceCheck(True)
     try:
         path = _resolve(spec, os.fspath(base_dir))

@@ -18,9 +18,16 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rundir import (LossHistory, LossHistoryWriter, ResumeState, RunConfig, write_checkpoint, write_run_config,
-                            write_samples, write_state)
-
+from rundir import (
+    LossHistory,
+    LossHistoryWriter,
+    ResumeState,
+    RunConfig,
+    write_checkpoint,
+    write_run_config,
+    write_samples,
+    write_state,
+)
 from rundir.layout import LOSS_JSON
 
 EPOCH = 1_764_403_200.0          # 2025-11-29 08:00:00 UTC: the fixed clock of generated runs

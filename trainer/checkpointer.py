@@ -40,10 +40,10 @@ from rundir.checkpoint import expected_size
 from rundir.layout import EVENT_PRUNE, sidecar_name
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps, prune
 from rundir.storage import free_bytes
+from rundir.text import counted
 from trainer.guard import describe_os_error
 from trainer.resume import checkpoint_payload
 from trainer.state import TrainingState, flat_moments, flat_weights
-from rundir.text import counted
 
 # Room left for the resume .json (~25 KB with the built-in arms) and the filesystem's own blocks.
 JSON_ALLOWANCE = 128 << 10

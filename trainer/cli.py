@@ -31,26 +31,25 @@ from typing import Any
 import torch
 
 from rundir import LossHistory, RunLock, TrainerRecord, remove_trainer_record, write_run_config, write_trainer_record
-from rundir.trainer_record import RunDirId, SlurmPlacement
 from rundir.atomic import remove_stale_temps
 from rundir.checkpoint import arrays_checksum
 from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_START, EVENT_ZOMBIE, LOSS_JSON
 from rundir.rank_heartbeat import RankHeartbeat
 from rundir.retention import finish_interrupted_prune
+from rundir.signals import RequestWatch, SignalFlags
+from rundir.text import counted
+from rundir.trainer_record import RunDirId, SlurmPlacement
+from trainer.args import PROG, build_parser
 from trainer.determinism import configure
 from trainer.distributed import SINGLE, AgreedSignals, NullOutputs, Ranks
 from trainer.guard import EXIT_SAFETY_STOP, SafetyStop
 from trainer.held_dir import HeldRunDir
 from trainer.outputs import RunOutputs
-from trainer.args import PROG, build_parser
 from trainer.preflight import BAD_INPUT, Plan, plan_and_lock, plan_run
 from trainer.progress import Progress
 from trainer.resume import build_state
-from rundir.signals import RequestWatch, SignalFlags
 from trainer.state import TrainingState, flat_moments, flat_weights
 from trainer.train import train
-from rundir.text import counted
-
 
 
 def main(argv: list[str] | None = None) -> int:

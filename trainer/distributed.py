@@ -84,6 +84,7 @@ class Ranks:
         if not self.distributed:
             return
         import torch.distributed as dist
+
         # Imported before the group exists (see close()): its functions take ``group=group.WORLD``
         # as a default argument, bound when the module is first imported (DDP imports it lazily),
         # which would keep the default group alive until the interpreter is torn down.

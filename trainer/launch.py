@@ -39,8 +39,8 @@ from typing import Any, Sequence
 import psutil
 
 from rundir import read_trainer_record
-from rundir.trainer_record import process_start
 from rundir.text import counted
+from rundir.trainer_record import process_start
 
 FORWARDED_STOP = (signal.SIGTERM, signal.SIGINT)
 # Flags of andrea-train that configure the launcher, not the workers: (flag, takes a value).

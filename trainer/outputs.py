@@ -19,13 +19,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from rundir import CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
+from rundir.layout import (
+    EVENT_CHECKPOINT,
+    EVENT_CHECKPOINT_FAILED,
+    EVENT_WRITE_FAILED,
+    LOSS_JSON,
+    SAMPLES_JSON,
+    STATE_JSON,
+)
 from trainer.bandit import OnlineDataMixer
 from trainer.guard import SafetyStop, describe_os_error
 from trainer.held_dir import REMOVED, HeldRunDir
 from trainer.progress import Progress
-from rundir import CheckpointInfo, LossHistoryWriter, read_samples, write_samples, write_state
-from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_WRITE_FAILED, LOSS_JSON, SAMPLES_JSON,
-                           STATE_JSON)
 
 
 def _describe(fields: dict[str, Any]) -> str:

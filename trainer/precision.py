@@ -78,7 +78,7 @@ def precision_mismatch(checkpoint_name: str, sidecar: ResumeRecord | None, preci
 def compile_model(module: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` of the training forward, with Inductor's deterministic mode (no
     benchmark-chosen kernels), so that two compiled runs of the same steps agree."""
-    import torch._inductor.config as inductor_config      # seconds of import: only when compiling
+    import torch._inductor.config as inductor_config  # seconds of import: only when compiling
 
     inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
     return torch.compile(module)

@@ -16,9 +16,20 @@ from typing import Any
 
 import torch
 
-from rundir import (CheckpointError, CheckpointInfo, ConfigError, RunConfig, RunLock, RunLockedError,
-                    inspect_checkpoint, latest_resumable, list_checkpoints, load_run_config, read_state,
-                    verify_checksum)
+from rundir import (
+    CheckpointError,
+    CheckpointInfo,
+    ConfigError,
+    RunConfig,
+    RunLock,
+    RunLockedError,
+    inspect_checkpoint,
+    latest_resumable,
+    list_checkpoints,
+    load_run_config,
+    read_state,
+    verify_checksum,
+)
 from rundir.config import validate_policy
 from rundir.layout import LOCK_FILE, LOSS_JSON, RUN_TOML, SAMPLES_JSON, STATE_JSON, TRAINER_JSON, TRAINER_LOG
 from rundir.run_lock import LockFileError, blocking_lock_file
@@ -29,7 +40,6 @@ from trainer.args import DEFAULT_PRESET, RUN_FLAGS
 from trainer.data import ArmData, ArmDataError, ByteTokenizer
 from trainer.precision import precision_mismatch, resolve
 from trainer.resume import ResumeError, check_compatible
-
 
 
 class InputError(ValueError):

@@ -15,7 +15,15 @@ import sys
 import time
 from pathlib import Path
 
-from rundir import ConfigError, LossHistory, LossHistoryWriter, RunLock, RunLockedError, list_checkpoints, load_run_config
+from rundir import (
+    ConfigError,
+    LossHistory,
+    LossHistoryWriter,
+    RunLock,
+    RunLockedError,
+    list_checkpoints,
+    load_run_config,
+)
 from rundir.layout import EVENT_PRUNE, LOSS_JSON, RUN_TOML, TRAINER_LOG
 from rundir.retention import RetentionPolicy, finish_interrupted_prune, plan_retention, protected_steps, prune
 from rundir.text import counted

@@ -18,17 +18,17 @@ from typing import Any
 
 import torch
 
+from rundir.checkpoint import CheckpointInfo, open_checkpoint
+from rundir.config import RunConfig
+from rundir.resume_record import ResumeRecord, ResumeState, RngStates
+from rundir.text import counted
 from trainer.bandit import OnlineDataMixer
 from trainer.data import ArmData, ArmSampler, ByteTokenizer, SamplerStateError
 from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
 from trainer.optim import KERNEL_OF_OLDER_CHECKPOINTS, FlatAdamW
 from trainer.precision import resolve, saved_precision
-from rundir.checkpoint import CheckpointInfo, open_checkpoint
-from rundir.config import RunConfig
-from rundir.resume_record import ResumeRecord, ResumeState, RngStates
 from trainer.state import TrainingState, decode_rng, encode_rng, load_flat, make_optimizer
-from rundir.text import counted
 
 TRAINER_FORMAT = "andrea-train/1"
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from rundir.config import OptimizerConfig, RunConfig
 from trainer.bandit import OnlineDataMixer
 from trainer.data import ArmSampler, ByteTokenizer
 from trainer.distributed import SINGLE, Ranks
 from trainer.model import GPT
 from trainer.optim import FlatAdamW
 from trainer.precision import compile_model, resolve
-from rundir.config import OptimizerConfig, RunConfig
 
 
 @dataclass

@@ -15,11 +15,13 @@ sample audit, checkpoints (cadence, signal, final) and the signal flags.
 from __future__ import annotations
 
 import math
+
 import torch
 
 from rundir.layout import EVENT_EVAL, EVENT_SIGNAL, EVENT_STOP, STOP_NONFINITE
 from rundir.rank_heartbeat import NO_HEARTBEAT, NoHeartbeat, RankHeartbeat
 from rundir.retention import RetentionPolicy
+from rundir.signals import STOP_NAMES, SignalFlags, SignalRequests
 from trainer.checkpointer import Checkpointer, resume_hint
 from trainer.evaluation import HeldOutEval
 from trainer.faults import forced_nonfinite, loss_factor, slow_batch
@@ -28,7 +30,6 @@ from trainer.guard import NonfiniteGuard, SafetyStop
 from trainer.outputs import RunOutputs
 from trainer.precision import autocast
 from trainer.samples import audit_samples
-from rundir.signals import STOP_NAMES, SignalFlags, SignalRequests
 from trainer.state import TrainingState
 
 EMA_LOSS = 0.98       # smoothing of the displayed EMA loss

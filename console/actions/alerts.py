@@ -18,13 +18,13 @@ import os
 import signal
 import subprocess
 
-from ..model.spikes import DEFAULT_WINDOW
 from rundir.text import strict_json_value
 
 from ..model.findings import LISTED, Finding
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level
 from ..model.snapshot import RunSnapshot
+from ..model.spikes import DEFAULT_WINDOW
 
 NOTIFY_TIMEOUT_S = 10.0
 EXIT_HEALTHY, EXIT_WARNINGS, EXIT_ERRORS = 0, 1, 2

@@ -24,12 +24,29 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rundir import (ConfigError, LossHistory, RunConfig, checkpoint_path, latest_resumable, load_run_config,
-                    verify_trainer)
+from rundir import (
+    ConfigError,
+    LossHistory,
+    RunConfig,
+    checkpoint_path,
+    latest_resumable,
+    load_run_config,
+    verify_trainer,
+)
 from rundir.layout import CHECKPOINT_SIGNAL, EVENT_PIVOT, LOSS_JSON, PIVOT_RECORD
-from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, plan_policy, policy_text,
-                                read_journal, remove_journal, rollback_archive, unfinished_text, write_journal,
-                                write_new_policy)
+from rundir.pivot_files import (
+    PivotError,
+    PivotJournal,
+    archive_sidecars,
+    plan_policy,
+    policy_text,
+    read_journal,
+    remove_journal,
+    rollback_archive,
+    unfinished_text,
+    write_journal,
+    write_new_policy,
+)
 
 from . import supervise
 from .guided_runner import JournalledRunner

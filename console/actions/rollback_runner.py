@@ -29,19 +29,38 @@ from typing import Any
 
 import numpy as np
 
-from rundir.text import counted
-from rundir import (CheckpointInfo, ConfigError, LossHistory, checkpoint_path, inspect_checkpoint, latest_resumable,
-                    list_checkpoints, load_run_config, newest_complete_since, verify_checksum, verify_trainer)
+from rundir import (
+    CheckpointInfo,
+    ConfigError,
+    LossHistory,
+    checkpoint_path,
+    inspect_checkpoint,
+    latest_resumable,
+    list_checkpoints,
+    load_run_config,
+    newest_complete_since,
+    verify_checksum,
+    verify_trainer,
+)
 from rundir.abandoned import abandoned_mask, live_pivot_steps
 from rundir.config import AlertsConfig
 from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD, RUN_TOML
 from rundir.pivot_files import read_journal as read_pivot_journal
 from rundir.pivot_files import unfinished_text
-from rundir.rollback_files import (Loss, RollbackError, RollbackJournal, check_skip_batches, choose_checkpoint,
-                                   lost_training, read_rollback_journal, set_aside_checkpoints,
-                                   write_rollback_journal)
-from ..model.spikes import Spike, find_spikes
+from rundir.rollback_files import (
+    Loss,
+    RollbackError,
+    RollbackJournal,
+    check_skip_batches,
+    choose_checkpoint,
+    lost_training,
+    read_rollback_journal,
+    set_aside_checkpoints,
+    write_rollback_journal,
+)
+from rundir.text import counted
 
+from ..model.spikes import Spike, find_spikes
 from . import supervise
 from .guided_runner import JournalledRunner
 from .relaunch import StepFailed, relaunch_and_wait

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rundir.text import counted
 from rundir.runs import list_runs
+from rundir.text import counted
 
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level

@@ -22,16 +22,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-
-from rundir import (CheckpointInfo, CheckpointStamp, ConfigError, Verification, checkpoint_stamps,
-                    latest_resumable,
-                    load_run_config, newest_complete_since, signal_trainer, verify_trainer)
-from rundir.identity import run_lock_holder
-from rundir.run_lock import live_lock_owner
-from rundir.process import trainer_alive
+from rundir import (
+    CheckpointInfo,
+    CheckpointStamp,
+    ConfigError,
+    Verification,
+    checkpoint_stamps,
+    latest_resumable,
+    load_run_config,
+    newest_complete_since,
+    signal_trainer,
+    verify_trainer,
+)
 from rundir.history import read_history_tail
-from rundir.layout import (CHECKPOINT_REQUEST, EVENT_STOP, LOCK_FILE, LOCK_OWNER_FILE, LOSS_JSON, RUN_TOML, TRAINER_LOG,
-                           is_error_stop)
+from rundir.identity import run_lock_holder
+from rundir.layout import (
+    CHECKPOINT_REQUEST,
+    EVENT_STOP,
+    LOCK_FILE,
+    LOCK_OWNER_FILE,
+    LOSS_JSON,
+    RUN_TOML,
+    TRAINER_LOG,
+    is_error_stop,
+)
+from rundir.process import trainer_alive
+from rundir.run_lock import live_lock_owner
 from rundir.text import printable
 
 from .. import launch_environment

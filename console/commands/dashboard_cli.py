@@ -42,7 +42,7 @@ def open_dashboard(run_dir: Path, *, smoothing: float = 0.98, stall_after: float
         try:
             from ..plot.canvas import PlotOptions
             from ..read.reader import RunReader
-            from ..tui.app import ConsoleApp          # Textual only for the dashboard
+            from ..tui.app import ConsoleApp  # Textual only for the dashboard
             from ..tui.options import ConsoleOptions
 
             app_class = customize(ConsoleApp) if customize else ConsoleApp

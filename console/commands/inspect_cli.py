@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 
 from rundir import CheckpointError, checkpoint_path, latest_resumable
-from ..read.checkpoint_inspect import inspect_file
 from rundir.text import strict_json_value
 
+from ..read.checkpoint_inspect import inspect_file
 from ..text.inspect_format import render_report
 from .common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, fail
-
 
 
 class InspectUsageError(ValueError):

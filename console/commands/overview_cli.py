@@ -39,9 +39,9 @@ def run_overview(root: Path, args: argparse.Namespace) -> int:
         sys.stdout.write("".join(f"{line}\n" for line in lines))
         return code
     if args.once or args.json:
-        from ..read.run_summary import summarize_runs
         from rundir.text import strict_json_value
 
+        from ..read.run_summary import summarize_runs
         from ..text.overview_report import overview_json, render_overview_text
 
         now = time.time()

@@ -211,7 +211,7 @@ def _value_problem(args: argparse.Namespace) -> str | None:
         if value is not None and not value > 0:        # also refuses nan
             return f"{flag(name)} {value}: expected a number of seconds > 0"
     if args.spike_window is not None:
-        from rundir.config import MIN_WINDOW   # only when asked: run.toml's schema is not start-up's
+        from rundir.config import MIN_WINDOW  # only when asked: run.toml's schema is not start-up's
         if args.spike_window < MIN_WINDOW:
             return f"--spike-window {args.spike_window}: expected an integer >= {MIN_WINDOW}"
     if args.spike_k is not None and not (math.isfinite(args.spike_k) and args.spike_k > 0):

@@ -83,7 +83,9 @@ def _import_output(args: argparse.Namespace) -> None:
     if args.check:
         from ..actions import alerts  # noqa: F401
     elif args.json or args.csv:
-        from ..text import run_report as report, series_report  # noqa: F401
+        from ..text import run_report as report  # noqa: F401
+        from ..text import series_report  # noqa: F401
     else:
         from ..plot import canvas as plot  # noqa: F401
-        from ..text import run_report as report, series_report  # noqa: F401
+        from ..text import run_report as report  # noqa: F401
+        from ..text import series_report  # noqa: F401

@@ -25,22 +25,22 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from rundir.text import counted
 from rundir.history import HistoryEvent, limits
-from .spikes import Spike
 from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, LOSS_JSON, is_error_stop
+from rundir.text import counted
 
 from .format import LINE_LIMIT, TRAINER_LABELS, format_counter, format_size, idle_text, printable
 from .levels import Level
+from .spikes import Spike
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from rundir.checkpoint import CheckpointInfo
     from rundir.ranks import RankStatus
-    from .run_facts import RunSummary
     from rundir.storage import Storage
 
+    from .run_facts import RunSummary
     from .snapshot import RunSnapshot
 
 # Problems and notices about files or arms take one line each up to this many; more make

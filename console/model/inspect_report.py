@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from rundir.checkpoint_layout import AdamSettings, Layout
+
+
 @dataclass
 class TensorStats:
     """The statistics of one tensor (see the module docstring); None where undefined."""

@@ -17,6 +17,7 @@ from rundir.layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
 if TYPE_CHECKING:
     from rundir import CheckpointInfo, HistoryEvent
     from rundir.external import ExternalCheckpoint
+
     from .spikes import Spike
 
 

@@ -16,10 +16,17 @@ import numpy as np
 from rundir.checkpoint import CheckpointInfo
 from rundir.external import ExternalCheckpoint
 from rundir.history import HistoryEvent
-from rundir.layout import (EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_RESUME, EVENT_START, EVENT_STOP, RUN_TOML,
-                           STOP_NONFINITE, is_error_stop)
+from rundir.layout import (
+    EVENT_CHECKPOINT,
+    EVENT_CHECKPOINT_FAILED,
+    EVENT_RESUME,
+    EVENT_START,
+    EVENT_STOP,
+    RUN_TOML,
+    STOP_NONFINITE,
+    is_error_stop,
+)
 from rundir.ranks import RankStatus
-
 
 # A verified trainer whose history has not grown for this long is stalled: the larger of
 # STALL_MIN_S and STALL_STEPS median step times (the dashboard's reader uses the same).

@@ -16,21 +16,24 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from rundir import CheckpointInfo, HistoryEvent, LossHistory, RunConfig, Sample
-from rundir.external import STATUS as EXTERNAL, ExternalCheckpoint
+from rundir.external import STATUS as EXTERNAL
+from rundir.external import ExternalCheckpoint
+from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, is_error_stop
 from rundir.ranks import RankStatus, summary_line
 from rundir.resume_check import ResumeCheck
-from .run_facts import failed_checkpoint_event, safety_stop_event
-from .spikes import Spike
 from rundir.storage import Storage
-from rundir.layout import EVENT_RESUME, EVENT_START, EVENT_STOP, is_error_stop
 
 from .findings import Finding, derive_alerts, derive_problems
 from .format import LINE_LIMIT, TRAINER_LABELS, printable  # noqa: F401 (TRAINER_LABELS re-exported)
-from .history_series import SeriesData, column as series_column, names as series_names, series_data
+from .history_series import SeriesData, series_data
+from .history_series import column as series_column
+from .history_series import names as series_names
 from .levels import Level
 from .markers import Marker
-from .series_blocks import SeriesBlocks
 from .mirror_note import MIRROR_NOT_SAVED, MIRROR_NOTES, MIRROR_REBUILT, MirrorNote  # noqa: F401 (re-exported)
+from .run_facts import failed_checkpoint_event, safety_stop_event
+from .series_blocks import SeriesBlocks
+from .spikes import Spike
 
 # How a verification state reads on the dashboard.
 

@@ -25,7 +25,7 @@ from rich.text import Text
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.units import PLAIN, Unit
 from .ema import ema_debiased, line_dtype
-from .envelope import as_floats, beyond_limit, beyond_note, column_of, envelope, Envelope, PLOT_LIMIT, within_limit
+from .envelope import PLOT_LIMIT, Envelope, as_floats, beyond_limit, beyond_note, column_of, envelope, within_limit
 
 # Dot bit of braille pattern U+2800 for (column 0..1, row 0..3) inside one cell.
 _DOT_BITS = np.array([[0x01, 0x02, 0x04, 0x40], [0x08, 0x10, 0x20, 0x80]], dtype=np.uint16)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from rundir.text import counted
 
 # The largest magnitude the plot draws. Spans and means of values up to it stay finite in

@@ -12,16 +12,28 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 from rundir import CheckpointInfo, HistoryEvent
-from rundir.layout import (ARCHIVE_DIR, EVENT_CHECKPOINT, EVENT_CHECKPOINT_FAILED, EVENT_EXTERNAL_CHECKPOINT, EVENT_PIVOT,
-                           EVENT_RESUME, EVENT_SIGNAL, EVENT_START, EVENT_STOP, EVENT_WRITE_FAILED, EVENT_ZOMBIE,
-                           STOP_REQUEUE, is_error_stop)
+from rundir.layout import (
+    ARCHIVE_DIR,
+    EVENT_CHECKPOINT,
+    EVENT_CHECKPOINT_FAILED,
+    EVENT_EXTERNAL_CHECKPOINT,
+    EVENT_PIVOT,
+    EVENT_RESUME,
+    EVENT_SIGNAL,
+    EVENT_START,
+    EVENT_STOP,
+    EVENT_WRITE_FAILED,
+    EVENT_ZOMBIE,
+    STOP_REQUEUE,
+    is_error_stop,
+)
+from rundir.text import counted
 
 from ..model.checkpoint_wait import CheckpointWait
 from ..model.findings import LISTED, error_stop_text, many, names_and_more
 from ..model.format import format_counter, format_size, printable, stall_text
 from ..model.snapshot import Notice, RunSnapshot
 from .landing import external_details, landing_text
-from rundir.text import counted
 
 # How long a live trainer's new .bin may be without its .json before it is said as a
 # foreign checkpoint: the .json is written right after the .bin, so a few seconds covers a

@@ -48,7 +48,8 @@ from rundir.text import counted
 from ..model.inspect_report import CheckpointSummary, InspectReport, TensorStats
 
 try:        # the fused passes over a chunk (console/read/_tensor_sums.c), built at install when a C compiler is there
-    from ._tensor_sums import chunk_sums as _fused_chunk_sums, pair_sums as _fused_pair_sums
+    from ._tensor_sums import chunk_sums as _fused_chunk_sums
+    from ._tensor_sums import pair_sums as _fused_pair_sums
 except ImportError:                         # numpy's passes instead, about twice as slow
     _fused_chunk_sums = _fused_pair_sums = None
 

@@ -13,9 +13,9 @@ from typing import Any
 from rundir import HistoryEvent, HistoryUpdate, LossHistory, RunConfig
 from rundir.layout import EVENT_RESUME, EVENT_ROLLBACK, EVENT_START
 from rundir.resume_check import ResumeCheck, check_resumes
-from ..model.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector
 
 from ..model.snapshot import Notice
+from ..model.spikes import DEFAULT_K, DEFAULT_WINDOW, Spike, SpikeDetector
 
 # Non-finite steps listed in a view (the newest); the history's count says how many in all.
 NONFINITE_LISTED = 1000

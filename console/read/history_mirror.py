@@ -34,17 +34,25 @@ from typing import TYPE_CHECKING, Any, Callable
 import orjson
 
 from rundir.atomic import atomic_write_bytes
-from .cache_dir import mirror_path, read_cache_file
 from rundir.history import HistoryUpdate, LossHistory
-from .mirror_file import MIN_MIRROR_BYTES, REWRITE_AFTER_BYTES, CrcAhead, as_read, forget_mirror, open_mirror, save_mirror, verify_covered
 
 from ..model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT, MirrorNote
 from ..model.series_blocks import BLOCK_ROWS
+from .cache_dir import mirror_path, read_cache_file
+from .mirror_file import (
+    MIN_MIRROR_BYTES,
+    REWRITE_AFTER_BYTES,
+    CrcAhead,
+    as_read,
+    forget_mirror,
+    open_mirror,
+    save_mirror,
+    verify_covered,
+)
 
 if TYPE_CHECKING:
-    from ..model.spikes import SpikeDetector
-
     from ..model.series_blocks import SeriesBlocks
+    from ..model.spikes import SpikeDetector
 
 
 # Histories shorter than this get no mirror (read at use: tests mirror small histories).

@@ -23,19 +23,19 @@ import numpy as np
 from rundir import HistoryUpdate, LossHistory, RunConfig
 from rundir.abandoned import head_rows, run_head
 from rundir.layout import EVENT_RESUME, EVENT_START, LOSS_JSON
-from ..model.run_facts import RATE_STEPS, eta_seconds, rate_per_s, stopped
+from rundir.text import counted
 
 from ..model.findings import LISTED
 from ..model.history_series import series_data
 from ..model.levels import Level
 from ..model.mirror_note import MIRROR_NOT_SAVED, MIRROR_STALE, MirrorNote
+from ..model.run_facts import RATE_STEPS, eta_seconds, rate_per_s, stopped
 from ..model.series_blocks import SeriesBlocks
 from ..model.snapshot import HistoryView, Notice
 from .changes import event_notice
 from .detectors import HistoryFindings
 from .history_mirror import HistoryMirror
 from .prefetch import HistoryPrefetch
-from rundir.text import counted
 
 
 def _last_finite(x: np.ndarray) -> float | None:

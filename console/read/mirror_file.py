@@ -44,14 +44,16 @@ from typing import Any, Callable
 import numpy as np
 
 from rundir.atomic import atomic_write_chunks
-from .cache_dir import (CACHE_ENV, MIRROR_HEADER_LENGTH as _LENGTH, MIRROR_MAGIC as MAGIC, cache_dir, frame_header,
-                         header_bytes, loads_header, mirror_path, open_cache_file)
 from rundir.filesystems import filesystem_of
+from rundir.history.ingest import HistoryUpdate
+from rundir.history.reader import LossHistory
 from rundir.layout import TMP_PREFIX
 from rundir.safe_read import open_regular
-from rundir.history.ingest import HistoryUpdate
+
+from .cache_dir import CACHE_ENV, cache_dir, frame_header, header_bytes, loads_header, mirror_path, open_cache_file
+from .cache_dir import MIRROR_HEADER_LENGTH as _LENGTH
+from .cache_dir import MIRROR_MAGIC as MAGIC
 from .mirror_header import checked_header, columns_end
-from rundir.history.reader import LossHistory
 
 # 2: the series columns (rundir/history/keys.py); 3: the header's own CRC-32, and the CRC-32
 # of all the bytes covered (``source.crc``).

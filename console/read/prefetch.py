@@ -28,8 +28,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .cache_dir import loads_header, mirror_source
 from rundir.layout import LOSS_JSON  # the vocabulary only: no numpy before the fork
+
+from .cache_dir import loads_header, mirror_source
 
 if TYPE_CHECKING:                      # numpy and the reader are imported by whoever reads
     from rundir.history import HistoryUpdate, LossHistory
@@ -179,8 +180,8 @@ def _scan_spikes(history: "LossHistory", run_dir: Path, spikes: tuple[int | None
     window and k the console will use (the flags, else run.toml's); nothing when anything fails."""
     try:
         from rundir import ConfigError, load_run_config
-        from ..model.spikes import SpikeDetector
 
+        from ..model.spikes import SpikeDetector
         from .detectors import spike_params
         from .history_mirror import DETECTED_COLUMNS
 

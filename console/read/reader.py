@@ -18,33 +18,70 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-
-from rundir import (CheckpointInfo, CheckpointStamp, LossHistory, RunConfig, Sample, checkpoint_stamps,
-                    checkpoints_since, find_zombies, newest_per_arm, read_samples, read_state)
+from rundir import (
+    CheckpointInfo,
+    CheckpointStamp,
+    LossHistory,
+    RunConfig,
+    Sample,
+    checkpoint_stamps,
+    checkpoints_since,
+    find_zombies,
+    newest_per_arm,
+    read_samples,
+    read_state,
+)
 from rundir.abandoned import abandoned_pivot_archives
 from rundir.checkpoint import said_checkpoints
-from rundir.identity import open_directory
-from rundir.external import external_checkpoints, reported_files
 from rundir.config import RunSection
+from rundir.external import external_checkpoints, reported_files
+from rundir.identity import open_directory
+from rundir.layout import (
+    ALL_KINDS,
+    CHECKPOINTS,
+    CONFIG,
+    DIRECTORY,
+    EVENT_CHECKPOINT,
+    EVENT_EXTERNAL_CHECKPOINT,
+    EVENT_PRUNE,
+    EVENT_RESUME,
+    HISTORY,
+    LOG,
+    LOSS_JSON,
+    RANKS,
+    RUN_TOML,
+    SAMPLES,
+    STATE,
+    STATE_JSON,
+    TRAINER,
+    TRAINER_LOG,
+    is_known,
+)
+from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
+from rundir.ranks import judge_ranks, read_ranks
 from rundir.retention import RetentionPolicy, plan_retention, protected_steps
-from ..model.run_facts import RATE_STEPS, stall_threshold
-from .run_summary import read_config, trainer_stall
+from rundir.rollback_files import pending_rollback
+from rundir.run_lock import blocking_lock_file
 from rundir.sources import SourceCache
 from rundir.storage import Storage, free_bytes, growth_per_step
 from rundir.storage import measure as measure_storage
-from rundir.layout import (ALL_KINDS, CHECKPOINTS, CONFIG, DIRECTORY, EVENT_CHECKPOINT, EVENT_EXTERNAL_CHECKPOINT,
-                           EVENT_PRUNE, EVENT_RESUME, HISTORY, LOG, LOSS_JSON, RANKS, RUN_TOML, SAMPLES,
-                           STATE, STATE_JSON, TRAINER, TRAINER_LOG, is_known)
-from rundir.pivot_files import list_pivots, policy_text, read_journal, unfinished_text
-from rundir.ranks import judge_ranks, read_ranks
-from rundir.rollback_files import pending_rollback
-from rundir.run_lock import blocking_lock_file
 
 from ..model.format import LINE_LIMIT, printable
 from ..model.levels import Level
 from ..model.markers import derive_markers
-from ..model.snapshot import (TRAINER_LABELS, ArmRow, ArmsView, HistoryView, Notice, PivotEntry, RanksView,
-                              RetentionView, RunSnapshot, TrainerView)
+from ..model.run_facts import RATE_STEPS, stall_threshold
+from ..model.snapshot import (
+    TRAINER_LABELS,
+    ArmRow,
+    ArmsView,
+    HistoryView,
+    Notice,
+    PivotEntry,
+    RanksView,
+    RetentionView,
+    RunSnapshot,
+    TrainerView,
+)
 from .changes import describe_changes
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
@@ -52,6 +89,7 @@ from .landing import AwaitedCheckpoint, AwaitedCheckpoints
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .probe import TrainerProbe
+from .run_summary import read_config, trainer_stall
 
 # The run directory's size is walked again at most this often (and when checkpoints change).
 STORAGE_EVERY_S = 10.0

@@ -31,9 +31,16 @@ from rundir.external import external_checkpoints, reported_files
 from rundir.filesystems import fresh_stamp
 from rundir.history import read_history_tail
 from rundir.history.records import nonfinite_mask
-from rundir.layout import (LOSS_JSON,
-                     PIVOT_JOURNAL, ROLLBACK_JOURNAL, RUN_TOML, STATE_JSON, TRAINER_JSON,
-                     is_checkpoint_bin, is_temporary)
+from rundir.layout import (
+    LOSS_JSON,
+    PIVOT_JOURNAL,
+    ROLLBACK_JOURNAL,
+    RUN_TOML,
+    STATE_JSON,
+    TRAINER_JSON,
+    is_checkpoint_bin,
+    is_temporary,
+)
 from rundir.pivot_files import read_journal, unfinished_text
 from rundir.process import Verification, verify_trainer
 from rundir.ranks import judge_ranks, read_ranks
@@ -44,8 +51,20 @@ from rundir.sidecars import read_state
 from rundir.storage import directory_size
 from rundir.zombies import find_zombies
 
-from ..model.run_facts import (NO_RUN_TOML, RATE_STEPS, RunSummary, Stall, debiased_ema, eta_seconds, failed_checkpoint_event,
-                               finished_cleanly, rate_per_s, safety_stop_event, stall_threshold, stopped)
+from ..model.run_facts import (
+    NO_RUN_TOML,
+    RATE_STEPS,
+    RunSummary,
+    Stall,
+    debiased_ema,
+    eta_seconds,
+    failed_checkpoint_event,
+    finished_cleanly,
+    rate_per_s,
+    safety_stop_event,
+    stall_threshold,
+    stopped,
+)
 
 # Only the newest checkpoints are inspected (header and sidecar): a run with 20,000 of
 # them costs what one with 20 does.

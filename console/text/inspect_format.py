@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from ..model.inspect_report import InspectReport, TensorStats
 from rundir.text import printable
+
+from ..model.inspect_report import InspectReport, TensorStats
 
 
 def number(value: float | None) -> str:

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..model.run_facts import RunSummary
 from rundir.runs import RunsListing
 from rundir.text import counted
 
 from ..model.findings import summary_problems
 from ..model.format import LINE_LIMIT, TRAINER_LABELS, format_age, format_float, format_size, printable
+from ..model.run_facts import RunSummary
 from ..model.snapshot import SavedCheckpoint, newest_saved
 
 # (header, width, right-aligned) of each column; the run's name takes what is left.

@@ -17,18 +17,31 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rundir.layout import EVENT_ROLLBACK
+from rundir.text import counted
 
 from ..model.findings import eta_text, spike_text
-from ..model.format import (AXIS_NEEDS, LINE_LIMIT, format_age, format_ago, format_counter, format_float, format_pct,
-                            format_rate, format_size, format_uptime, printable, printable_block, slurm_text, stall_text,
-                            storage_text)
-from ..model.series import is_sparse, series_values, spec_of
+from ..model.format import (
+    AXIS_NEEDS,
+    LINE_LIMIT,
+    format_age,
+    format_ago,
+    format_counter,
+    format_float,
+    format_pct,
+    format_rate,
+    format_size,
+    format_uptime,
+    printable,
+    printable_block,
+    slurm_text,
+    stall_text,
+    storage_text,
+)
 from ..model.rank_rows import header_line, rank_json, rank_line
-from ..model.series import on_rows
+from ..model.series import is_sparse, on_rows, series_values, spec_of
 from ..model.snapshot import HistoryView, RunSnapshot
 from ..model.units import unit_of
 from .series_report import StepRange, series_list, series_table_lines
-from rundir.text import counted
 
 if TYPE_CHECKING:           # the plot and rich are imported by the text alone: --json and --check draw nothing
     from ..plot.canvas import PlotOptions

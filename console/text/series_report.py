@@ -115,7 +115,7 @@ def bucket_table(h: HistoryView, name: str, step_range: StepRange, points: int) 
     """Each bucket of steps with data, as a row of :data:`BUCKET_FIELDS`: the range cut into
     ``points`` equal spans of steps, as the plot's columns are (:func:`console.plot.envelope.column_of`),
     so each bucket's min and max are its column's envelope (a one-step spike is in its max)."""
-    from ..plot.envelope import column_of       # not for --json's list: it draws nothing
+    from ..plot.envelope import column_of  # not for --json's list: it draws nothing
 
     steps, values = metric_values(h, name, step_range)
     ok = np.isfinite(values)

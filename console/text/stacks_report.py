@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..model.format import LINE_LIMIT, printable
 from rundir.text import counted
+
+from ..model.format import LINE_LIMIT, printable
 
 
 def stacks_lines(run_dir: Path) -> tuple[int, list[str]]:

@@ -43,9 +43,9 @@ from ..model.snapshot import Notice, RunSnapshot, TrainerView
 from ..read.reader import RunReader
 from ..read.run_summary import RunsSummarizer
 from ..read.watcher import POLL_S, STEADY_READ_INTERVAL_S, PacedReads, watch_run
+from ..text.overview_report import trainer_label
 from .keys import CONTROL_ACTIONS
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady, WatchMode
-from ..text.overview_report import trainer_label
 from .options import ConsoleOptions
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen, RunDashboardScreen
 from .screens.overview import OverviewScreen
@@ -446,7 +446,7 @@ class ConsoleApp(App[None]):
         self.overview.rescan()
 
     def open_compare(self, runs: list[tuple[str, Path]]) -> None:
-        from .screens.compare import CompareScreen         # its plot only when asked for
+        from .screens.compare import CompareScreen  # its plot only when asked for
 
         self.say(f"comparing {counted(len(runs), 'run')}")
         self.push_screen(CompareScreen(runs, self.options.plot.smoothing))

@@ -15,13 +15,14 @@ from textual.message import Message
 from ..model.snapshot import Notice, RunSnapshot
 
 if TYPE_CHECKING:
-    from ..model.run_facts import RunSummary
-    from rundir.runs import RunsListing
-    from ..model.inspect_report import InspectReport
     from rich.console import RenderableType
+
+    from rundir.runs import RunsListing
 
     from ..actions.pivot_runner import PivotOutcome
     from ..actions.rollback_runner import RollbackOutcome, RollbackRequest
+    from ..model.inspect_report import InspectReport
+    from ..model.run_facts import RunSummary
 
 
 @dataclass

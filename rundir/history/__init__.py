@@ -29,8 +29,20 @@ from __future__ import annotations
 
 from .columns import Superseded
 from .ingest import HistoryUpdate
-from .limits import (ARRAY_PIECE_BYTES, BLOCK_BYTES, BLOCK_LINES, LEAF_LINES, MAX_EVENT_NESTING, MAX_LINE_BYTES,
-                     MAX_PROBLEMS, MAX_REWINDS, MAX_SUPERSEDED, MAX_UPDATE_PROBLEMS, TAIL_BYTES, TAIL_WIDEN)
+from .limits import (
+                     ARRAY_PIECE_BYTES,
+                     BLOCK_BYTES,
+                     BLOCK_LINES,
+                     LEAF_LINES,
+                     MAX_EVENT_NESTING,
+                     MAX_LINE_BYTES,
+                     MAX_PROBLEMS,
+                     MAX_REWINDS,
+                     MAX_SUPERSEDED,
+                     MAX_UPDATE_PROBLEMS,
+                     TAIL_BYTES,
+                     TAIL_WIDEN,
+)
 from .reader import LossHistory
 from .records import HistoryEvent
 from .tail import HistoryTail, read_history_tail

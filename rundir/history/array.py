@@ -10,8 +10,16 @@ from typing import Callable
 import numpy as np
 
 from . import limits
-from .array_scan import (array_separators, closing_bracket, event_separators, find_resync, has_content, piece_end,
-                         resync, skip_element)
+from .array_scan import (
+    array_separators,
+    closing_bracket,
+    event_separators,
+    find_resync,
+    has_content,
+    piece_end,
+    resync,
+    skip_element,
+)
 from .blocks import gc_paused, read_into, size_text
 from .ingest import Careful, HistoryUpdate, Ingest
 from .records import careful_batch, parse_line

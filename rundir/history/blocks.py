@@ -10,6 +10,7 @@ import errno
 import gc
 import os
 from typing import Callable
+
 from ..text import counted
 
 SCAN_BYTES = 1 << 20            # the chunk of a search for a newline or an element's end

@@ -10,7 +10,6 @@ import numpy as np
 from . import limits
 from .records import FLOAT_COLUMNS
 
-
 SERIES_PREFIX = "series."         # a series' name among the arrays (its key follows)
 
 

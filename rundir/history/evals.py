@@ -17,7 +17,6 @@ own too.)
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..layout import EVENT_EVAL

@@ -31,8 +31,18 @@ from .blocks import size_text
 from .columns import Columns, Superseded
 from .evals import EvalSeries
 from .keys import BASE_KEYS, SeriesKeys
-from .records import (EVENT_KEY, BadLine, Batch, HistoryEvent, batch_events, careful_batch, event_of, nonfinite_mask,
-                      parse_line, typed_series_batch)
+from .records import (
+    EVENT_KEY,
+    BadLine,
+    Batch,
+    HistoryEvent,
+    batch_events,
+    careful_batch,
+    event_of,
+    nonfinite_mask,
+    parse_line,
+    typed_series_batch,
+)
 
 try:
     from .._line_scan import scan as _scan

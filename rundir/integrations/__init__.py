@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-
 # The step line's own keys (run.log's parameters, and the time it stamps): a framework metric
 # of one of these names (or of one the run API refuses: the reader's "event", "nonfinite", "skipped")
 # is not passed on as a series of its own.

@@ -86,9 +86,9 @@ async def shoot(name: str, app, size, keys) -> Path:
 def shoot_web(tmp: Path) -> Path | None:
     """``dashboard-web.png``: a live micro trainer's dashboard in chromium, read-only, after
     ``c`` was refused."""
+    from rundir.layout import LOSS_JSON
     from tests.console import browser
     from tests.console.trainer_proc import Trainer
-    from rundir.layout import LOSS_JSON
 
     why = browser.missing()
     if why:

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from console.actions.alerts import AlertTracker, check_report, run_notify
-from console.model.findings import child_exit_alert
 from console.cli import main
+from console.model.findings import child_exit_alert
 from console.model.format import LINE_LIMIT, printable
 from console.read.reader import RunReader
 from rundir import LossHistoryWriter

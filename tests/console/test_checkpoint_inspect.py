@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import console.read.checkpoint_inspect as inspector
+from console.read.checkpoint_inspect import InspectCancelled, inspect_file
 from rundir import CheckpointError, RunConfig, inspect_checkpoint
 from rundir.checkpoint_layout import BARE_TENSOR_VALUES, chunk_layout, model_layout
-from console.read.checkpoint_inspect import InspectCancelled, inspect_file
 from rundir.config import PRESETS
 from tests.rundirs import make_run
 

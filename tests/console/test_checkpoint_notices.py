@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from console.read.changes import UNFINISHED_S, describe_changes
 from console.model.checkpoint_wait import CheckpointWait, WaitEnd
+from console.read.changes import UNFINISHED_S, describe_changes
 from console.read.landing import AwaitedCheckpoint, landed_text
 from console.read.reader import RunReader
 from rundir.history.records import HistoryEvent

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -206,8 +206,8 @@ def test_ctrl_c_while_waiting_is_one_line_and_exit_130(tmp_path, mode):
     """Ctrl-C during --checkpoint or --stop: one line, exit 130, no traceback."""
     import signal as signals
 
-    from tests.rundir.test_process import record_for, start_child
     from rundir import write_trainer_record
+    from tests.rundir.test_process import record_for, start_child
 
     run = tmp_path / "run"
     stand_in = start_child(run, tmp_path / "signals.txt", "--stay")     # verified, never answers

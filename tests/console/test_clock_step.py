@@ -11,7 +11,6 @@ import json
 import pytest
 
 from console.tui.app import ConsoleApp
-
 from console.tui.options import ConsoleOptions
 from console.tui.widgets import EventLog
 from rundir import read_trainer_record, verify_trainer, write_trainer_record

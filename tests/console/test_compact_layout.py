@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from console.model.markers import MARKER_KINDS
+from console.model.snapshot import Notice
 from console.tui.screens import DetailScreen, HelpScreen
 from console.tui.screens.dashboard import FULL_FROM, PANES
 from console.tui.screens.pivot_wizard import PivotScreen
-from console.model.snapshot import Notice
 from console.tui.widgets import CheckpointsPane, EventLog, KeyBar, LossPlot, StatusLine
-from console.model.markers import MARKER_KINDS
 from console.tui.widgets.loss_plot import legend_runs
 from tests.console.conftest import NOW, until
 from tests.console.test_hostile_text import pane_lines

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from console.model.spikes import find_spikes
 from console.read.reader import RunReader
 from rundir import LossHistoryWriter, load_run_config, write_run_config
-from console.model.spikes import find_spikes
 from tests.rundirs import RunSpec, make_run
 
 

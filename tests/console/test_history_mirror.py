@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rundir.history import LossHistory
 from console.read import mirror_file as mirror
 from console.read.cache_dir import mirror_source
 from console.read.mirror_file import CACHE_ENV, open_history, open_mirror, save_mirror
+from rundir.history import LossHistory
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
 

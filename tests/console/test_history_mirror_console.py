@@ -13,16 +13,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from console.read import history_mirror
 from console.cli import main
 from console.model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT
+from console.model.spikes import SpikeDetector, find_spikes
+from console.read import history_mirror
+from console.read.cache_dir import CACHE_ENV, mirror_path
 from console.read.reader import RunReader
 from console.tui.screens.compare import read_series
 from rundir.atomic import ENOSPC_AFTER_ENV
-from console.read.cache_dir import CACHE_ENV, mirror_path
 from rundir.history import LossHistory
 from rundir.layout import LOSS_JSON
-from console.model.spikes import SpikeDetector, find_spikes
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 COLUMNS = ("step", "loss", "tokens", "time")

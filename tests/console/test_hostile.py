@@ -17,18 +17,17 @@ from pathlib import Path
 import orjson
 import pytest
 
-from console.tui.app import ConsoleApp
-
-from console.tui.options import ConsoleOptions
-from console.tui.messages import SnapshotReady
-from console.read.reader import PROMPT_CHARS, SAMPLE_CHARS, RunReader
-from console.text.run_report import ROWS_LISTED, render_text
 from console.model.findings import LISTED
 from console.model.snapshot import Notice, TrainerView
+from console.read.reader import PROMPT_CHARS, SAMPLE_CHARS, RunReader
+from console.text.run_report import ROWS_LISTED, render_text
+from console.tui.app import ConsoleApp
+from console.tui.messages import SnapshotReady
+from console.tui.options import ConsoleOptions
 from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog, ProblemsBar, SamplesPane
-from console.tui.widgets.events import LOG_LINES_PER_UPDATE
 from console.tui.widgets import arms as arms_pane
 from console.tui.widgets import checkpoints as checkpoints_pane
+from console.tui.widgets.events import LOG_LINES_PER_UPDATE
 from rundir.layout import CHECKPOINTS, LOG, STATE, TRAINER
 from tests.console.conftest import NOW, fixed_now
 from tests.console.trainer_proc import Trainer

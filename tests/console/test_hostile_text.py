@@ -16,11 +16,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from console.tui.app import ConsoleApp
-
-from console.tui.options import ConsoleOptions
 from console.read.reader import RunReader
 from console.text.run_report import render_text, to_json
+from console.tui.app import ConsoleApp
+from console.tui.options import ConsoleOptions
 from console.tui.screens import DetailScreen
 from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog, SamplesPane, StatusPane
 from rundir import LossHistoryWriter, write_samples, write_state

@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from textual.widgets import DataTable, ProgressBar, Static
 
-from console.tui.screens.dashboard import DashboardScreen
 from console.text.inspect_format import sorted_rows
+from console.tui.screens.dashboard import DashboardScreen
 from console.tui.screens.inspector import InspectorScreen
 from tests.console.conftest import table_measured, until
 from tests.console.test_hostile_text import pane_lines

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from console.tui.screens import HelpScreen
 from console.tui.keys import RUN_KEYS, hints
+from console.tui.screens import HelpScreen
 from console.tui.screens.dashboard import DASHBOARD_KEYS
 from console.tui.screens.help import KEYS as HELP_KEYS
 from console.tui.widgets import KeyBar

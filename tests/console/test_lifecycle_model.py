@@ -33,16 +33,22 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from console.actions.alerts import check_report
 from console.model.series_summary import series_row
 from console.read.reader import RunReader
+from console.read.run_summary import summarize_run
 from console.text.overview_report import newest_of, trainer_label
 from console.text.run_report import render_text, to_json
 from rundir import LossHistoryWriter, RunConfig, open_run, write_checkpoint, write_run_config
+from rundir.atomic import atomic_write_json
 from rundir.config import engine_config_text, load_run_config
 from rundir.layout import LOSS_JSON
-from rundir.pivot_files import (PivotJournal, archive_sidecars, plan_policy, remove_journal, write_journal,
-                                write_new_policy)
+from rundir.pivot_files import (
+    PivotJournal,
+    archive_sidecars,
+    plan_policy,
+    remove_journal,
+    write_journal,
+    write_new_policy,
+)
 from rundir.rollback_files import RollbackJournal, remove_rollback_journal, set_aside_checkpoints
-from rundir.atomic import atomic_write_json
-from console.read.run_summary import summarize_run
 from tests.mounts import fill, mount_tmpfs
 
 TRAINER, RUN_API = "andrea-train", "run API"

@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from console.actions.supervise import start_trainer
 from console.tui.app import ConsoleApp
-
 from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen, HelpScreen, PivotScreen
 from console.tui.widgets import EventLog, LossPlot
-from console.actions.supervise import start_trainer
+from rundir import RunConfig, list_checkpoints, verify_trainer, write_run_config
 from tests.console.conftest import until as wait_until
 from tests.console.trainer_proc import ROOT, Trainer, train_command
-from rundir import RunConfig, list_checkpoints, verify_trainer, write_run_config
 
 SIZE = (140, 45)
 

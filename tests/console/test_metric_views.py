@@ -51,10 +51,11 @@ async def test_every_figure_reads_in_its_unit(tmp_path, size):
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", [NARROW, BIG])
 async def test_the_cursor_readout_fits_the_width_and_t_shows_every_series(tmp_path, size):
+    from textual.widgets import DataTable
+
     from console.model.series import available
     from console.plot.view import readout
     from console.tui.screens.series_table import SeriesTable
-    from textual.widgets import DataTable
 
     app = app_for(series_run(tmp_path))
     async with app.run_test(size=size) as pilot:
@@ -132,9 +133,9 @@ async def test_the_grid_s_x_axes_line_up_whatever_steps_each_series_has(tmp_path
 
 @pytest.mark.asyncio
 async def test_the_checkpoints_pane_s_age_reads_as_the_status_pane_s(tmp_path):
+    from console.read.reader import RunReader
     from console.tui.app import ConsoleApp
     from console.tui.options import ConsoleOptions
-    from console.read.reader import RunReader
     from console.tui.widgets import CheckpointsPane, StatusPane
     from tests.rundirs import EPOCH
 
@@ -226,8 +227,8 @@ async def test_the_series_picker_s_rows_are_one_line_each_at_160_columns(tmp_pat
 
 
 def test_checkpoints_moved_to_an_archive_are_said_moved_and_a_stop_says_how_to_resume(tmp_path):
-    from console.read.reader import RunReader
     from console.model.snapshot import TrainerView
+    from console.read.reader import RunReader
     from tests.console.test_snapshots import live_probe
 
     run = make_run(tmp_path / "run", RunSpec(steps=300, checkpoints=(100, 200, 300)))

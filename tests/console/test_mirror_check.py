@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from console.model.mirror_note import MIRROR_STALE
 from console.read import history_mirror
+from console.read import mirror_file as mirror
+from console.read.cache_dir import mirror_path
+from console.read.mirror_file import open_mirror, verify_covered
+from console.read.reader import RunReader
 from console.tui.app import ConsoleApp
 from console.tui.options import ConsoleOptions
-from console.model.mirror_note import MIRROR_STALE
-from console.read.reader import RunReader
 from console.tui.widgets import EventLog
-from console.read.cache_dir import mirror_path
-from console.read import mirror_file as mirror
-from console.read.mirror_file import open_mirror, verify_covered
 from rundir.layout import HISTORY, LOSS_JSON
 from tests.console.conftest import fixed_now
 from tests.rundirs import make_run

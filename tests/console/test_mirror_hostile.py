@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from console.read.history_mirror import DETECTOR_SUFFIX, HistoryMirror
 from console.read.cache_dir import CACHE_ENV, MIRROR_HEADER_LENGTH, MIRROR_MAGIC, mirror_path, mirror_source
+from console.read.history_mirror import DETECTOR_SUFFIX, HistoryMirror
 from console.read.mirror_file import open_history, open_mirror
 
 from .test_history_mirror import fresh, step_line, summary

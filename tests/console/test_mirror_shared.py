@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from console.read import history_mirror
-from console.read.history_mirror import HistoryMirror
-from console.read.cache_dir import CACHE_ENV, mirror_path
-from rundir.filesystems import filesystem_of
 from console.read import mirror_file as mirror
+from console.read.cache_dir import CACHE_ENV, mirror_path
+from console.read.history_mirror import HistoryMirror
 from console.read.mirror_file import open_history, open_mirror, verify_covered
+from rundir.filesystems import filesystem_of
 
 from .test_history_mirror import fresh, mapped, step_line, summary
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from console.tui.app import ConsoleApp
-
 from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen
 from console.tui.widgets import EventLog

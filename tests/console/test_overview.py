@@ -11,14 +11,13 @@ import sys
 import psutil
 import pytest
 
+from console.text.overview_report import COLUMNS
 from console.tui.app import ConsoleApp
-
 from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen, DashboardScreen
 from console.tui.screens.compare import CompareScreen
-from console.text.overview_report import COLUMNS
-from console.tui.widgets.runs_table import NAME_CAP
 from console.tui.widgets.compare_plot import ComparePlot
+from console.tui.widgets.runs_table import NAME_CAP
 from rundir import list_checkpoints
 from tests.console.conftest import table_measured, until
 from tests.console.trainer_proc import ROOT, Trainer
@@ -214,8 +213,8 @@ def test_a_run_api_runs_own_checkpoint_is_its_newest_in_the_overview(tmp_path):
     import time
 
     import rundir
-    from console.text.overview_report import row_cells, summary_json
     from console.read.run_summary import summarize_run
+    from console.text.overview_report import row_cells, summary_json
 
     run_dir = tmp_path / "runs" / "lightning"
     with rundir.open_run(run_dir, config={"lr": 0.1}) as run:

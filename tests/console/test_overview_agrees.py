@@ -11,9 +11,9 @@ import signal
 from console.actions.alerts import check_report, exit_code
 from console.model.findings import summary_problems
 from console.read.reader import RunReader
+from console.read.run_summary import summarize_run
 from console.text.overview_report import row_cells
 from rundir.layout import LOSS_JSON, TMP_PREFIX
-from console.read.run_summary import summarize_run
 from tests.console.trainer_proc import Trainer
 from tests.rundirs import make_run
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from console.tui.app import ConsoleApp
-
 from console.tui.options import ConsoleOptions
 from console.tui.screens.compare import CompareScreen
 from console.tui.widgets.compare_plot import ComparePlot

@@ -13,17 +13,16 @@ import orjson
 import pytest
 
 from console.tui.app import ConsoleApp
-
 from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen, PivotScreen
 from console.tui.widgets import EventLog
+from rundir import list_checkpoints, load_run_config, read_state, verify_trainer
+from rundir.checkpoint import file_checksum
+from rundir.pivot_files import STAGES, read_journal
 from tests.console.conftest import until
 from tests.console.test_hostile_text import pane_lines
 from tests.console.trainer_proc import ROOT, train_command
 from tests.processes import stop_processes_naming
-from rundir import list_checkpoints, load_run_config, read_state, verify_trainer
-from rundir.checkpoint import file_checksum
-from rundir.pivot_files import STAGES, read_journal
 
 CONSOLE = [sys.executable, "-m", "console"]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

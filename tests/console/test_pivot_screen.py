@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from console.tui.messages import PivotProgress
 from console.actions.pivot_runner import PivotOutcome
+from console.tui.messages import PivotProgress
 from console.tui.screens import ConfirmScreen
 from console.tui.screens.pivot_wizard import PivotScreen
-from tests.console.test_hostile_text import pane_lines
 from tests.console.conftest import until
+from tests.console.test_hostile_text import pane_lines
 from tests.console.test_snapshots import BIG, NARROW, WIDE, app_for, healthy, settled, steady_cursors
 
 

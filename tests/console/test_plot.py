@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from console.model.markers import Marker
-from console.plot.ema import ema_debiased
 from console.plot.canvas import PlotOptions, build_canvas, plot_text, render
+from console.plot.ema import ema_debiased
 from console.plot.envelope import column_of, column_starts, envelope, search
 
 N = 200_000

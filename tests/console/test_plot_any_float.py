@@ -13,12 +13,29 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from console.model.format import (X_AXES, format_age, format_ago, format_float, format_pct, format_rate, format_size,
-                                  format_uptime)
+from console.model.format import (
+    X_AXES,
+    format_age,
+    format_ago,
+    format_float,
+    format_pct,
+    format_rate,
+    format_size,
+    format_uptime,
+)
+from console.plot.canvas import (
+    PlotOptions,
+    build_canvas,
+    format_step,
+    format_value,
+    format_x,
+    nice_ticks,
+    plot_x,
+    render_runs,
+    y_labels,
+)
 from console.plot.ema import ema_debiased
 from console.plot.envelope import PLOT_LIMIT
-from console.plot.canvas import (PlotOptions, build_canvas, format_step, format_value, format_x, nice_ticks, plot_x,
-                                 render_runs, y_labels)
 from console.plot.overlay import build_overlay, render_overlay_runs
 from console.read.reader import RunReader
 from console.text.run_report import render_text, to_json

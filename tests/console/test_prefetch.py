@@ -11,12 +11,11 @@ import subprocess
 import sys
 import threading
 
-from tests.rundirs import make_run
-
 from console.model.mirror_note import MIRROR_NOT_SAVED
-from console.read.prefetch import PREFETCH_MIN_BYTES, start_history_prefetch
 from console.read.cache_dir import CACHE_ENV
+from console.read.prefetch import PREFETCH_MIN_BYTES, start_history_prefetch
 from rundir.layout import LOSS_JSON
+from tests.rundirs import make_run
 
 from .test_no_torch import ROOT
 

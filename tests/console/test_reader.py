@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import numpy as np
+import pytest
 
 from console.read.reader import RunReader
 from console.text.run_report import render_text, to_json

@@ -156,10 +156,10 @@ def test_a_rollback_past_a_pivot_warns_and_the_pivot_is_no_longer_listed(make_ru
 def test_an_unfinished_pivot_is_worded_once(make_run_dir):
     """The problems list, the overview and a rollback's refusal say an unfinished pivot in one
     wording (rundir.pivot_files.unfinished_text)."""
-    from console.read.reader import RunReader
-    from rundir.pivot_files import PivotJournal, unfinished_text, write_journal
     from console.model.findings import summary_problems
+    from console.read.reader import RunReader
     from console.read.run_summary import summarize_run
+    from rundir.pivot_files import PivotJournal, unfinished_text, write_journal
 
     run = make_run_dir(**SPIKY)
     journal = PivotJournal(stage="config_written", started=1.0, old_policy={}, new_policy={})

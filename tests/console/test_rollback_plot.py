@@ -6,8 +6,8 @@ import numpy as np
 
 from console.model.markers import derive_markers
 from console.plot.canvas import PlotOptions, build_canvas, render_runs
-from rundir.abandoned import abandoned_mask
 from rundir import HistoryEvent
+from rundir.abandoned import abandoned_mask
 from tests.console.test_cli import console
 from tests.rundirs import EPOCH
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from console.tui.app import ConsoleApp
-
-from console.tui.options import ConsoleOptions
-from console.tui.messages import RollbackProgress
 from console.actions.rollback_runner import RollbackOutcome
+from console.tui.app import ConsoleApp
+from console.tui.messages import RollbackProgress
+from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen, RollbackScreen
 from console.tui.widgets import EventLog
 from rundir import verify_trainer

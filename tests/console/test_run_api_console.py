@@ -11,12 +11,12 @@ import pytest
 
 from console.model.findings import summary_problems
 from console.read.reader import RunReader
+from console.read.run_summary import summarize_run
 from console.tui.app import ConsoleApp
 from console.tui.options import ConsoleOptions
 from console.tui.widgets import ArmsPane, CheckpointsPane, EventLog, LossPlot
 from rundir import open_run
 from rundir.layout import HISTORY
-from console.read.run_summary import summarize_run
 from tests.console.test_cli import console
 from tests.console.test_hostile_text import pane_lines
 from tests.console.test_snapshots import settled

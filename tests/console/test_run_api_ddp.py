@@ -16,7 +16,8 @@ from rundir.external import external_checkpoints
 from rundir.ranks import read_ranks
 from tests.console.test_cli import console
 from tests.ddp_jobs import ROOT, torchrun
-from tests.rundirs import read_history as history, history_steps as steps
+from tests.rundirs import history_steps as steps
+from tests.rundirs import read_history as history
 
 
 def test_a_ddp_loop_checkpoints_on_every_rank_and_stops_with_exit_0(tmp_path):

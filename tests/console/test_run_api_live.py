@@ -12,10 +12,9 @@ import time
 
 import pytest
 
-from console.tui.app import ConsoleApp
-
-from console.tui.options import ConsoleOptions
 from console.model.format import format_float
+from console.tui.app import ConsoleApp
+from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen
 from console.tui.widgets import CheckpointsPane, EventLog, StatusPane
 from rundir import verify_trainer

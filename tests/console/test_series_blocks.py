@@ -14,10 +14,10 @@ import pytest
 from console.model.series import available
 from console.model.series_blocks import BLOCK_ROWS
 from console.model.series_summary import series_row
+from console.read.cache_dir import mirror_path
 from console.read.history_mirror import SUMMARY_SUFFIX
 from console.read.reader import RunReader
 from rundir.abandoned import abandoned_mask
-from console.read.cache_dir import mirror_path
 from tests.rundirs import EPOCH
 
 STEPS = 2 * BLOCK_ROWS + 20_000          # two whole blocks and a tail

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.tui.keys import VIEW_KEYS
 from console.model.series import DEFAULT_GRID
+from console.tui.keys import VIEW_KEYS
 from console.tui.screens import SeriesPicker
 from console.tui.screens.help import KEYS as HELP_KEYS
 from console.tui.widgets import LossPlot

@@ -10,13 +10,12 @@ import sys
 
 import pytest
 
+from console.read.run_summary import summarize_runs
 from console.tui.app import ConsoleApp
-
 from console.tui.options import ConsoleOptions
 from console.tui.screens import ConfirmScreen
 from console.tui.widgets import EventLog, StatusPane
 from rundir.history import read_history_tail
-from console.read.run_summary import summarize_runs
 from tests.console.conftest import until
 from tests.console.trainer_proc import ROOT, Trainer
 from tests.mounts import bindfs

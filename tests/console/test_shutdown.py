@@ -11,9 +11,8 @@ import asyncio
 import pytest
 
 from console.tui.app import ConsoleApp
-
-from console.tui.options import ConsoleOptions
 from console.tui.messages import SnapshotReady
+from console.tui.options import ConsoleOptions
 from console.tui.widgets import StatusPane
 from tests.console.test_snapshots import settled
 from tests.rundirs import make_run

@@ -9,12 +9,10 @@ import time
 
 import pytest
 
+from console.actions.signal_jobs import request_checkpoint, stop_and_wait
+from console.read.reader import RunReader
 from rundir import list_checkpoints
 from rundir.layout import ALL_KINDS, CHECKPOINTS, TRAINER
-
-from console.read.reader import RunReader
-
-from console.actions.signal_jobs import request_checkpoint, stop_and_wait
 from tests.console.trainer_proc import Trainer
 from tests.rundirs import make_run
 

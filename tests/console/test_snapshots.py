@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input
 
-from console.tui.app import ConsoleApp
-
-from console.tui.options import ConsoleOptions
-from console.read.reader import RunReader
 from console.model.snapshot import TrainerView
+from console.read.reader import RunReader
+from console.tui.app import ConsoleApp
+from console.tui.options import ConsoleOptions
 from tests.console.conftest import fixed_now
 from tests.rundirs import EPOCH, make_run
 

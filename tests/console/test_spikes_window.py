@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rundir.history.records import nonfinite_mask
 from console.model.spikes import SpikeDetector, _flag, _group
+from rundir.history.records import nonfinite_mask
 
 WINDOW, K = 100, 6.0
 

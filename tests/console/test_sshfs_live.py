@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from console.tui.app import ConsoleApp
-
 from console.tui.options import ConsoleOptions
 from console.tui.widgets import StatusPane
 from rundir import verify_trainer

@@ -18,8 +18,8 @@ from rundir.layout import STACKS_REQUEST, rank_record_name
 from rundir.ranks import read_ranks
 from rundir.stacks import ask_stacks, fold_stacks, parse_answer
 from tests.console.test_snapshots import app_for
-from tests.trainer.trainer_runs import ROOT, wait_for
 from tests.rundirs import make_run
+from tests.trainer.trainer_runs import ROOT, wait_for
 
 WORLD = 4
 RANK = """

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rundir import RunConfig, write_run_config
-from tests.rundirs import make_run
 from tests.rundir.test_process import start_child
+from tests.rundirs import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.mounts import mount_tmpfs
-from tests.reliability.lines import events, lines, step_lines
-from tests.trainer.trainer_runs import ROOT, run_trainer, snapshot, start_trainer, stop_process, trainer_cmd, wait_for
-from trainer.guard import EXIT_SAFETY_STOP
 from rundir import list_checkpoints, open_checkpoint, verify_checksum
 from rundir.atomic import ENOSPC_AFTER_ENV, ENOSPC_WRITES_ENV
 from rundir.layout import TMP_PREFIX
+from tests.mounts import mount_tmpfs
+from tests.reliability.lines import events, lines, step_lines
+from tests.trainer.trainer_runs import ROOT, run_trainer, snapshot, start_trainer, stop_process, trainer_cmd, wait_for
 from trainer.faults import INF_ENV, NAN_ENV
+from trainer.guard import EXIT_SAFETY_STOP
 
 FLAGS = ("--checkpoint-every", "10", "--threads", "1")
 

@@ -20,13 +20,20 @@ from pathlib import Path
 
 import pytest
 
+from rundir import (
+    LossHistory,
+    inspect_checkpoint,
+    latest_resumable,
+    list_checkpoints,
+    read_samples,
+    read_state,
+    verify_checksum,
+)
+from rundir.checkpoint import SLOW_WRITE_ENV
+from rundir.layout import TMP_PREFIX
+from rundir.retention import SLOW_PRUNE_ENV
 from tests.reliability.lines import events, lines, step_lines
 from tests.trainer.trainer_runs import ROOT, run_trainer, trainer_cmd, wait_for
-from rundir import (LossHistory, inspect_checkpoint, latest_resumable, list_checkpoints, read_samples,
-                            read_state, verify_checksum)
-from rundir.layout import TMP_PREFIX
-from rundir.checkpoint import SLOW_WRITE_ENV
-from rundir.retention import SLOW_PRUNE_ENV
 
 KILLS = int(os.environ.get("KILL9_KILLS", "18"))
 SEED = int(os.environ.get("KILL9_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)

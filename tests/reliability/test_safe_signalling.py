@@ -13,10 +13,10 @@ import socket
 import pytest
 
 from console.cli import main as console_main
-from tests.console.test_cli import console
-from tests.rundir.test_process import record_for, start_child
 from rundir import TrainerRecord, write_trainer_record
 from rundir.layout import CHECKPOINT_REQUEST
+from tests.console.test_cli import console
+from tests.rundir.test_process import record_for, start_child
 
 FLAGS = ("--stop", "--checkpoint")
 

@@ -14,10 +14,18 @@ from collections import Counter
 
 import pytest
 
-from tests.trainer.trainer_runs import (ROOT, events, start_trainer, step_lines, stop_cleanly, stop_process,
-                                        trainer_cmd, wait_for)
 from rundir import list_checkpoints, load_run_config, read_samples, verify_checksum, write_run_config
 from rundir.checkpoint import SLOW_WRITE_ENV
+from tests.trainer.trainer_runs import (
+    ROOT,
+    events,
+    start_trainer,
+    step_lines,
+    stop_cleanly,
+    stop_process,
+    trainer_cmd,
+    wait_for,
+)
 
 
 def last_step(run) -> int:

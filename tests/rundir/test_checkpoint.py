@@ -8,8 +8,17 @@ import struct
 import numpy as np
 import pytest
 
-from rundir import (CheckpointError, ResumeState, inspect_checkpoint, latest_resumable, list_checkpoints,
-                            open_checkpoint, read_sidecar, verify_checksum, write_checkpoint)
+from rundir import (
+    CheckpointError,
+    ResumeState,
+    inspect_checkpoint,
+    latest_resumable,
+    list_checkpoints,
+    open_checkpoint,
+    read_sidecar,
+    verify_checksum,
+    write_checkpoint,
+)
 from rundir.checkpoint import checkpoint_stamps, file_checksum, inspect_listed, said_checkpoints, sidecar_path
 from rundir.history.records import HistoryEvent
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 import struct
 import tempfile
+from collections import Counter
 from pathlib import Path
 from unittest import mock
 
@@ -23,9 +23,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rundir import (ConfigError, LossHistory, inspect_checkpoint, load_run_config, read_samples,
-                            read_sidecar, read_state, read_trainer_record, verify_trainer)
-from rundir import late_bytes
+from rundir import (
+    ConfigError,
+    LossHistory,
+    inspect_checkpoint,
+    late_bytes,
+    load_run_config,
+    read_samples,
+    read_sidecar,
+    read_state,
+    read_trainer_record,
+    verify_trainer,
+)
 from rundir.history import blocks, limits, read_history_tail
 from rundir.history import records as history_records
 from rundir.pivot_files import read_journal

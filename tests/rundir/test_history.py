@@ -10,10 +10,10 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.rundirs import make_run
 from rundir import LossHistory, LossHistoryWriter, late_bytes
 from rundir.history import limits
 from rundir.history.array_scan import event_separators
+from tests.rundirs import make_run
 
 
 def step_line(step, loss=2.0, arm="a", **extra):
@@ -566,10 +566,10 @@ def test_a_step_without_loss_is_absent_never_nonfinite(tmp_path, monkeypatch, pa
     """An engine that logs its loss every 10th step (the others lr only): 9 of 10 steps have no
     loss, which is absent, not non-finite; a null, NaN or Infinity loss is non-finite. Read by
     the C scanner, the typed decode, the careful one (a NaN token in the batch) and an array."""
-    from rundir.history import ingest
     from console.model.findings import summary_problems
-    from console.read.run_summary import summarize_run
     from console.model.spikes import SpikeDetector
+    from console.read.run_summary import summarize_run
+    from rundir.history import ingest
 
     if path != "scanner":
         monkeypatch.setattr(ingest, "_scan", None)

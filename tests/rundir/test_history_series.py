@@ -15,10 +15,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from console.read.mirror_file import CACHE_ENV, open_history, open_mirror, save_mirror
 from rundir.history import LossHistory, limits
 from rundir.history.evals import EVAL_LOSS
 from rundir.history.keys import BASE_KEYS
-from console.read.mirror_file import CACHE_ENV, open_history, open_mirror, save_mirror
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "60"))
 

@@ -20,7 +20,8 @@ from rundir import read_trainer_record, verify_trainer
 from rundir.external import external_checkpoints
 from tests.console.test_cli import console
 from tests.ddp_jobs import ROOT, Job, torchrun
-from tests.rundirs import read_history as history, history_steps as steps
+from tests.rundirs import history_steps as steps
+from tests.rundirs import read_history as history
 
 EXAMPLES = ROOT / "examples"
 

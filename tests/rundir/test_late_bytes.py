@@ -8,7 +8,8 @@ import os
 import time
 
 import orjson
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from console.read.log_tail import LogTail
 from rundir import late_bytes

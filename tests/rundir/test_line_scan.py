@@ -17,10 +17,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rundir import _line_scan  # noqa: F401  (built at install: CI has a compiler)
-from rundir.history import LossHistory, limits
-from rundir.history import ingest, records
-from rundir.history.keys import SeriesKeys
+from rundir.history import LossHistory, ingest, limits, records
 from rundir.history.ingest import scanned_columns
+from rundir.history.keys import SeriesKeys
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "60"))
 

@@ -8,9 +8,19 @@ import pytest
 
 from rundir import ConfigError, load_run_config
 from rundir.atomic import temp_path_for
-from rundir.pivot_files import (PivotError, PivotJournal, archive_sidecars, list_pivots, plan_policy,
-                                  policy_text, read_journal, remove_journal, rollback_archive, write_journal,
-                                  write_new_policy)
+from rundir.pivot_files import (
+    PivotError,
+    PivotJournal,
+    archive_sidecars,
+    list_pivots,
+    plan_policy,
+    policy_text,
+    read_journal,
+    remove_journal,
+    rollback_archive,
+    write_journal,
+    write_new_policy,
+)
 from tests.rundirs import DEAD_PID
 
 NOW = 1_764_403_200.0

@@ -15,8 +15,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rundir import (RunLock, RunLockedError, SlurmPlacement, TrainerRecord, read_trainer_record,
-                    remove_trainer_record, signal_trainer, verify_trainer, write_trainer_record)
+from rundir import (
+    RunLock,
+    RunLockedError,
+    SlurmPlacement,
+    TrainerRecord,
+    read_trainer_record,
+    remove_trainer_record,
+    signal_trainer,
+    verify_trainer,
+    write_trainer_record,
+)
 from rundir.trainer_record import process_start, read_boot_id, read_start_ticks
 from tests.processes import NOBODY, run_as
 
@@ -318,8 +327,9 @@ def test_a_waiter_for_the_lock_does_not_hold_it(tmp_path):
 
 def _verify_as(uid: int, run_dir) -> tuple[str, str]:
     """``verify_trainer`` by a real console of another user."""
-    import pwd                      # noqa: F401  (imported before the fork)
-    import rundir.slurm             # noqa: F401
+    import pwd  # noqa: F401  (imported before the fork)
+
+    import rundir.slurm  # noqa: F401
 
     v = run_as(uid, lambda: (lambda v: [v.state, v.reason])(verify_trainer(run_dir)))
     return v[0], v[1]

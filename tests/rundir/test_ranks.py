@@ -16,10 +16,17 @@ import pytest
 from rundir.atomic import atomic_write_json
 from rundir.layout import STACKS_REQUEST, rank_record_name, stacks_answer_name
 from rundir.rank_heartbeat import RankHeartbeat
-from rundir.ranks import (SILENT_AFTER_S, Here, RankRecord, fold_ranks, judge_ranks, local_process_state, read_ranks,
-                          summary_line)
+from rundir.ranks import (
+    SILENT_AFTER_S,
+    Here,
+    RankRecord,
+    fold_ranks,
+    judge_ranks,
+    local_process_state,
+    read_ranks,
+    summary_line,
+)
 from rundir.trainer_record import TrainerRecord, read_boot_id, read_start_ticks, write_trainer_record
-
 from tests.trainer.trainer_runs import wait_for
 
 HERE = Here.now()

@@ -13,8 +13,21 @@ from rundir import LossHistory, ResumeState, list_checkpoints, write_checkpoint
 from rundir.checkpoint import sidecar_path
 from rundir.layout import LOSS_JSON, checkpoint_name
 from rundir.pivot_files import PivotJournal, write_journal
-from rundir.retention import (EVERY, FOREIGN, INVALID, LAST, NEWEST, PIVOT, RESUMED, ROLLBACK, RetentionPolicy,
-                              finish_interrupted_prune, plan_retention, protected_steps, remove_checkpoints)
+from rundir.retention import (
+    EVERY,
+    FOREIGN,
+    INVALID,
+    LAST,
+    NEWEST,
+    PIVOT,
+    RESUMED,
+    ROLLBACK,
+    RetentionPolicy,
+    finish_interrupted_prune,
+    plan_retention,
+    protected_steps,
+    remove_checkpoints,
+)
 
 
 def write_steps(run_dir, steps, n=16):

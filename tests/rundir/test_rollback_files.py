@@ -9,9 +9,20 @@ import pytest
 from rundir import LossHistory, latest_resumable, list_checkpoints
 from rundir.layout import LOSS_JSON, ROLLBACK_JOURNAL, ROLLBACK_RECORD
 from rundir.retention import ROLLBACK, protected_steps
-from rundir.rollback_files import (MAX_SKIP_BATCHES, ChoiceNames, RollbackError, RollbackJournal, check_skip_batches,
-                                   choose_checkpoint, list_rollbacks, lost_training, read_rollback_journal,
-                                   remove_rollback_journal, set_aside_checkpoints, write_rollback_journal)
+from rundir.rollback_files import (
+    MAX_SKIP_BATCHES,
+    ChoiceNames,
+    RollbackError,
+    RollbackJournal,
+    check_skip_batches,
+    choose_checkpoint,
+    list_rollbacks,
+    lost_training,
+    read_rollback_journal,
+    remove_rollback_journal,
+    set_aside_checkpoints,
+    write_rollback_journal,
+)
 from tests.rundirs import make_run
 
 NOW = 1_764_403_200.0      # 2025-11-29T08:00:00Z

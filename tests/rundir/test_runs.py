@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from console.model.findings import summary_problems
+from console.read.run_summary import RunsSummarizer, summarize_run, summarize_runs
 from rundir.history import TAIL_BYTES, LossHistory, read_history_tail
 from rundir.layout import LOSS_JSON
-from console.read.run_summary import RunsSummarizer, summarize_run, summarize_runs
 from rundir.runs import is_run_dir, is_runs_dir, list_runs
 from tests.rundirs import make_run
 
@@ -112,8 +112,8 @@ def test_the_summarizer_keeps_what_did_not_change(tmp_path):
 
 
 def test_the_summary_memo_keeps_parts_only_while_their_files_stay(tmp_path):
-    from rundir.config import load_run_config, write_run_config
     from console.read.run_summary import SummaryMemo
+    from rundir.config import load_run_config, write_run_config
 
     run = make_run(tmp_path / "run", steps=300, checkpoints=(100, 200))
     memo = SummaryMemo()

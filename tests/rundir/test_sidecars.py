@@ -7,7 +7,7 @@ import math
 import pytest
 
 from rundir import find_zombies, load_run_config, newest_per_arm, read_samples, read_state
-from rundir.sources import check_source, load_source, SourceError
+from rundir.sources import SourceError, check_source, load_source
 
 
 def test_state_round_trip(run_dir):

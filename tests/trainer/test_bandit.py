@@ -8,9 +8,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.bandit import OnlineDataMixer, project_to_bounds
 from rundir import read_state, write_state
 from rundir.config import BanditConfig
+from trainer.bandit import OnlineDataMixer, project_to_bounds
 
 ARMS = {"a": "data/a.txt", "b": "data/b.txt", "c": "builtin:pydoc-topics"}
 

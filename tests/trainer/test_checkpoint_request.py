@@ -7,12 +7,13 @@ import dataclasses
 import os
 import time
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rundir.checkpoint_request import request_path, take_request, write_request
+from rundir.signals import RequestWatch, SignalFlags
 from rundir.trainer_record import TrainerRecord, read_trainer_record
 from tests.trainer.trainer_runs import events, start_trainer, step_lines, stop_cleanly, wait_for
-from rundir.signals import RequestWatch, SignalFlags
 
 ME = TrainerRecord(pid=4242, create_time=1.5, host="node0", argv=["andrea-train", "run"], started=2.0,
                    start_ticks=777, boot_id="boot-a", rank=0, world_size=2)

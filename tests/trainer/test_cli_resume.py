@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rundir import inspect_checkpoint, read_samples, read_state, verify_trainer
 from rundir.layout import checkpoint_name
 from tests.trainer.trainer_runs import events, run_trainer, step_lines, without_time
-from rundir import inspect_checkpoint, read_samples, read_state, verify_trainer
 
 
 @pytest.mark.parametrize("async_checkpoint", [True, False])

@@ -10,10 +10,19 @@ import subprocess
 
 import pytest
 
-from tests.trainer.trainer_runs import (ROOT, events, run_trainer, start_trainer, step_lines, stop_process,
-                                        trainer_cmd, wait_for, without_time)
 from rundir import inspect_checkpoint, read_trainer_record
 from rundir.checkpoint import SLOW_WRITE_ENV
+from tests.trainer.trainer_runs import (
+    ROOT,
+    events,
+    run_trainer,
+    start_trainer,
+    step_lines,
+    stop_process,
+    trainer_cmd,
+    wait_for,
+    without_time,
+)
 
 
 def last_step(run_dir) -> int:

@@ -32,11 +32,10 @@ import psutil
 import pytest
 import torch
 
-from tests.trainer.trainer_runs import (ROOT, events, run_trainer, step_lines, stop_process, wait_for,
-                                        without_time)
 from console.actions.supervise import launch_command, start_trainer
 from rundir import inspect_checkpoint, load_run_config, read_trainer_record, write_run_config
 from rundir.checkpoint import read_sidecar
+from tests.trainer.trainer_runs import ROOT, events, run_trainer, step_lines, stop_process, wait_for, without_time
 
 NPROC = 2
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={NPROC}",

@@ -4,22 +4,22 @@ positions and next random draws. A different tokenizer or config is refused."""
 
 from __future__ import annotations
 
-import io
 import dataclasses
+import io
 import json
 import shutil
 
 import pytest
 import torch
 
+from rundir import inspect_checkpoint, load_run_config
+from rundir.signals import SignalFlags
 from tests.trainer.trainer_runs import step_lines
 from trainer.data import ArmData, ByteTokenizer
 from trainer.determinism import configure
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import ResumeError, build_state, check_compatible
-from rundir import inspect_checkpoint, load_run_config
-from rundir.signals import SignalFlags
 from trainer.state import flat_moments, flat_weights
 from trainer.train import train
 

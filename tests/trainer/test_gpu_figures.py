@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rundir import load_run_config
+from rundir.signals import SignalFlags
 from tests.trainer.trainer_runs import step_lines, wait_for
 from trainer.data import ArmData
 from trainer.determinism import configure
@@ -19,7 +20,6 @@ from trainer.gpu_figures import NVML_FUNCTIONS, NVML_TEMPERATURE_GPU, GpuSampler
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
-from rundir.signals import SignalFlags
 from trainer.train import train
 
 GPU_KEYS = {"gpu_util", "gpu_mem_used", "gpu_power_w", "gpu_temp_c"}
@@ -72,7 +72,7 @@ class FakeNvml:
 
 
 def test_the_fake_has_every_function_the_sampler_calls_and_so_has_pynvml():
-    import pynvml                            # nvidia-ml-py, in the train extra: importable without a GPU
+    import pynvml  # nvidia-ml-py, in the train extra: importable without a GPU
 
     for provider in (FakeNvml(), pynvml):
         assert all(callable(getattr(provider, name)) for name in NVML_FUNCTIONS)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from rundir import ResumeState, write_checkpoint
-from rundir.config import PRESETS, RunConfig
-from rundir.checkpoint_layout import model_layout
 from console.read.checkpoint_inspect import inspect_file
+from rundir import ResumeState, write_checkpoint
+from rundir.checkpoint_layout import model_layout
+from rundir.config import PRESETS, RunConfig
 from tests.trainer.trainer_runs import run_trainer
 from trainer.model import GPT
 

@@ -23,8 +23,8 @@ from rundir.fence import LockLostError
 from rundir.history import read_history_tail
 from rundir.layout import LOCK_OWNER_FILE, RUN_TOML
 from rundir.run_lock import RunLock, read_lock_owner
-from trainer.cli import EXIT_LOCK_LOST
 from tests.console.trainer_proc import ROOT, train_command
+from trainer.cli import EXIT_LOCK_LOST
 
 CEILING = 60.0
 BOUND = 4.0                    # run.lock_stale_after of the trainers here

@@ -15,8 +15,8 @@ from rundir import RunConfig, read_trainer_record, verify_trainer
 from rundir.config import dump_run_config
 from rundir.layout import LOCK_OWNER_FILE, RUN_TOML, TRAINER_JSON
 from rundir.run_lock import LockOwner, read_lock_owner
-from trainer.cli import EXIT_LOCK_LOST
 from tests.console.trainer_proc import ROOT, Trainer, train_command
+from trainer.cli import EXIT_LOCK_LOST
 
 
 def test_a_trainer_where_flock_is_refused_holds_a_lock_file(netfs):

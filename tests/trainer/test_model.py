@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from trainer.model import GPT, count_parameters
 from rundir.config import PRESETS, RunConfig
+from trainer.model import GPT, count_parameters
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

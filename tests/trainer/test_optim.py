@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from rundir.config import OptimizerConfig, RunConfig
 from trainer.model import GPT
 from trainer.optim import CLIP_EPS, FOREACH, FUSED, FlatAdamW
-from rundir.config import OptimizerConfig, RunConfig
 
 
 def test_seed_003_one_dimensional_example():

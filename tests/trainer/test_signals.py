@@ -10,14 +10,14 @@ import signal
 import pytest
 import torch
 
+from rundir import list_checkpoints, load_run_config
+from rundir.signals import SignalFlags
 from tests.trainer.trainer_runs import events
 from trainer.data import ArmData
 from trainer.determinism import configure
 from trainer.outputs import RunOutputs
 from trainer.progress import Progress
 from trainer.resume import build_state
-from rundir import list_checkpoints, load_run_config
-from rundir.signals import SignalFlags
 from trainer.train import train
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import orjson
 
-from tests.trainer.trainer_runs import events, run_trainer, step_lines
 from rundir import read_state, write_state
 from rundir.config import load_run_config
+from tests.trainer.trainer_runs import events, run_trainer, step_lines
 
 
 def test_zombie_arms_are_dropped_and_never_pulled(trainer_run):

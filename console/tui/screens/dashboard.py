@@ -21,8 +21,17 @@ from ...model.series import DEFAULT_GRID, available, spec_of
 from ...model.snapshot import Notice, RunSnapshot
 from ..keys import BACK_TO_OVERVIEW, JOB_KEYS, RUN_KEYS, VIEW_KEYS, bindings, hints, pane_keys
 from ..messages import DetailRequested
-from ..widgets import (ArmsPane, CheckpointsPane, EventLog, KeyBar, LossPlot, ProblemsBar, SamplesPane, StatusLine,
-                       StatusPane)
+from ..widgets import (
+    ArmsPane,
+    CheckpointsPane,
+    EventLog,
+    KeyBar,
+    LossPlot,
+    ProblemsBar,
+    SamplesPane,
+    StatusLine,
+    StatusPane,
+)
 from ..widgets.problems import ALL, SHOWN
 from .detail import DetailScreen
 from .series_picker import SeriesPicker

@@ -19,11 +19,11 @@ from textual.widgets import DataTable, Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from rundir import CheckpointError
-from ...model.inspect_report import InspectReport
-from ...read.checkpoint_inspect import InspectCancelled, inspect_file
 from rundir.layout import checkpoint_step
 
 from ...model.format import LINE_LIMIT, printable
+from ...model.inspect_report import InspectReport
+from ...read.checkpoint_inspect import InspectCancelled, inspect_file
 from ...text.inspect_format import describe, sorted_rows, table_columns, totals_line
 from ..messages import InspectFinished, InspectProgress
 from ..widgets.whole_columns import Column, WholeColumnsTable

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult

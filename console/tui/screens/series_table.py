@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import ModalScreen
+
 from ...model.series_summary import row_cells, series_rows
 from ...plot.view import zoom_text
 from ..widgets.whole_columns import Column, WholeColumnsTable

@@ -14,7 +14,6 @@ from textual import events
 
 from rundir import CheckpointInfo
 from rundir.external import ExternalCheckpoint
-
 from rundir.text import BLOCK_LIMIT, counted
 
 from ...model.format import LINE_LIMIT, format_age, format_size, printable

@@ -19,12 +19,12 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from rundir.layout import TRAINER_LOG
+from rundir.text import counted
 
 from ...model.format import LINE_LIMIT, printable
 from ...model.levels import Level
 from ...model.snapshot import Notice
 from .rows import CURSOR_STYLE, CachedStrips, SelectableRows, cut_line_strip
-from rundir.text import counted
 
 LEVEL_STYLES = {Level.INFO: "", Level.GOOD: "green", Level.WARNING: "yellow", Level.ERROR: "bold red",
                 Level.ACTION: "bold cyan"}

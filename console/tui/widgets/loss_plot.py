@@ -11,16 +11,15 @@ rendered text is cached until the data, the size or an option changes.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.message import Message
 from textual.reactive import reactive, var
 from textual.strip import Strip
-
-import time
-
-from rich.style import Style
 
 from ...model.format import AXIS_NEEDS
 from ...model.markers import MARKER_KINDS, Marker

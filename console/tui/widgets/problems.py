@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from rundir.text import counted
+
 from ...model.findings import Finding
 from .lines import LinesPane
 from .rows import CURSOR_STYLE, SelectableRows
-from rundir.text import counted
 
 # Problems spelled out above the event log; the rest are counted (andrea-console --once
 # lists them all). As a pane of its own, up to ALL of them.

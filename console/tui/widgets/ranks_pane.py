@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from rundir.text import counted
+
 from ...model.format import printable
 from ...model.rank_rows import COLUMNS, header_line, rank_line
 from ...model.snapshot import RanksView
 from .lines import LinesPane
-from rundir.text import counted
 
 VERDICT_STYLES = {"dead": "bold red", "stopped": "bold red", "silent": "bold red", "behind": "yellow",
                   "straggling": "yellow", "exited": "grey62", "ok": "green"}

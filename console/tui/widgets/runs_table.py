@@ -12,7 +12,6 @@ from __future__ import annotations
 from rich.text import Text
 
 from ...model.run_facts import RunSummary
-
 from ...text.overview_report import COLUMNS, row_cells
 from .whole_columns import Column, WholeColumnsTable
 

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from rundir.text import counted
+
 from ...model.findings import eta_text
-from ...model.format import (LINE_LIMIT, format_ago, format_float, format_rate, format_size, format_uptime, printable,
-                             slurm_text, stall_text, storage_text)
+from ...model.format import (
+    LINE_LIMIT,
+    format_ago,
+    format_float,
+    format_rate,
+    format_size,
+    format_uptime,
+    printable,
+    slurm_text,
+    stall_text,
+    storage_text,
+)
 from ...model.series_summary import gpu_text
 from ...model.snapshot import RunSnapshot
 from .lines import LinesPane
 from .rows import hang_indent
-from rundir.text import counted
 
 STATE_STYLES = {"running": "bold green", "stopped": "bold", "stale pid record": "bold red",
                 "not supervised": "bold yellow", "stalled": "bold red", "suspended": "bold red"}

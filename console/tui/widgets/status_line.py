@@ -10,12 +10,12 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from rundir.text import counted
+
 from ...model.format import format_ago, format_float, format_rate, format_size, printable, stall_text
 from ...model.snapshot import RunSnapshot
 from .status import STATE_STYLES, alert_text
 from .whole_parts import WholeParts
-from rundir.text import counted
-
 
 
 class StatusLine(Static):
