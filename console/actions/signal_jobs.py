@@ -17,8 +17,7 @@ from rundir import checkpoint_stamps
 from rundir.layout import ALL_KINDS, CHECKPOINT_SIGNAL, CHECKPOINTS, STOP_SIGNAL
 
 from ..model.checkpoint_wait import WaitEnd
-from ..read.landing import AwaitedCheckpoint, landed_text
-from ..read.reader import RunReader
+from ..read.landing import AwaitedCheckpoint, AwaitedCheckpoints, landed_text
 from .supervise import send, wait_for_checkpoint, wait_for_exit
 
 SIGNAL_TIMEOUT_S = 600.0
@@ -27,27 +26,28 @@ Say = Callable[[str, str], None]
 Changed = Callable[[frozenset[str]], None]
 
 
-def request_checkpoint(run_dir: Path, reader: RunReader | None, say: Say, changed: Changed,
+def request_checkpoint(run_dir: Path, awaited: AwaitedCheckpoints | None, say: Say, changed: Changed,
                         cancelled: Callable[[], bool], timeout: float = SIGNAL_TIMEOUT_S) -> None:
-    """SIGUSR1 to the verified trainer of ``run_dir``. With ``reader`` (the dashboard's own
-    run) the reader's reads drive the wait: it learns of the request before the signal can be
-    answered, hands each read's snapshot to it while it waits, and says the landing, or that
-    the trainer exited or ``timeout`` passed without one. Without it (another run of the
+    """SIGUSR1 to the verified trainer of ``run_dir``. With ``awaited`` (the open session's
+    pending requests, which its reader settles at each read) the dashboard's reads drive the
+    wait: the request is awaited before the signal can be answered, each read's snapshot is
+    handed to it while it waits, and the read says the landing, or that the trainer exited or
+    ``timeout`` passed without one. Without it (another run of the
     overview's), this job drives the same wait by polling the files
     (:func:`~console.actions.supervise.wait_for_checkpoint`) and says what came of it. Either
     way one rule decides (:class:`console.read.landing.RequestWait`), and the landing is said
     as :mod:`console.read.landing` says it."""
     request = AwaitedCheckpoint(time.time(), checkpoint_stamps(run_dir), timeout=timeout)
-    if reader is not None:
-        reader.expect_checkpoint(request)
+    if awaited is not None:
+        awaited.expect(request)
     result = send(run_dir, CHECKPOINT_SIGNAL, request.baseline)
     say(result.message, "action" if result.ok else "warning")
-    if reader is not None:
+    if awaited is not None:
         if result.ok:
             record = result.verification.record
-            reader.sent_checkpoint(request, record.pid if record is not None else None)
+            awaited.sent(request, record.pid if record is not None else None)
         else:
-            reader.forget_checkpoint(request)
+            awaited.forget(request)
         changed(frozenset({CHECKPOINTS}))
         return
     if not result.ok:

@@ -85,7 +85,7 @@ from ..model.snapshot import (
 from .changes import describe_changes
 from .detectors import HistoryFindings
 from .history_part import HistoryPart
-from .landing import AwaitedCheckpoint, AwaitedCheckpoints
+from .landing import AwaitedCheckpoints
 from .log_tail import LogTail
 from .prefetch import HistoryPrefetch
 from .probe import TrainerProbe
@@ -182,7 +182,9 @@ class RunReader:
         self._history = HistoryPart(self.run_dir / LOSS_JSON, prefetch, self.findings)
         self._snapshot: RunSnapshot | None = None
         self.log = LogTail(self.run_dir / TRAINER_LOG)
-        self.requests = AwaitedCheckpoints()     # the checkpoints asked for, settled at each read
+        # The checkpoints the console asked for, settled at each read: the session's signal job
+        # adds to it from its thread (AwaitedCheckpoints is safe for that).
+        self.awaited = AwaitedCheckpoints()
         self._ckpt_cache: dict[str, tuple[CheckpointStamp, CheckpointInfo]] = {}
         self._said: dict[str, bool] = {}      # the trainer's word of its newest checkpoints (its history)
         self._storage_at = 0.0
@@ -206,25 +208,11 @@ class RunReader:
         (:meth:`HistoryPart.verify_mirror`); ``on_stale`` asks for a read of the history."""
         return self._history.verify_mirror(on_stale)
 
-    def expect_checkpoint(self, request: AwaitedCheckpoint) -> None:
-        """A checkpoint was requested (SIGUSR1 sent): the read that sees it land says so, once,
-        in its notice. Safe to call from any thread."""
-        self.requests.expect(request)
-
-    def forget_checkpoint(self, request: AwaitedCheckpoint) -> None:
-        """The request was not sent after all."""
-        self.requests.forget(request)
-
-    def sent_checkpoint(self, request: AwaitedCheckpoint, pid: int | None) -> None:
-        """The request was sent to trainer ``pid``: a read that finds that trainer gone
-        before the checkpoint lands says so."""
-        self.requests.sent(request, pid)
-
     def _requests_due(self, now: float) -> bool:
         """While a request waits, every read (the tick's too) looks at the checkpoints, so the
         dashboard sees a landing (:mod:`.landing`) also where no file event comes (a shared
         filesystem)."""
-        return bool(self.requests)
+        return bool(self.awaited)
 
     def late_kinds(self) -> frozenset[str]:
         """The kinds of file whose last read stopped before NUL bytes not written yet: to be
@@ -254,7 +242,7 @@ class RunReader:
             read.values.update(fields)
         snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=read.now,
                            versions=versions, **read.values)
-        answered, unanswered = self.requests.settle(prev, snap, read.now,
+        answered, unanswered = self.awaited.settle(prev, snap, read.now,
                                                     lambda name: self._ckpt_cache.get(name, (None,))[0])
         changes = describe_changes(prev, snap, read.now, answered, unanswered)
         notices = changes + read.notices if prev is None else read.notices + changes    # the summary first

@@ -300,7 +300,7 @@ class ConsoleApp(App[None]):
         """SIGUSR1 to the trainer of ``run_dir`` (the dashboard's run when None)."""
         worker = get_current_worker()
         session = self._session_of(run_dir)
-        request_checkpoint(session.run_dir if session else run_dir, session.reader if session else None,
+        request_checkpoint(session.run_dir if session else run_dir, session.awaited if session else None,
                            self.notify_from_thread, self._changed_from_thread, lambda: worker.is_cancelled)
 
     def action_stop(self) -> None:

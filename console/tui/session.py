@@ -1,8 +1,8 @@
 """One open run of the console: what following it is made of, in one object.
 
 A :class:`RunSession` owns its reader, the paced reads the watcher feeds (and the read loop
-drains), the watcher's stop event, the newest snapshot and the trainer this console started
-for it. The app runs the session's workers (Textual's workers are the app's); the session
+drains), the watcher's stop event, the checkpoints asked for and not landed yet, the newest
+snapshot and the trainer this console started for it. The app runs the session's workers (Textual's workers are the app's); the session
 holds the state, so opening a run is a new session, and closing it (:meth:`close`) stops
 everything it follows at once: a read still under way ends with a snapshot no view takes.
 """
@@ -17,6 +17,7 @@ from typing import Callable
 from textual.message import Message
 
 from ..model.snapshot import RunSnapshot
+from ..read.landing import AwaitedCheckpoints
 from ..read.reader import RunReader
 from ..read.watcher import PacedReads
 from .messages import ConsoleNotice, SnapshotReady
@@ -34,6 +35,12 @@ class RunSession:
         self.stop_watch = threading.Event()     # the watcher's: set, it ends
         self.reads = PacedReads(reader.read, post, SnapshotReady, ConsoleNotice, now, start=start_reads)
         self.closed = False
+
+    @property
+    def awaited(self) -> AwaitedCheckpoints:
+        """The checkpoints asked of this run's trainer and not landed yet: the signal job adds
+        to them, the session's reads settle them (its reader's, where the checkpoints are read)."""
+        return self.reader.awaited
 
     def request_read(self, kinds: set[str] | frozenset[str]) -> None:
         """Queue kinds to re-read (a burst of changes becomes one read)."""

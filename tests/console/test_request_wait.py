@@ -26,9 +26,9 @@ from tests.rundirs import EPOCH, make_run
 def dashboard_request(reader: RunReader, result: SignalResult, timeout: float) -> AwaitedCheckpoint:
     """The request as the dashboard's signal job hands it to its reader."""
     request = AwaitedCheckpoint(result.sent_at, result.baseline, timeout=timeout)
-    reader.expect_checkpoint(request)
+    reader.awaited.expect(request)
     record = result.verification.record
-    reader.sent_checkpoint(request, record.pid if record is not None else None)
+    reader.awaited.sent(request, record.pid if record is not None else None)
     return request
 
 

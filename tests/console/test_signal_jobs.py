@@ -68,7 +68,7 @@ def test_the_dashboards_reader_is_the_one_detector_of_a_landing(tmp_path):
         reader = RunReader(run)
         reader.read()
         said, changed, say, change = recorder()
-        request_checkpoint(run, reader, say, change, lambda: False)
+        request_checkpoint(run, reader.awaited, say, change, lambda: False)
         assert [level for level, _ in said] == ["action"]     # the job waits for nothing
         assert changed == [frozenset({CHECKPOINTS})]
         # Reads the tick asks for (the trainer's kind only) see it land: no file event needed.
@@ -87,7 +87,7 @@ def test_an_unanswered_request_is_said_by_the_reader(tmp_path, end):
         os.kill(trainer.proc.pid, signal.SIGSTOP)       # it cannot answer
         try:
             said, _, say, change = recorder()
-            request_checkpoint(run, reader, say, change, lambda: False, timeout=0.0 if end == "timeout" else 600.0)
+            request_checkpoint(run, reader.awaited, say, change, lambda: False, timeout=0.0 if end == "timeout" else 600.0)
             assert said[0][0] == "action"
             if end == "trainer exits":
                 trainer.proc.kill()
