@@ -103,6 +103,9 @@ def run() -> list[Result]:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--first-frame"]:
+        from bench.first_frame import tuned_as_the_command_line
+
+        tuned_as_the_command_line()
         first_frame(sys.argv[2])
     else:
         from bench.common import print_table

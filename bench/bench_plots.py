@@ -86,6 +86,8 @@ _GRID_MEMORY = """
 import asyncio, sys
 from pathlib import Path
 import psutil
+from bench.first_frame import tuned_as_the_command_line
+tuned_as_the_command_line()
 from bench.bench_console import ingest_rounds
 from console.tui.app import ConsoleApp
 from console.tui.options import ConsoleOptions

@@ -1,10 +1,19 @@
 """The first-frame hook of the console benches, in a module of its own: it is imported in
-the measured process, so it imports nothing but ``time``."""
+the measured process, so it imports nothing but ``time`` (and the console's own tuning)."""
 
 from __future__ import annotations
 
 import time
 from typing import Callable
+
+
+def tuned_as_the_command_line() -> None:
+    """The measured process tuned as ``andrea-console``'s entry tunes its own (console/cli.py:
+    its numpy's environment, before numpy is imported, and the allocator)."""
+    from console import tune_allocator, tune_environment
+
+    tune_environment()
+    tune_allocator()
 
 
 def exit_after_first_frame(painted: list[float]) -> Callable[[type], type]:

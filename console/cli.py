@@ -48,13 +48,14 @@ from pathlib import Path
 
 from rundir.runs import is_runs_dir
 
-from . import tune_environment
+from . import tune_allocator, tune_environment
 from .commands.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, fail, run_dir_problem
 from .commands.parser import NOT_DASHBOARD, build_parser, given, usage_problem
 
 
 def main(argv: list[str] | None = None) -> int:
     tune_environment()              # before any mode imports numpy (console/__init__.py says why)
+    tune_allocator()                # before the history is read (console/__init__.py says why)
     try:
         return _main(argv)
     except KeyboardInterrupt:

@@ -323,8 +323,8 @@ class AwaitedCheckpoints:
             ended: list[CheckpointWait] = []
             waiting = []
             for r in self._requests:
-                look = Look(trainer.pid, trainer.state, now - r.sent_at, answer_to(events, r.sent_at) if reports else None,
-                            reports, complete, stamp_of, external)
+                answer = answer_to(events, r.sent_at) if reports else None
+                look = Look(trainer.pid, trainer.state, now - r.sent_at, answer, reports, complete, stamp_of, external)
                 end = RequestWait(r).see(look)
                 if end is None:
                     waiting.append(r)
