@@ -3,8 +3,9 @@
 A :class:`RunSession` owns its reader, the paced reads the watcher feeds (and the read loop
 drains), the watcher's stop event, the checkpoints asked for and not landed yet, the newest
 snapshot and the trainer this console started for it. The app runs the session's workers
-(Textual's workers are the app's); the session holds the state, so opening a run is a new session, and closing it (:meth:`close`) stops
-everything it follows at once: a read still under way ends with a snapshot no view takes.
+(Textual's workers are the app's); the session holds the state, so opening a run is a new
+session, and closing it (:meth:`close`) stops everything it follows at once: a read still
+under way ends with a snapshot no view takes.
 """
 
 from __future__ import annotations
