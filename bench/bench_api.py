@@ -3,7 +3,8 @@
 Targets (issue 38): ``run.log`` costs at most 1.5x a bare ``json.dumps`` + ``write`` of the
 same line (both printed); a Lightning and a Hugging Face ``Trainer`` run's steps per second
 with the callback are at least 0.99x without it (the same tiny randomly initialised GPT-2 in
-both, on CPU, one thread: about 10 ms a step, where the callback's share is largest; each pair run alternately, the median pair's ratio).
+both, on CPU, one thread: about 10 ms a step, where the callback's share is largest; each pair
+run alternately, the median pair's ratio).
 """
 
 from __future__ import annotations

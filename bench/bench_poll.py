@@ -81,7 +81,8 @@ def watcher_share(tmp: Path) -> Result:
         writer.kill()
         writer.wait()
     share = cpu[0] / wall
-    return Result("poll", f"watcher polling a live run: its thread's cpu / wall ({len(posted)} changes in {wall:.0f} s)",
+    return Result("poll", "watcher polling a live run: its thread's cpu / wall "
+                          f"({len(posted)} changes in {wall:.0f} s)",
                   100 * share, "% of a core", target="<= 1%", met=share <= 0.01)
 
 

@@ -144,8 +144,8 @@ def _bookkeeping_costs(state: TrainingState, out: RunOutputs, config: RunConfig,
     audit = cpu_of(lambda: audit_samples(state, config.samples), 3)
     state_writes = CHUNK_STEPS * cpu_of(lambda: out.write_state(state.bandit, state.step), 20)
     return [Result("trainer", f"sample audit ({config.samples.max_new_tokens} bytes x {len(state.samplers)} arms, "
-                              f"{audit * 1e3:.0f} ms CPU) per {CHUNK_STEPS}-step trainer chunk", 100 * audit / chunk_cpu,
-                   "% CPU"),
+                              f"{audit * 1e3:.0f} ms CPU) per {CHUNK_STEPS}-step trainer chunk",
+                   100 * audit / chunk_cpu, "% CPU"),
             Result("trainer", f".state.json every step ({state_writes * 1e3:.0f} ms CPU) per {CHUNK_STEPS}-step "
                               "trainer chunk", 100 * state_writes / chunk_cpu, "% CPU")]
 

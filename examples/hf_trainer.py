@@ -43,7 +43,8 @@ def main() -> None:
     training = TrainingArguments(output_dir=os.path.join(args.run_dir, "checkpoints"), max_steps=args.steps,
                                  per_device_train_batch_size=8, learning_rate=1e-3, logging_steps=1,
                                  save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
-    trainer = Trainer(model=model, args=training, train_dataset=RandomTokens(), callbacks=[RundirCallback(args.run_dir)])
+    trainer = Trainer(model=model, args=training, train_dataset=RandomTokens(),
+                      callbacks=[RundirCallback(args.run_dir)])
     trainer.train()
 
 

@@ -78,7 +78,8 @@ class Job:
         deadline = time.monotonic() + timeout
         while not condition():
             if self.proc.poll() is not None:
-                raise AssertionError(f"the job exited ({self.proc.returncode}) before {what}:\n{self.output()[-12000:]}")
+                raise AssertionError(f"the job exited ({self.proc.returncode}) before {what}:\n"
+                                     f"{self.output()[-12000:]}")
             if time.monotonic() > deadline:
                 raise self.stuck(what)
             time.sleep(0.1)

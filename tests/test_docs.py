@@ -213,7 +213,8 @@ def test_the_contract_is_linked_from_the_readme():
 
 
 def test_the_link_scan_finds_every_kind_of_link():
-    assert relative_links_of("[a](x.md) ![b](img/y.png \"t\") [c](https://e.org) `[d](z.md)` [e](#h)\n\n[f]: refs/f.md\n") \
+    assert relative_links_of("[a](x.md) ![b](img/y.png \"t\") [c](https://e.org) `[d](z.md)` [e](#h)\n\n"
+                             "[f]: refs/f.md\n") \
         == ["x.md", "img/y.png", "#h", "refs/f.md"]
 
 

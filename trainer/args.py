@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_integer(1), default=1, metavar="N",
                    help="torch CPU threads (default 1; a resume is bit-exact with the same count)")
     p.add_argument("--keep-last", type=_integer(0), metavar="N",
-                   help="retention: keep the newest N complete checkpoints (0: all; run.toml's run.keep_last, default 5)")
+                   help="retention: keep the newest N complete checkpoints "
+                        "(0: all; run.toml's run.keep_last, default 5)")
     p.add_argument("--keep-every", type=_integer(0), metavar="N",
                    help="retention: also keep every checkpoint whose step is a multiple of N (0: none)")
     p.add_argument("--prune", action="store_true",

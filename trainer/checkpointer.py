@@ -130,7 +130,8 @@ class Checkpointer:
         if not background:
             self._write(step, reason, arrays, payload, copied - t0, False, not wait)
             return self.collect(wait=True)
-        self._thread = threading.Thread(target=self._write, args=(step, reason, arrays, payload, copied - t0, True, True),
+        self._thread = threading.Thread(target=self._write,
+                                        args=(step, reason, arrays, payload, copied - t0, True, True),
                                         name=f"checkpoint-{step}", daemon=True)
         self._thread.start()
         return None

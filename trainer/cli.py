@@ -174,7 +174,7 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE, launch: st
             beat.close(code)
 
 
-def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | None, beat: RankHeartbeat | None) -> int:
+def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | None, beat: RankHeartbeat | None) -> int:  # noqa: E501
     """Set up the outputs, build the state, train, clean up; under torchrun rank 0 alone records itself and writes."""
     # Before .trainer.json: a recorded trainer handles signals. Every rank handles them
     # (torchrun forwards SIGTERM and SIGINT to all) and all ranks agree on them.
@@ -195,8 +195,8 @@ def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | 
             write_run_config(run_dir, plan.config)
         # Under torchrun this is rank 0's worker: the process the console signals. Inside a
         # SLURM job the record names the job too: a console on another node signals through it.
-        placement: dict[str, Any] = dict(rank=0, world_size=ranks.world_size, launcher_pid=os.getppid(), launch=launch) \
-            if ranks.distributed else {}
+        placement: dict[str, Any] = dict(rank=0, world_size=ranks.world_size, launcher_pid=os.getppid(),
+                                         launch=launch) if ranks.distributed else {}
         record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), run_dir=RunDirId.of_fd(held.fd),
                                                 **placement)
         write_trainer_record(run_dir, record)
@@ -228,8 +228,8 @@ def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | 
         if plan.fresh_bandit:
             _record_pivot(plan, out)
         _record_rollback(plan, out)
-        reason = train(state, out, signals, plan.config.run.max_steps, saved_step=resume_step if plan.checkpoint else None,
-                       beat=beat)
+        reason = train(state, out, signals, plan.config.run.max_steps,
+                       saved_step=resume_step if plan.checkpoint else None, beat=beat)
         stopped_on_signal = reason == "signal"
         progress.message(f"stopped ({reason}) at step {state.step}")
         return 0

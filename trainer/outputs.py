@@ -100,8 +100,9 @@ class RunOutputs:
         except OSError as err:
             if name not in self._failing:
                 self._failing.add(name)
-                self.event(EVENT_WRITE_FAILED, step, f"could not write {name} at step {step}: {describe_os_error(err)}; "
-                                                 "the previous one is intact; retried at the next update",
+                self.event(EVENT_WRITE_FAILED, step, f"could not write {name} at step {step}: "
+                                                     f"{describe_os_error(err)}; "
+                                                     "the previous one is intact; retried at the next update",
                            file=name, error=describe_os_error(err), errno=err.errno)
             return
         self._failing.discard(name)

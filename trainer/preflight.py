@@ -140,7 +140,8 @@ def _carried_arms(run_dir: Path, checkpoint: CheckpointInfo | None) -> list[Band
         carried.append(live.value)
     saved = checkpoint.sidecar.bandit if checkpoint and checkpoint.sidecar else None
     if saved is not None and isinstance(saved.get("arms"), dict):
-        arms = {n: ArmState(n, source=str(a.get("source", ""))) for n, a in saved["arms"].items() if isinstance(a, dict)}
+        arms = {n: ArmState(n, source=str(a.get("source", "")))
+                for n, a in saved["arms"].items() if isinstance(a, dict)}
         carried.append(BanditState(1, 0, {}, {}, arms, {}, saved))
     return carried
 

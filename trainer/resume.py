@@ -52,7 +52,8 @@ def check_compatible(info: CheckpointInfo, config: RunConfig, tokenizer: ByteTok
         return                                   # foreign: weights, m, v only
     saved = info.sidecar.config
     if saved is None:
-        raise ResumeError(f"{info.path.with_suffix('.json').name} records no model/optimizer config: refusing to resume")
+        raise ResumeError(f"{info.path.with_suffix('.json').name} records no model/optimizer config: "
+                          "refusing to resume")
     differences = []
     for section, current in _config_sections(config).items():
         old = saved.get(section)
@@ -180,7 +181,8 @@ def _software_changes(saved: ResumeRecord, device: torch.device, ranks: Ranks) -
     if saved_world != ranks.world_size:
         # Samplers, bandit and RNG are rank-independent, so the batches are the same
         # ones; each rank's share and the gradient all-reduce sum in another order.
-        changes.append(f"{counted(saved_world, 'process', 'processes')} wrote it, {ranks.world_size} now: weights, m, v, samplers, "
+        changes.append(f"{counted(saved_world, 'process', 'processes')} wrote it, {ranks.world_size} now: "
+                       "weights, m, v, samplers, "
                        "bandit and RNG are restored and the same batches are drawn, but the loss and gradient "
                        "are summed over other shares, so the numbers differ in rounding")
     return changes

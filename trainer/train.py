@@ -139,8 +139,8 @@ def _train(state: TrainingState, out: RunOutputs, signals: SignalFlags, ckpt: Ch
                       **_final_timing(ckpt), **_device_memory(state))
             return "max_steps"
         if stop:
-            out.event(EVENT_STOP, state.step, f"stopping on signal{_took(ckpt)}", reason="signal", **_final_timing(ckpt),
-                      **_device_memory(state))
+            out.event(EVENT_STOP, state.step, f"stopping on signal{_took(ckpt)}", reason="signal",
+                      **_final_timing(ckpt), **_device_memory(state))
             return "signal"
 
 

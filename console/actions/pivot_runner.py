@@ -232,7 +232,8 @@ def rollback_pivot(run_dir: str | os.PathLike[str]) -> PivotOutcome:
     restored = rollback_archive(run_dir, journal)
     remove_journal(run_dir)
     what = ", ".join(restored) if restored else "nothing had been archived"
-    return PivotOutcome(True, f"rolled back the pivot from stage '{journal.stage}': restored {what}", journal.final_step)
+    return PivotOutcome(True, f"rolled back the pivot from stage '{journal.stage}': restored {what}",
+                        journal.final_step)
 
 
 def pending_pivot(run_dir: str | os.PathLike[str]) -> str | None:

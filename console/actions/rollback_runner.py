@@ -227,7 +227,8 @@ class RollbackRunner(JournalledRunner):
             asked = self.request
             if (asked.to_step is not None and asked.to_step != journal.to_step) or \
                     (asked.skip_batches is not None and asked.skip_batches != journal.skip_batches):
-                raise StepFailed(f"an interrupted rollback to step {journal.to_step:,} (skipping {journal.skip_batches:,} "
+                raise StepFailed(f"an interrupted rollback to step {journal.to_step:,} "
+                                 f"(skipping {journal.skip_batches:,} "
                                  f"batches; last completed stage: {journal.stage}) is pending: run --rollback "
                                  "again without --to and --skip-batches to complete it")
             self.report("plan", f"completing the interrupted rollback to step {journal.to_step:,} (last completed "

@@ -52,7 +52,8 @@ def _add_modes(p: argparse.ArgumentParser) -> None:
                       help="every rank's Python stacks, all threads, asked through the run directory (a job of "
                            "several processes); identical ones folded; exit 1 when a rank could not answer")
     mode.add_argument("--check", action="store_true",
-                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors (for cron and monitoring); "
+                      help="print the run's problems and exit 0 healthy, 1 warnings, 2 errors "
+                           "(for cron and monitoring); "
                            "on a runs directory, one line per run with a problem and the worst run's status")
 
 

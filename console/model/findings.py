@@ -145,7 +145,8 @@ def disk_text(s: Storage) -> str:
 
 
 def failed_checkpoint_text(step: int | None, data: dict[str, Any]) -> str:
-    return f"checkpoint FAILED at step {format_counter(step)}: {printable(data.get('error', 'write error'), LINE_LIMIT)}"
+    return (f"checkpoint FAILED at step {format_counter(step)}: "
+            f"{printable(data.get('error', 'write error'), LINE_LIMIT)}")
 
 
 def divergence_text(step: int | None, data: dict[str, Any]) -> str:
@@ -188,7 +189,8 @@ def summary_problems(s: RunSummary) -> tuple[Finding, ...]:
     if s.history_error:
         out.append(Finding("history", Level.WARNING, s.history_error))
     if s.bad_lines:
-        out.append(Finding("lines", Level.WARNING, f"{LOSS_JSON}: {counted(s.bad_lines, 'unreadable line')} among the newest"))
+        out.append(Finding("lines", Level.WARNING,
+                           f"{LOSS_JSON}: {counted(s.bad_lines, 'unreadable line')} among the newest"))
     if s.torn_tail:
         out.append(Finding("lines", Level.WARNING, torn_tail_text(s.torn_tail)))
     if s.nonfinite:
@@ -291,7 +293,8 @@ def _file_findings(invalid: Sequence[CheckpointInfo], zombies: Mapping[str, str]
     else:
         first = next(iter(zombies.items()))
         out.append(Finding("zombie", Level.ERROR,
-                           f"{many(len(zombies), 'zombie arm')}: {names_and_more(list(islice(zombies, LISTED)), len(zombies))}"
+                           f"{many(len(zombies), 'zombie arm')}: "
+                           f"{names_and_more(list(islice(zombies, LISTED)), len(zombies))}"
                            f"; {printable(first[0])}: {first[1]}"))
     return out
 
@@ -322,7 +325,8 @@ def _history_problems(snap: RunSnapshot) -> list[Finding]:
     if h.series.dropped:
         out.append(Finding("series", Level.WARNING,
                            f"{LOSS_JSON}: {counted(h.series.dropped, 'more numeric key')} not kept as series (at most "
-                           f"{limits.MAX_SERIES} are): {names_and_more(list(h.series.dropped_names), h.series.dropped)}"))
+                           f"{limits.MAX_SERIES} are): "
+                           f"{names_and_more(list(h.series.dropped_names), h.series.dropped)}"))
     return out
 
 

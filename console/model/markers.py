@@ -66,7 +66,8 @@ class Marker:
 
 def derive_markers(checkpoints: Iterable[CheckpointInfo], events: Iterable[HistoryEvent], rewinds: Iterable[int] = (),
                    spikes: Iterable[Spike] = (), nonfinite_steps: Iterable[int] = (),
-                   grad_spikes: Iterable[Spike] = (), external: Iterable[ExternalCheckpoint] = ()) -> tuple[Marker, ...]:
+                   grad_spikes: Iterable[Spike] = (),
+                   external: Iterable[ExternalCheckpoint] = ()) -> tuple[Marker, ...]:
     """What earns a marker on the loss plot: the checkpoints on disk and those its trainer
     reported in its own format (``external``: a run of the run API's), resumes, pivots and
     rollbacks, the ``rewinds`` (steps that went back with no resume event: another engine's

@@ -191,8 +191,9 @@ def row_cells(row: SeriesRow, cursor: bool = True) -> tuple[str, ...]:
 
     def at(step: int | None) -> str:
         return f"{step:,}" if step is not None else "-"
-    return (printable(row.name), *((fmt(row.at_cursor),) if cursor else ()), fmt(row.last), fmt(row.min), at(row.min_step),
-            fmt(row.max), at(row.max_step), fmt(row.mean), fmt(row.best), at(row.best_step))
+    return (printable(row.name), *((fmt(row.at_cursor),) if cursor else ()), fmt(row.last),
+            fmt(row.min), at(row.min_step), fmt(row.max), at(row.max_step), fmt(row.mean), fmt(row.best),
+            at(row.best_step))
 
 
 # The status pane's GPU line, from the history where nvidia-smi cannot say: these series' last values.

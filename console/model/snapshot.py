@@ -333,7 +333,8 @@ class RunSnapshot:
 
     @cached_property
     def newest_saved(self) -> SavedCheckpoint | None:
-        return newest_saved(self.newest_checkpoint, self.external_checkpoints[-1] if self.external_checkpoints else None)
+        return newest_saved(self.newest_checkpoint,
+                            self.external_checkpoints[-1] if self.external_checkpoints else None)
 
     @cached_property
     def invalid_checkpoints(self) -> tuple[CheckpointInfo, ...]:

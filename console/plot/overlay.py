@@ -70,7 +70,8 @@ def build_overlay(series: list[tuple[np.ndarray, np.ndarray]], width: int, heigh
 
 
 def render_overlay_runs(overlay: Overlay, styles: tuple[str, ...] = SERIES_STYLES, axis_style: str = "grey50",
-                        label_width: int = 8, front: int = 0, x_axis: str = "step") -> list[list[tuple[str, str | None]]]:
+                        label_width: int = 8, front: int = 0,
+                        x_axis: str = "step") -> list[list[tuple[str, str | None]]]:
     """The overlay as lines of ``(text, style)`` runs, as :func:`render_runs`: a cell with
     dots of several series takes the colour of the one with the most dots in it, a series
     from ``front`` on before those under it (the raw envelopes under their smoothed lines)."""

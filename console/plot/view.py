@@ -137,7 +137,8 @@ def readout(h: "HistoryView", step: int, markers: Iterable[Marker], names: list[
         names.remove(first)
         names.insert(0, first)
     values = [f"{spec_of(name).label} {spec_of(name).format(value_at(h, name, step))}" for name in names]
-    parts = [*head, *values[:1], *(f"{MARKER_KINDS[k].glyph} {MARKER_KINDS[k].legend}" for k in here), *rest, *values[1:]]
+    parts = [*head, *values[:1], *(f"{MARKER_KINDS[k].glyph} {MARKER_KINDS[k].legend}" for k in here), *rest,
+             *values[1:]]
     if width is None or len(" · ".join(parts)) <= width:
         return " · ".join(parts)
     kept: list[str] = []

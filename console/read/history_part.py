@@ -214,7 +214,8 @@ class HistoryPart:
         return HistoryView(
             version=self._version, format=h.format, n_steps=len(h), last_step=head,
             last_loss=last_loss, tokens=tokens_now, steps_ahead=len(h) - rows,
-            steps_per_s=steps_per_s, eta_s=eta_seconds(config.run.max_steps if config is not None else None, head, steps_per_s),
+            steps_per_s=steps_per_s,
+            eta_s=eta_seconds(config.run.max_steps if config is not None else None, head, steps_per_s),
             tokens_per_s=rate_per_s(tokens[tail].astype(np.float64), t_tail, since)
             if tokens_now is not None and moving else None,
             nonfinite=h.nonfinite, bad_lines=h.bad_lines, torn_tail=h.torn_tail, problems=tuple(h.problems),
@@ -232,7 +233,8 @@ class HistoryPart:
         if update.rewound or update.reset:
             self._rewinds += 1
             if update.reset and not first:
-                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start", Level.WARNING))
+                notices.append(Notice(now, f"{LOSS_JSON} was replaced or shrank: re-read from the start",
+                                      Level.WARNING))
         for problem in update.new_problems[:5]:
             notices.append(Notice(now, f"skipped: {problem}", Level.WARNING))
         if update.new_bad_lines > 5:

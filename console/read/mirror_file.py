@@ -88,8 +88,8 @@ STALE_TEMP_S = 3600.0
 CRC_PLACEHOLDER = (1 << 32) - 1     # the widest CRC-32, in the header until the CRC is known
 _CRC_AT = b'{"source": {"crc": '
 
-__all__ = ["CACHE_ENV", "CrcAhead", "NotSaved", "cache_dir", "forget_mirror", "mirror_path", "open_history", "open_mirror",
-           "save_mirror", "verify_covered"]
+__all__ = ["CACHE_ENV", "CrcAhead", "NotSaved", "cache_dir", "forget_mirror", "mirror_path", "open_history",
+           "open_mirror", "save_mirror", "verify_covered"]
 
 
 class NotSaved(str):

@@ -138,7 +138,8 @@ def _mirror_is_near(path: Path, st: os.stat_result) -> bool:
         return False
     try:
         covered = int(source["covered"])
-        return (source["dev"], source["ino"]) == (st.st_dev, st.st_ino) and 0 <= st.st_size - covered < PREFETCH_MIN_BYTES
+        return (source["dev"], source["ino"]) == (st.st_dev, st.st_ino) and \
+            0 <= st.st_size - covered < PREFETCH_MIN_BYTES
     except (KeyError, TypeError, ValueError):
         return False
 

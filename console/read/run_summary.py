@@ -188,8 +188,8 @@ def summarize_run(run: str | os.PathLike[str], now: float | None = None,
     used, approximate = directory_size(run)
     finished = finished_cleanly(tail.events) and not v.ok
     return RunSummary(
-        run, run.name, v.state, v.reason, v.record.pid if v.record else None, last_step, debiased_ema(tail.loss), rate, tokens,
-        max_steps, eta, newest, n_checkpoints, used, approximate, last_activity, tail.format, finished,
+        run, run.name, v.state, v.reason, v.record.pid if v.record else None, last_step, debiased_ema(tail.loss), rate,
+        tokens, max_steps, eta, newest, n_checkpoints, used, approximate, last_activity, tail.format, finished,
         next(reversed(external), None), stall=stall, config_error=config_error,
         events=tuple(tail.events), history_error=tail.error, bad_lines=tail.bad_lines, torn_tail=tail.torn_tail,
         nonfinite=int(np.count_nonzero(nonfinite_mask(tail.loss))),

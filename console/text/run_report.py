@@ -126,7 +126,8 @@ def arm_lines(snap: RunSnapshot) -> list[str]:
         status = a.status.upper() if a.status == "zombie" else a.status
         if a.reason:
             status += f": {printable(a.reason, LINE_LIMIT)}"
-        out.append(f"  {printable(a.name):<20} pulls {('-' if a.pulls is None else f'{a.pulls:,}'):>8}  share {format_pct(a.share):>6}"
+        out.append(f"  {printable(a.name):<20} pulls {('-' if a.pulls is None else f'{a.pulls:,}'):>8}"
+                   f"  share {format_pct(a.share):>6}"
                    f"  prob {format_float(a.prob, '.3f'):>5}  ema {format_float(a.ema_reward, '.4f'):>7}"
                    f"  cap {format_float(a.cap, '.2f'):>4}  floor {format_float(a.floor, '.2f'):>4}"
                    f"  source {printable(a.source) or '-'}  {status}")
@@ -151,7 +152,8 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
                  f"{format_rate(h.steps_per_s, 'steps')} · {format_rate(h.tokens_per_s, 'tok')}")
     saved = snap.newest_saved
     lines.append("checkpoint   " + (f"{printable(saved.name)} (step {saved.step:,}, "
-                                    f"{format_ago(now - saved.time) if saved.time is not None else '-'}, {saved.status})"
+                                    f"{format_ago(now - saved.time) if saved.time is not None else '-'}, "
+                                    f"{saved.status})"
                                     if saved else "none usable"))
     lines.append(f"history      {h.format or '-'} · {counted(h.n_steps, 'step')} · "
                  f"{counted(len(h.events), 'event')} · "
@@ -270,7 +272,8 @@ def _plot_lines(snap: RunSnapshot, width: int, plot_height: int, options: PlotOp
     scale = ", log scale" if opts.log_y else ""
     drawn = "its points joined" if sparse else f"raw + EMA {opts.smoothing}"
     symbol = unit_of(metric).symbol
-    lines.append(f"{spec_of(metric).label}{f' in {symbol}' if symbol else ''}{by} ({drawn}{scale}; ▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
+    lines.append(f"{spec_of(metric).label}{f' in {symbol}' if symbol else ''}{by} ({drawn}{scale}; "
+                 "▴ checkpoint, R resume, P pivot, ! spike, × non-finite"
                  f"{', ∇ grad-norm spike' if h.grad_spikes else ''}{rolled_back}{rewound})")
     lines.extend(buf.getvalue().rstrip("\n").splitlines())
     lines.append("")

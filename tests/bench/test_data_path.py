@@ -13,10 +13,12 @@ READ = [("console/tui/app.py", "read_loop", 6), ("console/read/watcher.py", "Pac
 BYTES = READ + [("rundir/history/blocks.py", "read_into", 9)]
 # The ingest's first frame has the identity the read's had: an id is reused once a frame is gone.
 SCAN = READ + [("rundir/history/ingest.py", "Ingest._typed_block", 9), ("rundir/_line_scan.c", "scan", 0)]
-COLUMN = READ + [("rundir/history/ingest.py", "Ingest._typed_block", 9), ("rundir/history/ingest.py", "Ingest._add_block", 10),
-                 ("rundir/history/columns.py", "extend", 11)]
-SHOW = [("console/tui/app.py", "ConsoleApp.on_snapshot_ready", 12), ("console/tui/widgets/loss_plot.py", "LossPlot.show", 13)]
-ENVELOPE = [("console/tui/widgets/loss_plot.py", "LossPlot.render_line", 14), ("console/plot/envelope.py", "envelope", 15)]
+COLUMN = READ + [("rundir/history/ingest.py", "Ingest._typed_block", 9),
+                 ("rundir/history/ingest.py", "Ingest._add_block", 10), ("rundir/history/columns.py", "extend", 11)]
+SHOW = [("console/tui/app.py", "ConsoleApp.on_snapshot_ready", 12),
+        ("console/tui/widgets/loss_plot.py", "LossPlot.show", 13)]
+ENVELOPE = [("console/tui/widgets/loss_plot.py", "LossPlot.render_line", 14),
+            ("console/plot/envelope.py", "envelope", 15)]
 
 
 def test_the_way_walks_back_up_between_stacks_and_counts_only_calls_and_hand_overs():

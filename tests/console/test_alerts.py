@@ -187,7 +187,8 @@ def test_many_problems_of_one_kind_are_one_alert(tmp_path):
     snap, _ = RunReader(run).read()
     [alert] = tracker.new_alerts(snap)
     assert (alert.kind, alert.level, alert.count) == ("zombie", "error", 2000)
-    assert alert.text.startswith("2,000 zombie arms: zombie arm gone-0000: ") and alert.text.endswith("; and 1,997 more")
+    assert alert.text.startswith("2,000 zombie arms: zombie arm gone-0000: ") and \
+        alert.text.endswith("; and 1,997 more")
     assert tracker.new_alerts(snap) == []
     code, lines = check_report(snap)
     assert code == 2 and [line for line in lines if "zombie" in line] == [printable(f"error: {alert.text}", LINE_LIMIT)]

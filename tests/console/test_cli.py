@@ -144,8 +144,8 @@ def test_a_live_process_that_does_not_name_the_run_is_never_signalled(make_run_d
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path / "elsewhere")])
     try:
         proc = psutil.Process(sleeper.pid)
-        run = make_run_dir(trainer_record={"pid": sleeper.pid, "create_time": proc.create_time(), "host": socket.gethostname(),
-                                           "argv": proc.cmdline(), "started": EPOCH})
+        run = make_run_dir(trainer_record={"pid": sleeper.pid, "create_time": proc.create_time(),
+                                           "host": socket.gethostname(), "argv": proc.cmdline(), "started": EPOCH})
         for flag in ("--stop", "--checkpoint"):
             r = console(run, flag, "--timeout", "2")
             assert r.returncode == 1 and "does not name this run directory" in r.stderr

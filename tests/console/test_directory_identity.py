@@ -92,7 +92,8 @@ def test_a_record_of_another_host_or_boot_is_not_probed_here(tmp_path, elsewhere
         stop = signal_trainer(tmp_path, signal.SIGTERM)
         assert (stop.state, stop.ok) == ("remote", False)
         ask = signal_trainer(tmp_path, signal.SIGUSR1)
-        assert ask.requested and json.loads((tmp_path / CHECKPOINT_REQUEST).read_text())["trainer"]["pid"] == sleeper.pid
+        assert ask.requested and \
+            json.loads((tmp_path / CHECKPOINT_REQUEST).read_text())["trainer"]["pid"] == sleeper.pid
         time.sleep(0.2)
         assert sleeper.poll() is None                           # alive: nothing was sent to it
     finally:

@@ -75,7 +75,8 @@ async def test_sorting_by_key_and_by_header_click(tmp_path):
         await pilot.click(DataTable, offset=(x + 2, 0))
         await pilot.pause()
         assert screen.sort_column == "update_ratio" and screen.sort_reverse
-        assert [float(v) for v in column(table, "update_ratio")] == [float(f"{r:.4g}") for r in sorted(ratios, reverse=True)]
+        assert [float(v) for v in column(table, "update_ratio")] == \
+            [float(f"{r:.4g}") for r in sorted(ratios, reverse=True)]
         await pilot.click(DataTable, offset=(x + 2, 0))
         await pilot.pause()
         assert [float(v) for v in column(table, "update_ratio")] == [float(f"{r:.4g}") for r in sorted(ratios)]

@@ -25,7 +25,8 @@ async def test_the_key_bar_shows_the_keys_and_a_click_presses_one(tmp_path):
         shown = [k.key for k in RUN_KEYS if k.shown]
         assert [key for _, _, key in bar.keys] == shown
         plain = str(bar.render())
-        assert plain.startswith("c checkpoint s stop p pivot") and plain.rstrip().endswith("? help")   # closer at 80 columns
+        # closer at 80 columns
+        assert plain.startswith("c checkpoint s stop p pivot") and plain.rstrip().endswith("? help")
         start, _, _ = next(k for k in bar.keys if k[2] == "question_mark")
         await pilot.click(KeyBar, offset=(start, 0))
         await pilot.pause()

@@ -415,7 +415,8 @@ class RunLife(RuleBasedStateMachine):
         expected = 2 if self.ended == "error" else 1 if self.unreadable or self.torn else 0
         assert code == expected, lines
         if self.ended == "error":
-            assert lines[0] == f"error: the trainer stopped with an error at step {self.head:,}: ValueError (see its log)"
+            assert lines[0] == (f"error: the trainer stopped with an error at step {self.head:,}: "
+                                "ValueError (see its log)")
 
     def _overview_agrees(self, stopped: bool) -> None:
         row = summarize_run(self.run, now=self.clock)

@@ -21,7 +21,8 @@ ALLOWED = {
     ("trainer/data.py", "'order' in state"),                            # a key of a state dict
     ("trainer/data.py", "'held_out' in state"),                         # a key of a state dict
     ("rundir/identity.py", "line.startswith('lock:')"),                 # a field of /proc/PID/fdinfo
-    ("rundir/layout.py", "reason.startswith(STOP_ERROR)"),              # the stop event's reason as the contract spells it
+    ("rundir/layout.py", "reason.startswith(STOP_ERROR)"),              # the stop event's reason as the contract
+                                                                        # spells it
 }
 
 

@@ -8,12 +8,13 @@ import pytest
 from console.commands.parser import GOES_WITH, NOT_TOGETHER, build_parser, flag, usage_problem
 
 # An argv that gives each option or mode (a zero where a zero is a value, so given means given).
-GIVE = {"preset": ["--preset", "micro"], "slurm": ["--slurm"], "sbatch": ["--sbatch=--time=1"], "cap": ["--cap", "a=0.5"],
-        "floor": ["--floor", "a=0.1"], "drop": ["--drop", "a"], "yes": ["--yes"], "to": ["--to", "0"],
-        "skip_batches": ["--skip-batches", "0"], "host": ["--host", "::1"], "port": ["--port", "0"],
-        "allow_control": ["--allow-control"], "max_tabs": ["--max-tabs", "2"], "range": ["--range", "1:2"],
-        "points": ["--points", "5"], "metric": ["--metric", "loss"], "against": ["--against", "100"],
-        "inspect": ["--inspect"], "notify": ["--notify", "true"], "read_only": ["--read-only"]}
+GIVE = {"preset": ["--preset", "micro"], "slurm": ["--slurm"], "sbatch": ["--sbatch=--time=1"],
+        "cap": ["--cap", "a=0.5"], "floor": ["--floor", "a=0.1"], "drop": ["--drop", "a"], "yes": ["--yes"],
+        "to": ["--to", "0"], "skip_batches": ["--skip-batches", "0"], "host": ["--host", "::1"],
+        "port": ["--port", "0"], "allow_control": ["--allow-control"], "max_tabs": ["--max-tabs", "2"],
+        "range": ["--range", "1:2"], "points": ["--points", "5"], "metric": ["--metric", "loss"],
+        "against": ["--against", "100"], "inspect": ["--inspect"], "notify": ["--notify", "true"],
+        "read_only": ["--read-only"]}
 # What else a row needs so that an earlier row does not refuse first.
 ROW_CONTEXT = {("sbatch",): ["--start"], ("points",): ["--once", "--metric", "loss"]}
 PAIR_CONTEXT = {"read_only": ["--serve"]}
@@ -33,7 +34,8 @@ def test_each_option_without_what_it_goes_with_is_refused_in_its_line(options, p
 @pytest.mark.parametrize("option, refused, line", NOT_TOGETHER, ids=lambda row: str(row))
 def test_each_pair_that_does_not_combine_is_refused_naming_the_other(option, refused, line):
     for other in refused:
-        said = problem(*PAIR_CONTEXT.get(option, []), *GIVE.get(option, [flag(option)]), *GIVE.get(other, [flag(other)]))
+        said = problem(*PAIR_CONTEXT.get(option, []), *GIVE.get(option, [flag(option)]),
+                       *GIVE.get(other, [flag(other)]))
         assert said == line.format(flag(other)), (option, other, said)
 
 

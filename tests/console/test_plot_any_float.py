@@ -128,7 +128,8 @@ def test_once_and_json_take_any_history(tmp_path_factory, history):
     run = tmp_path_factory.mktemp("run")
     lines = [{"step": int(s), "loss": float(v), "time": float(t), "tokens": int(k)}
              for s, v, t, k in zip(steps, loss, times, tokens)]
-    (run / ".loss.json").write_text("".join(json.dumps(line) + "\n" for line in lines))   # NaN, Infinity as json writes them
+    # NaN, Infinity as json writes them
+    (run / ".loss.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
     snap, _ = RunReader(run, now=lambda: NOW).read()
     for axis in X_AXES:
         for log_y in (False, True):

@@ -33,7 +33,8 @@ if mode == "kill":
 elif mode == "grow":                      # lines appended while (or after) the child reads
     with open(os.path.join(run_dir, ".loss.json"), "ab") as fh:
         for step in range(int(sys.argv[3]), int(sys.argv[3]) + 50):
-            fh.write(b'{"step": %d, "loss": 1.25, "lr": 0.001, "grad_norm": 1, "arm": "late", "tokens": 1, "time": 2e9}\n' % step)
+            fh.write(b'{"step": %d, "loss": 1.25, "lr": 0.001, "grad_norm": 1, "arm": "late", "tokens": 1, '
+                     b'"time": 2e9}\n' % step)
 
 from console.text.run_report import to_json
 from console.read.reader import RunReader
@@ -61,7 +62,8 @@ print(json.dumps({
     "same_report": fed_json == direct_json,
     "same_notices": [n.text for n in fed_notices if n.text not in said] == [n.text for n in direct_notices],
     "steps": len(fed.history),
-    "handed_over": None if handed_over is None else "mapped" if handed_over.history is None else len(handed_over.history),
+    "handed_over": None if handed_over is None else "mapped" if handed_over.history is None
+                   else len(handed_over.history),
     "notes": [] if handed_over is None else [n.kind for n in handed_over.notes],
     "arm_names": fed.history.arm_names,
     "bad_lines": fed.history.bad_lines,

@@ -90,7 +90,8 @@ async def test_the_status_pane_says_the_ranks_in_one_line_and_k_lists_them(tmp_p
 
     run = make_run(tmp_path / "run", RunSpec(steps=20))
     for rank, work in enumerate((0.010, 0.050, 0.011)):
-        write_rank(run, rank, host="node-a", work_s=work, heartbeat=fixed_now() + 3600, mtime=fixed_now())  # clock ahead
+        write_rank(run, rank, host="node-a", work_s=work, heartbeat=fixed_now() + 3600,  # clock ahead
+                   mtime=fixed_now())
     app = app_for(run)
     async with app.run_test(size=(160, 48)) as pilot:
         await app.workers.wait_for_complete()

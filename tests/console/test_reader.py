@@ -58,7 +58,8 @@ def test_missing_empty_and_file_instead_of_directory(tmp_path):
     assert read(tmp_path / "nope")[0].dir_state == "missing"
     (tmp_path / "empty").mkdir()
     snap, _ = read(tmp_path / "empty")
-    assert snap.dir_state == "empty" and [p.text for p in snap.problems] == ["the run directory is empty: nothing has been written yet"]
+    assert snap.dir_state == "empty" and \
+        [p.text for p in snap.problems] == ["the run directory is empty: nothing has been written yet"]
     (tmp_path / "file").write_text("x")
     assert read(tmp_path / "file")[0].dir_state == "not a directory"
 
@@ -155,7 +156,8 @@ def test_storage_and_retention_are_shown(make_run_dir):
 
     nearly_full, _ = RunReader(run, now=fixed_now, free_space=lambda _: 2 * snap.storage.checkpoint_size).read()
     assert nearly_full.storage.too_full
-    assert any("disk nearly FULL" in p and "room for 2 checkpoints" in p for p in [p.text for p in nearly_full.problems])
+    assert any("disk nearly FULL" in p and "room for 2 checkpoints" in p
+               for p in [p.text for p in nearly_full.problems])
 
 
 @pytest.mark.parametrize("back_to", [350, 400])          # a resume that re-runs steps, and one that does not

@@ -51,8 +51,8 @@ def test_a_ddp_loop_checkpoints_on_every_rank_and_stops_with_exit_0(tmp_path):
     events = [e.event for e in h.events]
     assert events[0] == "start" and events[-1] == "stop" and events.count("start") == 1, events
     assert h.events[-1].data["reason"] == "signal"
-    assert [e.data["signal"] for e in h.events if e.event == "signal"] == ["checkpoint request", "SIGUSR1 (another rank)",
-                                                                              "SIGTERM"]
+    assert [e.data["signal"] for e in h.events if e.event == "signal"] == ["checkpoint request",
+                                                                              "SIGUSR1 (another rank)", "SIGTERM"]
 
 
 def test_a_job_that_does_not_get_there_fails_with_every_ranks_stacks(tmp_path):

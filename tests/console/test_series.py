@@ -279,7 +279,8 @@ def test_once_with_a_metric_prints_only_that_series(make_run_dir):
     run = make_run_dir(steps=600)
     out = console(run, "--once", "--metric", "lr", "--width", "80").stdout
     lines = out.splitlines()
-    assert lines[0].endswith(" · lr") and any(line.startswith("learning rate") or line.startswith("lr") for line in lines)
+    assert lines[0].endswith(" · lr") and any(line.startswith("learning rate") or line.startswith("lr")
+                                              for line in lines)
     assert "trainer " not in out and "checkpoints (" not in out and "problems (" not in out, out
     rows = [line.split()[0] for line in lines[lines.index("over every step") + 2:] if line.strip()]
     assert rows == ["lr"]

@@ -80,7 +80,8 @@ def test_serve_usage_errors_exit_2_with_one_line(tmp_path, args, says):
 
 
 def test_serve_without_textual_serve_says_how_to_install_it(tmp_path):
-    blocked = "import sys; sys.modules['textual_serve'] = None; from console.cli import main; sys.exit(main(sys.argv[1:]))"
+    blocked = ("import sys; sys.modules['textual_serve'] = None; "
+               "from console.cli import main; sys.exit(main(sys.argv[1:]))")
     out = subprocess.run([sys.executable, "-c", blocked, str(make_run(tmp_path / "run", steps=10)), "--serve"],
                          capture_output=True, text=True, cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL)
     assert out.returncode == 2 and "pip install 'andrea-console[serve]'" in out.stderr and not out.stdout, out

@@ -1,8 +1,8 @@
 """``--serve`` in a real browser: Debian's chromium driven by Playwright (tests/console/browser.py).
 
 The page shows the run and takes keys with no click first; a read-only tab refuses ``c`` in
-its own console; with the token, ``c`` lands a checkpoint on a live micro trainer; without it, 403; closing a tab ends its
-console, and Ctrl-C at the server ends the open ones. The tests share one chromium on one
+its own console; with the token, ``c`` lands a checkpoint on a live micro trainer; without it, 403;
+closing a tab ends its console, and Ctrl-C at the server ends the open ones. The tests share one chromium on one
 xdist worker (group ``browser``), in a module of their own: Playwright's synchronous API
 runs an event loop that the asyncio tests must not find running. About 40 s together on a
 loaded 2-CPU machine (a micro trainer's start included).

@@ -58,7 +58,8 @@ def test_two_consoles_at_once_are_harmless(trainer_run):
     try:
         wait_for(lambda: last_step(run) >= 10 and (run / ".trainer.json").exists(), what="training")
         procs = [console_proc(run, "--once"), console_proc(run, "--once"),
-                 console_proc(run, "--checkpoint", "--timeout", "60"), console_proc(run, "--checkpoint", "--timeout", "60")]
+                 console_proc(run, "--checkpoint", "--timeout", "60"),
+                 console_proc(run, "--checkpoint", "--timeout", "60")]
         results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
         for code, out, err in results:
             assert code == 0, err

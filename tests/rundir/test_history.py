@@ -94,7 +94,8 @@ def test_rewind_within_one_bulk_read(tmp_path):
 def test_nan_infinity_null_and_unknown_keys(tmp_path):
     path = tmp_path / ".loss.json"
     path.write_bytes(b'{"step": 1, "loss": NaN, "lr": 0.1, "grad_norm": Infinity, "arm": "a", "tokens": 1, "time": 1}\n'
-                     b'{"step": 2, "loss": null, "nonfinite": "inf", "lr": 0.1, "grad_norm": 1, "arm": "a", "tokens": 2, "time": 2}\n'
+                     b'{"step": 2, "loss": null, "nonfinite": "inf", "lr": 0.1, "grad_norm": 1, "arm": "a", '
+                     b'"tokens": 2, "time": 2}\n'
                      b'{"step": 3, "loss": 1.5, "extra": {"deep": [1, 2]}, "unknown": true}\n')
     h = LossHistory(path)
     u = h.refresh()

@@ -228,7 +228,8 @@ def test_spoofed_records_are_refused_and_nothing_is_signalled(tmp_path, case):
             del data[case[3:]]
             (tmp_path / ".trainer.json").write_text(json.dumps(data))
         v = signal_trainer(tmp_path, signal.SIGTERM)
-        assert not v.ok and v.state in (("remote",) if case == "other-host" else ("unverified", "stale", "unreadable")), v
+        assert not v.ok and v.state in (("remote",) if case == "other-host"
+                                        else ("unverified", "stale", "unreadable")), v
         if case.startswith("no-"):
             assert f"no '{case[3:]}'" in v.reason
         time.sleep(0.3)

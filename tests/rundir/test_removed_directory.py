@@ -16,7 +16,8 @@ from rundir.layout import TRAINER
 from tests.rundirs import make_run
 from trainer.held_dir import REMOVED, HeldRunDir
 
-HOLDER = "import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY); print(fd, flush=True); sys.stdin.read()"
+HOLDER = ("import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY); "
+          "print(fd, flush=True); sys.stdin.read()")
 
 
 def test_a_removed_directory_held_open_has_no_place(tmp_path):

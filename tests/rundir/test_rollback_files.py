@@ -46,7 +46,8 @@ def test_the_newest_complete_checkpoint_margin_steps_before_the_spike(run):
         choose_checkpoint(infos, to_step=200)
     with pytest.raises(RollbackError, match="--to 250"):
         choose_checkpoint(infos, spike_start=450, to_step=250)
-    with pytest.raises(RollbackError, match=r"no loss spike in the history: nothing to roll back past \(pass --to STEP"):
+    with pytest.raises(RollbackError,
+                       match=r"no loss spike in the history: nothing to roll back past \(pass --to STEP"):
         choose_checkpoint(infos)
 
 

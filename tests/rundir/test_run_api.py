@@ -283,8 +283,10 @@ def test_hostile_inputs_are_each_one_clear_line_and_write_nothing(tmp_path):
         before = (run_dir / LOSS_JSON).read_bytes()
         cases = [
             (lambda: run.log(2, loss=1.0, m=2**64), "run.log: m = 18446744073709551616 is past 64 bits"),
-            (lambda: run.log(2**63, loss=1.0), "run.log: step 9223372036854775808 is not an integer from 0 to 2**63 - 1"),
-            (lambda: run.checkpoint_saved(2**64, run_dir / LOSS_JSON), "run.checkpoint_saved: step 18446744073709551616"),
+            (lambda: run.log(2**63, loss=1.0),
+             "run.log: step 9223372036854775808 is not an integer from 0 to 2**63 - 1"),
+            (lambda: run.checkpoint_saved(2**64, run_dir / LOSS_JSON),
+             "run.checkpoint_saved: step 18446744073709551616"),
             (lambda: run.checkpoint_saved(2, bytes(run_dir / LOSS_JSON)), "run.checkpoint_saved: path b'"),
             (lambda: run.log(2, loss=1.0, event=3.0), "run.log: a metric may not be named 'event'"),
             (lambda: run.log(2, loss=1.0, time=3.0), "run.log: a metric may not be named 'time'"),

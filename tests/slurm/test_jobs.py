@@ -258,7 +258,8 @@ def test_a_wrapped_job_from_another_directory_is_verified_through_its_batch_scri
     there = tmp_path / "there"
     there.mkdir()
     wrapped = f"exec {sys.executable} -m trainer {os.path.relpath(run, there)} --checkpoint-every 100000"
-    r = subprocess.run(["sbatch", "--parsable", f"--chdir={there}", f"--output={there / 'out.log'}", f"--wrap={wrapped}"],
+    r = subprocess.run(["sbatch", "--parsable", f"--chdir={there}", f"--output={there / 'out.log'}",
+                        f"--wrap={wrapped}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip().split(";")[0]

@@ -38,7 +38,8 @@ def test_a_request_for_another_trainer_is_removed_and_not_answered(tmp_path):
 
 @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")), deadline=None)
 @given(st.one_of(st.binary(max_size=300), st.sampled_from([b"{}", b"[]", b'{"trainer": 1}', b"null",
-                                                           b'{"trainer": {}, "requested_at": true, "host": "h", "pid": 1}'])))
+                                                           b'{"trainer": {}, "requested_at": true, '
+                                                          b'"host": "h", "pid": 1}'])))
 def test_a_request_that_is_not_one_is_removed_and_said_never_raises(tmp_path_factory, data):
     run = tmp_path_factory.mktemp("run")
     request_path(run).write_bytes(data)

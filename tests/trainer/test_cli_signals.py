@@ -117,7 +117,8 @@ def test_signal_during_a_checkpoint_write_is_honoured_after_it(trainer_run, asyn
         # The loop trained on while step 50's checkpoint was written in the background: the
         # stop waited for that write, then checkpointed the last completed step.
         assert stopped_at > 50
-        assert [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == [(50, "cadence"), (stopped_at, "signal")]
+        assert [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == \
+            [(50, "cadence"), (stopped_at, "signal")]
     else:
         assert stopped_at == 50 and [(e["step"], e["reason"]) for e in events(run, "checkpoint")] == [(50, "cadence")]
     assert not any(p.name.startswith(".tmp-") for p in run.iterdir())

@@ -245,7 +245,8 @@ def test_the_launcher_passes_sigusr1_to_rank_0_and_a_stop_to_every_rank_and_exit
     assert "Traceback" not in err and "trainer failed" not in err, err[-3000:]
     checkpoints = events(run, "checkpoint")
     assert [c["step"] for c in checkpoints] == [usr1["step"], last_step(run)]
-    assert checkpoints[-1]["reason"] == "signal" and inspect_checkpoint(run / checkpoints[-1]["path"]).status == "complete"
+    assert checkpoints[-1]["reason"] == "signal" and \
+        inspect_checkpoint(run / checkpoints[-1]["path"]).status == "complete"
     assert events(run, "stop")[-1]["reason"] == "signal"
     assert {e["step"] for e in events(run, "signal") if e["signal"] == "SIGTERM"} == {last_step(run)}
     assert not (run / ".trainer.json").exists()

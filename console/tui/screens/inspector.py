@@ -92,7 +92,8 @@ class InspectorScreen(Screen[None]):
 
     def on_resize(self) -> None:
         table = self.query_one(WholeColumnsTable)
-        if self.report is not None and self.column_names()[FIXED_COLUMNS:] != [c.key for c in table.specs][FIXED_COLUMNS:]:
+        if self.report is not None and \
+                self.column_names()[FIXED_COLUMNS:] != [c.key for c in table.specs][FIXED_COLUMNS:]:
             self.fill_table()                   # across NARROW_BELOW: the other column order
         else:
             table.refit()
@@ -166,7 +167,8 @@ class InspectorScreen(Screen[None]):
         (FIRST_WHEN_NARROW) come right after the tensor's name."""
         columns = list(table_columns(self.report is not None and self.report.against is not None))
         if self.app.size.width < NARROW_BELOW:
-            first = sorted((c for c in columns if c[0] in FIRST_WHEN_NARROW), key=lambda c: FIRST_WHEN_NARROW.index(c[0]))
+            first = sorted((c for c in columns if c[0] in FIRST_WHEN_NARROW),
+                           key=lambda c: FIRST_WHEN_NARROW.index(c[0]))
             columns = columns[:1] + first + [c for c in columns[1:] if c not in first]
         return columns
 
