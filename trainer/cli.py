@@ -174,7 +174,20 @@ def _run(plan: Plan, args: argparse.Namespace, ranks: Ranks = SINGLE, launch: st
             beat.close(code)
 
 
-def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | None, beat: RankHeartbeat | None) -> int:  # noqa: E501
+def _record_trainer(held: HeldRunDir, ranks: Ranks, launch: str | None) -> TrainerRecord:
+    """``.trainer.json`` for this process. Under torchrun this is rank 0's worker: the process
+    the console signals. Inside a SLURM job the record names the job too: a console on another
+    node signals through it."""
+    placement: dict[str, Any] = dict(rank=0, world_size=ranks.world_size, launcher_pid=os.getppid(),
+                                     launch=launch) if ranks.distributed else {}
+    record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), run_dir=RunDirId.of_fd(held.fd),
+                                            **placement)
+    write_trainer_record(held.path, record)
+    return record
+
+
+def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | None,
+              beat: RankHeartbeat | None) -> int:
     """Set up the outputs, build the state, train, clean up; under torchrun rank 0 alone records itself and writes."""
     # Before .trainer.json: a recorded trainer handles signals. Every rank handles them
     # (torchrun forwards SIGTERM and SIGINT to all) and all ranks agree on them.
@@ -193,13 +206,7 @@ def _run_rank(plan: Plan, args: argparse.Namespace, ranks: Ranks, launch: str | 
         run_dir = held.path
         if plan.create_run_toml:
             write_run_config(run_dir, plan.config)
-        # Under torchrun this is rank 0's worker: the process the console signals. Inside a
-        # SLURM job the record names the job too: a console on another node signals through it.
-        placement: dict[str, Any] = dict(rank=0, world_size=ranks.world_size, launcher_pid=os.getppid(),
-                                         launch=launch) if ranks.distributed else {}
-        record = TrainerRecord.for_this_process(slurm=SlurmPlacement.from_env(), run_dir=RunDirId.of_fd(held.fd),
-                                                **placement)
-        write_trainer_record(run_dir, record)
+        record = _record_trainer(held, ranks, launch)
         stale = remove_stale_temps(run_dir)       # temporaries of writers that died mid-write
         configure(plan.threads, plan.device, plan.config.run.strict_determinism)
         progress = Progress(run_dir, plan.config.run.log_every)

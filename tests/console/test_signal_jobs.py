@@ -87,7 +87,8 @@ def test_an_unanswered_request_is_said_by_the_reader(tmp_path, end):
         os.kill(trainer.proc.pid, signal.SIGSTOP)       # it cannot answer
         try:
             said, _, say, change = recorder()
-            request_checkpoint(run, reader.awaited, say, change, lambda: False, timeout=0.0 if end == "timeout" else 600.0)
+            request_checkpoint(run, reader.awaited, say, change, lambda: False,
+                               timeout=0.0 if end == "timeout" else 600.0)
             assert said[0][0] == "action"
             if end == "trainer exits":
                 trainer.proc.kill()
