@@ -63,13 +63,13 @@ class ConsoleApp(App[None]):
     ENABLE_COMMAND_PALETTE = False
     SCREENS = {"help": HelpScreen}
 
-    def __init__(self, root: str | Path, options: ConsoleOptions = ConsoleOptions()):
+    def __init__(self, root: str | Path, options: ConsoleOptions | None = None):
         """``root``: a run directory (its dashboard) or a directory of runs (their overview
         first, each run's dashboard a key away), as :func:`rundir.runs.is_runs_dir` tells
         them apart for the command line."""
         super().__init__()
         self.root = Path(root)
-        self.options = options
+        self.options = options = options or ConsoleOptions()
         self.now = options.now
         self.alerts = AlertTracker()
         self._alert_queue: queue.SimpleQueue[Finding] = queue.SimpleQueue()
