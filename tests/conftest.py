@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import warnings
 
 import pytest
@@ -24,6 +25,26 @@ def no_process_left_running(request):
     if tmp is not None:
         for command in stop_processes_naming(tmp, grace=10.0, settle=5.0):
             warnings.warn(f"{request.node.nodeid} left a process running (stopped now): {command}")
+
+
+# The signals whose disposition a child process inherits when it is ignored: a test that
+# leaves one ignored in the test process (a run that ended on a stop ignores further stops, as
+# a process about to exit does) would hand every process started after it a Ctrl-C that
+# does nothing.
+_INHERITED_WHEN_IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_put_back(request):
+    """After each test: the signal handlers of this process as they were before it, and a
+    warning naming the test that left one ignored."""
+    before = {sig: signal.getsignal(sig) for sig in _INHERITED_WHEN_IGNORED}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) is not handler:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                warnings.warn(f"{request.node.nodeid} left {sig.name} ignored (put back now)")
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(autouse=True)

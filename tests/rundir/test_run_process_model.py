@@ -73,6 +73,7 @@ def test_two_runs_in_one_process_keep_the_handlers_until_the_last_finishes(tmp_p
 
 def test_a_stop_the_loop_never_looks_at_ends_the_run_at_the_next_log(tmp_path):
     run_dir = tmp_path / "x"
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     with pytest.raises(SystemExit) as ended:
         with open_run(run_dir) as run:
             run.log(1, loss=1.0)
@@ -89,7 +90,11 @@ def test_a_stop_the_loop_never_looks_at_ends_the_run_at_the_next_log(tmp_path):
     assert "did not look at run.stop_requested" in (run_dir / "trainer.log").read_text()
     with pytest.raises(RunError):
         run.log(3, loss=1.0)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)       # it exits on a stop: further stops were ignored
+    # It exits on a stop: further stops were ignored (SIGTERM and SIGINT), as a process about to
+    # exit ignores them. This one goes on: its handlers put back.
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == (signal.SIG_IGN, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, before[0])
+    signal.signal(signal.SIGINT, before[1])
 
 
 def test_a_loop_that_looks_at_the_stop_is_not_ended(tmp_path):
