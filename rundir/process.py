@@ -203,8 +203,9 @@ def _is_live_process(record: TrainerRecord) -> bool:
 
 
 def trainer_alive(run_dir: str | os.PathLike[str], verification: Verification) -> bool:
-    """Whether the verified trainer still runs: its pid with the recorded start here, or,
-    through SLURM, its record still in place and its job still RUNNING."""
+    """Whether the verified trainer still runs: its pid with the recorded start here; through
+    SLURM, its record still in place and its job still RUNNING; on another host with no
+    scheduler to ask, its record still in place and its lock file's heartbeat not stale."""
     record = verification.record
     if record is None:
         return False
@@ -212,7 +213,9 @@ def trainer_alive(run_dir: str | os.PathLike[str], verification: Verification) -
         return _is_live_process(record)
     now, _ = read_trainer_record(run_dir)
     if verification.elsewhere:
-        return record.same_trainer(now)      # no process table or scheduler to ask: its record stays
+        # No process table or scheduler to ask: its record stays, and its lock file's heartbeat
+        # (where it holds one) says whether it still runs, as verify_trainer judges it.
+        return record.same_trainer(now) and _verify_remote(Path(run_dir), record).state == "remote"
     if not record.same_trainer(now):
         return False                         # a clean exit removes the record
     assert verification.job is not None      # via SLURM: neither here nor elsewhere

@@ -27,24 +27,38 @@ def no_process_left_running(request):
             warnings.warn(f"{request.node.nodeid} left a process running (stopped now): {command}")
 
 
-# The signals whose disposition a child process inherits when it is ignored: a test that
-# leaves one ignored in the test process (a run that ended on a stop ignores further stops, as
-# a process about to exit does) would hand every process started after it a Ctrl-C that
-# does nothing.
-_INHERITED_WHEN_IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+# The signals whose disposition a child process inherits when it is ignored or blocked: a test
+# that leaves one so in the test process (a run that ended on a stop ignores further stops, as
+# a process about to exit does; a library's C code may block or ignore one behind Python's
+# back) would hand every process started after it a Ctrl-C that does nothing.
+_INHERITED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+def _kernel_view() -> dict[str, int]:
+    """Which of :data:`_INHERITED` the kernel has this process ignore and block (its own view,
+    which C code can change without Python's handlers showing it)."""
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines()
+                  if line.startswith(("SigIgn:", "SigBlk:")))
+    ours = sum(1 << (sig - 1) for sig in _INHERITED)
+    return {name: int(value, 16) & ours for name, value in fields.items()}
+
+
+_AT_START = ({sig: signal.getsignal(sig) for sig in _INHERITED}, _kernel_view())
 
 
 @pytest.fixture(autouse=True)
 def signal_handlers_put_back(request):
-    """After each test: the signal handlers of this process as they were before it, and a
-    warning naming the test that left one ignored."""
-    before = {sig: signal.getsignal(sig) for sig in _INHERITED_WHEN_IGNORED}
+    """After each test: the signal handlers of this process, and the kernel's view of them, as
+    they were when the tests began, and a warning naming the test that changed them."""
     yield
-    for sig, handler in before.items():
-        if signal.getsignal(sig) is not handler:
-            if signal.getsignal(sig) is signal.SIG_IGN:
-                warnings.warn(f"{request.node.nodeid} left {sig.name} ignored (put back now)")
+    handlers, kernel = _AT_START
+    now = {sig: signal.getsignal(sig) for sig in _INHERITED}
+    if now != handlers or _kernel_view() != kernel:
+        warnings.warn(f"{request.node.nodeid} left the signal handlers changed ({now}, {_kernel_view()}): "
+                      "put back")
+        for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _INHERITED)
 
 
 @pytest.fixture(autouse=True)

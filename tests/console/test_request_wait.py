@@ -119,3 +119,37 @@ def test_a_trainer_on_another_host_is_waited_for_by_both_drivers_until_its_recor
         if not gone:
             clock[0] = result.sent_at + timeout + 0.01
             assert said(reader) == [f"checkpoint request: {wait.why}"]
+
+
+def test_a_trainer_on_another_host_whose_heartbeat_went_stale_is_gone_for_both_drivers(tmp_path):
+    """Its lock file's heartbeat is the one word of it from here: stale, both drivers say it exited."""
+    import json
+    import os
+
+    from rundir.layout import LOCK_OWNER_FILE
+    from rundir.run_lock import LockOwner
+
+    host = f"not-{socket.gethostname()}"
+    record = {"pid": 4242, "create_time": EPOCH, "started": EPOCH, "host": host, "boot_id": "b" * 32,
+              "argv": ["andrea-train", str(tmp_path / "run")]}
+    run = make_run(tmp_path / "run", steps=50, checkpoints=(), trainer_record=record)
+    lock = run / LOCK_OWNER_FILE
+
+    def beat(at: float) -> None:
+        """The lock file as its holder last wrote it, at ``at``."""
+        owner = LockOwner(host=host, boot_id="b" * 32, pid=4242, start_ticks=None, create_time=EPOCH,
+                          token="f" * 32, heartbeat=at, acquired=EPOCH)
+        lock.write_text(json.dumps(owner.to_dict()))
+        os.utime(lock, (at, at))
+
+    beat(time.time())
+    verification = verify_trainer(run)
+    assert verification.state == "remote" and "heartbeat" in verification.reason, verification
+    reader = RunReader(run)
+    reader.read()
+    result = SignalResult(True, "", verification, time.time(), checkpoint_stamps(run))
+    dashboard_request(reader, result, 600.0)
+    beat(time.time() - 3600)                            # its last heartbeat an hour ago: the trainer is gone
+    assert verify_trainer(run).state == "stale"
+    assert said(reader) == ["checkpoint request: trainer pid 4242 exited without a new checkpoint"]
+    assert wait_for_checkpoint(run, result, 60.0).end is WaitEnd.TRAINER_EXITED     # not waited out
