@@ -201,6 +201,29 @@ def test_a_file_name_that_is_not_utf8_is_escaped_and_the_json_is_strict(make_run
     assert "step_000500\\xff.bin" in console(run, "--once").stdout
 
 
+def _process_state(pid: int) -> str:
+    """What the kernel says of a process that did not answer a signal: its state, its signal
+    masks, where it sleeps, and its threads'; and the test process's own masks (a child
+    inherits what is ignored or blocked)."""
+    def status(path: str) -> str:
+        try:
+            lines = open(path).read().splitlines()
+        except OSError as err:
+            return str(err)
+        return "; ".join(line for line in lines if line.startswith(("State", "Sig", "Shd", "Threads")))
+
+    def wchan(path: str) -> str:
+        try:
+            return open(path).read()
+        except OSError as err:
+            return str(err)
+
+    threads = sorted(os.listdir(f"/proc/{pid}/task")) if os.path.isdir(f"/proc/{pid}/task") else []
+    return (f"child {status(f'/proc/{pid}/status')}; "
+            + "; ".join(f"thread {t}: {wchan(f'/proc/{pid}/task/{t}/wchan')}" for t in threads)
+            + f"; this process {status('/proc/self/status')}")
+
+
 @pytest.mark.parametrize("mode", ["--checkpoint", "--stop"])
 def test_ctrl_c_while_waiting_is_one_line_and_exit_130(tmp_path, mode):
     """Ctrl-C during --checkpoint or --stop: one line, exit 130, no traceback."""
@@ -222,7 +245,10 @@ def test_ctrl_c_while_waiting_is_one_line_and_exit_130(tmp_path, mode):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.05)
         proc.send_signal(signals.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit 60 s after Ctrl-C: {_process_state(proc.pid)}") from None
         assert proc.returncode == 130, err
         assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("andrea-console: interrupted")
     finally:
