@@ -237,8 +237,12 @@ def test_ctrl_c_while_waiting_is_one_line_and_exit_130(tmp_path, mode):
     try:
         write_trainer_record(run, record_for(stand_in.pid))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # Started as a shell starts a command in the foreground, Ctrl-C at its default: the test
+        # runner may ignore it (a background job of a non-interactive shell does), and a child
+        # inherits an ignored signal.
         proc = subprocess.Popen([sys.executable, "-m", "console", str(run), mode, "--timeout", "600"], cwd=ROOT,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signals.signal(signals.SIGINT, signals.SIG_DFL))
         deadline = time.monotonic() + 60
         while "SIGUSR1" not in (tmp_path / "signals.txt").read_text() and "SIGTERM" not in \
                 (tmp_path / "signals.txt").read_text():
