@@ -177,9 +177,6 @@ class BadLine:
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
-_DEPTH_REFUSED = "depth limit exceeded"       # orjson's error for a value nested past its cap
-
-
 def parse_line(line: bytes) -> Any:
     """One line (or element) parsed, or a :class:`BadLine` saying why not; never raises."""
     if not line.strip():
@@ -188,12 +185,8 @@ def parse_line(line: bytes) -> Any:
         return BadLine("not text (binary data)")
     try:
         return orjson.loads(line)       # caps nesting itself (1,024 levels)
-    except (ValueError, RecursionError) as err:
-        # Past orjson's cap, never the stdlib's parser: its own cap is the interpreter's
-        # recursion limit less the caller's stack, so the tail and the incremental reader would
-        # disagree on a line nested about 1,000 deep.
-        if str(err).startswith(_DEPTH_REFUSED):
-            return BadLine("not valid JSON (nested deeper than 1,024 levels)")
+    except (ValueError, RecursionError):
+        pass
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:

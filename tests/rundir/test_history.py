@@ -599,25 +599,3 @@ def test_a_step_without_loss_is_absent_never_nonfinite(tmp_path, monkeypatch, pa
     assert [p.text for p in summary_problems(summary) if p.kind == "nonfinite"] == [
         ".loss.json: " + ("2 non-finite loss values" if len(want) == 2 else "1 non-finite loss value")
         + " among the newest steps"]
-
-
-def test_a_line_nested_past_the_cap_is_unreadable_however_deep_the_callers_stack():
-    """The one rule for a line does not depend on who asks: a line nested past orjson's cap is
-    unreadable from a shallow stack and from a deep one (the stdlib's parser, the fallback for
-    NaN and big numbers, caps nesting by what is left of the interpreter's recursion limit)."""
-    import sys
-
-    from rundir.history.records import BadLine, parse_line
-
-    line = b'{"step": 7, "x": ' + b"[" * 1982 + b"]" * 1982 + b"}"
-
-    def at_depth(n: int):
-        return parse_line(line) if n == 0 else at_depth(n - 1)
-
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(5000)
-    try:
-        assert isinstance(parse_line(line), BadLine)
-        assert isinstance(at_depth(10), BadLine) and isinstance(at_depth(900), BadLine)
-    finally:
-        sys.setrecursionlimit(limit)
