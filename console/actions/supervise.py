@@ -259,11 +259,12 @@ def wait_for_checkpoint(run_dir: str | os.PathLike[str], result: SignalResult, t
 
 class _Liveness:
     """Whether the verified trainer still runs, asked at most every ``SLURM_POLL_S`` when the
-    answer comes from the scheduler (the shared directory is watched every ``POLL_S``)."""
+    answer comes from the scheduler, or from the record, lock file and run.toml of a trainer on
+    another host (its heartbeat's bound is minutes); a local pid is asked every ``POLL_S``."""
 
     def __init__(self, run_dir: Path, verification: Verification):
         self.run_dir, self.verification = run_dir, verification
-        self.every = SLURM_POLL_S if verification.via_slurm else 0.0
+        self.every = SLURM_POLL_S if verification.via_slurm or verification.elsewhere else 0.0
         self.asked, self.answer = 0.0, True
 
     def __call__(self) -> bool:
