@@ -20,7 +20,7 @@ import queue
 import subprocess
 from functools import partial
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from textual import actions, work
 from textual.app import App
@@ -41,16 +41,16 @@ from ..model.format import LINE_LIMIT, printable
 from ..model.run_facts import RunSummary
 from ..model.snapshot import Notice, RunSnapshot, TrainerView
 from ..read.reader import RunReader
-from ..read.run_summary import RunsSummarizer
 from ..read.watcher import POLL_S, STEADY_READ_INTERVAL_S, PacedReads, watch_run
-from ..text.overview_report import trainer_label
 from .keys import CONTROL_ACTIONS
 from .messages import ConsoleNotice, FilesChanged, SnapshotReady, WatchMode
 from .options import ConsoleOptions
 from .screens import ConfirmScreen, DashboardScreen, HelpScreen, PivotScreen, RollbackScreen, RunDashboardScreen
-from .screens.overview import OverviewScreen
 from .session import RunSession
 from .widgets import CheckpointsPane
+
+if TYPE_CHECKING:       # the overview's parts are imported when a runs directory is opened, not for a run's
+    from .screens.overview import OverviewScreen
 
 # The garbage collector is back on by then even if no first frame came (see started).
 START_UP_S = 10.0
@@ -120,6 +120,9 @@ class ConsoleApp(App[None]):
         # default screen to paint and then replace.
         o = self.options
         if self.runs_root is not None:
+            from ..read.run_summary import RunsSummarizer
+            from .screens.overview import OverviewScreen
+
             self.overview = OverviewScreen(self.root, RunsSummarizer(self.root, o.verify, o.stall_after), o.now,
                                            o.refresh if o.watch else None)
             return self.overview
@@ -315,6 +318,8 @@ class ConsoleApp(App[None]):
         if s is None:
             self.say("no run selected", "warning")
             return None
+        from ..text.overview_report import trainer_label
+
         return s.path, TrainerView(state=s.trainer_state, label=trainer_label(s), reason=s.trainer_reason, pid=s.pid)
 
     def confirm_stop(self, run_dir: Path, trainer: TrainerView | None) -> None:
