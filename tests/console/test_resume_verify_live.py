@@ -17,8 +17,10 @@ CADENCE = 50
 
 
 def _killed_after_a_checkpoint(run) -> tuple[int, int]:
-    """Train until a checkpoint is complete and steps after it are logged, then SIGKILL:
-    (the checkpoint's step, the last step logged)."""
+    """Train until a checkpoint is complete (its ``.json`` written too: an asynchronous write
+    renames the ``.bin`` first, and under load the loop runs steps past it before the ``.json``
+    lands) and steps after it are logged, then SIGKILL: (the checkpoint's step, the last step
+    logged)."""
     for _ in range(5):
         proc = start_trainer(run, "--checkpoint-every", str(CADENCE), "--threads", "1")
         history = LossHistory(run / ".loss.json")
@@ -26,7 +28,8 @@ def _killed_after_a_checkpoint(run) -> tuple[int, int]:
         def past_a_checkpoint():
             history.refresh()
             ckpt = latest_resumable(run)
-            return ckpt is not None and history.last_step is not None and history.last_step > ckpt.step + 5
+            return (ckpt is not None and ckpt.status == "complete" and history.last_step is not None
+                    and history.last_step > ckpt.step + 5)
 
         try:
             wait_for(past_a_checkpoint, timeout=120, what="steps logged after a checkpoint")
@@ -35,6 +38,7 @@ def _killed_after_a_checkpoint(run) -> tuple[int, int]:
             proc.communicate(timeout=60)
         history.refresh()
         ckpt = latest_resumable(run)
+        assert ckpt.status == "complete", ckpt
         if history.last_step > ckpt.step:       # not killed right at a checkpoint: steps will be re-run
             return ckpt.step, history.last_step
     pytest.fail("every kill landed right after a checkpoint")
