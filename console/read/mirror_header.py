@@ -136,7 +136,7 @@ def _check_state(header: Header, path: Path, st: os.stat_result) -> str | None:
         return "its mirror keeps more than the reader does"
     if meta.rows > meta.rows_read or meta.nonfinite > meta.rows_read or meta.rows * MIN_LINE_BYTES > source.covered:
         return "its mirror counts more rows than it read"
-    if not all(nesting(event[4], limits.MAX_EVENT_NESTING + 1) for event in meta.events):
+    if not all(nesting(event[4], limits.MAX_NESTING + 1) for event in meta.events):
         return "its mirror holds an event nested too deep"
     return None
 

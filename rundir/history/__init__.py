@@ -34,8 +34,8 @@ from .limits import (
                      BLOCK_BYTES,
                      BLOCK_LINES,
                      LEAF_LINES,
-                     MAX_EVENT_NESTING,
                      MAX_LINE_BYTES,
+                     MAX_NESTING,
                      MAX_PROBLEMS,
                      MAX_REWINDS,
                      MAX_SUPERSEDED,
@@ -49,6 +49,6 @@ from .tail import HistoryTail, read_history_tail
 from .writer import LossHistoryWriter
 
 __all__ = ["ARRAY_PIECE_BYTES", "BLOCK_BYTES", "BLOCK_LINES", "HistoryEvent", "HistoryTail", "HistoryUpdate",
-           "LEAF_LINES", "LossHistory", "LossHistoryWriter", "MAX_EVENT_NESTING", "MAX_LINE_BYTES", "MAX_PROBLEMS",
+           "LEAF_LINES", "LossHistory", "LossHistoryWriter", "MAX_NESTING", "MAX_LINE_BYTES", "MAX_PROBLEMS",
            "MAX_REWINDS", "MAX_SUPERSEDED", "MAX_UPDATE_PROBLEMS", "Superseded", "TAIL_BYTES", "TAIL_WIDEN",
            "read_history_tail"]

@@ -19,8 +19,11 @@ LEAF_LINES = 32
 # A JSON array is decoded in pieces of about this size, cut where one object ends and
 # the next begins.
 ARRAY_PIECE_BYTES = 512 << 10
-# Events are kept whole (and handed on): one nested deeper than this is not kept.
-MAX_EVENT_NESTING = 64
+# A line nested deeper than this (arrays and objects, the line's own object counted) is
+# unreadable: a step line is flat and an event is kept whole and handed on. One number for
+# every reader, below every parser's own cap: those (orjson's 1,024, the stdlib's and
+# msgspec's recursion limit) differ, and the last two move with the interpreter's stack.
+MAX_NESTING = 64
 MAX_PROBLEMS = 20               # reasons kept in ``LossHistory.problems``
 MAX_UPDATE_PROBLEMS = 1000      # reasons kept in one update's ``new_problems`` (all are counted)
 # Step lines replaced by a newer line for the same step (a resume re-ran them), kept with

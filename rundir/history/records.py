@@ -2,7 +2,7 @@
 
 A line (or an element of a JSON array) is a **step line** (an object with a ``"step"``
 that is a non-negative 64-bit integer and no ``"event"``), an **event line** (an object
-whose ``"event"`` is not null, nested at most :data:`~.limits.MAX_EVENT_NESTING` deep),
+whose ``"event"`` is not null), either nested at most :data:`~.limits.MAX_NESTING` deep,
 or **unreadable**, with the reason. Every reader (the incremental one and the tail) asks
 here: :func:`typed_batch` for a batch of clean lines in one typed decode, else
 :func:`parse_line` and :func:`careful_batch` line by line, with the same answer.
@@ -165,6 +165,27 @@ def nested_deeper(value: Any, limit: int) -> bool:
     return False
 
 
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')     # a JSON string, escapes included
+_OPEN, _CLOSE = np.zeros(256, np.int8), np.zeros(256, np.int8)
+_OPEN[[ord("["), ord("{")]] = 1
+_CLOSE[[ord("]"), ord("}")]] = 1
+
+
+def text_nests_deeper(text: bytes | bytearray, limit: int, items: int = 0, start: int = 0,
+                      end: int | None = None) -> bool:
+    """Whether the JSON in ``text[start:end]`` nests arrays and objects more than ``limit``
+    deep, read from its bytes (strings skipped), as no parser's cap tells it: those differ
+    between parsers and move with the interpreter's stack. ``items``: the text is a JSON
+    array of that many objects, so that so few brackets show that none holds another."""
+    end = len(text) if end is None else end
+    opened = text.count(b"[", start, end) + text.count(b"{", start, end)
+    if opened <= limit or (items and opened <= items + 1):
+        return False
+    bare = np.frombuffer(_STRING.sub(b"", memoryview(text)[start:end]), np.uint8)
+    depth = np.cumsum(_OPEN[bare] - _CLOSE[bare], dtype=np.int32)
+    return bool(depth.size) and int(depth.max()) > limit
+
+
 class BadLine:
     """A line that is not JSON at all, and why."""
 
@@ -184,9 +205,11 @@ def parse_line(line: bytes) -> Any:
     if _CONTROL.search(line) is not None:      # JSON has none, in strings or out: binary junk
         return BadLine("not text (binary data)")
     try:
-        return orjson.loads(line)       # caps nesting itself (1,024 levels)
+        return orjson.loads(line)       # line_kind caps its nesting
     except (ValueError, RecursionError):
         pass
+    if text_nests_deeper(line, limits.MAX_NESTING):      # before a parser whose cap is the stack's
+        return BadLine(_TOO_DEEP)
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
@@ -211,6 +234,7 @@ def _encodable(value: Any) -> bool:
 
 # -- what a parsed line is ---------------------------------------------------------------
 STEP, EVENT, BAD = "step", "event", "bad"
+_TOO_DEEP = f"nested more than {limits.MAX_NESTING} levels deep"
 
 
 def line_kind(record: Any) -> tuple[str, str]:
@@ -219,9 +243,9 @@ def line_kind(record: Any) -> tuple[str, str]:
         return BAD, record.reason
     if not isinstance(record, dict):
         return BAD, "not a JSON object"
+    if nested_deeper(record, limits.MAX_NESTING):
+        return BAD, _TOO_DEEP
     if record.get("event") is not None:
-        if nested_deeper(record, limits.MAX_EVENT_NESTING):
-            return BAD, f"an event nested more than {limits.MAX_EVENT_NESTING} levels deep"
         return EVENT, ""
     step = record.get("step")
     if not is_int(step) or step < 0:
@@ -299,6 +323,8 @@ def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], by
         return None                 # a line holding a comma-joined pair
     if not decoded:
         return Batch(columns_from_rows([]), [], [])
+    if text_nests_deeper(bytes(text), limits.MAX_NESTING + 1, len(decoded)):      # a skipped key's value
+        return None
     try:
         block = _typed_columns(decoded, columns)
     except OverflowError:           # a step or token count past 64 bits
@@ -310,8 +336,7 @@ def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], by
         is_step = np.equal(np.array(events, object), None)  # type: ignore[call-overload]
         for n_before, i in enumerate(np.flatnonzero(~is_step).tolist()):     # events are rare: read them whole
             record = parse_line(element(i, decoded))
-            if not isinstance(record, dict) or "event" not in record \
-                    or nested_deeper(record, limits.MAX_EVENT_NESTING):
+            if not isinstance(record, dict) or "event" not in record:
                 return None
             found.append((record, first + i, i - n_before))
         block = {name: (col[is_step] if name != "arm_names" else np.array(col, object)[is_step].tolist())
@@ -372,6 +397,8 @@ def typed_series_batch(buf: bytearray, start: int, end: int, first: int, keys: S
         return None                             # invalid, or a line holding a comma-joined pair
     if not decoded:
         return Batch(columns_from_rows([], keys.series), [], [])
+    if text_nests_deeper(buf, limits.MAX_NESTING + 1, len(decoded), start, end + 1):
+        return None                             # a skipped key's value, or an other key's
     if tuple(map(_GET["event"], decoded)).count(None) != len(decoded):
         return None                             # an event key written with escapes
     try:

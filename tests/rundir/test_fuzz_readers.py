@@ -177,11 +177,10 @@ def _line_by_line(lines: list[bytes]) -> tuple[list[int], list[float], list[tupl
         record = history_records.parse_line(line) if len(line) <= limits.MAX_LINE_BYTES else None
         if not isinstance(record, dict):
             bad += 1
+        elif history_records.nested_deeper(record, limits.MAX_NESTING):
+            bad += 1
         elif record.get("event") is not None:
-            if history_records.nested_deeper(record, limits.MAX_EVENT_NESTING):
-                bad += 1
-            else:
-                events.append((str(record["event"]), number))
+            events.append((str(record["event"]), number))
         elif not history_records.is_int(step := record.get("step")) or step < 0:
             bad += 1
         else:

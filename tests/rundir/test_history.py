@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 
 import numpy as np
 import orjson
@@ -13,6 +14,7 @@ import pytest
 from rundir import LossHistory, LossHistoryWriter, late_bytes
 from rundir.history import limits
 from rundir.history.array_scan import event_separators
+from rundir.history.tail import read_history_tail
 from tests.rundirs import make_run
 
 
@@ -280,6 +282,33 @@ def test_deep_nesting_between_good_lines(tmp_path, fmt):
     assert h.bad_lines == u.new_bad_lines == 6 and h.events == []
     unit = "line" if fmt == "jsonl" else "element"
     assert [p.split(":", 1)[0] for p in h.problems] == [f".loss.json {unit} {n}" for n in (2, 4, 6, 8, 9, 11)]
+
+
+def _step_nested(step: int, depth: int) -> bytes:
+    """A step line nested ``depth`` deep (its own object the first level), in a key no reader knows."""
+    return b'{"step": %d, "x": ' % step + b"[" * (depth - 1) + b"]" * (depth - 1) + b', "s": "]]]"}'
+
+
+@pytest.mark.parametrize("recursion_limit", [1000, 4000])
+def test_a_step_line_past_the_nesting_cap_is_unreadable_for_every_reader_at_any_stack(tmp_path, recursion_limit):
+    """One cap (64) for every line, step lines too, whatever the parsers' own caps (orjson's
+    1,024; msgspec's and the stdlib's, which move with the recursion limit and the stack's
+    depth): the incremental reader and the tail agree on each line (a closing bracket in a
+    string hides no level)."""
+    depths = [2, limits.MAX_NESTING, limits.MAX_NESTING + 1, 500, 1030, 1980, 3500]
+    lines = [orjson.dumps(step_line(1))] + [_step_nested(i, d) for i, d in enumerate(depths, 2)]
+    path = tmp_path / ".loss.json"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(recursion_limit)
+    try:
+        history, tail = LossHistory(path), read_history_tail(path)
+        history.refresh()
+    finally:
+        sys.setrecursionlimit(before)
+    assert history.step.tolist() == tail.step.tolist() == [1, 2, 3]
+    assert history.bad_lines == tail.bad_lines == 5
+    assert all(p.endswith("nested more than 64 levels deep") for p in history.problems), history.problems
 
 
 def test_deep_nesting_in_a_live_history_does_not_stop_the_reader(tmp_path):
