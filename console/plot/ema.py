@@ -5,6 +5,8 @@ step, extended incrementally from a carry, and kept in float32 where the values 
 from __future__ import annotations
 
 import math
+import weakref
+from typing import Hashable
 
 import numpy as np
 
@@ -79,6 +81,58 @@ def line_dtype(values: np.ndarray) -> type:
     """float32 for a drawn line of values within ±:data:`FLOAT32_RANGE` (NaN aside): seven
     digits, far finer than a pixel; float64 otherwise."""
     return np.float32 if len(values) and within_limit(values, FLOAT32_RANGE) else np.float64
+
+
+class SmoothedLine:
+    """One series' smoothed line, kept as the series grows: extended from its carry into
+    spare room (what is kept is never copied again, and the room not yet written costs no
+    memory), computed anew when its key changes (a rewind) or a new value does not fit
+    float32. The plots showing one series with one smoothing share it (:class:`SmoothedLines`)."""
+
+    def __init__(self, beta: float):
+        self.beta = beta
+        self._buf: np.ndarray | None = None
+        self._length = 0
+        self._key: Hashable = None
+        self._carry = (0.0, 0.0)
+
+    def of(self, values: np.ndarray, key: Hashable) -> np.ndarray:
+        """The line of ``values``, which under one ``key`` only ever grow (fewer than before:
+        a history read anew, and the line is too)."""
+        buf, done, n = self._buf, self._length, len(values)
+        if buf is None or key != self._key or n < done:
+            return self._anew(values, key)
+        if n == done:
+            return buf[:n]
+        if buf.dtype == np.float32 and line_dtype(values[done:]) is np.float64:
+            return self._anew(values, key)            # values past float32's range: the line in float64
+        tail, self._carry = ema_debiased(values[done:], self.beta, self._carry, buf.dtype.type)
+        if n > len(buf):
+            grown = np.empty(max(n, 2 * len(buf)), buf.dtype)
+            grown[:done] = buf[:done]
+            self._buf = buf = grown
+        buf[done:n] = tail
+        self._length = n
+        return buf[:n]
+
+    def _anew(self, values: np.ndarray, key: Hashable) -> np.ndarray:
+        line, self._carry = ema_debiased(values, self.beta, dtype=line_dtype(values))
+        self._buf, self._length, self._key = line, len(line), key
+        return line
+
+
+class SmoothedLines:
+    """A dashboard's smoothed lines, one per (series, smoothing) that some plot shows: a plot
+    holds the one it draws, and a line no plot holds any more is dropped."""
+
+    def __init__(self) -> None:
+        self._lines: weakref.WeakValueDictionary[tuple[str, float], SmoothedLine] = weakref.WeakValueDictionary()
+
+    def line(self, series: str, beta: float) -> SmoothedLine:
+        line = self._lines.get((series, beta))
+        if line is None:
+            line = self._lines[(series, beta)] = SmoothedLine(beta)
+        return line
 
 
 def _ema_all_valid(x: np.ndarray, beta: float, carry: tuple[float, float]) -> tuple[np.ndarray, tuple[float, float]]:

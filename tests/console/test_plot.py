@@ -249,3 +249,30 @@ def test_a_span_below_the_values_precision_is_drawn_as_a_constant_with_labels_to
     labels = list(y_labels(float(np.log10(3e-3)), float(np.log10(3.0001e-3)), 8, True).values())
     shown = [t for t in labels if t]
     assert shown and len(set(shown)) == len(shown) and all(len(t) <= 6 for t in labels), labels
+
+
+def test_a_smoothed_line_grows_in_place_and_is_shared_while_some_plot_holds_it():
+    import gc
+
+    from console.plot.ema import SmoothedLines
+
+    x = 2.0 + np.random.default_rng(5).normal(0, 0.1, 10_000)
+    lines = SmoothedLines()
+    line = lines.line("loss", 0.98)
+    assert lines.line("loss", 0.98) is line and lines.line("loss", 0.9) is not line
+    whole = ema_debiased(x, 0.98, dtype=np.float32)[0]
+    first = line.of(x[:1000], 0)
+    grown = [line.of(x[:n], 0) for n in (1000, 1001, 1900, 10_000)]
+    assert first.dtype == np.float32 and np.array_equal(grown[-1], whole)
+    assert np.shares_memory(grown[1], grown[2])             # extended where it was, into room made at 1,001
+    assert np.array_equal(first, whole[:1000])              # and a line handed out stays as it was
+    assert np.array_equal(line.of(x[:500], 0), ema_debiased(x[:500], 0.98)[0].astype(np.float32))  # read anew
+    changed = x.copy()
+    changed[:10] += 1.0
+    assert np.array_equal(line.of(changed, 1), ema_debiased(changed, 0.98, dtype=np.float32)[0])  # a rewind
+    huge = np.append(x, 1e31)
+    line.of(x, 1)
+    assert line.of(huge, 1).dtype == np.float64                # past float32's range: kept in float64
+    del line, first, grown
+    gc.collect()
+    assert lines.line("loss", 0.98).of(x[:10], 0).shape == (10,)   # no plot held it: a new one

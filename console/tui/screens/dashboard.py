@@ -19,6 +19,7 @@ from textual.widget import Widget
 
 from ...model.series import DEFAULT_GRID, available, spec_of
 from ...model.snapshot import Notice, RunSnapshot
+from ...plot.ema import SmoothedLines
 from ..keys import BACK_TO_OVERVIEW, JOB_KEYS, RUN_KEYS, VIEW_KEYS, bindings, hints, pane_keys
 from ..messages import DetailRequested
 from ..widgets import (
@@ -76,6 +77,7 @@ class DashboardScreen(Screen):
         self.compact: bool | None = None
         self._applied: tuple[bool, str] | None = None       # (compact, pane) the panes were set up for
         self._titles: dict[str, str] = {}
+        self.smoothed_lines = SmoothedLines()       # the plots of one series share its smoothed line
 
     def compose(self) -> ComposeResult:
         # The layout's classes from the start: the first resize would otherwise add them
@@ -87,11 +89,12 @@ class DashboardScreen(Screen):
                 # The plot comes first: under it, in the compact layout, the status pane
                 # (key 6); in the full one the status is docked to the plot's left.
                 # The plots are bound to the snapshot: each plots a new one itself.
-                yield LossPlot(self.window_steps, self.smoothing, id="plot",
+                yield LossPlot(self.window_steps, self.smoothing, id="plot", lines=self.smoothed_lines,
                                classes="pane").data_bind(DashboardScreen.snapshot)
                 with Grid(id="plot-grid"):
                     for i, name in enumerate(self.grid_series):
                         yield LossPlot(self.window_steps, self.smoothing, series=name, small=True, id=f"grid-{i}",
+                                       lines=self.smoothed_lines,
                                        classes="pane small-plot").data_bind(DashboardScreen.snapshot)
                 yield StatusPane(id="status", classes="pane")
             with Horizontal(id="row-middle", classes="row"):

@@ -27,7 +27,7 @@ from ...model.series import UnknownSeries, is_sparse, on_rows, series_values, sp
 from ...model.snapshot import HistoryView, RunSnapshot
 from ...model.units import unit_of
 from ...plot.canvas import ABANDONED_STYLE, LABEL_WIDTH, PlotOptions, build_canvas, plot_x, render_runs
-from ...plot.ema import ema_debiased, line_dtype
+from ...plot.ema import SmoothedLine, SmoothedLines
 from ...plot.view import cursor_column, joined, readout, step_at, visible_rows, with_cursor, zoom_text
 from ..keys import PLOT_KEYS, bindings
 from .plot_pane import PlotPane
@@ -54,7 +54,7 @@ class LossPlot(PlotPane):
             self.plot = plot
 
     def __init__(self, window_steps: int = 2000, smoothing: float = 0.98, series: str = "loss",
-                 small: bool = False, **kwargs) -> None:
+                 small: bool = False, lines: SmoothedLines | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.small = small
         self.window_steps = window_steps
@@ -65,9 +65,10 @@ class LossPlot(PlotPane):
         self._markers: tuple[Marker, ...] = ()
         # The versions of the snapshot's history and markers drawn: the render cache's key.
         self._version: tuple[int | None, int | None] | None = None
-        self._ema: np.ndarray | None = None
-        self._ema_key: tuple | None = None
-        self._ema_carry = (0.0, 0.0)
+        # The smoothed line drawn, shared with the dashboard's other plots of the same series.
+        self._lines = lines if lines is not None else SmoothedLines()
+        self._line: SmoothedLine | None = None
+        self._line_of = series
         self._cache_key: tuple | None = None
         self._strips: list[Strip] = []
         self._strips_key: tuple | None = None     # (the drawing's key, the cursor) of the strips
@@ -121,22 +122,11 @@ class LossPlot(PlotPane):
     def _smooth(self, h: HistoryView, values: np.ndarray) -> np.ndarray | None:
         beta = self.smoothing
         if beta <= 0:
+            self._line = None
             return None
-        key = (h.rewinds, beta, self.series)
-        n = len(values)
-        if self._ema is not None and self._ema_key == key and len(self._ema) <= n:
-            k = len(self._ema)
-            dtype = self._ema.dtype.type
-            if k < n and line_dtype(values[k:]) is np.float64 and dtype is np.float32:
-                self._ema_key = None                # values past float32's range: the line in float64
-                return self._smooth(h, values)
-            if k < n:
-                tail, self._ema_carry = ema_debiased(values[k:], beta, self._ema_carry, dtype)
-                self._ema = np.concatenate([self._ema, tail])
-        else:
-            self._ema, self._ema_carry = ema_debiased(values, beta, dtype=line_dtype(values))
-            self._ema_key = key
-        return self._ema
+        if self._line is None or (self._line_of, self._line.beta) != (self.series, beta):
+            self._line, self._line_of = self._lines.line(self.series, beta), self.series
+        return self._line.of(values, h.rewinds)
 
     def _abandoned_rows(self, h: HistoryView, steps: np.ndarray) -> np.ndarray | None:
         """The abandoned-steps mask at ``steps``, computed once per history version."""
