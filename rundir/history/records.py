@@ -313,7 +313,7 @@ def typed_batch(text: memoryview | bytes, element: Callable[[int, list[Any]], by
     known) in one typed decode, the first numbered ``first``; event lines are read whole
     through ``element(i, decoded)``, which gives the i-th line's bytes. None when any line
     needs :func:`careful_batch` (not JSON, NaN tokens, a field of another type, a step
-    out of range, an event too deep): what it returns then is what that gives, for the
+    out of range, a line nested too deep): what it returns then is what that gives, for the
     ``columns`` asked for ("step" among them; the arm's are ``arm_names``)."""
     try:
         decoded = _typed_decoder(columns)(text)
