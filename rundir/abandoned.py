@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from .history.step_rows import search_steps
 from .layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
 
 if TYPE_CHECKING:       # the history's tail asks run_head where the run is: no import back at run time
@@ -23,7 +24,7 @@ def head_rows(steps: np.ndarray, head_step: int | None) -> int:
     where the run is, left by an earlier segment."""
     if head_step is None:
         return len(steps)
-    return int(np.searchsorted(steps, head_step, side="right"))
+    return int(search_steps(steps, head_step, side="right"))
 
 
 def abandoned_mask(steps: np.ndarray, times: np.ndarray | None, events: Iterable[HistoryEvent],
@@ -45,7 +46,7 @@ def abandoned_mask(steps: np.ndarray, times: np.ndarray | None, events: Iterable
         to_step, from_step = ev.data.get("to_step"), ev.data.get("from_step")
         if not isinstance(to_step, int) or not isinstance(from_step, int):
             continue
-        lo, hi = np.searchsorted(steps, [to_step + 1, from_step + 1])
+        lo, hi = search_steps(steps, [to_step + 1, from_step + 1])
         older = np.zeros(len(steps), dtype=bool)
         older[lo:hi] = times[lo:hi] < ev.time
         mask = older if mask is None else mask | older

@@ -24,6 +24,7 @@ from .abandoned import head_rows
 from .atomic import atomic_write_json, fsync_dir, remove_stale_temps
 from .checkpoint import CheckpointInfo, list_checkpoints, sidecar_path
 from .history import LossHistory
+from .history.step_rows import search_steps
 from .journal import StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged, write_staged
 from .layout import ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, checkpoint_step, rollback_archive_name
 from .pivot_files import PivotError, archive_root, regular_file_or_none, utc_stamp
@@ -191,7 +192,7 @@ def lost_training(history: LossHistory, to_step: int, tokens_at_step: int | None
     last = int(steps[-1]) if len(steps) else None
     if last is None or last <= to_step:
         return Loss(to_step, last, 0, 0, 0.0)
-    at = int(np.searchsorted(steps, to_step, side="right")) - 1      # the line of to_step, or the one before
+    at = int(search_steps(steps, to_step, side="right")) - 1      # the line of to_step, or the one before
     tokens_col, time_col = history.tokens[:rows], history.time[:rows]
     start_tokens = tokens_at_step if tokens_at_step is not None else (
         int(tokens_col[at]) if at >= 0 and tokens_col[at] >= 0 else None)

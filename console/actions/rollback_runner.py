@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rundir import (
     CheckpointInfo,
     ConfigError,
@@ -44,6 +42,7 @@ from rundir import (
 )
 from rundir.abandoned import abandoned_mask, live_pivot_steps
 from rundir.config import AlertsConfig
+from rundir.history.step_rows import search_steps
 from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD, RUN_TOML
 from rundir.pivot_files import read_journal as read_pivot_journal
 from rundir.pivot_files import unfinished_text
@@ -128,7 +127,7 @@ def newest_spike(history: LossHistory, window: int, k: float) -> Spike | None:
     spikes = find_spikes(history.step, history.loss, window, k)
     abandoned = abandoned_mask(history.step, history.time, history.events, history.head_step)
     if abandoned is not None:
-        index = np.searchsorted(history.step, [s.start for s in spikes])
+        index = search_steps(history.step, [s.start for s in spikes])
         spikes = [s for s, i in zip(spikes, index) if not abandoned[i]]
     return spikes[-1] if spikes else None
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from rundir.history.step_rows import search_steps
 from rundir.layout import EVENT_RESUME, EVENT_START
 from rundir.text import printable
 
@@ -97,7 +98,7 @@ def _segment_starts(h: "HistoryView", steps: np.ndarray, times: np.ndarray) -> n
     event and where the clock went back."""
     bounds = sorted({(ev.step if isinstance(ev.step, int) else 0) + 1 for ev in h.events
                      if ev.event in (EVENT_START, EVENT_RESUME)})
-    rows = np.searchsorted(steps, np.asarray(bounds, np.int64), side="left")
+    rows = search_steps(steps, np.asarray(bounds, np.int64))
     with np.errstate(invalid="ignore"):
         back = np.flatnonzero(times[1:] < times[:-1]) + 1
     starts = np.union1d(np.concatenate([[0], rows, back]), [])
@@ -293,7 +294,7 @@ def value_at(h: "HistoryView", name: str, step: int) -> float:
         ok = np.isfinite(values)
         memo[key] = (steps[ok], values[ok])
     steps, values = memo[key]
-    i = int(np.searchsorted(steps, step, side="right")) - 1
+    i = int(search_steps(steps, step, side="right")) - 1
     return float(values[i]) if i >= 0 else math.nan
 
 
@@ -304,4 +305,4 @@ def on_rows(h: HistoryView, steps: np.ndarray, column: np.ndarray | None) -> np.
         return column
     if not len(column):
         return np.full(len(steps), np.nan) if column.dtype.kind == "f" else np.zeros(len(steps), column.dtype)
-    return column[np.minimum(np.searchsorted(h.step, steps), len(column) - 1)]
+    return column[np.minimum(search_steps(h.step, steps), len(column) - 1)]

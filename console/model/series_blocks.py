@@ -25,6 +25,7 @@ import numpy as np
 
 from rundir.abandoned import abandoned_mask, head_rows
 from rundir.history.limits import MAX_SUPERSEDED
+from rundir.history.step_rows import search_steps
 from rundir.layout import EVENT_ROLLBACK
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def rollback_rows(steps: np.ndarray, events: Iterable["HistoryEvent"]) -> Iterab
     for ev in events:
         to_step = ev.data.get("to_step") if ev.event == EVENT_ROLLBACK else None
         if isinstance(to_step, int) and not isinstance(to_step, bool):
-            yield int(np.searchsorted(steps, to_step + 1))
+            yield int(search_steps(steps, to_step + 1))
 
 
 class SeriesBlocks:
@@ -121,7 +122,7 @@ class SeriesBlocks:
     # -- the reader's side ---------------------------------------------------------------
     def follow(self, h: "LossHistory", update: "HistoryUpdate") -> None:
         """After a read of ``h``: forget the blocks its changes touch (see the module's docstring)."""
-        rows = [int(np.searchsorted(h.step, update.rewound_from))] if update.rewound_from is not None else []
+        rows = [int(search_steps(h.step, update.rewound_from))] if update.rewound_from is not None else []
         rows += rollback_rows(h.step, update.new_events)
         if rows or update.reset:
             self.forget_from(0 if update.reset else min(rows))
@@ -228,13 +229,13 @@ class SeriesBlocks:
         if new_rewinds < 0 or new_rewinds > len(h.rewinds):
             return 0
         steps = h.step
-        changed = [int(np.searchsorted(steps, step)) for step, _ in h.rewinds[len(h.rewinds) - new_rewinds:]]
+        changed = [int(search_steps(steps, step)) for step, _ in h.rewinds[len(h.rewinds) - new_rewinds:]]
         since = h.superseded.get("row") >= int(marks["rows_read"])
         if since.all() and len(since) >= MAX_SUPERSEDED:
             return 0                            # older ones replaced since may be forgotten
         replaced = h.superseded.get("step")[since]
         if len(replaced):
-            changed.append(int(np.searchsorted(steps, int(replaced.min()))))
+            changed.append(int(search_steps(steps, int(replaced.min()))))
         rollbacks = [ev for ev in h.events if ev.event == EVENT_ROLLBACK][int(marks["rollbacks"]):]
         changed += rollback_rows(steps, rollbacks)
         return max(0, min([rows, *changed]))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from rundir.history.step_rows import search_steps
 from rundir.text import printable
 
 from .series import RATE_WINDOW, SHARE_WINDOW, arm_groups, available, on_rows, series_values, spec_of, value_at
@@ -132,7 +133,7 @@ def _at_cursor(h: "HistoryView", name: str, cursor: int | None) -> float:
     if not _row_aligned(h, name):
         return value_at(h, name, cursor)
     values = values_on_rows(h, name)
-    row = _finite_near(values, int(np.searchsorted(h.step, cursor, side="right")), 0)
+    row = _finite_near(values, int(search_steps(h.step, cursor, side="right")), 0)
     return float(values(row, row + 1)[0]) if row is not None else math.nan
 
 
@@ -146,14 +147,14 @@ def _stats(h: "HistoryView", name: str, zoom: tuple[int, int] | None) -> Stats:
             if kept:
                 return stats
         lo, hi = (0, len(h.step)) if zoom is None else \
-            (int(np.searchsorted(h.step, zoom[0], "left")), int(np.searchsorted(h.step, zoom[1], "right")))
+            (int(search_steps(h.step, zoom[0])), int(search_steps(h.step, zoom[1], "right")))
         return stats_of_rows(h, lo, hi, values)
     steps, values = series_values(h, name)
     kept = _kept(h, name, steps)
     if kept is not None:
         steps, values = steps[kept], values[kept]
     if zoom is not None:
-        lo, hi = np.searchsorted(steps, zoom[0], "left"), np.searchsorted(steps, zoom[1], "right")
+        lo, hi = int(search_steps(steps, zoom[0])), int(search_steps(steps, zoom[1], "right"))
         steps, values = steps[lo:hi], values[lo:hi]
     return stats_of(steps, values)
 

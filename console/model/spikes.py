@@ -37,6 +37,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rundir.config import DEFAULT_K, DEFAULT_WINDOW, MIN_WINDOW  # noqa: F401  (W and k's defaults, run.toml [alerts])
 from rundir.history.records import nonfinite_mask
+from rundir.history.step_rows import search_steps
 
 MAD_FLOOR = 1e-3            # the MAD of a flat loss, relative to its median
 READ_ROWS = 1 << 16         # new rows are read a chunk of this many at a time
@@ -165,7 +166,7 @@ class SpikeDetector:
             self._forget_all()                           # replaced or shrunk: read anew
             rows = 0
         if changed_from is not None and rows and changed_from <= self._last_step:
-            rows = int(np.searchsorted(steps[:rows], changed_from))
+            rows = int(search_steps(steps[:rows], changed_from))
             self._rewind(int(steps[rows]) if rows < n else changed_from, rows, steps, losses)
         for lo in range(rows, n, READ_ROWS):            # a chunk at a time: no copy of a long history
             hi = min(n, lo + READ_ROWS)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from rich.text import Text
 
+from rundir.history.step_rows import search_steps
+
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.units import PLAIN, Unit
 from .ema import ema_debiased, line_dtype
@@ -163,7 +165,7 @@ def build_canvas(steps: np.ndarray, loss: np.ndarray, smooth: np.ndarray | None,
         return canvas
     first = 0
     if options.window and len(steps):
-        first = int(np.searchsorted(steps, steps[-1] - options.window + 1, side="left"))
+        first = int(search_steps(steps, steps[-1] - options.window + 1))
     canvas.x_axis = x_axis if x is not None else "step"
     steps_shown = steps[first:]
     s = x[first:] if x is not None else steps_shown

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rundir.history.step_rows import gapless_from, search_steps
 from rundir.text import counted
 
 # The largest magnitude the plot draws. Spans and means of values up to it stay finite in
@@ -64,36 +65,6 @@ def column_of(steps: np.ndarray, x0: float, x1: float, columns: int) -> np.ndarr
     return np.clip(col, 0, columns - 1)
 
 
-# Integer steps are searched for with integer needles: a float needle makes numpy convert the
-# whole array to float first (an O(n) copy for every search).
-_INT_SAFE = float(2 ** 62)
-
-
-def search(steps: np.ndarray, x: np.ndarray | float, side: str = "left") -> np.ndarray:
-    """``np.searchsorted(steps, x, side)`` for float ``x`` without converting ``steps``
-    (ascending; integer steps are unique, as a history's are)."""
-    x = np.asarray(x, dtype=np.float64)
-    n = len(steps)
-    if steps.dtype.kind in "iu" and n and x.size and bool(np.all(np.abs(x) < _INT_SAFE)):
-        # A step is >= x where it is >= ceil(x), and > x where it is > floor(x).
-        x = (np.ceil(x) if side == "left" else np.floor(x) + 1).astype(np.int64)
-        first = gapless_from(steps)
-        if first is not None:       # where a step lies is arithmetic: no page of a long column is read
-            return np.clip(x - first, 0, n)
-        return np.searchsorted(steps, x, side="left")
-    return np.searchsorted(steps, x, side=side)
-
-
-def gapless_from(steps: np.ndarray) -> int | None:
-    """The first step when ``steps`` (ascending, unique when integers) are every integer
-    from it to the last, as a history without gaps has: then ``steps[i]`` is ``first + i``."""
-    n = len(steps)
-    if steps.dtype.kind not in "iu" or not n:
-        return None
-    first = int(steps[0])
-    return first if int(steps[-1]) - first == n - 1 else None
-
-
 def column_starts(steps: np.ndarray, x0: float, x1: float, columns: int) -> np.ndarray:
     """For each pixel column, the first index of ``steps`` (ascending, within ``[x0, x1]``)
     that :func:`column_of` puts in it or after it: the same columns, found by searching the
@@ -102,7 +73,7 @@ def column_starts(steps: np.ndarray, x0: float, x1: float, columns: int) -> np.n
     moved until :func:`column_of` agrees (the formula is monotonic, so this ends at once)."""
     span = max(x1 - x0, 1e-12)
     wanted = np.arange(columns)
-    starts = search(steps, x0 + wanted * (span / columns))
+    starts = search_steps(steps, x0 + wanted * (span / columns))
     n = len(steps)
     if n == 0:
         return starts
@@ -135,7 +106,7 @@ def envelope(steps: np.ndarray, values: np.ndarray, x0: float, x1: float, column
         return Envelope(lo, hi)
     # Only the steps inside [x0, x1]; then each one's column, by the same formula as the
     # markers use, and the first index of each column (columns are ascending with steps).
-    first, stop = int(search(steps, x0)), int(search(steps, x1, side="right"))
+    first, stop = int(search_steps(steps, x0)), int(search_steps(steps, x1, side="right"))
     steps, values = steps[first:stop], values[first:stop]
     if len(steps) == 0:
         return Envelope(lo, hi)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
+from rundir.history.step_rows import search_steps
+
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.series import available, spec_of, value_at
 
@@ -32,8 +34,7 @@ def visible_rows(steps: np.ndarray, zoom: StepRange | None) -> slice:
     """The rows of ``steps`` (ascending) inside the zoom: all of them without one."""
     if zoom is None or not len(steps):
         return slice(0, len(steps))
-    lo, hi = np.searchsorted(steps, [zoom[0], zoom[1]], side="left")
-    hi = int(np.searchsorted(steps, zoom[1], side="right"))
+    lo, hi = int(search_steps(steps, zoom[0])), int(search_steps(steps, zoom[1], side="right"))
     return slice(int(lo), max(int(lo), hi))
 
 
@@ -121,7 +122,7 @@ def readout(h: "HistoryView", step: int, markers: Iterable[Marker], names: list[
     steps (the steps its cell column covers), the time and tokens there, then every other
     series' value (``names``: default all the history has) in its unit, while they fit; where
     some do not, :data:`MORE_HINT` says where they all are."""
-    row = int(np.searchsorted(h.step, step))
+    row = int(search_steps(h.step, step))
     head, rest = [f"step {step:,}"], []
     if row < len(h.step) and int(h.step[row]) == step:
         if h.time_column is not None and math.isfinite(h.time_column[row]):

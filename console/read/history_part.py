@@ -22,6 +22,7 @@ import numpy as np
 
 from rundir import HistoryUpdate, LossHistory, RunConfig
 from rundir.abandoned import head_rows, run_head
+from rundir.history.step_rows import search_steps
 from rundir.layout import EVENT_RESUME, EVENT_START, LOSS_JSON
 from rundir.text import counted
 
@@ -73,7 +74,7 @@ def current_segment(h: LossHistory) -> tuple[slice, float]:
         if not math.isfinite(since) or (math.isfinite(t) and t >= since):
             start_step, since = step, (t if math.isfinite(t) else -math.inf)
     steps = h.step
-    lo = int(np.searchsorted(steps, start_step, side="left"))
+    lo = int(search_steps(steps, start_step))
     hi = head_rows(steps, h.head_step)
     return slice(max(lo, hi - 2 * RATE_STEPS), max(lo, hi)), since
 

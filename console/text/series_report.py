@@ -15,6 +15,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from rundir.history.step_rows import search_steps
+
 from ..model.series import UnknownSeries, on_rows, series_values, spec_of
 from ..model.snapshot import HistoryView
 
@@ -45,8 +47,8 @@ class StepRange:
 
     def rows(self, steps: np.ndarray) -> slice:
         """The rows of ``steps`` (ascending) inside the range."""
-        lo = 0 if self.first is None else int(np.searchsorted(steps, self.first, side="left"))
-        hi = len(steps) if self.last is None else int(np.searchsorted(steps, self.last, side="right"))
+        lo = 0 if self.first is None else int(search_steps(steps, self.first))
+        hi = len(steps) if self.last is None else int(search_steps(steps, self.last, side="right"))
         return slice(lo, max(lo, hi))
 
 

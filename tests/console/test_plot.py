@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from console.model.markers import Marker
 from console.plot.canvas import PlotOptions, build_canvas, plot_text, render
 from console.plot.ema import ema_debiased
-from console.plot.envelope import column_of, column_starts, envelope, search
+from console.plot.envelope import column_of, column_starts, envelope
 
 N = 200_000
 
@@ -104,20 +104,6 @@ def test_column_starts_of_gapless_steps_are_computed_alike(first, n, cut, column
     inside = steps[(steps >= x0) & (steps <= x1)]
     starts = column_starts(inside, x0, x1, columns)
     assert np.array_equal(starts, np.searchsorted(column_of(inside, x0, x1, columns), np.arange(columns)))
-
-
-@settings(max_examples=300, deadline=None)
-@given(first=st.integers(-10**12, 10**12), n=st.integers(1, 300), gaps=st.booleans(),
-       needles=st.lists(st.floats(-1e13, 1e13, allow_nan=False), min_size=1, max_size=20),
-       side=st.sampled_from(["left", "right"]), seed=st.integers(0, 2**16))
-def test_search_is_searchsorted_without_converting_the_steps(first, n, gaps, needles, side, seed):
-    """Steps with no gap are searched by arithmetic, others with integer needles: both where
-    ``np.searchsorted`` puts a float needle."""
-    rng = np.random.default_rng(seed)
-    steps = first + (np.cumsum(rng.integers(1, 4, n)) if gaps else np.arange(n))
-    near = [float(steps[min(int(abs(x)) % n, n - 1)]) + off for x in needles[:5] for off in (-0.5, 0.0, 0.5)]
-    x = np.asarray(needles + near)
-    assert np.array_equal(search(steps, x, side), np.searchsorted(steps.astype(np.float64), x, side=side))
 
 
 def test_nonfinite_values_are_left_out_not_plotted():
