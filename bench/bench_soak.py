@@ -55,6 +55,8 @@ def soak(run_dir: Path, seconds: float, last_step: int) -> tuple[list[tuple[int,
                              str(WARMUP_S + seconds + 2.0)], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     console = psutil.Process(proc.pid)
     time.sleep(WARMUP_S)                    # start-up and the first full read are not the steady state
+    if proc.poll() is not None:             # a console that died has no memory to measure: not a flat 0
+        raise RuntimeError(f"the console exited during start-up (exit status {proc.returncode})")
     step = last_step
     samples = [(0, console.memory_info().rss)]
     cpu_before, started = console.cpu_times(), time.monotonic()
@@ -77,6 +79,8 @@ def soak(run_dir: Path, seconds: float, last_step: int) -> tuple[list[tuple[int,
     cpu_after = console.cpu_times()
     cpu = (cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system) / (time.monotonic() - started)
     proc.communicate(timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the console failed while it was watched (exit status {proc.returncode})")
     return samples, cpu
 
 

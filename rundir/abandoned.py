@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from .history.step_rows import search_steps
 from .layout import EVENT_PIVOT, EVENT_RESUME, EVENT_ROLLBACK
+from .step_rows import search_steps
 
 if TYPE_CHECKING:       # the history's tail asks run_head where the run is: no import back at run time
     from .history.records import HistoryEvent

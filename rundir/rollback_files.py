@@ -24,10 +24,10 @@ from .abandoned import head_rows
 from .atomic import atomic_write_json, fsync_dir, remove_stale_temps
 from .checkpoint import CheckpointInfo, list_checkpoints, sidecar_path
 from .history import LossHistory
-from .history.step_rows import search_steps
 from .journal import StagedJournal, checked_archive_dir, list_archived_records, read_staged, remove_staged, write_staged
 from .layout import ROLLBACK_ARCHIVE_PREFIX, ROLLBACK_JOURNAL, ROLLBACK_RECORD, checkpoint_step, rollback_archive_name
 from .pivot_files import PivotError, archive_root, regular_file_or_none, utc_stamp
+from .step_rows import search_steps
 from .text import counted
 
 # The stages in order; a journal's ``stage`` is the last one completed.

@@ -42,7 +42,6 @@ from rundir import (
 )
 from rundir.abandoned import abandoned_mask, live_pivot_steps
 from rundir.config import AlertsConfig
-from rundir.history.step_rows import search_steps
 from rundir.layout import EVENT_ROLLBACK, LOSS_JSON, ROLLBACK_RECORD, RUN_TOML
 from rundir.pivot_files import read_journal as read_pivot_journal
 from rundir.pivot_files import unfinished_text
@@ -57,6 +56,7 @@ from rundir.rollback_files import (
     set_aside_checkpoints,
     write_rollback_journal,
 )
+from rundir.step_rows import search_steps
 from rundir.text import counted
 
 from ..model.spikes import Spike, find_spikes

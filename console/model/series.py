@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from rundir.history.step_rows import search_steps
 from rundir.layout import EVENT_RESUME, EVENT_START
+from rundir.step_rows import search_steps
 from rundir.text import printable
 
 from .series_blocks import pulls_of

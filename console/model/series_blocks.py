@@ -25,8 +25,8 @@ import numpy as np
 
 from rundir.abandoned import abandoned_mask, head_rows
 from rundir.history.limits import MAX_SUPERSEDED
-from rundir.history.step_rows import search_steps
 from rundir.layout import EVENT_ROLLBACK
+from rundir.step_rows import search_steps
 
 if TYPE_CHECKING:
     from rundir import HistoryEvent, HistoryUpdate, LossHistory

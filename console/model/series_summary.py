@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from rundir.history.step_rows import search_steps
+from rundir.step_rows import search_steps
 from rundir.text import printable
 
 from .series import RATE_WINDOW, SHARE_WINDOW, arm_groups, available, on_rows, series_values, spec_of, value_at

@@ -37,7 +37,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rundir.config import DEFAULT_K, DEFAULT_WINDOW, MIN_WINDOW  # noqa: F401  (W and k's defaults, run.toml [alerts])
 from rundir.history.records import nonfinite_mask
-from rundir.history.step_rows import search_steps
+from rundir.step_rows import search_steps
 
 MAD_FLOOR = 1e-3            # the MAD of a flat loss, relative to its median
 READ_ROWS = 1 << 16         # new rows are read a chunk of this many at a time

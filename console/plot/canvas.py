@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from rich.text import Text
 
-from rundir.history.step_rows import search_steps
+from rundir.step_rows import search_steps
 
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.units import PLAIN, Unit

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rundir.history.step_rows import gapless_from, search_steps
+from rundir.step_rows import gapless_from, search_steps
 from rundir.text import counted
 
 # The largest magnitude the plot draws. Spans and means of values up to it stay finite in

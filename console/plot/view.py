@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from rundir.history.step_rows import search_steps
+from rundir.step_rows import search_steps
 
 from ..model.markers import MARKER_KINDS, Marker
 from ..model.series import available, spec_of, value_at

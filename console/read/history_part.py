@@ -22,8 +22,8 @@ import numpy as np
 
 from rundir import HistoryUpdate, LossHistory, RunConfig
 from rundir.abandoned import head_rows, run_head
-from rundir.history.step_rows import search_steps
 from rundir.layout import EVENT_RESUME, EVENT_START, LOSS_JSON
+from rundir.step_rows import search_steps
 from rundir.text import counted
 
 from ..model.findings import LISTED

@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from rundir.history.step_rows import search_steps
+from rundir.step_rows import search_steps
 
 from ..model.series import UnknownSeries, on_rows, series_values, spec_of
 from ..model.snapshot import HistoryView

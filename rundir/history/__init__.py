@@ -22,7 +22,6 @@ The modules, each a step on a line's way from the file to a column:
 - :mod:`.ingest`     elements into columns, events and counted bad lines (:mod:`.columns`)
 - :mod:`.records`    what a line is: step line, event line or unreadable, and its values (the one place)
 - :mod:`.tail`       the newest lines only, for summaries
-- :mod:`.step_rows`  a step's row in a sorted step column (by arithmetic where it has no gap)
 - :mod:`.blocks`     bounded reads and searches; :mod:`.limits` every bound (read at use, so tests may shrink them)
 """
 

@@ -1,4 +1,4 @@
-"""rundir/history/step_rows.py: where a step lies in a step column, searched by arithmetic
+"""rundir/step_rows.py: where a step lies in a step column, searched by arithmetic
 where the column has no gap."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rundir.history.step_rows import gapless_from, search_steps
+from rundir.step_rows import gapless_from, search_steps
 
 INT64 = np.iinfo(np.int64)
 
