@@ -12,8 +12,11 @@ The policy, :class:`HistoryMirror`:
 - **Writing** it (atomically, replacing the old one): when the history is at least
   :data:`~console.read.mirror_file.MIN_MIRROR_BYTES` long and it had no mirror, the mirror was
   refused, the history was replaced or shrank, or it has grown
-  :data:`~console.read.mirror_file.REWRITE_AFTER_BYTES` past what the mirror holds. Never at
-  every read: writing a long run's mirror writes all of its columns.
+  :data:`~console.read.mirror_file.REWRITE_AFTER_BYTES` past what the mirror holds (or by half
+  the spare rows its columns have). Never at every read: writing a long run's mirror writes all
+  of its columns. A mirror just written is then mapped in place of the history's columns
+  (:meth:`HistoryMirror.mapped`): a console on a live run holds as its own memory only the
+  rows read since, and the rest are the page cache's.
 - **A cache that cannot be written** (read-only, full): the history is read as without a
   mirror, a note (:data:`~console.model.snapshot.MIRROR_NOT_SAVED`) says so once, and the
   write is tried again only after another ``REWRITE_AFTER_BYTES``.
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import orjson
 
 from rundir.atomic import atomic_write_bytes
+from rundir.filesystems import filesystem_of
 from rundir.history import HistoryUpdate, LossHistory
 
 from ..model.mirror_note import MIRROR_NOT_SAVED, MIRROR_REBUILT, MirrorNote
@@ -42,6 +46,7 @@ from .cache_dir import mirror_path, read_cache_file
 from .mirror_file import (
     MIN_MIRROR_BYTES,
     REWRITE_AFTER_BYTES,
+    SPARE_ROWS,
     CrcAhead,
     as_read,
     forget_mirror,
@@ -161,7 +166,11 @@ class HistoryMirror:
             return False
         if self.failed_at is not None and size - self.failed_at < REWRITE_AFTER_BYTES:
             return False
-        return self.mirrored_to is None or size - self.mirrored_to >= REWRITE_AFTER_BYTES
+        # Or before the rows read since outgrow the room the mapped columns have for them
+        # (:meth:`mapped`): past it they would be copied whole into this process's memory.
+        rows_since = len(history) - self.mirrored_rows if self.mirrored_rows is not None else 0
+        return self.mirrored_to is None or size - self.mirrored_to >= REWRITE_AFTER_BYTES \
+            or rows_since >= SPARE_ROWS // 2
 
     def save(self, history: LossHistory) -> MirrorNote | None:
         """Write the mirror now; the note when the cache could not be written."""
@@ -186,6 +195,24 @@ class HistoryMirror:
         note = self.save(history)
         self.just_saved = self.mirrored_offset == history._offset and note is None
         return note
+
+    def mapped(self, history: LossHistory) -> LossHistory:
+        """``history`` as the mirror :meth:`keep_up` has just written holds it, its columns mapped
+        from that file instead of held in this process's memory: a console on a live run then
+        keeps as its own only the rows read since the last mirror, and the rest are the page
+        cache's, read where a view needs them. ``history`` itself when the mirror was not just
+        written, is read rather than mapped (a cache other hosts share), or does not hold
+        exactly its rows (a torn last line or bytes not yet arrived are read again from it)."""
+        if not self.just_saved or history.torn_tail or history.awaiting_late_bytes:
+            return history
+        shared = self.shared if self.shared is not None else filesystem_of(mirror_path(self.path)).shared
+        if shared:
+            return history
+        remapped, _, _ = open_mirror(self.path, shared=False)
+        if remapped is None or remapped._offset != history._offset or len(remapped) != len(history) \
+                or remapped.rows_read != history.rows_read:
+            return history
+        return remapped
 
     # -- the spike detectors kept beside the mirror -------------------------------------
     def _detector_path(self) -> Path:

@@ -168,8 +168,8 @@ class HistoryPart:
             update, notes = self._reread()
         else:
             update, notes = self.history.refresh(), []
-        h = self.history
-        saved = self.mirror.keep_up(h, update)
+        saved = self.mirror.keep_up(self.history, update)
+        h = self.history = self.mirror.mapped(self.history)     # rows held as the mirror's pages
         for note in notes + ([saved] if saved is not None else []):
             if note.kind not in self._mirror_said:
                 self._mirror_said.add(note.kind)

@@ -5,6 +5,7 @@ parse; a mirror rebuilt, or a cache that cannot be written, is said once and bre
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from pathlib import Path
 
@@ -82,6 +83,50 @@ def test_the_console_shows_a_fresh_parse_whatever_is_done_behind_the_mirror(tmp_
     replaced by another file: after each, a console started afresh (which opens through the
     mirror the ones before wrote), the overview's compare, and a console that keeps reading
     (after an append, a cut or a replacement) show a fresh parse."""
+    shows_a_fresh_parse(tmp_path_factory, start, ops)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                       HealthCheck.too_slow])
+@given(start=st.integers(1, 60), ops=operations)
+def test_a_console_that_maps_every_mirror_it_writes_shows_a_fresh_parse(tmp_path_factory, monkeypatch, start, ops):
+    """The same, with the mirror written again at every read and its columns then mapped in place
+    of the ones read (a live run's console does it every few MiB of history)."""
+    monkeypatch.setattr(history_mirror, "REWRITE_AFTER_BYTES", 0)
+    shows_a_fresh_parse(tmp_path_factory, start, ops)
+
+
+def test_a_live_runs_rows_are_the_mirrors_pages_once_it_is_written(tmp_path, monkeypatch):
+    """A console on a growing history maps each mirror it writes: the rows it read before are the
+    page cache's (views of the mirror's mapping), the rows read since are appended into the
+    mapping's spare room, and what it shows is a fresh parse."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(history_mirror, "REWRITE_AFTER_BYTES", 2000)
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / LOSS_JSON
+    path.write_bytes(b"".join(step_line(s) for s in range(100)))
+    watching = read(run)
+    for first in range(100, 400, 20):           # about 3.4 kB a round: the mirror written every other round
+        with open(path, "ab") as fh:
+            fh.write(b"".join(step_line(s) for s in range(first, first + 20)))
+        assert same(shown(watching), parsed(path))
+    with open(path, "ab") as fh:               # two rows more: not enough for a mirror
+        fh.write(step_line(400) + step_line(401))
+    assert same(shown(watching), parsed(path))
+    mirror = watching._history.mirror
+    assert mirror.mirrored_rows is not None and len(watching.history) - mirror.mirrored_rows == 2
+    for name in COLUMNS:                        # every column a view of the mapped mirror, room left after it
+        owner = getattr(watching.history, name)
+        while isinstance(owner, np.ndarray):
+            owner = owner.base
+        assert isinstance(owner, memoryview) and isinstance(owner.obj, mmap.mmap), name
+    with open(path, "ab") as fh:               # a rewind after the mapping: rows replaced in the mapped columns
+        fh.write(b"".join(step_line(s, 0.5) for s in range(350, 420)))
+    assert same(shown(watching), parsed(path))
+
+
+def shows_a_fresh_parse(tmp_path_factory, start, ops):
     run = tmp_path_factory.mktemp("run")
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("cache"))
     path = run / LOSS_JSON
