@@ -136,9 +136,11 @@ def write_samples(run_dir: str | os.PathLike[str], samples: list[dict[str, Any]]
 SAMPLE_TEXT_KEYS = ("completion", "text", "output")
 
 
-def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
+def read_samples(run_dir: str | os.PathLike[str], newest_only: bool = False) -> SidecarRead[list[Sample]]:
     """Read ``.samples.json`` (an object with ``samples``, or a bare list); never raises.
-    A file over :data:`~rundir.safe_read.SAMPLES_MAX` is refused unread."""
+    A file over :data:`~rundir.safe_read.SAMPLES_MAX` is refused unread. ``newest_only``: the
+    newest sample of each arm only, as :func:`newest_per_arm` gives them (the older ones of a
+    run with thousands of arms are never built)."""
     path = Path(run_dir) / SAMPLES_JSON
     read = _read_json(path, SAMPLES_MAX)
     if read.error:
@@ -147,24 +149,42 @@ def read_samples(run_dir: str | os.PathLike[str]) -> SidecarRead[list[Sample]]:
     items = data.get("samples") if isinstance(data, dict) else data
     if not isinstance(items, list):
         return SidecarRead(None, f"{path.name}: expected a list of samples")
-    samples, skipped = [], 0
-    for item in items:
-        # Other engines call the generated text "text" (or "output"); ours is "completion".
-        key = next((key for key in SAMPLE_TEXT_KEYS if isinstance(item.get(key), str)), None) \
-            if isinstance(item, dict) else None
-        if key is None:
-            skipped += 1
-            continue
-        prompt, completion = str(item.get("prompt") or ""), item[key]
-        if key != "completion" and prompt and completion.startswith(prompt):
-            # Their "text" is often the whole text, prompt included: shown after the
-            # prompt as it is, it would say the prompt twice ("def def main()").
-            completion = completion[len(prompt):]
-        samples.append(Sample(step=_count(item.get("step")), arm=str(item.get("arm") or ""),
-                              prompt=prompt, completion=completion,
-                              temperature=_number(item.get("temperature")), time=_number(item.get("time"))))
+    keys = [_text_key(item) for item in items]
+    skipped = keys.count(None)
+    if newest_only:
+        order = dict.fromkeys(_arm(item) for item, key in zip(items, keys) if key is not None)
+        newest: dict[str, Sample] = {}
+        for item, key in zip(reversed(items), reversed(keys)):
+            if key is not None and _arm(item) not in newest:
+                newest[_arm(item)] = _sample(item, key)
+                if len(newest) == len(order):
+                    break
+        samples = [newest[arm] for arm in order]
+    else:
+        samples = [_sample(item, key) for item, key in zip(items, keys) if key is not None]
     error = f"{path.name}: {counted(skipped, 'malformed sample')} skipped" if skipped else None
     return SidecarRead(samples, error)
+
+
+def _text_key(item: Any) -> str | None:
+    """The key a sample's generated text is read from; None: not a sample."""
+    # Other engines call the generated text "text" (or "output"); ours is "completion".
+    return next((key for key in SAMPLE_TEXT_KEYS if isinstance(item.get(key), str)), None) \
+        if isinstance(item, dict) else None
+
+
+def _arm(item: dict[str, Any]) -> str:
+    return str(item.get("arm") or "")
+
+
+def _sample(item: dict[str, Any], key: str) -> Sample:
+    prompt, completion = str(item.get("prompt") or ""), item[key]
+    if key != "completion" and prompt and completion.startswith(prompt):
+        # Their "text" is often the whole text, prompt included: shown after the
+        # prompt as it is, it would say the prompt twice ("def def main()").
+        completion = completion[len(prompt):]
+    return Sample(step=_count(item.get("step")), arm=_arm(item), prompt=prompt, completion=completion,
+                  temperature=_number(item.get("temperature")), time=_number(item.get("time")))
 
 
 def newest_per_arm(samples: list[Sample]) -> dict[str, Sample]:

@@ -27,7 +27,6 @@ from rundir import (
     checkpoint_stamps,
     checkpoints_since,
     find_zombies,
-    newest_per_arm,
     read_samples,
     read_state,
 )
@@ -321,8 +320,8 @@ class RunReader:
         return {"arms": self._arms(read.values["config"])}
 
     def _part_samples(self, read: _Read) -> dict:
-        samples = read_samples(self.run_dir)
-        newest = tuple(_shown_sample(s) for s in newest_per_arm(samples.value or []).values())
+        samples = read_samples(self.run_dir, newest_only=True)
+        newest = tuple(_shown_sample(s) for s in samples.value or [])
         return {"samples": newest, "samples_error": None if samples.missing else samples.error}   # absent is normal
 
     def _part_log(self, read: _Read) -> dict:

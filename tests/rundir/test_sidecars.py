@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rundir import find_zombies, load_run_config, newest_per_arm, read_samples, read_state
 from rundir.sources import SourceError, check_source, load_source
@@ -45,6 +48,23 @@ def test_samples_newest_per_arm(run_dir):
     assert got.ok
     newest = newest_per_arm(got.value)
     assert {s.step for s in newest.values()} == {300}
+
+
+sample_items = st.lists(st.one_of(
+    st.builds(lambda key, text, **rest: {key: text, **rest}, st.sampled_from(["completion", "text", "output"]),
+              st.sampled_from(["x", "def f(x"]), step=st.integers(0, 9),
+              arm=st.sampled_from(["a", "b", "c", "", None]), prompt=st.sampled_from(["", "def f("])),
+    st.integers(), st.fixed_dictionaries({"step": st.integers()})), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(items=sample_items)
+def test_the_newest_samples_alone_are_the_newest_of_all(tmp_path, items):
+    """``newest_only`` (what the console reads) gives what :func:`newest_per_arm` makes of every
+    sample, in the same order, with the same malformed samples counted."""
+    (tmp_path / ".samples.json").write_text(json.dumps({"samples": items}))
+    every, newest = read_samples(tmp_path), read_samples(tmp_path, newest_only=True)
+    assert newest.value == list(newest_per_arm(every.value).values()) and newest.error == every.error
 
 
 def test_samples_bare_list_and_malformed_entries(tmp_path):
