@@ -193,10 +193,13 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         lines.append(f"  ! {printable(snap.arms.error, LINE_LIMIT)}")
     lines.append("")
     lines.append("samples (newest per arm)")
-    for s in snap.samples:
+    for s in snap.samples[:ROWS_LISTED]:        # as many as the arms listed above, the rest counted
         room = max(20, width - 40)
         text = printable_block(s.prompt + s.completion, room + 1)[:room].replace("\n", "⏎")
         lines.append(f"  {printable(s.arm):<20} step {s.step:>9,}  {text}")
+    if len(snap.samples) > ROWS_LISTED:
+        lines.append(f"  … and the samples of {counted(len(snap.samples) - ROWS_LISTED, 'more arm')} not listed "
+                     "(--json lists them)")
     if not snap.samples:
         lines.append("  none")
     if snap.samples_error:

@@ -20,7 +20,7 @@ import pytest
 from console.model.findings import LISTED
 from console.model.snapshot import Notice, TrainerView
 from console.read.reader import PROMPT_CHARS, SAMPLE_CHARS, RunReader
-from console.text.run_report import ROWS_LISTED, render_text
+from console.text.run_report import ROWS_LISTED, render_text, to_json
 from console.tui.app import ConsoleApp
 from console.tui.messages import SnapshotReady
 from console.tui.options import ConsoleOptions
@@ -157,6 +157,16 @@ def test_many_zombie_arms_make_one_problem_and_one_notice(tmp_path):
     assert sum(ln.startswith("  zombie-") for ln in text.splitlines()) == ROWS_LISTED - 3
     assert f"  … and {ZOMBIES + 103 - ROWS_LISTED} more arms not listed ({ZOMBIES + 103 - ROWS_LISTED} zombie; " \
            "--json lists them)" in text
+
+
+def test_the_samples_of_as_many_arms_as_are_listed_are_printed_and_the_rest_counted(tmp_path):
+    arms = tuple(f"arm-{i}" for i in range(ROWS_LISTED + 7))
+    snap, _ = RunReader(make_run(tmp_path / "run", arms=arms, checkpoints=(100, 200)), now=fixed_now).read()
+    text = render_text(snap, NOW).split("samples (newest per arm)\n")[1]
+    shown = [ln.split()[0] for ln in text.splitlines() if ln.startswith("  arm-")]
+    assert shown == list(arms[:ROWS_LISTED]) and "step       200" in text and "step       100" not in text
+    assert "  … and the samples of 7 more arms not listed (--json lists them)" in text
+    assert [s["arm"] for s in to_json(snap, NOW)["samples"]] == list(arms)
 
 
 def test_a_few_zombies_are_still_one_line_each(tmp_path):
