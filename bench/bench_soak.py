@@ -6,9 +6,12 @@ watching. The console's RSS is sampled every few seconds after its start-up; its
 the lines written, in MB per 100,000 lines, is set against the columns' own bytes (8 bytes
 a step for each of the history's columns: step, tokens, time, loss, lr, grad_norm, and 4
 for the arm's code: about 5.2 MB per 100,000 lines). The console's CPU share is printed
-beside.
+beside. The run starts 40,000 steps long (past the 4 MiB from which the console keeps the
+history's mirror and maps it, as any run watched for long is), and the slope is fitted from
+the first minute on: in that minute the terminal's caches of text fill, which are bounded
+(the RSS at the end against the RSS after start-up says the whole growth).
 
-``python -m bench soak`` writes for 120 s (24,000 lines); ``ANDREA_SOAK_S`` sets the
+``python -m bench soak`` writes for 300 s (60,000 lines); ``ANDREA_SOAK_S`` sets the
 seconds (``make soak`` writes for 30 minutes). With ``ANDREA_TRACE_GROWTH=1`` the console
 prints what Python allocated from the soak's start to its end, by line (tracemalloc; it
 slows the console, so the figures of such a run are not the bench's).
@@ -30,11 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 LINES_PER_S = 200
 WARMUP_S = 8.0
 SAMPLE_S = 5.0
+START_STEPS = 40_000
+SETTLE_S = 60.0                         # the slope is fitted from here on
 COLUMN_BYTES_PER_LINE = 8 * 6 + 4
 
 
 def soak_seconds() -> float:
-    return float(os.environ.get("ANDREA_SOAK_S", "120"))
+    return float(os.environ.get("ANDREA_SOAK_S", "300"))
 
 
 def _line(step: int) -> dict:
@@ -94,13 +99,14 @@ def run() -> list[Result]:
 
     seconds = soak_seconds()
     with tempfile.TemporaryDirectory() as tmp:
-        samples, cpu = soak(make_run(Path(tmp) / "run", steps=5000), seconds, 5000)
+        samples, cpu = soak(make_run(Path(tmp) / "run", steps=START_STEPS), seconds, START_STEPS)
     lines, rss = np.array(samples, dtype=np.float64).T
-    slope = float(np.polyfit(lines, rss, 1)[0]) * 100_000 / 1e6        # MB per 100k lines
+    settled = lines >= min(SETTLE_S, seconds / 2) * LINES_PER_S
+    slope = float(np.polyfit(lines[settled], rss[settled], 1)[0]) * 100_000 / 1e6        # MB per 100k lines
     columns = COLUMN_BYTES_PER_LINE * 100_000 / 1e6
     what = f"{int(lines[-1]):,} lines at {LINES_PER_S}/s"
     return [Result("soak", f"dashboard RSS growth per 100k lines ({what})", slope, "MB", columns,
-                   "the columns' own bytes", target="<= 1.5x", met=slope <= 1.5 * columns),
+                   "the columns' own bytes", target="<= 1.0x", met=slope <= columns),
             Result("soak", f"dashboard RSS at the end ({what})", rss[-1] / 2**20, "MiB", rss[0] / 2**20,
                    "after start-up"),
             Result("soak", f"dashboard CPU while {LINES_PER_S} lines/s are written", cpu * 100, "% of a core")]
