@@ -28,6 +28,7 @@ enum { K_STEP, K_TOKENS, K_ARM, K_LOSS, K_LR, K_GRAD_NORM, K_TIME, K_EVENT, K_OT
 #define N_BASE 7           /* step .. time: one bit each in a line's "seen" mask */
 #define MAX_KEYS 512
 #define MAX_ARMS 4096
+#define ARM_SLOTS (2 * MAX_ARMS)   /* the arms' hash table: a power of two, never over half full */
 
 typedef struct {
     const char *name;
@@ -233,6 +234,7 @@ typedef struct {
     Py_ssize_t n_series, n;
     Arm arms[MAX_ARMS];
     int n_arms;
+    int arm_slots[ARM_SLOTS];    /* 1 + an arm's index, by its name's hash; 0: empty */
     uint32_t *seen_series;       /* the line that last set each series (duplicate keys) */
     Py_ssize_t order[64];        /* the key at each place of the last line: the next line's guess */
 } Scan;
@@ -253,16 +255,24 @@ static int lookup(Scan *sc, const char *name, Py_ssize_t len, int place)
     return -1;
 }
 
+/* The index of the arm `name` in this batch's table, added if new; -1 past MAX_ARMS. The last
+ * line's arm is tried first (a run draws one arm for many steps); else the name's FNV-1a hash
+ * finds its slot, so a batch naming thousands of arms costs no search through them all. */
 static int arm_index(Scan *sc, const char *name, Py_ssize_t len, int *last)
 {
     if (*last >= 0 && sc->arms[*last].len == len && !memcmp(sc->arms[*last].name, name, len))
         return *last;
-    for (int i = 0; i < sc->n_arms; i++)
+    uint64_t hash = 14695981039346656037ULL;
+    for (Py_ssize_t k = 0; k < len; k++)
+        hash = (hash ^ (unsigned char)name[k]) * 1099511628211ULL;
+    size_t slot = (size_t)hash & (ARM_SLOTS - 1);
+    for (int i; (i = sc->arm_slots[slot] - 1) >= 0; slot = (slot + 1) & (ARM_SLOTS - 1))
         if (sc->arms[i].len == len && !memcmp(sc->arms[i].name, name, len))
             return *last = i;
     if (sc->n_arms >= MAX_ARMS)
         return -1;
     sc->arms[sc->n_arms] = (Arm){name, len};
+    sc->arm_slots[slot] = sc->n_arms + 1;
     return *last = sc->n_arms++;
 }
 
@@ -444,6 +454,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
         goto done;
     }
     sc->n_arms = 0;
+    memset(sc->arm_slots, 0, sizeof(sc->arm_slots));
     sc->seen_series = NULL;
     memset(sc->order, 0, sizeof(sc->order));
     sc->keys = keyv;

@@ -230,3 +230,20 @@ def test_a_plain_batch_is_read_by_the_scanner(tmp_path):
         history.refresh()
     assert calls == [True, True, True] and len(history) == 3000
     assert np.array_equal(history.step, np.arange(3000))
+
+
+def test_thousands_of_arms_in_a_batch_are_the_typed_decodes_arms(tmp_path):
+    """A batch naming thousands of arms (each found by its name's hash in the scanner), some
+    again and again and some whose names differ by a byte, reads as without the scanner; a
+    batch naming more arms than the scanner holds is read by the typed decode."""
+    names = [f"arm-{(i * 7919) % 3000}" for i in range(6000)] + ["arm-1", "arm-10", "arm-100", "arm-01"]
+    path = tmp_path / ".loss.json"
+    path.write_bytes(b"".join(b'{"step":%d,"loss":1.5,"arm":"%s"}\n' % (s, n.encode()) for s, n in enumerate(names)))
+    fast, plain = read(path, True), read(path, False)
+    assert fast.arm_names == plain.arm_names and len(fast.arm_names) == 3001
+    assert fast.arm.tobytes() == plain.arm.tobytes()
+    assert [fast.arm_names[code] for code in fast.arm] == names
+    block, _ = scan([b'{"step":%d,"arm":"%s"}' % (s, n.encode()) for s, n in enumerate(names)])
+    assert block["arm_table"] == list(dict.fromkeys(names))          # each name once
+    many = [b'{"step":%d,"arm":"a%d"}' % (s, s) for s in range(5000)]        # 5,000 names in one batch
+    assert scan(many) is None
