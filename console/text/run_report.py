@@ -137,6 +137,20 @@ def arm_lines(snap: RunSnapshot) -> list[str]:
     return out
 
 
+def sample_lines(snap: RunSnapshot, width: int) -> list[str]:
+    """The newest sample of each arm, as many arms as :func:`arm_lines` lists, then a line
+    counting the rest (``--json`` lists every one)."""
+    out = []
+    room = max(20, width - 40)
+    for s in snap.samples[:ROWS_LISTED]:
+        text = printable_block(s.prompt + s.completion, room + 1)[:room].replace("\n", "⏎")
+        out.append(f"  {printable(s.arm):<20} step {s.step:>9,}  {text}")
+    if len(snap.samples) > ROWS_LISTED:
+        out.append(f"  … and the samples of {counted(len(snap.samples) - ROWS_LISTED, 'more arm')} not listed "
+                   "(--json lists them)")
+    return out
+
+
 def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, plot_height: int = 8,
                 options: PlotOptions | None = None, metric: str = "loss", step_range: StepRange = StepRange()) -> str:
     """The whole dashboard as plain text (no colour); the plot draws series ``metric`` over
@@ -193,15 +207,7 @@ def render_text(snap: RunSnapshot, now: float | None = None, width: int = 100, p
         lines.append(f"  ! {printable(snap.arms.error, LINE_LIMIT)}")
     lines.append("")
     lines.append("samples (newest per arm)")
-    for s in snap.samples[:ROWS_LISTED]:        # as many as the arms listed above, the rest counted
-        room = max(20, width - 40)
-        text = printable_block(s.prompt + s.completion, room + 1)[:room].replace("\n", "⏎")
-        lines.append(f"  {printable(s.arm):<20} step {s.step:>9,}  {text}")
-    if len(snap.samples) > ROWS_LISTED:
-        lines.append(f"  … and the samples of {counted(len(snap.samples) - ROWS_LISTED, 'more arm')} not listed "
-                     "(--json lists them)")
-    if not snap.samples:
-        lines.append("  none")
+    lines.extend(sample_lines(snap, width) or ["  none"])
     if snap.samples_error:
         lines.append(f"  ! {printable(snap.samples_error, LINE_LIMIT)}")
     if snap.other_files:
