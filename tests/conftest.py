@@ -133,13 +133,6 @@ def reliability_report():
     return add
 
 
-def pytest_collection_modifyitems(items):
-    """The slow tests first, in their order (the SLURM jobs, which share one worker; DDP runs;
-    the kill -9 loop: up to 90 s each): on three workers, a long test drawn last is the whole
-    suite's tail."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:

@@ -80,7 +80,6 @@ def _check_after_kill(run: Path, previous: bytes, counts: dict) -> bytes:
     return data
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT_S)
 @pytest.mark.parametrize("async_checkpoint", [True, False])
 def test_kill9_at_random_moments_loses_nothing(trainer_run, reliability_report, async_checkpoint):

@@ -85,7 +85,6 @@ def stop_recorded(run_dir: Path) -> None:
         pass
 
 
-@pytest.mark.slow
 def test_resume_is_bit_exact_at_the_same_world_size_and_says_what_is_not_at_another(trainer_run):
     in_one_go = trainer_run("in-one-go")
     r = run_torchrun(in_one_go, "--max-steps", "200", "--eval-every", "0")     # no held-out eval here
@@ -130,7 +129,6 @@ def test_resume_is_bit_exact_at_the_same_world_size_and_says_what_is_not_at_anot
     assert abs(one_101["grad_norm"] - ddp_101["grad_norm"]) <= 1e-4 * abs(ddp_101["grad_norm"])
 
 
-@pytest.mark.slow
 def test_signals_to_the_recorded_process_and_the_console_checkpoint_pivot_and_stop(trainer_run):
     run = trainer_run("signalled")
     proc = start_torchrun(run, "--checkpoint-every", "100000")
