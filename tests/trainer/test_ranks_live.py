@@ -64,6 +64,10 @@ def test_every_rank_keeps_a_record_of_its_launch_and_its_exit(trainer_run):
     assert len({r.pid for r in got.records}) == NPROC and len({r.launch for r in got.records}) == 1
 
 
+def rank_verdicts(run: Path) -> dict[int, str]:
+    return {r["rank"]: r["verdict"] for r in json.loads(console(run, "--json").stdout)["ranks"]}
+
+
 def test_a_rank_stopped_by_a_signal_then_killed_is_named_with_its_host(trainer_run):
     run = trainer_run("ranks-faults")
     proc = start_launcher(run, "--checkpoint-every", "100000")
@@ -95,8 +99,14 @@ def test_a_rank_stopped_by_a_signal_then_killed_is_named_with_its_host(trainer_r
         [rank0] = [line for line in stacks.stdout.splitlines() if line.startswith("rank 0: ")]
         assert any(call in rank0 for call in ("all_reduce", "broadcast", "backward")), rank0
         assert f"rank 1 on {host}: no answer: stopped: stopped by a signal (state T)" in stacks.stdout
+        # Rank 1, stopped; and rank 0 only where it is straggling (its work per step against the
+        # median of two, which a loaded machine moves), as the run's records say just before or after.
+        before = rank_verdicts(run)
         overview = json.loads(console(run.parent, "--json").stdout)
-        assert [r["problem_ranks"] for r in overview["runs"] if r["run"] == run.name] == [1]
+        after = rank_verdicts(run)
+        [counted] = [r["problem_ranks"] for r in overview["runs"] if r["run"] == run.name]
+        assert before[1] == after[1] == "stopped", (before, after)
+        assert counted == 1 or (counted == 2 and "straggling" in (before[0], after[0])), (counted, before, after)
 
         os.kill(pids[1], signal.SIGKILL)
         onset = time.monotonic()
