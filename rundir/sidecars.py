@@ -155,8 +155,8 @@ def read_samples(run_dir: str | os.PathLike[str], newest_only: bool = False) -> 
         order = dict.fromkeys(_arm(item) for item, key in zip(items, keys) if key is not None)
         newest: dict[str, Sample] = {}
         for item, key in zip(reversed(items), reversed(keys)):
-            if key is not None and _arm(item) not in newest:
-                newest[_arm(item)] = _sample(item, key)
+            if key is not None and (arm := _arm(item)) not in newest:
+                newest[arm] = _sample(item, key)
                 if len(newest) == len(order):
                     break
         samples = [newest[arm] for arm in order]

@@ -107,7 +107,7 @@ def test_a_live_runs_rows_are_the_mirrors_pages_once_it_is_written(tmp_path, mon
     path = run / LOSS_JSON
     path.write_bytes(b"".join(step_line(s) for s in range(100)))
     watching = read(run)
-    for first in range(100, 400, 20):           # about 3.4 kB a round: the mirror written every other round
+    for first in range(100, 400, 20):           # about 2.1 kB a round: the mirror written at each
         with open(path, "ab") as fh:
             fh.write(b"".join(step_line(s) for s in range(first, first + 20)))
         assert same(shown(watching), parsed(path))
