@@ -48,6 +48,7 @@ from rundir.pivot_files import (
     write_new_policy,
 )
 
+from ..read.landing import landed_text
 from . import supervise
 from .guided_runner import JournalledRunner
 from .relaunch import StepFailed, relaunch_and_wait
@@ -155,7 +156,8 @@ class PivotRunner(JournalledRunner):
                 raise PivotFailed(f"step 1: {sent.message}")
             wait = supervise.wait_for_checkpoint(self.run_dir, sent, self.timeout, self.cancelled)
             if (info := wait.info) is None:
-                raise PivotFailed(f"step 1: {wait.why}; the pivot stopped before anything changed")
+                why = wait.why or f"{landed_text(wait)}: no audit checkpoint left"
+                raise PivotFailed(f"step 1: {why}; the pivot stopped before anything changed")
             journal.audit_step = info.step
             self.report("1", f"landed at step {info.step:,}")
         elif v.state in ("stopped", "stale"):

@@ -55,7 +55,7 @@ def request_checkpoint(run_dir: Path, awaited: AwaitedCheckpoints | None, say: S
     wait = wait_for_checkpoint(run_dir, result, timeout, cancelled)
     if wait.end is WaitEnd.CANCELLED:
         return
-    if wait.info is None and wait.external is None:
+    if wait.end is not WaitEnd.LANDED:
         say(f"checkpoint request: {wait.why}", "error")
         return
     say(landed_text(wait), "good")

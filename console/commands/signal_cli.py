@@ -25,11 +25,13 @@ def run_signal(run_dir: Path, args: argparse.Namespace) -> int:
     try:
         if args.checkpoint:
             wait = wait_for_checkpoint(run_dir, result, args.timeout)
-            if wait.info is None and wait.external is None:
+            if wait.end is not WaitEnd.LANDED:
                 return fail(wait.why, EXIT_TIMEOUT if wait.end is WaitEnd.TIMED_OUT else EXIT_REFUSED)
             print(landed_text(wait), file=sys.stderr)      # as the dashboard says it; stdout: the path alone
-            # The trainer's own checkpoint, as its history records it (relative to the run directory).
-            print(wait.info.path if wait.info is not None else printable(str(run_dir / wait.external.path), None))
+            if wait.info is not None:
+                print(wait.info.path)
+            elif wait.external is not None:     # the trainer's own, as its history records it (relative to the run)
+                print(printable(str(run_dir / wait.external.path), None))
             return EXIT_OK
         exited, text = wait_for_exit(run_dir, result, args.timeout)
     except KeyboardInterrupt:

@@ -34,6 +34,10 @@ class CheckpointWait:
     # Every checkpoint that answered it (file names, the trainer's recorded paths): the
     # dashboard says each one's landing; info and external are the newest of them.
     answered_by: tuple[str, ...] = ()
+    # Landed, and pruned by the retention policy before a look found its file (a fast cadence,
+    # a loaded machine, a mount's late listing): its name, complete by the trainer's history.
+    pruned: str | None = None
+    waited: float = 0.0                              # seconds from the signal to the look that ended it
 
     @property
     def why(self) -> str:

@@ -29,11 +29,11 @@ from rundir.layout import (
 )
 from rundir.text import counted
 
-from ..model.checkpoint_wait import CheckpointWait
+from ..model.checkpoint_wait import CheckpointWait, WaitEnd
 from ..model.findings import LISTED, error_stop_text, many, names_and_more
 from ..model.format import format_counter, format_size, printable, stall_text
 from ..model.snapshot import Notice, RunSnapshot
-from .landing import external_details, landing_text
+from .landing import external_details, landed_text, landing_text
 
 # How long a live trainer's new .bin may be without its .json before it is said as a
 # foreign checkpoint: the .json is written right after the .bin, so a few seconds covers a
@@ -43,13 +43,14 @@ UNFINISHED_S = 10.0
 
 def describe_changes(prev: RunSnapshot | None, snap: RunSnapshot, now: float,
                      requested: Mapping[str, Any] | None = None,
-                     unanswered: Sequence[CheckpointWait] = ()) -> list[Notice]:
+                     ended: Sequence[CheckpointWait] = ()) -> list[Notice]:
     """What changed between two snapshots, as notices (the first snapshot: a summary and its
     problems). ``requested`` names the checkpoints that answer a request (file name to the
-    request, with its ``sent_at``): their landing says so, in the one notice; ``unanswered``
-    are the requests that ended without one."""
+    request, with its ``sent_at``): their landing says so, in the one notice; ``ended`` are the
+    requests that ended without a file to say (unanswered, or landed in one pruned since)."""
     requested = requested or {}
-    out: list[Notice] = [Notice(now, f"checkpoint request: {wait.why}", "error") for wait in unanswered]
+    out = [Notice(now, landed_text(wait, wait.waited), "good") if wait.end is WaitEnd.LANDED else
+           Notice(now, f"checkpoint request: {wait.why}", "error") for wait in ended]
     if prev is None:
         out.append(Notice(now, f"watching {printable(snap.name)}: trainer {snap.trainer.label}"
                           + (f" (pid {snap.trainer.pid})" if snap.trainer.pid and snap.trainer.state == "running"

@@ -37,12 +37,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rundir import CheckpointInfo, CheckpointStamp, checkpoint_stamps, checkpoints_since, inspect_checkpoint
+from rundir.checkpoint import said_checkpoints
 from rundir.external import ExternalCheckpoint, external_checkpoints
 from rundir.filesystems import fresh_stamp
 from rundir.history import HistoryTail, read_history_tail
 from rundir.history.limits import TAIL_BYTES
 from rundir.history.records import HistoryEvent
-from rundir.layout import EVENT_CHECKPOINT, EVENT_SIGNAL, LOSS_JSON
+from rundir.layout import EVENT_CHECKPOINT, EVENT_SIGNAL, LOSS_JSON, checkpoint_step
 
 from ..model.checkpoint_wait import CheckpointWait, WaitEnd
 from ..model.format import format_size, printable
@@ -91,6 +92,13 @@ def answer_to(events: Sequence[HistoryEvent], sent_at: float) -> str | None:
     return Path(path).name if isinstance(path, str) else None
 
 
+def pruned_since(events: Sequence[HistoryEvent], name: str | None) -> bool | None:
+    """Whether the trainer's history says checkpoint ``name`` was pruned after it was written
+    (True), or names it written (False); None: these events say nothing of it."""
+    said = said_checkpoints(events).get(name) if name is not None else None
+    return None if said is None else not said
+
+
 def reports_checkpoints(events: Sequence[HistoryEvent]) -> bool:
     """Whether the trainer says its checkpoints in its history (ours does; another engine may
     only write the files, and its landing is then told by the files alone)."""
@@ -115,12 +123,21 @@ def external_details(size: int | None) -> str:
     return (f", {format_size(size)}" if size is not None else "") + ", external: the trainer's own format"
 
 
-def landed_text(wait: CheckpointWait) -> str:
-    """What a poll's landed wait (the overview's, ``--checkpoint``'s) says: :func:`landing_text`."""
+# A landing whose file the retention policy removed before any look found it: the trainer's
+# history says it was complete (its ``checkpoint`` event), then pruned (its ``prune`` event).
+PRUNED_DETAILS = ", complete by the trainer's history, pruned since by the retention policy"
+
+
+def landed_text(wait: CheckpointWait, waited: float | None = None) -> str:
+    """What a landed wait says: :func:`landing_text` (``waited``: the dashboard's words)."""
+    if wait.pruned is not None:
+        return landing_text(printable(wait.pruned), checkpoint_step(wait.pruned) or 0, PRUNED_DETAILS, waited)
     if wait.info is not None:
-        return landing_text(wait.info.path.name, wait.info.step, f", {format_size(wait.info.size)}, {wait.info.status}")
+        return landing_text(wait.info.path.name, wait.info.step, f", {format_size(wait.info.size)}, {wait.info.status}",
+                            waited)
     assert wait.external is not None
-    return landing_text(printable(wait.external.path), wait.external.step, external_details(wait.external.size))
+    return landing_text(printable(wait.external.path), wait.external.step, external_details(wait.external.size),
+                        waited)
 
 
 class _NewLines:
@@ -168,11 +185,12 @@ class ExternalSince:
 class AnswerSince:
     """The checkpoint the trainer's history names as the answer to a request sent at ``since``
     (:func:`answer_to`), the history's tail read again only when the file changed. ``None``
-    from :meth:`name` while unanswered; :attr:`reports` whether the history says checkpoints at all."""
+    from :meth:`name` while unanswered; :attr:`reports` whether the history says checkpoints at
+    all, :attr:`pruned` whether it says the answer pruned since (:func:`pruned_since`)."""
 
     def __init__(self, run_dir: Path, since: float):
         self.since, self._lines = since, _NewLines(Path(run_dir) / LOSS_JSON)
-        self.reports, self._name = False, None
+        self.reports, self.pruned, self._name = False, False, None
 
     def name(self) -> str | None:
         tail = self._lines.read()
@@ -180,6 +198,8 @@ class AnswerSince:
             events = tail.events
             self.reports = self.reports or reports_checkpoints(events)
             self._name = answer_to(events, self.since) or self._name
+            said = pruned_since(events, self._name)
+            self.pruned = self.pruned if said is None else said
         return self._name
 
 
@@ -204,13 +224,15 @@ class Look:
     waited (on the driver's clock), and the candidates the files showed: the checkpoint the
     history names as the request's answer (:func:`answer_to`), whether the history says
     checkpoints at all, complete checkpoints with ``stamp_of`` their stamps, and the
-    trainer's own checkpoints."""
+    trainer's own checkpoints; and whether the history says the answer pruned since it was
+    written (:func:`pruned_since`)."""
 
     pid: int | None
     state: str
     waited: float
     answer: str | None = None
     reports: bool = False
+    pruned: bool = False
     checkpoints: Sequence[CheckpointInfo] = ()
     stamp_of: Callable[[str], CheckpointStamp | None] = lambda name: None
     external: Sequence[ExternalCheckpoint] = ()
@@ -236,7 +258,8 @@ class RequestWait:
 
     def see(self, look: Look) -> CheckpointWait | None:
         """How the wait ended at ``look``, or None while it goes on: landed (the newest
-        checkpoint that answers it; ``answered_by`` names each), else the trainer it went to
+        checkpoint that answers it; ``answered_by`` names each; or the history's answer, which
+        it says was pruned since, when no look found its file), else the trainer it went to
         gone (the look saw the trainer before the files: it was the last look for a landing),
         else past the request's timeout."""
         r = self.request
@@ -244,11 +267,14 @@ class RequestWait:
         if found or external:
             names = tuple(c.path.name for c in found) + tuple(e.path for e in external)
             return CheckpointWait(WaitEnd.LANDED, max(found, key=lambda c: c.step) if found else None, pid=r.pid,
-                                  external=external[-1] if external else None, answered_by=names)
+                                  external=external[-1] if external else None, answered_by=names, waited=look.waited)
+        if look.reports and look.answer is not None and look.pruned:
+            return CheckpointWait(WaitEnd.LANDED, pid=r.pid, answered_by=(look.answer,), pruned=look.answer,
+                                  waited=look.waited)
         if trainer_gone(r.pid, look.pid, look.state):
-            return CheckpointWait(WaitEnd.TRAINER_EXITED, pid=r.pid)
+            return CheckpointWait(WaitEnd.TRAINER_EXITED, pid=r.pid, waited=look.waited)
         if look.waited >= r.timeout:
-            return CheckpointWait(WaitEnd.TIMED_OUT, timeout=r.timeout, pid=r.pid)
+            return CheckpointWait(WaitEnd.TIMED_OUT, timeout=r.timeout, pid=r.pid, waited=look.waited)
         return None
 
 
@@ -267,11 +293,11 @@ class FilesLook:
         if self._answer.reports:
             info = inspect_checkpoint(self.run_dir / name) if name is not None else None
             found = (info,) if info is not None and info.status == "complete" else ()
-            return Look(pid, state, waited, name, True, found, external=external)
+            return Look(pid, state, waited, name, True, self._answer.pruned, found, external=external)
         stamps = checkpoint_stamps(self.run_dir)
         found = tuple(c for c in checkpoints_since(self.run_dir, self.request.baseline, stamps)
                       if c.status == "complete")
-        return Look(pid, state, waited, None, False, found, stamps.get, external)
+        return Look(pid, state, waited, None, False, False, found, stamps.get, external)
 
 
 class AwaitedCheckpoints:
@@ -301,8 +327,9 @@ class AwaitedCheckpoints:
                stamp_of: Callable[[str], CheckpointStamp | None]) -> tuple[dict[str, AwaitedCheckpoint],
                                                                             list[CheckpointWait]]:
         """Which requested checkpoints ``snap`` shows landed (``{file name or recorded path:
-        request}``, the first request each answers), and the requests that ended unanswered:
-        each request's :class:`RequestWait` handed the snapshot's look. ``stamp_of``: a
+        request}``, the first request each answers), and the requests that ended otherwise
+        (unanswered, or landed in a checkpoint pruned before a read listed it): each request's
+        :class:`RequestWait` handed the snapshot's look. ``stamp_of``: a
         checkpoint file's stamp as this read saw it."""
         with self._lock:                    # held throughout: a request is sent (given its pid) meanwhile
             if not self._requests:          # the common read: nothing asked, no checkpoint looked at
@@ -324,14 +351,15 @@ class AwaitedCheckpoints:
             waiting = []
             for r in self._requests:
                 answer = answer_to(events, r.sent_at) if reports else None
-                look = Look(trainer.pid, trainer.state, now - r.sent_at, answer, reports, complete, stamp_of, external)
+                look = Look(trainer.pid, trainer.state, now - r.sent_at, answer, reports,
+                            pruned_since(events, answer) is True, complete, stamp_of, external)
                 end = RequestWait(r).see(look)
                 if end is None:
                     waiting.append(r)
-                elif end.end is WaitEnd.LANDED:     # several c within a step: one file answers them all
-                    for name in end.answered_by:
+                elif end.end is WaitEnd.LANDED and end.pruned is None:  # said with its file's change
+                    for name in end.answered_by:    # several c within a step: one file answers them all
                         answered.setdefault(name, r)
-                else:
+                else:                               # unanswered, or landed with no file left to say it by
                     ended.append(end)
             self._requests = waiting
         return answered, ended

@@ -15,10 +15,11 @@ import pytest
 
 from console.actions.supervise import SignalResult, send, wait_for_checkpoint
 from console.model.checkpoint_wait import WaitEnd
-from console.read.landing import AwaitedCheckpoint, landed_text, trainer_gone
+from console.read.landing import PRUNED_DETAILS, AwaitedCheckpoint, answer_to, landed_text, pruned_since, trainer_gone
 from console.read.reader import RunReader
 from rundir import checkpoint_stamps, verify_trainer
-from rundir.layout import CHECKPOINT_SIGNAL, TRAINER, TRAINER_JSON
+from rundir.history import read_history_tail
+from rundir.layout import CHECKPOINT_SIGNAL, LOSS_JSON, TRAINER, TRAINER_JSON
 from tests.console.trainer_proc import Trainer
 from tests.rundirs import EPOCH, make_run
 
@@ -93,6 +94,42 @@ def test_a_checkpoint_written_as_the_trainer_exits_is_a_landing_for_both_drivers
         [landed] = [t for t in said(reader) if t.startswith("requested checkpoint landed, ")]
         # The same checkpoint, said in the same words after the dashboard's "... after the signal".
         assert landed.split(" after the signal: ", 1)[1] == landed_text(wait).split("checkpoint landed: ", 1)[1]
+
+
+def history_says(run, question, what: str, timeout: float = 60.0):
+    """The trainer's history's answer to ``question`` (of its events), once it has one."""
+    deadline = time.monotonic() + timeout
+    while (found := question(read_history_tail(run / LOSS_JSON).events)) is None:
+        assert time.monotonic() < deadline, f"the history says no {what} after {timeout:g} s"
+        time.sleep(0.05)
+    return found
+
+
+def test_an_answer_pruned_before_any_look_found_it_is_a_landing_for_both_drivers(tmp_path):
+    """The trainer answers a request, then a newer checkpoint lands and the answer is pruned
+    (keep the last 1) before either driver looks, as a fast cadence, a loaded machine or a
+    mount's late listing make it: both say it landed and was pruned since, in the same words,
+    never 'no new checkpoint' at the timeout."""
+    run = tmp_path / "live"
+    with Trainer(run, "--keep-last", "1") as trainer:
+        reader = RunReader(run)
+        reader.read()
+        first = send(run, CHECKPOINT_SIGNAL)
+        assert first.ok, first.message
+        dashboard_request(reader, first, 600.0)
+        answer = history_says(run, lambda events: answer_to(events, first.sent_at), "answer to the request")
+        assert send(run, CHECKPOINT_SIGNAL).ok
+        history_says(run, lambda events: pruned_since(events, answer) or None, f"prune of {answer}")
+        os.kill(trainer.proc.pid, signal.SIGSTOP)           # the lines since stay within a look's tail
+        try:
+            wait = wait_for_checkpoint(run, first, 600.0)
+            assert wait.end is WaitEnd.LANDED and wait.pruned == answer and wait.info is None, wait
+            assert not (run / answer).exists()
+            [landed] = [n.text for n in reader.read()[1] if n.text.startswith("requested checkpoint landed, ")]
+            assert landed.split(" after the signal: ", 1)[1] == landed_text(wait).split("checkpoint landed: ", 1)[1]
+            assert landed.endswith(f"{PRUNED_DETAILS})") and not reader.awaited
+        finally:
+            os.kill(trainer.proc.pid, signal.SIGCONT)
 
 
 def test_a_trainer_on_another_host_is_waited_for_by_both_drivers_until_its_record_goes(tmp_path):

@@ -24,11 +24,11 @@ def train_command(run_dir: Path, *extra: str) -> list[str]:
 class Trainer:
     """Starts the trainer in its own session and waits until its record verifies."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, *extra: str):
         self.run_dir = run_dir
         self.log = open(run_dir.parent / f"{run_dir.name}.out", "ab")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(train_command(run_dir), stdout=self.log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(train_command(run_dir, *extra), stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True, env=env, cwd=ROOT)
 
     def wait_verified(self, timeout: float = 60.0) -> None:
