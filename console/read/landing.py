@@ -4,8 +4,10 @@ the one wording of a landing.
 A checkpoint is asked for with SIGUSR1: the dashboard's key, the overview's, ``--checkpoint``.
 It has landed when the trainer's history names the checkpoint that answered it
 (:func:`answer_to`: the ``signal`` event it logged when it took the request, and the
-checkpoint that answered it), and that checkpoint is complete; never a scheduled one that
-merely landed meanwhile, as a network mount's late listing can make it seem. A trainer that
+checkpoint that answered it), and that checkpoint is complete, or the history says it was
+pruned since (a fast cadence, a loaded machine or a mount's late listing can let the retention
+policy remove it before any look finds its file); never a scheduled one that merely landed
+meanwhile, as a network mount's late listing can make it seem. A trainer that
 says no checkpoint in its history (another engine): when a complete checkpoint's file is not
 as it was when the signal was sent (:func:`lands`: its stamp differs from the request's
 baseline, as :func:`rundir.newest_complete_since` finds it). Or when the trainer reports one
