@@ -24,7 +24,7 @@ watching; the same 400 steps again as 200 and a resume; 150 eager steps with
 - the fused AdamW kernel over the flat buffers against ``torch.optim.AdamW(fused=True)`` on
   the device, bit for bit, and whether flash attention runs there.
 
-On CPU (and in CI) the same path runs with the tiny preset and few steps, compile off
+On CPU the same path runs with the tiny preset and few steps (CI's test sets micro), compile off
 (a cold Inductor compile costs a minute on 2 CPUs; ``ANDREA_GPU_COMPILE=1`` turns it on).
 Settings: ``ANDREA_GPU_DEVICE=cpu`` (force CPU), ``ANDREA_GPU_PRESET``, ``ANDREA_GPU_STEPS``,
 ``ANDREA_PEAK_TFLOPS``, ``ANDREA_BENCH_DIR`` (where the run directories go: andrea-120m's
