@@ -156,7 +156,8 @@ class PivotRunner(JournalledRunner):
                 raise PivotFailed(f"step 1: {sent.message}")
             wait = supervise.wait_for_checkpoint(self.run_dir, sent, self.timeout, self.cancelled)
             if (info := wait.info) is None:
-                why = wait.why or f"{landed_text(wait)}: no audit checkpoint left"
+                why = wait.why or landed_text(wait) + (": no audit checkpoint left" if wait.pruned else
+                                                       ": in the trainer's own format, none of andrea-train's")
                 raise PivotFailed(f"step 1: {why}; the pivot stopped before anything changed")
             journal.audit_step = info.step
             self.report("1", f"landed at step {info.step:,}")
