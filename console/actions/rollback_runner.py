@@ -59,6 +59,7 @@ from rundir.rollback_files import (
 from rundir.step_rows import search_steps
 from rundir.text import counted
 
+from ..model.findings import LISTED
 from ..model.spikes import Spike, find_spikes
 from . import supervise
 from .guided_runner import JournalledRunner
@@ -195,6 +196,14 @@ def spike_span(spike: Spike) -> str:
     return f"the loss spike at {steps} (peak {spike.peak_loss:.4g} at step {spike.peak_step:,})"
 
 
+def set_aside_text(steps: list[int]) -> str:
+    """``steps 60, 80, 100``; past LISTED of them their count and span (a long run sets aside
+    hundreds, and the step's line must stay a line or two at 80x24, its outcome in view)."""
+    if len(steps) <= LISTED:
+        return "steps " + (", ".join(f"{s:,}" for s in steps) or "none")
+    return f"{len(steps):,} of them, steps {min(steps):,} to {max(steps):,}"
+
+
 class RollbackRunner(JournalledRunner):
     """Runs (or completes) one rollback. ``confirm`` is asked once, before anything changes,
     with the proposal; ``report`` receives a live status line per step; ``cancelled`` is
@@ -286,8 +295,8 @@ class RollbackRunner(JournalledRunner):
                              f"{newest.path.name if newest else 'none'}, not step {x:,}; run --rollback again")
         journal.advance("set_aside", str(dest.relative_to(self.run_dir)))
         write_rollback_journal(self.run_dir, journal)
-        moved = ", ".join(f"{s:,}" for s in journal.set_aside) or "none"
-        self.report("2", f"checkpoints after step {x:,} (steps {moved}) moved to {journal.archive}/")
+        moved = set_aside_text(journal.set_aside)
+        self.report("2", f"checkpoints after step {x:,} ({moved}) moved to {journal.archive}/")
 
     def _resume(self, journal: RollbackJournal) -> None:
         checkpoint = checkpoint_path(self.run_dir, journal.to_step)

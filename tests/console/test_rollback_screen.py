@@ -112,11 +112,17 @@ async def _start_and_answer(pilot, screen: RollbackScreen, key: str) -> Rollback
     assert pilot.app.screen.query_one("#confirm-box").region.bottom <= screen.query_one("#rollback-steps").region.y
     await pilot.press(key)
     await until(pilot, lambda: screen.outcome is not None, 240, "the rollback's outcome")
-    await pilot.pause()
-    # The steps and the outcome are in view above the key bar, at 80x24 too.
+    # The steps and the outcome are in view above the key bar, at 80x24 too, once the layout has
+    # taken the last step's text and the outcome's (a loaded machine lays them out frames later).
     height = pilot.app.size.height
-    assert screen.query_one("#rollback-steps").region.y >= 0
-    assert 0 < screen.query_one("#rollback-outcome").region.bottom <= height - 1
+
+    def in_view() -> bool:
+        return (screen.query_one("#rollback-steps").region.y >= 0 and
+                0 < screen.query_one("#rollback-outcome").region.bottom <= height - 1)
+
+    await until(pilot, in_view, 60, "the steps and the outcome in view",
+                detail=lambda: f"outcome at {screen.query_one('#rollback-outcome').region}: {screen.outcome}; steps: "
+                + " | ".join("".join(pane_lines(screen.query_one(f"#rollback-step-{key}"))) for key in "123"))
     return screen.outcome
 
 
