@@ -26,8 +26,10 @@ from tests.console.trainer_proc import ROOT, train_command
 from tests.mounts import sshfs
 
 SIZE = (120, 40)
-# The newest checkpoint is shown this long after it landed, at the latest (the poll is 1 s).
-SHOWN_WITHIN_S = 3.0
+# The newest checkpoint is shown this long after it landed, at the latest: the poll is 1 s and a
+# loaded machine adds seconds (3.2 s at a load average of 10), well under the 20 s for which the
+# mount serves a cached listing, which is what this bound tells apart.
+SHOWN_WITHIN_S = 10.0
 
 
 def newest_landed(run: Path) -> int:
@@ -110,7 +112,8 @@ def signal_answers(run: Path) -> list[str]:
     """The checkpoints that answered a checkpoint signal, by the trainer's own history
     (docs/contract.md's `signal` event): the one whose write the signal came during, else the
     next one (a signal at a cadence step is answered by that step's "cadence" checkpoint)."""
-    events = read_history_tail(run / ".loss.json").events
+    history = run / ".loss.json"        # all of it: a loaded machine trains past a tail's worth meanwhile
+    events = read_history_tail(history, history.stat().st_size).events
     answers, before, waiting = [], None, False
     for ev in events:
         if ev.event == "checkpoint":

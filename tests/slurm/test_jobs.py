@@ -204,6 +204,7 @@ def test_a_submitted_job_stopped_and_resubmitted_resumes_exactly(slurm, trainer_
     assert (run / name).read_bytes() == (straight / name).read_bytes()
 
 
+@pytest.mark.timeout(900)      # a minute's time limit, a requeue and two runs: 90 s idle, past 300 s at a load of 9
 def test_a_requeue_job_at_its_time_limit_checkpoints_and_requeued_resumes_exactly(slurm, trainer_run):
     """SLURM sends SIGTERM at the time limit (then SIGKILL after KillWait, 30 s here): the
     trainer checkpoints its last completed step within it and says how long that took. The
