@@ -69,6 +69,9 @@ PEAK_BF16_FLOPS = (
 MFU_TARGET = 0.40
 STALL_TARGET = 0.10
 CONSOLE_CPU_TARGET = 0.05
+# The console's share of a core is judged over a window of at least this long: over the micro
+# preset's 0.7 s on CPU its start-up frames alone came to 8-10%, whatever it then cost per line.
+CONSOLE_WINDOW_MIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -291,10 +294,12 @@ def main_run(report: Report, plan: Plan, root: Path, figures: dict[str, Any]) ->
     if len(marks) == 2:
         (t_a, c_a), (t_b, c_b) = marks
         steps_per_s = (plan.steps - plan.warmup) / (t_b - t_a)
-        figures["console_cpu"] = (c_b - c_a) / (t_b - t_a)
+        figures["console_cpu"] = ((c_b - c_a) / (t_b - t_a), t_b - t_a)
         rss = f"peak RSS {console_rss / 2**20:.0f} MiB" if console_rss else f"it exited {console.returncode}"
+        judged = "" if t_b - t_a >= CONSOLE_WINDOW_MIN_S else \
+            f" (not judged against 5%: the window is under {CONSOLE_WINDOW_MIN_S:.0f} s)"
         report.say(f"console while the run trains ({steps_per_s:.1f} steps/s appended over {t_b - t_a:.1f} s): "
-                   f"{100 * figures['console_cpu']:.2f}% of a core, {rss}")
+                   f"{100 * figures['console_cpu'][0]:.2f}% of a core, {rss}{judged}")
     text, wall, cpu = console_once(run_dir)
     figures["once"] = (wall, cpu)
     report.say(f"console --once on the run: {wall:.2f} s wall, {cpu:.2f} s CPU; it printed:")
@@ -461,9 +466,10 @@ def results(plan: Plan, figures: dict[str, Any]) -> list[Result]:
         out.append(Result("gpu", f"exact resume, strict determinism, {plan.device}", float(figures["strict exact"]), "",
                           target="byte-identical", met=figures["strict exact"]))
     if "console_cpu" in figures:
-        cpu = figures["console_cpu"]
-        out.append(Result("gpu", "console CPU while the run trains", 100 * cpu, "% core", target="< 5%",
-                          met=cpu < CONSOLE_CPU_TARGET))
+        cpu, window = figures["console_cpu"]
+        judged = window >= CONSOLE_WINDOW_MIN_S
+        out.append(Result("gpu", f"console CPU while the run trains ({window:.0f} s)", 100 * cpu, "% core",
+                          target="< 5%" if judged else "", met=cpu < CONSOLE_CPU_TARGET if judged else None))
     if "once" in figures:
         out.append(Result("gpu", "console --once on the run (wall)", figures["once"][0], "s"))
     return out
