@@ -27,6 +27,11 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 FAULT = (60, 3, 8.0)              # steps 60-62 at 8x their loss
 SPIKE_START, SPIKE_END = FAULT[0], FAULT[0] + FAULT[1] - 1
 CADENCE, MARGIN = 20, 10          # the checkpoint before the spike by the margin: step 40
+# The spike's W and k. The 8x steps stand about 300 MADs above their baseline; with k = 10 this
+# micro run's own blips of 20% flag too (steps 1,425 and 1,427, then 3,154 and 3,166: the trainer
+# is deterministic), and a loaded machine that trained that far rolled back past them instead.
+# Over 6,000 steps none of them reaches 15 MADs.
+WINDOW, K = 20, 50.0
 
 
 def steps(run: Path) -> list[dict]:
@@ -39,7 +44,7 @@ def spiky_run(tmp_path):
     run = make_trainer_run(tmp_path / "spiky", checkpoint_every=CADENCE, sample_every=1000,
                            keep_last=0)          # the default keeps 5: step 40 would be pruned by then
     config = load_run_config(run)
-    config.alerts.window, config.alerts.rollback_margin = 20, MARGIN
+    config.alerts.window, config.alerts.k, config.alerts.rollback_margin = WINDOW, K, MARGIN
     write_run_config(run, config)
     env = {**ENV, LOSS_FAULT_ENV: ":".join(map(str, FAULT))}
     subprocess.Popen(trainer_cmd(run), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
