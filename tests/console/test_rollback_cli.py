@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.actions.rollback_runner import RollbackRequest, propose_rollback
+from console.actions.rollback_runner import RollbackRequest, propose_rollback, set_aside_text
 from rundir.layout import LOSS_JSON, ROLLBACK_JOURNAL
 from rundir.rollback_files import RollbackError, read_rollback_journal
 from tests.console.test_cli import console
@@ -177,8 +177,6 @@ def test_an_unfinished_pivot_is_worded_once(make_run_dir):
 def test_the_set_aside_step_names_a_few_steps_and_counts_a_long_run_s():
     """Step 2's line names up to three steps; past that their count and span, so that the line
     stays short at 80x24 (73 steps listed once pushed the outcome off the rollback screen)."""
-    from console.actions.rollback_runner import set_aside_text
-
     assert set_aside_text([2000, 2500, 3000]) == "steps 2,000, 2,500, 3,000"
     assert set_aside_text([]) == "steps none"
     assert set_aside_text(list(range(60, 1501, 20))) == "73 of them, steps 60 to 1,500"

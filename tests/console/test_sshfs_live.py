@@ -18,9 +18,8 @@ import pytest
 from console.tui.app import ConsoleApp
 from console.tui.options import ConsoleOptions
 from console.tui.widgets import StatusPane
-from rundir import verify_trainer
-from rundir.history import read_history_tail
-from rundir.layout import is_checkpoint_bin, sidecar_name
+from rundir import LossHistory, verify_trainer
+from rundir.layout import LOSS_JSON, is_checkpoint_bin, sidecar_name
 from tests.console.conftest import until
 from tests.console.trainer_proc import ROOT, train_command
 from tests.mounts import sshfs
@@ -112,8 +111,9 @@ def signal_answers(run: Path) -> list[str]:
     """The checkpoints that answered a checkpoint signal, by the trainer's own history
     (docs/contract.md's `signal` event): the one whose write the signal came during, else the
     next one (a signal at a cadence step is answered by that step's "cadence" checkpoint)."""
-    history = run / ".loss.json"        # all of it: a loaded machine trains past a tail's worth meanwhile
-    events = read_history_tail(history, history.stat().st_size).events
+    history = LossHistory(run / LOSS_JSON)   # all of it: a loaded machine trains past a tail's worth meanwhile
+    history.refresh()
+    events = history.events
     answers, before, waiting = [], None, False
     for ev in events:
         if ev.event == "checkpoint":
