@@ -242,7 +242,7 @@ class RunReader:
         snap = RunSnapshot(run_dir=self.run_dir, name=self.run_dir.resolve().name or str(self.run_dir), taken=read.now,
                            versions=versions, **read.values)
         answered, ended = self.awaited.settle(prev, snap, read.now,
-                                                    lambda name: self._ckpt_cache.get(name, (None,))[0])
+                                              lambda name: self._ckpt_cache.get(name, (None,))[0])
         changes = describe_changes(prev, snap, read.now, answered, ended)
         notices = changes + read.notices if prev is None else read.notices + changes    # the summary first
         self._snapshot = snap
