@@ -158,9 +158,10 @@ class Terminal:
 
 ESC, ENTER, END, RIGHT, UP, DOWN = "\x1b", "\r", "\x1b[F", "\x1b[C", "\x1b[A", "\x1b[B"
 # Each screen in turn (their keys: console/tui/keys.py): the keys that open it, then a text of it
-# that holds no name (the wait ends there; several: all of them); None: a step back, not a screen of its own. A
-# dialog is closed by a key of its own, not Escape: a key that follows an Escape too closely
-# reads as Alt+key. Escape leaves only full screens, and the wait is then for the screen behind.
+# that holds no name (the wait ends there, and at the names EXPECTED gives the screen; several:
+# all of them); None: a step back, not a screen of its own. A dialog is closed by a key of its
+# own, not Escape: a key that follows an Escape too closely reads as Alt+key. Escape leaves only
+# full screens, and the wait is then for the screen behind.
 VISITS = (
     ("overview", "", "runs, the most"),
     # An arm's row (the history was read) and the plot's legend ("raw smoothed"): the plot drew
@@ -195,11 +196,15 @@ VISITS = (
 
 
 def visit_every_screen(term: Terminal) -> dict[str, str]:
-    """What was written while each screen was in front (from its keys to the next screen's)."""
+    """What was written while each screen was in front (from its keys to the next screen's).
+    Each wait also ends only once the screen has shown the names it is expected to show: a
+    frame can hold a screen's title before its rows (the series table's, at a load of 9, was
+    closed between the two)."""
     starts: list[tuple[str | None, int]] = []
     for screen, keys, until in VISITS:
         starts.append((screen, term.size))
-        term.press(keys, until)
+        wanted = (until,) if isinstance(until, str) else until
+        term.press(keys, (*wanted, *EXPECTED.get(screen, ())))     # EXPECTED: below, per screen
     ends = [at for _, at in starts[1:]] + [term.size]
     return {screen: term.text(at, end) for (screen, at), end in zip(starts, ends) if screen is not None}
 
