@@ -143,6 +143,7 @@ class Run:
         self._stopping = False
         self._stop_read = False                 # stop_requested answered True since the stop was taken
         self._stop_taken_at = 0                 # the log() count when the stop was taken
+        self._declined_at = -1                  # the log() count when checkpoint_requested last said no
         self._logs = 0
         self._loop_step: int | None = None      # the step agree() was told the loop is at
         self._step_record: dict[str, Any] | None = None     # the newest step line this process wrote
@@ -337,15 +338,27 @@ class Run:
         """A checkpoint was asked for (SIGUSR1, the request file, or a stop) and not saved yet.
         With several processes: the job's decision at the last :meth:`log`, the same on every rank."""
         self._poll()
-        return self._requests > self._checkpoint
+        wanted = self._requests > self._checkpoint
+        if not wanted:
+            self._declined_at = self._logs
+        return wanted
 
     @property
     @_serial
     def stop_requested(self) -> bool:
         """SIGTERM or SIGINT arrived: save a checkpoint (:attr:`checkpoint_requested` says so
         until one is reported), then stop. With several processes: the job's decision at the
-        last :meth:`log`, the same on every rank."""
+        last :meth:`log`, the same on every rank. One process: a stop taken by this read after
+        :attr:`checkpoint_requested` said no at this step is said at the next step, with its
+        checkpoint (a final look reads :attr:`checkpoint_requested` first)."""
+        was_stopping = self._stopping
         self._poll()
+        if self._stopping and not was_stopping and self._declined_at == self._logs:
+            # The loop looked for a checkpoint at this step and was told no: a stop said now
+            # would end it without the checkpoint a stop asks for (a SIGTERM between the two
+            # reads did so). Its next step answers both, as the next log() would have taken it.
+            self._stop_taken_at = self._logs + 1
+            return False
         self._stop_read = self._stop_read or self._stopping
         return self._stopping
 

@@ -131,8 +131,13 @@ class _Hooks:
 
         # A SIGTERM after this callback looked at the flags ends fit by Lightning's own
         # handler (SIGTERMException, exit status 0): the stop is still ours, with its checkpoint.
-        reason = None if isinstance(exception, SIGTERMException) and self.run.stop_requested \
-            else f"error: {type(exception).__name__}"
+        stopped = False
+        if isinstance(exception, SIGTERMException):
+            # The last look: checkpoint_requested first, which takes a stop that came after the
+            # step's look (stop_requested alone leaves such a stop to a next step fit won't have).
+            self.run.checkpoint_requested            # read for what it takes; its answer is _save_requested's
+            stopped = self.run.stop_requested
+        reason = None if stopped else f"error: {type(exception).__name__}"
         if self._opened is None:
             return                          # fit failed before it set up: no run was opened
         try:

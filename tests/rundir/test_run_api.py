@@ -76,6 +76,26 @@ def test_signals_and_the_request_file_set_flags_answered_by_a_saved_checkpoint(t
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL      # the handlers put back
 
 
+def test_a_stop_after_the_checkpoint_look_of_a_step_is_the_next_steps(tmp_path):
+    """The loop reads checkpoint_requested, then stop_requested (examples/train_loop.py, the
+    integrations): a SIGTERM between the two reads is answered at the next step, checkpoint and
+    stop together, not by a stop without the checkpoint (a Hugging Face run stopped so once)."""
+    run_dir = tmp_path / "x"
+    with open_run(run_dir) as run:
+        run.log(1, loss=1.0)
+        assert not run.checkpoint_requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert not run.stop_requested
+        run.log(2, loss=0.9)                                    # not ended as a stop the loop ignored
+        assert run.checkpoint_requested and run.stop_requested
+        (run_dir / "own.pt").write_bytes(b"y" * 10)
+        run.checkpoint_saved(2, run_dir / "own.pt")
+    h = history(run_dir)
+    assert [(e.step, e.reason) for e in external_checkpoints(h.events)] == [(2, "signal")]
+    assert [e.data["signal"] for e in h.events if e.event == "signal"] == ["SIGTERM"]
+    assert h.events[-1].event == "stop" and h.events[-1].data["reason"] == "signal"
+
+
 def test_a_run_that_leaves_sigusr1_to_a_framework_is_asked_through_the_request_file(tmp_path):
     """Lightning's SLURM requeue keeps SIGUSR1: the run puts the previous handler back, its
     record says so, and the console's checkpoint request (signal_trainer, SIGUSR1) becomes the
